@@ -1,0 +1,1 @@
+//! Lossless concrete syntax tree of Common Lisp source.

@@ -1,0 +1,1 @@
+//! Lisp data as values: the printed forms Swank sends back.

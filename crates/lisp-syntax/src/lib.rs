@@ -1,0 +1,10 @@
+//! Reading Common Lisp text.
+//!
+//! Two readers live here, for two jobs:
+//! - [`cst`]: a lossless concrete syntax tree of source files (every byte in
+//!   exactly one node), for the structural source tools.
+//! - [`data`]: Lisp data as values (lists, symbols, strings, numbers), for
+//!   reading what Swank sends back.
+
+pub mod cst;
+pub mod data;

@@ -1,0 +1,1 @@
+//! Async Swank client: framing, request ids, events, interrupts. Knows nothing about MCP.
