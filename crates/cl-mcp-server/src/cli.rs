@@ -1,0 +1,101 @@
+//! The command line: `cl-mcp-server [stdio|tcp|call|doctor] [options]`.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::config::ServerConfig;
+use crate::tools::ToolGroup;
+
+/// An MCP server that gives AI agents a live Common Lisp environment.
+#[derive(Parser, Debug)]
+#[command(name = "cl-mcp-server", version, about, long_about = None)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Option<Command>,
+    #[command(flatten)]
+    pub options: ServerOptions,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Serve MCP on stdin/stdout (the default).
+    Stdio,
+    /// Serve MCP over loopback TCP, the stdio framing, one session per connection.
+    Tcp {
+        /// Port to listen on (0: let the OS choose; the chosen port is logged).
+        #[arg(long, env = "CL_MCP_TCP_PORT", default_value_t = 4006)]
+        port: u16,
+        /// Address to bind; loopback unless you say otherwise.
+        #[arg(long, env = "CL_MCP_TCP_HOST", default_value = "127.0.0.1")]
+        host: std::net::IpAddr,
+    },
+    /// Run one tool once and print its result (scripting, smoke tests).
+    Call {
+        /// The tool's name, e.g. lisp-check-parens.
+        tool: String,
+        /// An argument as key=value (value parsed as JSON when it is JSON, else a string). Repeatable.
+        #[arg(long = "arg", value_name = "KEY=VALUE")]
+        args: Vec<String>,
+        /// All arguments as one JSON object (merged under --arg).
+        #[arg(long)]
+        json: Option<String>,
+    },
+}
+
+/// Options that apply to every mode.
+#[derive(Args, Debug, Clone)]
+pub struct ServerOptions {
+    /// Project root for file tools (default: the client's root, else the working directory).
+    #[arg(long, env = "MCP_PROJECT_ROOT", global = true)]
+    pub project_root: Option<PathBuf>,
+    /// Tool groups to offer, comma-separated: eval,image,code,asdf,source,fs (default: all).
+    #[arg(long, env = "CL_MCP_TOOLS", global = true, value_delimiter = ',')]
+    pub tools: Option<Vec<String>>,
+    /// Log level of the JSON logs on stderr: debug, info, warn, error.
+    #[arg(long, env = "MCP_LOG_LEVEL", global = true, default_value = "info")]
+    pub log_level: String,
+    /// Longest accepted message line, in bytes.
+    #[arg(long, env = "CL_MCP_MAX_MESSAGE_BYTES", global = true, default_value_t = 16 * 1024 * 1024)]
+    pub max_message_bytes: usize,
+}
+
+impl ServerOptions {
+    /// The server configuration these options describe.
+    pub fn to_config(&self) -> Result<ServerConfig, String> {
+        let mut config = ServerConfig::default();
+        if let Some(root) = &self.project_root {
+            let canon = root
+                .canonicalize()
+                .map_err(|e| format!("--project-root {}: {e}", root.display()))?;
+            if !canon.is_dir() {
+                return Err(format!(
+                    "--project-root {}: not a directory",
+                    root.display()
+                ));
+            }
+            config.project_root = Some(canon);
+        }
+        if let Some(groups) = &self.tools {
+            let mut parsed = Vec::new();
+            for g in groups.iter().filter(|g| !g.trim().is_empty()) {
+                let group = ToolGroup::parse(g).ok_or_else(|| {
+                    format!("--tools: unknown group '{g}' (groups: eval, image, code, asdf, source, fs)")
+                })?;
+                parsed.push(group);
+            }
+            config.tool_groups = parsed;
+        }
+        if self.max_message_bytes < 1024 {
+            return Err("--max-message-bytes must be at least 1024".into());
+        }
+        config.max_message_bytes = self.max_message_bytes;
+        Ok(config)
+    }
+}
+
+/// Builds the TCP listen address.
+pub fn tcp_addr(host: std::net::IpAddr, port: u16) -> SocketAddr {
+    SocketAddr::new(host, port)
+}

@@ -1,0 +1,39 @@
+//! Server-wide configuration, filled from the command line and environment.
+
+use std::path::PathBuf;
+
+use crate::tools::ToolGroup;
+
+/// Everything the server was told at start.
+#[derive(Clone, Debug)]
+pub struct ServerConfig {
+    /// `--project-root` / `MCP_PROJECT_ROOT`.
+    pub project_root: Option<PathBuf>,
+    /// `--tools`: the tool groups offered.
+    pub tool_groups: Vec<ToolGroup>,
+    /// Longest accepted message line, in bytes.
+    pub max_message_bytes: usize,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            project_root: None,
+            tool_groups: ToolGroup::ALL.to_vec(),
+            max_message_bytes: 16 * 1024 * 1024,
+        }
+    }
+}
+
+impl ServerConfig {
+    /// The root a new session starts with: the configured one, else the
+    /// working directory.
+    pub fn initial_project_root(&self) -> PathBuf {
+        let raw = self
+            .project_root
+            .clone()
+            .or_else(|| std::env::current_dir().ok())
+            .unwrap_or_else(|| PathBuf::from("/"));
+        raw.canonicalize().unwrap_or(raw)
+    }
+}

@@ -1,0 +1,12 @@
+//! cl-mcp-server: an MCP server that gives AI agents a live Common Lisp
+//! environment. See ARCHITECTURE.md for the map.
+//!
+//! Data flows one way: transport → protocol → tool → (image | files) and back.
+
+pub mod cli;
+pub mod config;
+pub mod logging;
+pub mod protocol;
+pub mod session;
+pub mod tools;
+pub mod transport;

@@ -1,0 +1,373 @@
+//! Connections and dispatch: requests run concurrently as tasks, each answered
+//! exactly once (or not at all when cancelled); notifications never answered.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::value::RawValue;
+use serde_json::{json, Value};
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use super::jsonrpc::{self, Message, RequestId};
+use super::mcp::{self, Era};
+use crate::config::ServerConfig;
+use crate::session::Session;
+use crate::tools::{LogLevel, ToolRegistry};
+
+/// Where a connection's outgoing messages go: one JSON text per item, without
+/// the trailing newline (the transport frames them).
+pub type Outbound = mpsc::UnboundedSender<String>;
+
+/// The server: configuration and tools, shared by every connection.
+pub struct Engine {
+    pub config: Arc<ServerConfig>,
+    pub tools: Arc<ToolRegistry>,
+}
+
+impl Engine {
+    pub fn new(config: ServerConfig) -> Arc<Engine> {
+        let tools = Arc::new(ToolRegistry::standard(&config.tool_groups));
+        Arc::new(Engine {
+            config: Arc::new(config),
+            tools,
+        })
+    }
+
+    /// Opens one MCP session (a stdio stream, a TCP connection, an HTTP
+    /// session). `notify` receives messages not tied to a request.
+    pub fn connect(self: &Arc<Self>, notify: Outbound) -> Connection {
+        Connection {
+            inner: Arc::new(ConnState {
+                engine: self.clone(),
+                session: Session::new(self.config.clone()),
+                lifecycle: Mutex::new(Lifecycle::default()),
+                inflight: Mutex::new(HashMap::new()),
+                tasks: TaskTracker::new(),
+                notify,
+            }),
+        }
+    }
+}
+
+#[derive(Default)]
+pub(crate) struct Lifecycle {
+    /// The legacy protocol version agreed in `initialize`, once it happened.
+    pub(crate) legacy_version: Option<String>,
+    /// `logging/setLevel` (legacy era).
+    pub(crate) log_level: Option<LogLevel>,
+    /// The client declared `elicitation` support in `initialize`.
+    pub(crate) client_capabilities: Value,
+}
+
+struct InFlight {
+    cancel: CancellationToken,
+}
+
+pub(crate) struct ConnState {
+    pub(crate) engine: Arc<Engine>,
+    pub(crate) session: Arc<Session>,
+    pub(crate) lifecycle: Mutex<Lifecycle>,
+    inflight: Mutex<HashMap<String, InFlight>>,
+    tasks: TaskTracker,
+    pub(crate) notify: Outbound,
+}
+
+/// One MCP session's protocol state.
+#[derive(Clone)]
+pub struct Connection {
+    inner: Arc<ConnState>,
+}
+
+enum Started {
+    Done(Option<String>),
+    Running(JoinHandle<Option<String>>),
+}
+
+impl Connection {
+    /// The session behind this connection.
+    pub fn session(&self) -> &Arc<Session> {
+        &self.inner.session
+    }
+
+    /// True once a legacy `initialize` has been answered.
+    pub fn is_initialized(&self) -> bool {
+        self.inner
+            .lifecycle
+            .lock()
+            .unwrap()
+            .legacy_version
+            .is_some()
+    }
+
+    /// Handles one message text (a request, a notification or a batch). Its
+    /// responses, and notifications about the requests in it, go to `out`,
+    /// now or when the requests finish.
+    pub fn handle_text(&self, text: &str, out: &Outbound) {
+        let raw: &RawValue = match serde_json::from_str(text) {
+            Ok(r) => r,
+            Err(e) => {
+                let _ = out.send(jsonrpc::parse_error(&e.to_string()));
+                return;
+            }
+        };
+        if raw.get().trim_start().starts_with('[') {
+            self.handle_batch(raw, out);
+            return;
+        }
+        match self.start(raw, out) {
+            Started::Done(Some(line)) => {
+                let _ = out.send(line);
+            }
+            Started::Done(None) => {}
+            Started::Running(handle) => {
+                let out = out.clone();
+                self.inner.tasks.spawn(async move {
+                    if let Ok(Some(line)) = handle.await {
+                        let _ = out.send(line);
+                    }
+                });
+            }
+        }
+    }
+
+    /// Answers a message the transport could not even read as text (too long,
+    /// not UTF-8).
+    pub fn reject_unreadable(&self, detail: &str, out: &Outbound) {
+        let _ = out.send(jsonrpc::parse_error(detail));
+    }
+
+    fn handle_batch(&self, raw: &RawValue, out: &Outbound) {
+        let elements: Vec<&RawValue> = match serde_json::from_str(raw.get()) {
+            Ok(e) => e,
+            Err(e) => {
+                let _ = out.send(jsonrpc::parse_error(&e.to_string()));
+                return;
+            }
+        };
+        if elements.is_empty() {
+            let _ = out.send(jsonrpc::error(
+                None,
+                jsonrpc::INVALID_REQUEST,
+                "Invalid Request",
+                &json!("Batch must not be empty"),
+            ));
+            return;
+        }
+        let started: Vec<Started> = elements.into_iter().map(|e| self.start(e, out)).collect();
+        let out = out.clone();
+        self.inner.tasks.spawn(async move {
+            let mut lines = Vec::new();
+            for s in started {
+                match s {
+                    Started::Done(Some(l)) => lines.push(l),
+                    Started::Done(None) => {}
+                    Started::Running(h) => {
+                        if let Ok(Some(l)) = h.await {
+                            lines.push(l)
+                        }
+                    }
+                }
+            }
+            if !lines.is_empty() {
+                let _ = out.send(format!("[{}]", lines.join(",")));
+            }
+        });
+    }
+
+    /// Validates and starts one message. Quick lifecycle decisions happen here,
+    /// in arrival order; real work runs as a task.
+    fn start(&self, raw: &RawValue, out: &Outbound) -> Started {
+        let msg = match jsonrpc::parse_message(raw) {
+            Ok(m) => m,
+            Err(inv) => {
+                if inv.is_notification {
+                    return Started::Done(None);
+                }
+                return Started::Done(Some(inv.to_line()));
+            }
+        };
+        let Some(id) = msg.id.clone() else {
+            self.handle_notification(&msg);
+            return Started::Done(None);
+        };
+        let era = match mcp::request_era(&msg) {
+            Ok(era) => era,
+            Err(e) => return Started::Done(Some(e.into_line(&id))),
+        };
+        // The handshake changes connection state: do it inline, in order.
+        if msg.method == "initialize" {
+            return Started::Done(Some(match mcp::initialize(&self.inner, &msg, era) {
+                Ok(v) => jsonrpc::success(&id, &v),
+                Err(e) => e.into_line(&id),
+            }));
+        }
+        if let Err(e) = mcp::check_ready(&self.inner, &msg, era) {
+            return Started::Done(Some(e.into_line(&id)));
+        }
+        let cancel = CancellationToken::new();
+        let key = id.key();
+        self.inner.inflight.lock().unwrap().insert(
+            key.clone(),
+            InFlight {
+                cancel: cancel.clone(),
+            },
+        );
+        let request = RequestCtx {
+            conn: self.inner.clone(),
+            id: id.clone(),
+            era,
+            cancel: cancel.clone(),
+            out: out.clone(),
+            progress_token: progress_token(&msg),
+            started: Instant::now(),
+        };
+        let conn = self.inner.clone();
+        Started::Running(self.inner.tasks.spawn(async move {
+            let outcome = tokio::spawn(mcp::dispatch(request, msg)).await;
+            conn.inflight.lock().unwrap().remove(&key);
+            if cancel.is_cancelled() {
+                return None;
+            }
+            Some(match outcome {
+                Ok(Ok(v)) => jsonrpc::success(&id, &v),
+                Ok(Err(e)) => e.into_line(&id),
+                Err(join) => {
+                    let what = if join.is_panic() {
+                        panic_text(join.into_panic())
+                    } else {
+                        "the request was aborted".to_string()
+                    };
+                    tracing::error!(error = %what, "request handler failed");
+                    jsonrpc::error(
+                        Some(&id),
+                        jsonrpc::INTERNAL_ERROR,
+                        "Internal error",
+                        &Value::String(format!("The server failed on this request: {what}")),
+                    )
+                }
+            })
+        }))
+    }
+
+    fn handle_notification(&self, msg: &Message) {
+        match msg.method.as_str() {
+            "notifications/cancelled" => {
+                let key = msg
+                    .params
+                    .as_ref()
+                    .and_then(|p| p.get("requestId"))
+                    .and_then(jsonrpc::id_key_of_value);
+                if let Some(key) = key {
+                    if let Some(f) = self.inner.inflight.lock().unwrap().remove(&key) {
+                        tracing::info!(request = %key, "request cancelled by client");
+                        f.cancel.cancel();
+                    }
+                }
+            }
+            "notifications/initialized" | "notifications/roots/list_changed" => {}
+            other => tracing::debug!(method = other, "ignored notification"),
+        }
+    }
+
+    /// Waits until every started request has been answered (used when the
+    /// input ends: in-flight responses are still written).
+    pub async fn drain(&self) {
+        self.inner.tasks.close();
+        self.inner.tasks.wait().await;
+    }
+
+    /// Cancels every running request (the connection is going away).
+    pub fn cancel_all(&self) {
+        for (_, f) in self.inner.inflight.lock().unwrap().drain() {
+            f.cancel.cancel();
+        }
+    }
+}
+
+fn progress_token(msg: &Message) -> Option<Value> {
+    msg.params
+        .as_ref()?
+        .get("_meta")?
+        .get("progressToken")
+        .filter(|t| t.is_string() || t.is_number())
+        .cloned()
+}
+
+fn panic_text(p: Box<dyn std::any::Any + Send>) -> String {
+    if let Some(s) = p.downcast_ref::<&str>() {
+        s.to_string()
+    } else if let Some(s) = p.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "internal panic".to_string()
+    }
+}
+
+/// One running request, as the method handlers see it.
+pub(crate) struct RequestCtx {
+    pub(crate) conn: Arc<ConnState>,
+    #[allow(dead_code)]
+    pub(crate) id: RequestId,
+    pub(crate) era: Era,
+    pub(crate) cancel: CancellationToken,
+    pub(crate) out: Outbound,
+    pub(crate) progress_token: Option<Value>,
+    pub(crate) started: Instant,
+}
+
+impl RequestCtx {
+    /// Sends `notifications/progress` every 500 ms once the request has run
+    /// for a second, with the status line `status` returns, until dropped.
+    pub(crate) fn start_progress(
+        &self,
+        status: impl Fn() -> Option<String> + Send + 'static,
+    ) -> Option<ProgressGuard> {
+        let token = self.progress_token.clone()?;
+        let out = self.out.clone();
+        let started = self.started;
+        let stop = CancellationToken::new();
+        let stopped = stop.clone();
+        tokio::spawn(async move {
+            let first = started + Duration::from_secs(1);
+            tokio::select! {
+                _ = tokio::time::sleep_until(first.into()) => {}
+                _ = stopped.cancelled() => return,
+            }
+            let mut n: u64 = 0;
+            let mut tick = tokio::time::interval(Duration::from_millis(500));
+            loop {
+                tokio::select! {
+                    _ = tick.tick() => {}
+                    _ = stopped.cancelled() => return,
+                }
+                n += 1;
+                let elapsed = started.elapsed().as_secs_f64();
+                let message = match status() {
+                    Some(line) if !line.is_empty() => format!("running for {elapsed:.1}s: {line}"),
+                    _ => format!("running for {elapsed:.1}s"),
+                };
+                let params = json!({ "progressToken": token, "progress": n, "message": message });
+                if out
+                    .send(jsonrpc::notification("notifications/progress", &params))
+                    .is_err()
+                {
+                    return;
+                }
+            }
+        });
+        Some(ProgressGuard(stop))
+    }
+}
+
+/// Stops progress notifications when dropped.
+pub(crate) struct ProgressGuard(CancellationToken);
+
+impl Drop for ProgressGuard {
+    fn drop(&mut self) {
+        self.0.cancel();
+    }
+}

@@ -1,0 +1,258 @@
+//! JSON-RPC 2.0 messages: validation of what arrives, and the exact shape of
+//! what leaves. Ids are kept as raw JSON text so they are echoed verbatim
+//! (a 30-digit integer id comes back with all its digits).
+
+use std::collections::HashMap;
+
+use serde_json::value::RawValue;
+use serde_json::Value;
+
+pub const PARSE_ERROR: i64 = -32700;
+pub const INVALID_REQUEST: i64 = -32600;
+pub const METHOD_NOT_FOUND: i64 = -32601;
+pub const INVALID_PARAMS: i64 = -32602;
+pub const INTERNAL_ERROR: i64 = -32603;
+/// MCP 2026-07-28: the request's protocol version is not supported.
+pub const UNSUPPORTED_PROTOCOL_VERSION: i64 = -32022;
+
+/// A request id, as the raw JSON text the client sent.
+#[derive(Clone, Debug)]
+pub struct RequestId(Box<RawValue>);
+
+impl RequestId {
+    /// The id's JSON text, to be written back verbatim.
+    pub fn json(&self) -> &str {
+        self.0.get()
+    }
+
+    /// A key under which `notifications/cancelled` can find this request.
+    pub fn key(&self) -> String {
+        id_key(&self.0)
+    }
+}
+
+/// The same key for a `requestId` given as a JSON value.
+pub fn id_key_of_value(v: &Value) -> Option<String> {
+    match v {
+        Value::String(s) => Some(format!("s:{s}")),
+        Value::Number(n) => Some(format!("n:{n}")),
+        _ => None,
+    }
+}
+
+fn id_key(raw: &RawValue) -> String {
+    match serde_json::from_str::<Value>(raw.get()) {
+        Ok(v) => id_key_of_value(&v).unwrap_or_default(),
+        Err(_) => String::new(),
+    }
+}
+
+/// A well-formed request or notification.
+#[derive(Debug)]
+pub struct Message {
+    /// `None` for a notification.
+    pub id: Option<RequestId>,
+    pub method: String,
+    /// `params`, when present (an object or an array).
+    pub params: Option<Value>,
+}
+
+/// A message that is not a valid JSON-RPC request: the error to answer with.
+#[derive(Debug)]
+pub struct Invalid {
+    pub id: Option<RequestId>,
+    pub code: i64,
+    pub message: &'static str,
+    pub data: Value,
+    /// True when the client sent no id: a malformed *notification* with an
+    /// unknown-method or params problem gets no answer.
+    pub is_notification: bool,
+}
+
+fn invalid(id: Option<RequestId>, code: i64, message: &'static str, data: &str) -> Invalid {
+    Invalid {
+        id,
+        code,
+        message,
+        data: Value::String(data.to_string()),
+        is_notification: false,
+    }
+}
+
+/// Validates one JSON value (a message, or one element of a batch).
+pub fn parse_message(raw: &RawValue) -> Result<Message, Invalid> {
+    let text = raw.get().trim_start();
+    if !text.starts_with('{') {
+        return Err(invalid(
+            None,
+            INVALID_REQUEST,
+            "Invalid Request",
+            "Request must be a JSON object",
+        ));
+    }
+    let fields: HashMap<String, Box<RawValue>> = serde_json::from_str(raw.get()).map_err(|e| {
+        invalid(
+            None,
+            INVALID_REQUEST,
+            "Invalid Request",
+            &format!("Request must be a JSON object: {e}"),
+        )
+    })?;
+
+    // The id, if it is of a type we can echo.
+    let (id, id_problem) = match fields.get("id") {
+        None => (None, false),
+        Some(raw_id) => {
+            let t = raw_id.get().trim_start();
+            let ok = t.starts_with('"')
+                || t.starts_with('-')
+                || t.starts_with(|c: char| c.is_ascii_digit());
+            if ok {
+                (Some(RequestId(raw_id.clone())), false)
+            } else {
+                (None, true)
+            }
+        }
+    };
+
+    match fields.get("jsonrpc") {
+        None => {
+            return Err(invalid(
+                id,
+                INVALID_REQUEST,
+                "Invalid Request",
+                "Missing required field: jsonrpc",
+            ))
+        }
+        Some(v) if v.get().trim() != "\"2.0\"" => {
+            return Err(invalid(
+                id,
+                INVALID_REQUEST,
+                "Invalid Request",
+                "jsonrpc must be \"2.0\"",
+            ))
+        }
+        Some(_) => {}
+    }
+    if id_problem {
+        return Err(invalid(
+            None,
+            INVALID_REQUEST,
+            "Invalid Request",
+            "id must be a string or a number",
+        ));
+    }
+    let method = match fields.get("method") {
+        None => {
+            return Err(invalid(
+                id,
+                INVALID_REQUEST,
+                "Invalid Request",
+                "Missing required field: method",
+            ))
+        }
+        Some(m) => match serde_json::from_str::<Value>(m.get()) {
+            Ok(Value::String(s)) => s,
+            _ => {
+                return Err(invalid(
+                    id,
+                    INVALID_REQUEST,
+                    "Invalid Request",
+                    "method must be a string",
+                ))
+            }
+        },
+    };
+    let is_notification = id.is_none();
+    let params = match fields.get("params") {
+        None => None,
+        Some(p) => match serde_json::from_str::<Value>(p.get()) {
+            Ok(v @ (Value::Object(_) | Value::Array(_))) => Some(v),
+            _ => {
+                let mut e = invalid(
+                    id,
+                    INVALID_PARAMS,
+                    "Invalid params",
+                    "params must be an object",
+                );
+                e.is_notification = is_notification;
+                return Err(e);
+            }
+        },
+    };
+    Ok(Message { id, method, params })
+}
+
+/// A success response line.
+pub fn success(id: &RequestId, result: &Value) -> String {
+    let result = serde_json::to_string(result).unwrap_or_else(|_| "{}".into());
+    format!(
+        r#"{{"jsonrpc":"2.0","id":{},"result":{}}}"#,
+        id.json(),
+        result
+    )
+}
+
+/// An error response line (`id` null when it could not be read).
+pub fn error(id: Option<&RequestId>, code: i64, message: &str, data: &Value) -> String {
+    let id = id.map(|i| i.json()).unwrap_or("null");
+    let body = serde_json::json!({ "code": code, "message": message, "data": data });
+    format!(r#"{{"jsonrpc":"2.0","id":{},"error":{}}}"#, id, body)
+}
+
+/// A notification line.
+pub fn notification(method: &str, params: &Value) -> String {
+    serde_json::json!({ "jsonrpc": "2.0", "method": method, "params": params }).to_string()
+}
+
+/// The answer to text that is not JSON at all.
+pub fn parse_error(detail: &str) -> String {
+    error(
+        None,
+        PARSE_ERROR,
+        "Parse error",
+        &Value::String(detail.to_string()),
+    )
+}
+
+impl Invalid {
+    pub fn to_line(&self) -> String {
+        error(self.id.as_ref(), self.code, self.message, &self.data)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(s: &str) -> Result<Message, Invalid> {
+        let raw: Box<RawValue> = serde_json::from_str(s).unwrap();
+        parse_message(&raw)
+    }
+
+    #[test]
+    fn big_integer_ids_are_echoed_verbatim() {
+        let m = parse(r#"{"jsonrpc":"2.0","id":123456789012345678901234567890,"method":"ping"}"#)
+            .unwrap();
+        let line = success(m.id.as_ref().unwrap(), &serde_json::json!({}));
+        assert_eq!(
+            line,
+            r#"{"jsonrpc":"2.0","id":123456789012345678901234567890,"result":{}}"#
+        );
+    }
+
+    #[test]
+    fn error_rows() {
+        let e = parse(r#"{"not-jsonrpc":"2.0","method":"initialize"}"#).unwrap_err();
+        assert_eq!(
+            e.to_line(),
+            r#"{"jsonrpc":"2.0","id":null,"error":{"code":-32600,"message":"Invalid Request","data":"Missing required field: jsonrpc"}}"#
+        );
+        let e = parse(r#"{"jsonrpc":"2.0","id":{},"method":"x"}"#).unwrap_err();
+        assert_eq!(e.data, "id must be a string or a number");
+        assert!(e.id.is_none());
+        let e = parse(r#"{"jsonrpc":"2.0","id":"a","method":"x","params":3}"#).unwrap_err();
+        assert_eq!(e.code, INVALID_PARAMS);
+        assert_eq!(e.id.unwrap().json(), "\"a\"");
+    }
+}

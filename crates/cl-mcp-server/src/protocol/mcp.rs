@@ -1,0 +1,306 @@
+//! MCP methods: the lifecycle of both protocol eras and the method handlers.
+//!
+//! - Legacy era (2024-11-05 … 2025-11-25): an `initialize` handshake per
+//!   connection, then requests.
+//! - Modern era (2026-07-28, stateless): every request carries its protocol
+//!   version and client capabilities in `_meta`; `server/discover` replaces the
+//!   handshake; results carry `resultType`.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use serde_json::{json, Map, Value};
+
+use super::engine::{ConnState, RequestCtx};
+use super::jsonrpc::{self, Message, RequestId};
+use crate::tools::{LogLevel, ToolContext};
+
+/// Legacy protocol versions, oldest first.
+pub const LEGACY_VERSIONS: [&str; 4] = ["2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25"];
+/// The stateless protocol version.
+pub const MODERN_VERSION: &str = "2026-07-28";
+
+const META_VERSION: &str = "io.modelcontextprotocol/protocolVersion";
+const META_CAPABILITIES: &str = "io.modelcontextprotocol/clientCapabilities";
+const META_LOG_LEVEL: &str = "io.modelcontextprotocol/logLevel";
+
+/// Guidance for the model, sent in `initialize` and `server/discover`.
+pub const INSTRUCTIONS: &str = "This server gives you a live Common Lisp image (SBCL through Swank) and \
+Lisp-aware source tools. Work REPL-first: explore with code-describe/code-find/code-apropos, try code \
+with evaluate-lisp (state persists between calls; *package* too), then persist changes in files with \
+lisp-edit-form (structural, keeps the file readable) and verify with lisp-compile-file or \
+asdf-load-system/asdf-test-system. Read Lisp files with lisp-read-file (collapsed view first) and \
+search them with clgrep-search. Long evaluations can be cancelled; timeouts never lose the image's state.";
+
+/// Which protocol era a request belongs to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Era {
+    Legacy,
+    /// Stateless: with the log level the request asked for, if any.
+    Modern {
+        log_level: Option<LogLevel>,
+    },
+}
+
+/// A JSON-RPC error produced by a method handler.
+#[derive(Debug)]
+pub struct McpError {
+    pub code: i64,
+    pub message: &'static str,
+    pub data: Value,
+}
+
+impl McpError {
+    pub fn invalid_params(data: impl Into<String>) -> Self {
+        McpError {
+            code: jsonrpc::INVALID_PARAMS,
+            message: "Invalid params",
+            data: Value::String(data.into()),
+        }
+    }
+
+    pub fn into_line(self, id: &RequestId) -> String {
+        jsonrpc::error(Some(id), self.code, self.message, &self.data)
+    }
+}
+
+/// Decides the era from `_meta`, refusing versions we do not speak.
+pub fn request_era(msg: &Message) -> Result<Era, McpError> {
+    let meta = msg.params.as_ref().and_then(|p| p.get("_meta"));
+    let Some(version) = meta.and_then(|m| m.get(META_VERSION)) else {
+        return Ok(Era::Legacy);
+    };
+    if version.as_str() != Some(MODERN_VERSION) {
+        return Err(McpError {
+            code: jsonrpc::UNSUPPORTED_PROTOCOL_VERSION,
+            message: "Unsupported protocol version",
+            data: json!({ "supported": [MODERN_VERSION], "requested": version }),
+        });
+    }
+    let meta = meta.unwrap();
+    if !meta.get(META_CAPABILITIES).is_some_and(Value::is_object) {
+        return Err(McpError::invalid_params(format!(
+            "Missing _meta field `{META_CAPABILITIES}` (an object): protocol {MODERN_VERSION} requires it on every request"
+        )));
+    }
+    let log_level = match meta.get(META_LOG_LEVEL) {
+        None => None,
+        Some(l) => Some(l.as_str().and_then(LogLevel::parse).ok_or_else(|| {
+            McpError::invalid_params(format!(
+                "_meta `{META_LOG_LEVEL}` must be one of debug, info, notice, warning, error, critical, alert, emergency"
+            ))
+        })?),
+    };
+    Ok(Era::Modern { log_level })
+}
+
+/// Refuses requests that arrive before the legacy handshake.
+pub(crate) fn check_ready(conn: &ConnState, msg: &Message, era: Era) -> Result<(), McpError> {
+    if era != Era::Legacy {
+        return Ok(());
+    }
+    match msg.method.as_str() {
+        "ping" => Ok(()),
+        "server/discover" => Err(McpError::invalid_params(format!(
+            "server/discover is a stateless (MCP {MODERN_VERSION}) request: put `{META_VERSION}` and `{META_CAPABILITIES}` in params._meta"
+        ))),
+        _ if conn.lifecycle.lock().unwrap().legacy_version.is_some() => Ok(()),
+        _ => Err(McpError::invalid_params(format!(
+            "The server is not initialized. Either send `initialize` first (MCP {} and earlier), or make the request \
+stateless by putting `{META_VERSION}: \"{MODERN_VERSION}\"` and `{META_CAPABILITIES}` in params._meta (MCP {MODERN_VERSION}).",
+            LEGACY_VERSIONS[3]
+        ))),
+    }
+}
+
+/// The legacy handshake.
+pub(crate) fn initialize(conn: &ConnState, msg: &Message, _era: Era) -> Result<Value, McpError> {
+    let params = msg.params.as_ref().and_then(Value::as_object);
+    let requested = match params.and_then(|p| p.get("protocolVersion")) {
+        Some(Value::String(v)) => v.clone(),
+        Some(_) => {
+            return Err(McpError::invalid_params(
+                "protocolVersion must be a string such as \"2025-11-25\"",
+            ))
+        }
+        None => {
+            return Err(McpError::invalid_params(
+                "Missing required field: protocolVersion",
+            ))
+        }
+    };
+    let mut lc = conn.lifecycle.lock().unwrap();
+    if lc.legacy_version.is_some() {
+        return Err(McpError {
+            code: jsonrpc::INVALID_REQUEST,
+            message: "Invalid Request",
+            data: json!("already initialized"),
+        });
+    }
+    let version = if LEGACY_VERSIONS.contains(&requested.as_str()) {
+        requested
+    } else {
+        LEGACY_VERSIONS[LEGACY_VERSIONS.len() - 1].to_string()
+    };
+    lc.legacy_version = Some(version.clone());
+    lc.client_capabilities = params
+        .and_then(|p| p.get("capabilities"))
+        .cloned()
+        .unwrap_or(Value::Null);
+    drop(lc);
+    if let Some(root) = params.and_then(client_root) {
+        conn.session.adopt_client_root(&root);
+    }
+    tracing::info!(protocol = %version, "initialized");
+    Ok(json!({
+        "protocolVersion": version,
+        "capabilities": capabilities(),
+        "serverInfo": server_info(),
+        "instructions": INSTRUCTIONS,
+    }))
+}
+
+/// `rootUri` (a file:// URI) or `rootPath` from `initialize`.
+fn client_root(params: &Map<String, Value>) -> Option<PathBuf> {
+    if let Some(uri) = params.get("rootUri").and_then(Value::as_str) {
+        if let Some(path) = uri.strip_prefix("file://") {
+            return Some(PathBuf::from(percent_decode(path)));
+        }
+    }
+    params
+        .get("rootPath")
+        .and_then(Value::as_str)
+        .map(PathBuf::from)
+}
+
+fn percent_decode(s: &str) -> String {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' && i + 2 < bytes.len() {
+            if let Ok(b) = u8::from_str_radix(&s[i + 1..i + 3], 16) {
+                out.push(b);
+                i += 3;
+                continue;
+            }
+        }
+        out.push(bytes[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+fn capabilities() -> Value {
+    json!({
+        "tools": { "listChanged": false },
+        "logging": {},
+    })
+}
+
+fn server_info() -> Value {
+    json!({ "name": "cl-mcp-server", "version": env!("CARGO_PKG_VERSION") })
+}
+
+/// Runs one request to its result.
+pub(crate) async fn dispatch(req: RequestCtx, msg: Message) -> Result<Value, McpError> {
+    let params = msg.params.unwrap_or(Value::Null);
+    let mut result = match msg.method.as_str() {
+        "ping" => json!({}),
+        "server/discover" => {
+            let mut versions: Vec<&str> = vec![MODERN_VERSION];
+            versions.extend(LEGACY_VERSIONS.iter().rev());
+            json!({
+                "supportedVersions": versions,
+                "capabilities": capabilities(),
+                "serverInfo": server_info(),
+                "instructions": INSTRUCTIONS,
+                "ttlMs": 3_600_000,
+                "cacheScope": "public",
+            })
+        }
+        "tools/list" => {
+            let tools: Vec<Value> = req.conn.engine.tools.list().map(|t| t.describe()).collect();
+            let mut r = json!({ "tools": tools });
+            if matches!(req.era, Era::Modern { .. }) {
+                r["ttlMs"] = json!(3_600_000);
+                r["cacheScope"] = json!("public");
+            }
+            r
+        }
+        "tools/call" => call_tool(&req, params).await?,
+        "logging/setLevel" => {
+            let level = params
+                .get("level")
+                .and_then(Value::as_str)
+                .and_then(LogLevel::parse)
+                .ok_or_else(|| {
+                    McpError::invalid_params(
+                        "level must be one of debug, info, notice, warning, error, critical, alert, emergency",
+                    )
+                })?;
+            req.conn.lifecycle.lock().unwrap().log_level = Some(level);
+            json!({})
+        }
+        other => {
+            return Err(McpError {
+                code: jsonrpc::METHOD_NOT_FOUND,
+                message: "Method not found",
+                data: Value::String(format!("Method '{other}' is not supported")),
+            })
+        }
+    };
+    if matches!(req.era, Era::Modern { .. }) {
+        if let Value::Object(m) = &mut result {
+            m.insert("resultType".into(), json!("complete"));
+        }
+    }
+    Ok(result)
+}
+
+async fn call_tool(req: &RequestCtx, params: Value) -> Result<Value, McpError> {
+    let Value::Object(mut params) = params else {
+        return Err(McpError::invalid_params(
+            "tools/call needs params {\"name\": ..., \"arguments\": {...}}",
+        ));
+    };
+    let name = match params.get("name") {
+        Some(Value::String(s)) => s.clone(),
+        Some(_) => return Err(McpError::invalid_params("name must be a string")),
+        None => return Err(McpError::invalid_params("Missing required field: name")),
+    };
+    let arguments = match params.remove("arguments") {
+        None | Some(Value::Null) => Value::Object(Map::new()),
+        Some(v @ Value::Object(_)) => v,
+        Some(_) => return Err(McpError::invalid_params("arguments must be an object")),
+    };
+    let Some(tool) = req.conn.engine.tools.get(&name) else {
+        return Err(McpError::invalid_params(format!("Unknown tool: {name}")));
+    };
+    let ctx =
+        ToolContext::new(req.conn.session.clone(), req.cancel.clone()).with_log_sink(log_sink(req));
+    let status_ctx = ctx.clone();
+    let _progress = req.start_progress(move || status_ctx.status());
+    tracing::debug!(tool = %name, "tool call");
+    let output = tool.call(arguments, ctx).await;
+    Ok(output.into_result())
+}
+
+/// Log messages of a request reach the client when it asked for them: by
+/// `logging/setLevel` (legacy) or the request's `_meta` log level (modern).
+fn log_sink(req: &RequestCtx) -> crate::tools::LogSink {
+    let out = req.out.clone();
+    let era = req.era;
+    let conn: Arc<ConnState> = req.conn.clone();
+    Arc::new(move |level: LogLevel, message: &str| {
+        let threshold = match era {
+            Era::Modern { log_level } => log_level,
+            Era::Legacy => conn.lifecycle.lock().unwrap().log_level,
+        };
+        if threshold.is_some_and(|t| level >= t) {
+            let params =
+                json!({ "level": level.name(), "logger": "cl-mcp-server", "data": message });
+            let _ = out.send(jsonrpc::notification("notifications/message", &params));
+        }
+    })
+}

@@ -1,0 +1,51 @@
+//! Per-session state: one MCP session (a stdio connection, an HTTP session, a
+//! TCP connection) has its own project root and, by default, its own image.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, RwLock};
+
+use crate::config::ServerConfig;
+
+/// State shared by every request of one MCP session.
+pub struct Session {
+    /// The server-wide configuration (command line and environment).
+    pub config: Arc<ServerConfig>,
+    root: RwLock<PathBuf>,
+    root_locked: RwLock<bool>,
+}
+
+impl Session {
+    pub fn new(config: Arc<ServerConfig>) -> Arc<Self> {
+        let root = config.initial_project_root();
+        let explicit = config.project_root.is_some();
+        Arc::new(Session {
+            config,
+            root: RwLock::new(root),
+            root_locked: RwLock::new(explicit),
+        })
+    }
+
+    /// The project root: file tools resolve paths against it and refuse to
+    /// leave it. Always an absolute, canonical path.
+    pub fn project_root(&self) -> PathBuf {
+        self.root.read().unwrap().clone()
+    }
+
+    /// Sets the project root (`fs-set-project-root`).
+    pub fn set_project_root(&self, root: &Path) {
+        *self.root.write().unwrap() = root.to_path_buf();
+    }
+
+    /// Adopts the root a client announces (`initialize`'s `rootUri`/`rootPath`,
+    /// roots), unless the user fixed one on the command line.
+    pub fn adopt_client_root(&self, root: &Path) {
+        if *self.root_locked.read().unwrap() {
+            return;
+        }
+        if let Ok(canon) = root.canonicalize() {
+            if canon.is_dir() {
+                self.set_project_root(&canon);
+            }
+        }
+    }
+}

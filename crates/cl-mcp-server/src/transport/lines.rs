@@ -1,0 +1,102 @@
+//! Newline-delimited JSON framing, shared by stdio and TCP: one message per
+//! line, a cap on line length that skips (and reports) an oversized line
+//! without losing the next one.
+
+use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::sync::mpsc;
+
+use crate::protocol::{Connection, Outbound};
+
+/// Reads lines from `input` and hands each to `conn` until the input ends,
+/// then waits until every started request has been answered.
+pub async fn serve_lines<R>(mut input: R, conn: &Connection, out: &Outbound, max_bytes: usize)
+where
+    R: AsyncBufRead + Unpin,
+{
+    let mut line: Vec<u8> = Vec::with_capacity(8 * 1024);
+    let mut oversized = false;
+    loop {
+        let buf = match input.fill_buf().await {
+            Ok(b) => b,
+            Err(e) => {
+                tracing::warn!(error = %e, "input error; closing");
+                break;
+            }
+        };
+        if buf.is_empty() {
+            // End of input: a last line without newline still counts.
+            if !oversized && !line.is_empty() {
+                deliver(&line, conn, out);
+            }
+            break;
+        }
+        let (chunk, found_newline) = match memchr(b'\n', buf) {
+            Some(i) => (&buf[..i], true),
+            None => (buf, false),
+        };
+        let consumed = chunk.len() + usize::from(found_newline);
+        if !oversized {
+            if line.len() + chunk.len() > max_bytes {
+                oversized = true;
+                line.clear();
+                line.shrink_to(8 * 1024);
+            } else {
+                line.extend_from_slice(chunk);
+            }
+        }
+        input.consume(consumed);
+        if found_newline {
+            if oversized {
+                conn.reject_unreadable(
+                    &format!("Message exceeds the {max_bytes}-byte line limit; it was skipped"),
+                    out,
+                );
+                oversized = false;
+            } else {
+                deliver(&line, conn, out);
+            }
+            line.clear();
+        }
+    }
+    conn.drain().await;
+}
+
+fn memchr(needle: u8, hay: &[u8]) -> Option<usize> {
+    hay.iter().position(|&b| b == needle)
+}
+
+fn deliver(line: &[u8], conn: &Connection, out: &Outbound) {
+    let line = line.strip_suffix(b"\r").unwrap_or(line);
+    if line.iter().all(u8::is_ascii_whitespace) {
+        return;
+    }
+    match std::str::from_utf8(line) {
+        Ok(text) => conn.handle_text(text, out),
+        Err(e) => conn.reject_unreadable(&format!("Message is not valid UTF-8: {e}"), out),
+    }
+}
+
+/// Writes each outgoing message as one line, flushing when no more are queued.
+pub async fn write_lines<W>(mut output: W, mut rx: mpsc::UnboundedReceiver<String>)
+where
+    W: AsyncWrite + Unpin,
+{
+    while let Some(msg) = rx.recv().await {
+        let mut ok = write_one(&mut output, &msg).await;
+        while ok {
+            match rx.try_recv() {
+                Ok(m) => ok = write_one(&mut output, &m).await,
+                Err(_) => break,
+            }
+        }
+        if !ok || output.flush().await.is_err() {
+            tracing::warn!("output closed; dropping further messages");
+            break;
+        }
+    }
+}
+
+async fn write_one<W: AsyncWrite + Unpin>(output: &mut W, msg: &str) -> bool {
+    debug_assert!(!msg.contains('\n'));
+    output.write_all(msg.as_bytes()).await.is_ok() && output.write_all(b"\n").await.is_ok()
+}

@@ -1,0 +1,5 @@
+//! Transports carry message text between a client and the protocol engine.
+
+pub mod lines;
+pub mod stdio;
+pub mod tcp;
