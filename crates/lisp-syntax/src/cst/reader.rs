@@ -1,0 +1,578 @@
+//! The reader proper: one pass over the bytes with an explicit stack of open
+//! compound nodes, so nesting never recurses (hostile input cannot overflow
+//! the stack) and every error is recoverable.
+//!
+//! Scanning works on bytes: every character that ends a leaf is ASCII, and
+//! UTF-8 continuation bytes are never ASCII, so leaf boundaries always fall on
+//! character boundaries. The one place a whole character matters (a dispatch
+//! sub-character such as `#λ`) decodes its width explicitly.
+
+use super::line_index::utf8_width;
+use super::{Construct, Node, NodeKind, Parse, SyntaxError, SyntaxErrorKind, MAX_DEPTH};
+
+/// An open compound node.
+struct Frame {
+    kind: NodeKind,
+    start: usize,
+    children: Vec<Node>,
+    /// What closes it: a `)` (lists, vectors) or a number of forms.
+    until: Until,
+    /// The prefix text, for error messages ("a form after #'").
+    opener: usize,
+}
+
+enum Until {
+    Close(Construct),
+    Forms(u8),
+}
+
+pub(super) struct Reader<'a> {
+    src: &'a str,
+    bytes: &'a [u8],
+    pos: usize,
+    stack: Vec<Frame>,
+    forms: Vec<Node>,
+    errors: Vec<SyntaxError>,
+}
+
+fn is_whitespace(b: u8) -> bool {
+    matches!(b, b' ' | b'\t' | b'\n' | b'\r' | 0x0C)
+}
+
+/// Characters that end a token: whitespace and terminating macro characters.
+fn ends_token(b: u8) -> bool {
+    is_whitespace(b) || matches!(b, b'"' | b'\'' | b'(' | b')' | b',' | b';' | b'`')
+}
+
+impl<'a> Reader<'a> {
+    pub(super) fn new(src: &'a str) -> Reader<'a> {
+        Reader {
+            src,
+            bytes: src.as_bytes(),
+            pos: 0,
+            stack: Vec::new(),
+            forms: Vec::new(),
+            errors: Vec::new(),
+        }
+    }
+
+    pub(super) fn run(mut self) -> Parse {
+        let len = self.bytes.len();
+        while self.pos < len {
+            let start = self.pos;
+            let b = self.bytes[start];
+            match b {
+                _ if is_whitespace(b) => {
+                    let end = self.skip_while(start, is_whitespace);
+                    self.trivia(NodeKind::Whitespace, start, end);
+                }
+                b';' => {
+                    let end = self.skip_while(start, |b| b != b'\n');
+                    self.trivia(NodeKind::LineComment, start, end);
+                }
+                b'(' => self.open(
+                    NodeKind::List,
+                    Until::Close(Construct::List),
+                    start,
+                    start + 1,
+                ),
+                b')' => self.close_paren(start),
+                b'"' => {
+                    let end = self.scan_string(start);
+                    self.form(Node::leaf(NodeKind::String, start..end));
+                }
+                b'\'' => self.prefix(NodeKind::Quote, 1, start, start + 1),
+                b'`' => self.prefix(NodeKind::Backquote, 1, start, start + 1),
+                b',' => match self.bytes.get(start + 1) {
+                    Some(b'@' | b'.') => {
+                        self.prefix(NodeKind::UnquoteSplicing, 1, start, start + 2)
+                    }
+                    _ => self.prefix(NodeKind::Unquote, 1, start, start + 1),
+                },
+                b'#' => self.dispatch(start),
+                _ => {
+                    let end = self.scan_token(start);
+                    self.form(Node::leaf(NodeKind::Token, start..end));
+                }
+            }
+        }
+        self.unwind_at_eof();
+        Parse {
+            forms: self.forms,
+            errors: self.errors,
+        }
+    }
+
+    fn skip_while(&self, mut i: usize, pred: impl Fn(u8) -> bool) -> usize {
+        while i < self.bytes.len() && pred(self.bytes[i]) {
+            i += 1;
+        }
+        i
+    }
+
+    // ----- tree building -------------------------------------------------
+
+    fn trivia(&mut self, kind: NodeKind, start: usize, end: usize) {
+        self.pos = end;
+        self.push_child(Node::leaf(kind, start..end));
+    }
+
+    fn push_child(&mut self, node: Node) {
+        match self.stack.last_mut() {
+            Some(frame) => frame.children.push(node),
+            None => self.forms.push(node),
+        }
+    }
+
+    /// A complete form: attach it, then complete every prefix frame it
+    /// satisfies.
+    fn form(&mut self, node: Node) {
+        self.pos = self.pos.max(node.span.end);
+        let mut node = node;
+        loop {
+            let Some(frame) = self.stack.last_mut() else {
+                self.forms.push(node);
+                return;
+            };
+            frame.children.push(node);
+            match &mut frame.until {
+                Until::Forms(n) if *n <= 1 => {
+                    let frame = self.stack.pop().expect("frame present");
+                    node = finish(frame, self.pos);
+                }
+                Until::Forms(n) => {
+                    *n -= 1;
+                    return;
+                }
+                Until::Close(_) => return,
+            }
+        }
+    }
+
+    fn can_open(&mut self, start: usize) -> bool {
+        if self.stack.len() < MAX_DEPTH {
+            return true;
+        }
+        // Give up on structure: the rest is one error leaf, and every open
+        // frame is closed without further complaint.
+        self.errors.push(SyntaxError {
+            kind: SyntaxErrorKind::TooDeep,
+            offset: start,
+            open_offset: None,
+            expected: None,
+            found: None,
+        });
+        let end = self.bytes.len();
+        self.push_child(Node::leaf(NodeKind::Error, start..end));
+        self.pos = end;
+        while let Some(frame) = self.stack.pop() {
+            let node = finish(frame, end);
+            self.push_child(node);
+        }
+        false
+    }
+
+    /// Opens a list or vector whose opener is `start..open_end`.
+    fn open(&mut self, kind: NodeKind, until: Until, start: usize, open_end: usize) {
+        if !self.can_open(start) {
+            return;
+        }
+        self.pos = open_end;
+        self.stack.push(Frame {
+            kind,
+            start,
+            children: vec![Node::leaf(NodeKind::Punct, start..open_end)],
+            until,
+            opener: open_end,
+        });
+    }
+
+    /// Opens a prefix node (`'`, `#+`, ...) that completes after `forms`
+    /// more forms.
+    fn prefix(&mut self, kind: NodeKind, forms: u8, start: usize, prefix_end: usize) {
+        self.open(kind, Until::Forms(forms), start, prefix_end);
+    }
+
+    fn close_paren(&mut self, at: usize) {
+        self.close_pending_prefixes(at, "\")\"");
+        match self.stack.last() {
+            Some(Frame {
+                until: Until::Close(_),
+                ..
+            }) => {
+                let mut frame = self.stack.pop().expect("frame present");
+                frame.children.push(Node::leaf(NodeKind::Punct, at..at + 1));
+                self.pos = at + 1;
+                let node = finish(frame, at + 1);
+                self.form(node);
+            }
+            _ => {
+                self.errors.push(SyntaxError {
+                    kind: SyntaxErrorKind::ExtraClose,
+                    offset: at,
+                    open_offset: None,
+                    expected: None,
+                    found: Some("\")\"".into()),
+                });
+                self.pos = at + 1;
+                self.form(Node::leaf(NodeKind::Error, at..at + 1));
+            }
+        }
+    }
+
+    /// Prefix frames on top of the stack that will never get their form
+    /// (because `found` comes next) are closed with an error each.
+    fn close_pending_prefixes(&mut self, at: usize, found: &str) {
+        while let Some(Frame {
+            until: Until::Forms(_),
+            ..
+        }) = self.stack.last()
+        {
+            let mut frame = self.stack.pop().expect("frame present");
+            let src = self.src;
+            let prefix_text = &src[frame.start..frame.opener];
+            let expected = match frame.kind {
+                NodeKind::ReaderConditional { .. }
+                    if frame
+                        .children
+                        .iter()
+                        .any(|n| !n.is_trivia() && n.kind != NodeKind::Punct) =>
+                {
+                    format!("the form guarded by {prefix_text}")
+                }
+                NodeKind::ReaderConditional { .. } => {
+                    format!("a feature expression after {prefix_text}")
+                }
+                _ => format!("a form after {prefix_text}"),
+            };
+            self.errors.push(SyntaxError {
+                kind: SyntaxErrorKind::MissingForm,
+                offset: at,
+                open_offset: Some(frame.start),
+                expected: Some(expected),
+                found: Some(found.to_string()),
+            });
+            // Trailing trivia belongs to whatever encloses the prefix.
+            let split = frame
+                .children
+                .iter()
+                .rposition(|n| !n.is_trivia())
+                .map_or(0, |i| i + 1);
+            let trailing = frame.children.split_off(split);
+            let end = frame.children.last().map_or(frame.start, |n| n.span.end);
+            let node = finish(frame, end);
+            // Attach without letting it complete an enclosing prefix: that
+            // one lacks a real form too and is reported on the next round.
+            self.push_child(node);
+            for t in trailing {
+                self.push_child(t);
+            }
+        }
+    }
+
+    fn unwind_at_eof(&mut self) {
+        let end = self.bytes.len();
+        loop {
+            self.close_pending_prefixes(end, "end of input");
+            let Some(frame) = self.stack.pop() else {
+                return;
+            };
+            let construct = match frame.until {
+                Until::Close(c) => c,
+                Until::Forms(_) => unreachable!("prefix frames were closed"),
+            };
+            let opener = self.src[frame.start..frame.opener].to_string();
+            self.errors.push(SyntaxError {
+                kind: SyntaxErrorKind::Unclosed(construct),
+                offset: end,
+                open_offset: Some(frame.start),
+                expected: Some(format!("\")\" to close the \"{opener}\"")),
+                found: Some("end of input".into()),
+            });
+            let node = finish(frame, end);
+            // The unclosed list still is the form an enclosing prefix wanted.
+            self.form(node);
+        }
+    }
+
+    fn error_leaf(&mut self, start: usize, end: usize, kind: SyntaxErrorKind, found: String) {
+        self.errors.push(SyntaxError {
+            kind,
+            offset: start,
+            open_offset: None,
+            expected: None,
+            found: Some(found),
+        });
+        self.form(Node::leaf(NodeKind::Error, start..end));
+    }
+
+    fn unclosed(&mut self, what: Construct, open: usize, expected: &str) {
+        self.errors.push(SyntaxError {
+            kind: SyntaxErrorKind::Unclosed(what),
+            offset: self.bytes.len(),
+            open_offset: Some(open),
+            expected: Some(expected.to_string()),
+            found: Some("end of input".into()),
+        });
+    }
+
+    // ----- leaves ----------------------------------------------------------
+
+    /// A string starting at the `"` at `start`; returns its end.
+    fn scan_string(&mut self, start: usize) -> usize {
+        match self.find_closing(start + 1, b'"') {
+            Some(end) => end,
+            None => {
+                self.unclosed(Construct::String, start, "\"\\\"\"");
+                self.bytes.len()
+            }
+        }
+    }
+
+    /// Position after the first unescaped `close` at or after `i`.
+    fn find_closing(&self, mut i: usize, close: u8) -> Option<usize> {
+        let bytes = self.bytes;
+        while i < bytes.len() {
+            match bytes[i] {
+                b'\\' => i += 2,
+                b if b == close => return Some(i + 1),
+                _ => i += 1,
+            }
+        }
+        None
+    }
+
+    /// A token whose first character is at `start` (already known to be
+    /// part of it); returns its end. Handles `\x` and `|...|` escapes.
+    fn scan_token(&mut self, start: usize) -> usize {
+        let bytes = self.bytes;
+        let mut i = start;
+        while i < bytes.len() {
+            match bytes[i] {
+                b'\\' => {
+                    if i + 1 >= bytes.len() {
+                        self.unclosed(Construct::SingleEscape, i, "a character after \\");
+                        return bytes.len();
+                    }
+                    i += 1 + utf8_width(bytes[i + 1]);
+                }
+                b'|' => match self.find_closing(i + 1, b'|') {
+                    Some(end) => i = end,
+                    None => {
+                        self.unclosed(Construct::MultipleEscape, i, "\"|\"");
+                        return bytes.len();
+                    }
+                },
+                b if ends_token(b) => return i,
+                _ => i += 1,
+            }
+        }
+        // An escape can step past the end by one byte.
+        i.min(bytes.len())
+    }
+
+    /// A token that may be empty, starting at `i` (after `#:`, `#x`, ...).
+    fn scan_token_tail(&mut self, i: usize) -> usize {
+        if i >= self.bytes.len() || ends_token(self.bytes[i]) {
+            i
+        } else {
+            self.scan_token(i)
+        }
+    }
+
+    // ----- # dispatch --------------------------------------------------------
+
+    fn dispatch(&mut self, start: usize) {
+        let bytes = self.bytes;
+        let len = bytes.len();
+        let p = self.skip_while(start + 1, |b| b.is_ascii_digit());
+        if p >= len {
+            self.error_leaf(
+                start,
+                p,
+                SyntaxErrorKind::InvalidDispatch,
+                "\"#\" at end of input".into(),
+            );
+            return;
+        }
+        let sub = bytes[p];
+        let after = p + utf8_width(sub);
+        match sub.to_ascii_lowercase() {
+            b'\\' => {
+                if after >= len {
+                    self.unclosed(Construct::Character, start, "a character after #\\");
+                    self.form(Node::leaf(NodeKind::CharLiteral, start..len));
+                    return;
+                }
+                // The first character is taken whatever it is; a name may
+                // follow (#\Space, #\u+1F600).
+                let first_end = after + utf8_width(bytes[after]);
+                let end = self.scan_token_tail(first_end.min(len));
+                self.form(Node::leaf(NodeKind::CharLiteral, start..end));
+            }
+            b'\'' => self.prefix(NodeKind::FunctionQuote, 1, start, after),
+            b'(' => self.open(
+                NodeKind::Vector,
+                Until::Close(Construct::Vector),
+                start,
+                after,
+            ),
+            b'*' => {
+                let end = self.scan_token_tail(after);
+                self.form(Node::leaf(NodeKind::BitVector, start..end));
+            }
+            b':' => {
+                let end = self.scan_token_tail(after);
+                self.form(Node::leaf(NodeKind::Uninterned, start..end));
+            }
+            b'b' | b'o' | b'x' | b'r' => {
+                let end = self.scan_token_tail(after);
+                self.form(Node::leaf(NodeKind::RadixNumber, start..end));
+            }
+            b'#' => self.form(Node::leaf(NodeKind::LabelRef, start..after)),
+            b'.' => self.prefix(NodeKind::ReadEval, 1, start, after),
+            b'+' => self.prefix(
+                NodeKind::ReaderConditional { positive: true },
+                2,
+                start,
+                after,
+            ),
+            b'-' => self.prefix(
+                NodeKind::ReaderConditional { positive: false },
+                2,
+                start,
+                after,
+            ),
+            b'p' => self.prefix(NodeKind::Pathname, 1, start, after),
+            b's' => self.prefix(NodeKind::Structure, 1, start, after),
+            b'a' => self.prefix(NodeKind::Array, 1, start, after),
+            b'c' => self.prefix(NodeKind::Complex, 1, start, after),
+            b'=' => self.prefix(NodeKind::Label, 1, start, after),
+            b'|' => {
+                let end = self.scan_block_comment(start, after);
+                self.trivia(NodeKind::BlockComment, start, end);
+            }
+            b'<' => self.error_leaf(
+                start,
+                after,
+                SyntaxErrorKind::InvalidDispatch,
+                "\"#<\" (an unreadable object)".into(),
+            ),
+            b')' => self.error_leaf(start, p, SyntaxErrorKind::InvalidDispatch, "\"#)\"".into()),
+            b if is_whitespace(b) => self.error_leaf(
+                start,
+                p,
+                SyntaxErrorKind::InvalidDispatch,
+                "\"#\" followed by whitespace".into(),
+            ),
+            _ => self.opaque(start, sub, after),
+        }
+    }
+
+    /// `#|` at `start`, body from `i`; returns the end of the comment.
+    fn scan_block_comment(&mut self, start: usize, mut i: usize) -> usize {
+        let bytes = self.bytes;
+        let mut depth = 1usize;
+        while i + 1 < bytes.len() {
+            match (bytes[i], bytes[i + 1]) {
+                (b'|', b'#') => {
+                    depth -= 1;
+                    i += 2;
+                    if depth == 0 {
+                        return i;
+                    }
+                }
+                (b'#', b'|') => {
+                    depth += 1;
+                    i += 2;
+                }
+                _ => i += 1,
+            }
+        }
+        self.unclosed(Construct::BlockComment, start, "\"|#\"");
+        bytes.len()
+    }
+
+    /// An unknown dispatch macro whose dispatch characters are
+    /// `start..after`. Its extent is guessed so that reading goes on sensibly.
+    fn opaque(&mut self, start: usize, sub: u8, after: usize) {
+        let bytes = self.bytes;
+        // #[...] and #{...} (named-readtables style): up to the matching
+        // bracket.
+        if let Some(close) = closer(sub) {
+            if let Some(end) = self.find_balanced(after, sub, close) {
+                self.form(Node::leaf(NodeKind::Opaque, start..end));
+                return;
+            }
+        }
+        // cl-interpol: #?"...", #?(...), #?/.../ and friends.
+        if sub == b'?' {
+            if let Some(&d) = bytes.get(after) {
+                let end = if d == b'"' {
+                    self.find_closing(after + 1, b'"')
+                } else if let Some(close) = closer(d).or(if d == b'<' { Some(b'>') } else { None })
+                {
+                    self.find_balanced(after + 1, d, close)
+                } else if d.is_ascii_punctuation() {
+                    self.find_closing(after + 1, d)
+                } else {
+                    None
+                };
+                if let Some(end) = end {
+                    self.form(Node::leaf(NodeKind::Opaque, start..end.min(bytes.len())));
+                    return;
+                }
+            }
+        }
+        // Otherwise: the dispatch characters plus the form right after them.
+        match bytes.get(after) {
+            Some(&b) if !is_whitespace(b) && b != b')' => {
+                self.prefix(NodeKind::Opaque, 1, start, after)
+            }
+            _ => self.form(Node::leaf(NodeKind::Opaque, start..after)),
+        }
+    }
+
+    /// Position after the `close` matching an already consumed `open`,
+    /// counting nesting and skipping strings and `\` escapes.
+    fn find_balanced(&self, mut i: usize, open: u8, close: u8) -> Option<usize> {
+        let bytes = self.bytes;
+        let mut depth = 1usize;
+        while i < bytes.len() {
+            match bytes[i] {
+                b'\\' => i += 2,
+                b'"' if open != b'"' => i = self.find_closing(i + 1, b'"')?,
+                b if b == close => {
+                    depth -= 1;
+                    i += 1;
+                    if depth == 0 {
+                        return Some(i);
+                    }
+                }
+                b if b == open => {
+                    depth += 1;
+                    i += 1;
+                }
+                _ => i += 1,
+            }
+        }
+        None
+    }
+}
+
+fn closer(open: u8) -> Option<u8> {
+    match open {
+        b'[' => Some(b']'),
+        b'{' => Some(b'}'),
+        b'(' => Some(b')'),
+        _ => None,
+    }
+}
+
+fn finish(frame: Frame, end: usize) -> Node {
+    Node {
+        kind: frame.kind,
+        span: frame.start..end,
+        children: frame.children,
+    }
+}
