@@ -73,6 +73,9 @@ pub(crate) struct ConnState {
     pub(crate) lifecycle: Mutex<Lifecycle>,
     inflight: Mutex<HashMap<String, InFlight>>,
     tasks: TaskTracker,
+    /// Messages not tied to a request (kept for transports with a standalone
+    /// stream, such as HTTP's GET stream).
+    #[allow(dead_code)]
     pub(crate) notify: Outbound,
 }
 

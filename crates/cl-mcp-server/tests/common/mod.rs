@@ -1,0 +1,187 @@
+//! Drives the built `cl-mcp-server` binary over stdio, as a client would.
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::mpsc::{channel, Receiver, RecvTimeoutError};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_cl-mcp-server");
+
+/// A running server with its stdin and a reader thread for its stdout lines.
+pub struct Server {
+    pub child: Child,
+    stdin: Option<ChildStdin>,
+    lines: Receiver<String>,
+}
+
+impl Server {
+    /// Starts `cl-mcp-server` with these extra arguments.
+    pub fn start(args: &[&str]) -> Server {
+        Server::start_with_env(args, &[])
+    }
+
+    pub fn start_with_env(args: &[&str], env: &[(&str, &str)]) -> Server {
+        let mut cmd = Command::new(BIN);
+        cmd.args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null());
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let mut child = cmd.spawn().expect("spawn cl-mcp-server");
+        let stdout = child.stdout.take().unwrap();
+        let (tx, rx) = channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                match line {
+                    Ok(l) => {
+                        if tx.send(l).is_err() {
+                            break;
+                        }
+                    }
+                    Err(_) => break,
+                }
+            }
+        });
+        Server {
+            stdin: child.stdin.take(),
+            child,
+            lines: rx,
+        }
+    }
+
+    /// Starts a server and completes the legacy handshake.
+    pub fn initialized(args: &[&str]) -> Server {
+        let mut s = Server::start(args);
+        let r = s.request(json!({"jsonrpc":"2.0","id":0,"method":"initialize","params":{
+            "protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"test","version":"1"}}}));
+        assert!(r.get("result").is_some(), "initialize failed: {r}");
+        s.send(&json!({"jsonrpc":"2.0","method":"notifications/initialized"}));
+        s
+    }
+
+    /// Writes one raw line (a newline is added).
+    pub fn send_raw(&mut self, line: &str) {
+        let stdin = self.stdin.as_mut().expect("stdin open");
+        stdin.write_all(line.as_bytes()).unwrap();
+        stdin.write_all(b"\n").unwrap();
+        stdin.flush().unwrap();
+    }
+
+    /// Writes raw bytes followed by a newline.
+    pub fn send_bytes(&mut self, bytes: &[u8]) {
+        let stdin = self.stdin.as_mut().expect("stdin open");
+        stdin.write_all(bytes).unwrap();
+        stdin.write_all(b"\n").unwrap();
+        stdin.flush().unwrap();
+    }
+
+    pub fn send(&mut self, msg: &Value) {
+        self.send_raw(&msg.to_string());
+    }
+
+    /// The next stdout line, parsed; panics after `timeout`.
+    pub fn recv_within(&mut self, timeout: Duration) -> Value {
+        match self.lines.recv_timeout(timeout) {
+            Ok(l) => serde_json::from_str(&l)
+                .unwrap_or_else(|e| panic!("stdout line is not JSON ({e}): {l}")),
+            Err(RecvTimeoutError::Timeout) => {
+                panic!("no message from the server within {timeout:?}")
+            }
+            Err(RecvTimeoutError::Disconnected) => panic!("server closed stdout"),
+        }
+    }
+
+    pub fn recv(&mut self) -> Value {
+        self.recv_within(Duration::from_secs(30))
+    }
+
+    /// The next raw stdout line, if one comes within `timeout`.
+    pub fn try_recv_raw(&mut self, timeout: Duration) -> Option<String> {
+        self.lines.recv_timeout(timeout).ok()
+    }
+
+    /// Sends a request and returns the response with the same id, keeping
+    /// nothing else that arrived before it (use `collect_until` to see those).
+    pub fn request(&mut self, msg: Value) -> Value {
+        let id = msg["id"].clone();
+        self.send(&msg);
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let m = self.recv_within(left.max(Duration::from_millis(1)));
+            if m.get("id") == Some(&id) && (m.get("result").is_some() || m.get("error").is_some()) {
+                return m;
+            }
+        }
+    }
+
+    /// Calls a tool and returns the JSON-RPC response.
+    pub fn call_tool(&mut self, id: i64, name: &str, arguments: Value) -> Value {
+        self.request(json!({"jsonrpc":"2.0","id":id,"method":"tools/call",
+            "params":{"name":name,"arguments":arguments}}))
+    }
+
+    /// Reads messages until one satisfies `done`; returns all of them.
+    pub fn collect_until(
+        &mut self,
+        timeout: Duration,
+        done: impl Fn(&Value) -> bool,
+    ) -> Vec<Value> {
+        let deadline = Instant::now() + timeout;
+        let mut all = Vec::new();
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let m = self.recv_within(left.max(Duration::from_millis(1)));
+            let stop = done(&m);
+            all.push(m);
+            if stop {
+                return all;
+            }
+        }
+    }
+
+    /// Closes stdin and waits for the exit status.
+    pub fn close(mut self) -> (std::process::ExitStatus, Vec<String>) {
+        drop(self.stdin.take());
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let status = loop {
+            if let Some(s) = self.child.try_wait().unwrap() {
+                break s;
+            }
+            if Instant::now() > deadline {
+                let _ = self.child.kill();
+                panic!("server did not exit after stdin closed");
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        let rest: Vec<String> = self.lines.try_iter().collect();
+        (status, rest)
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The text content of a tools/call response.
+pub fn tool_text(resp: &Value) -> String {
+    resp["result"]["content"][0]["text"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no text content in {resp}"))
+        .to_string()
+}
+
+/// `result.isError` of a tools/call response.
+pub fn tool_is_error(resp: &Value) -> bool {
+    resp["result"]["isError"]
+        .as_bool()
+        .unwrap_or_else(|| panic!("no isError in {resp}"))
+}

@@ -1,0 +1,617 @@
+//! Black-box tests of the JSON-RPC core and the MCP lifecycle (CONTRACT §1,
+//! §2), driving the built binary over stdio. Needs the `test-tools` feature
+//! for the slow and panicking test tools.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{tool_is_error, tool_text, Server};
+use serde_json::{json, Value};
+
+fn error_of(resp: &Value) -> (i64, String, Value) {
+    let e = &resp["error"];
+    (
+        e["code"]
+            .as_i64()
+            .unwrap_or_else(|| panic!("not an error: {resp}")),
+        e["message"].as_str().unwrap().to_string(),
+        e["data"].clone(),
+    )
+}
+
+fn modern_meta() -> Value {
+    json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {}
+    })
+}
+
+#[test]
+fn seed_complete_session() {
+    let mut s = Server::start(&[]);
+    s.send_raw(r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-03-26","capabilities":{},"clientInfo":{"name":"test","version":"1.0"}}}"#);
+    let r = s.recv();
+    assert_eq!(r["id"], 1);
+    assert_eq!(r["result"]["protocolVersion"], "2025-03-26");
+    assert_eq!(r["result"]["serverInfo"]["name"], "cl-mcp-server");
+    assert!(r["result"]["capabilities"]["tools"].is_object());
+    assert!(r["result"]["instructions"].as_str().unwrap().len() > 40);
+    s.send_raw(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#);
+    s.send_raw(r#"{"jsonrpc":"2.0","id":2,"method":"tools/list"}"#);
+    let r = s.recv();
+    assert_eq!(
+        r["id"], 2,
+        "the notification got no response; the next line answers id 2"
+    );
+    let tools = r["result"]["tools"].as_array().unwrap();
+    assert!(tools.iter().any(|t| t["name"] == "test-sleep"));
+    for t in tools {
+        assert_eq!(t["inputSchema"]["type"], "object", "{t}");
+        assert!(t["inputSchema"]["$schema"]
+            .as_str()
+            .unwrap()
+            .contains("2020-12"));
+        assert!(t["annotations"]["readOnlyHint"].is_boolean());
+        assert!(t["title"].is_string() && t["description"].is_string());
+    }
+    s.send_raw(r#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"test-sleep","arguments":{"seconds":0.1}}}"#);
+    let r = s.recv();
+    assert_eq!(r["id"], 3);
+    assert_eq!(r["result"]["isError"], false);
+    assert_eq!(tool_text(&r), "slept 0.1s");
+}
+
+#[test]
+fn seed_malformed_request_and_unknown_method_exact_lines() {
+    let mut s = Server::initialized(&[]);
+    s.send_raw(r#"{"not-jsonrpc":"2.0","method":"initialize"}"#);
+    assert_eq!(
+        s.recv(),
+        json!({"jsonrpc":"2.0","id":null,"error":{"code":-32600,"message":"Invalid Request","data":"Missing required field: jsonrpc"}})
+    );
+    s.send_raw(r#"{"jsonrpc":"2.0","id":1,"method":"unknown-method"}"#);
+    assert_eq!(
+        s.recv(),
+        json!({"jsonrpc":"2.0","id":1,"error":{"code":-32601,"message":"Method not found","data":"Method 'unknown-method' is not supported"}})
+    );
+}
+
+#[test]
+fn every_error_row_of_the_table() {
+    let mut s = Server::initialized(&["--tools", "eval"]);
+    let cases: Vec<(&str, i64, &str, &str, Value)> = vec![
+        ("{not json", -32700, "Parse error", "", Value::Null),
+        (
+            "42",
+            -32600,
+            "Invalid Request",
+            "Request must be a JSON object",
+            Value::Null,
+        ),
+        (
+            r#""str""#,
+            -32600,
+            "Invalid Request",
+            "Request must be a JSON object",
+            Value::Null,
+        ),
+        (
+            r#"{"id":5,"method":"ping"}"#,
+            -32600,
+            "Invalid Request",
+            "Missing required field: jsonrpc",
+            json!(5),
+        ),
+        (
+            r#"{"jsonrpc":"1.0","id":"a","method":"ping"}"#,
+            -32600,
+            "Invalid Request",
+            "jsonrpc must be \"2.0\"",
+            json!("a"),
+        ),
+        (
+            r#"{"jsonrpc":"2.0","id":6}"#,
+            -32600,
+            "Invalid Request",
+            "Missing required field: method",
+            json!(6),
+        ),
+        (
+            r#"{"jsonrpc":"2.0","id":7,"method":12}"#,
+            -32600,
+            "Invalid Request",
+            "method must be a string",
+            json!(7),
+        ),
+        (
+            r#"{"jsonrpc":"2.0","id":{"a":1},"method":"ping"}"#,
+            -32600,
+            "Invalid Request",
+            "id must be a string or a number",
+            Value::Null,
+        ),
+        (
+            r#"{"jsonrpc":"2.0","id":[1],"method":"ping"}"#,
+            -32600,
+            "Invalid Request",
+            "id must be a string or a number",
+            Value::Null,
+        ),
+        (
+            r#"{"jsonrpc":"2.0","id":true,"method":"ping"}"#,
+            -32600,
+            "Invalid Request",
+            "id must be a string or a number",
+            Value::Null,
+        ),
+        (
+            r#"{"jsonrpc":"2.0","id":null,"method":"ping"}"#,
+            -32600,
+            "Invalid Request",
+            "id must be a string or a number",
+            Value::Null,
+        ),
+        (
+            r#"{"jsonrpc":"2.0","id":8,"method":"ping","params":"x"}"#,
+            -32602,
+            "Invalid params",
+            "params must be an object",
+            json!(8),
+        ),
+        (
+            r#"{"jsonrpc":"2.0","id":9,"method":"resources/frobnicate"}"#,
+            -32601,
+            "Method not found",
+            "Method 'resources/frobnicate' is not supported",
+            json!(9),
+        ),
+        (
+            r#"{"jsonrpc":"2.0","id":10,"method":"tools/call","params":{}}"#,
+            -32602,
+            "Invalid params",
+            "Missing required field: name",
+            json!(10),
+        ),
+        (
+            r#"{"jsonrpc":"2.0","id":11,"method":"tools/call","params":{"name":"no-such-tool"}}"#,
+            -32602,
+            "Invalid params",
+            "Unknown tool: no-such-tool",
+            json!(11),
+        ),
+        (
+            r#"{"jsonrpc":"2.0","id":12,"method":"tools/call","params":{"name":"test-sleep","arguments":[1]}}"#,
+            -32602,
+            "Invalid params",
+            "arguments must be an object",
+            json!(12),
+        ),
+    ];
+    for (line, code, message, data, id) in cases {
+        s.send_raw(line);
+        let r = s.recv();
+        assert_eq!(r["jsonrpc"], "2.0", "{line} -> {r}");
+        assert_eq!(r["id"], id, "{line} -> {r}");
+        let (c, m, d) = error_of(&r);
+        assert_eq!((c, m.as_str()), (code, message), "{line} -> {r}");
+        let d = d
+            .as_str()
+            .unwrap_or_else(|| panic!("data must be a string: {r}"));
+        if data.is_empty() {
+            assert!(!d.is_empty(), "parse errors say what the parser said: {r}");
+        } else {
+            assert_eq!(d, data, "{line}");
+        }
+    }
+    // A server bug is -32603 with a short text, and the server lives on.
+    let r = s.call_tool(13, "test-panic", json!({}));
+    let (c, m, d) = error_of(&r);
+    assert_eq!((c, m.as_str()), (-32603, "Internal error"));
+    assert!(d.as_str().unwrap().contains("deliberate test panic"));
+    assert!(!d.as_str().unwrap().contains("stack backtrace"));
+    let r = s.request(json!({"jsonrpc":"2.0","id":14,"method":"ping"}));
+    assert_eq!(r["result"], json!({}));
+}
+
+#[test]
+fn ids_are_echoed_verbatim() {
+    let mut s = Server::initialized(&[]);
+    for id in [
+        "123456789012345678901234567890",
+        "-17",
+        "0",
+        "1.5",
+        "\"\"",
+        "\"abc-ü-😀\"",
+        "18446744073709551617",
+    ] {
+        s.send_raw(&format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"ping"}}"#));
+        let line = s.try_recv_raw(Duration::from_secs(10)).expect("answer");
+        assert_eq!(
+            line,
+            format!(r#"{{"jsonrpc":"2.0","id":{id},"result":{{}}}}"#)
+        );
+    }
+}
+
+#[test]
+fn notifications_never_get_a_response() {
+    let mut s = Server::initialized(&[]);
+    s.send_raw(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#);
+    s.send_raw(r#"{"jsonrpc":"2.0","method":"no/such/notification"}"#);
+    s.send_raw(r#"{"jsonrpc":"2.0","method":"tools/list","params":5}"#);
+    s.send_raw(
+        r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":999}}"#,
+    );
+    s.send_raw(r#"{"jsonrpc":"2.0","id":"after","method":"ping"}"#);
+    assert_eq!(
+        s.recv()["id"],
+        "after",
+        "nothing was answered before the ping"
+    );
+}
+
+#[test]
+fn batches() {
+    let mut s = Server::initialized(&[]);
+    s.send_raw("[]");
+    let r = s.recv();
+    assert_eq!(error_of(&r).0, -32600);
+    assert_eq!(r["id"], Value::Null);
+
+    s.send_raw(r#"[{"jsonrpc":"2.0","id":1,"method":"ping"},{"jsonrpc":"2.0","method":"notifications/initialized"},7,{"jsonrpc":"2.0","id":2,"method":"nope"}]"#);
+    let r = s.recv();
+    let arr = r.as_array().expect("a batch is answered by an array");
+    assert_eq!(arr.len(), 3, "no entry for the notification: {r}");
+    assert_eq!(arr[0]["id"], 1);
+    assert_eq!(arr[0]["result"], json!({}));
+    assert_eq!(arr[1]["error"]["data"], "Request must be a JSON object");
+    assert_eq!(arr[2]["error"]["code"], -32601);
+
+    // Only notifications: nothing at all comes back.
+    s.send_raw(r#"[{"jsonrpc":"2.0","method":"notifications/initialized"}]"#);
+    s.send_raw(r#"{"jsonrpc":"2.0","id":"x","method":"ping"}"#);
+    assert_eq!(s.recv()["id"], "x");
+}
+
+#[test]
+fn long_lines_up_to_16_mib_accepted_longer_skipped() {
+    let mut s = Server::initialized(&[]);
+    let big = "a".repeat(15 * 1024 * 1024);
+    s.send_raw(&format!(
+        r#"{{"jsonrpc":"2.0","id":1,"method":"ping","params":{{"pad":"{big}"}}}}"#
+    ));
+    assert_eq!(s.recv()["id"], 1);
+    let huge = "b".repeat(17 * 1024 * 1024);
+    s.send_raw(&format!(
+        r#"{{"jsonrpc":"2.0","id":2,"method":"ping","params":{{"pad":"{huge}"}}}}"#
+    ));
+    let r = s.recv();
+    let (code, _, data) = error_of(&r);
+    assert_eq!(code, -32700);
+    assert!(
+        data.as_str().unwrap().contains("16777216"),
+        "data says the limit: {r}"
+    );
+    s.send_raw(r#"{"jsonrpc":"2.0","id":3,"method":"ping"}"#);
+    assert_eq!(s.recv()["id"], 3, "the next message is not lost");
+}
+
+#[test]
+fn invalid_utf8_and_trailing_garbage_are_parse_errors() {
+    let mut s = Server::initialized(&[]);
+    s.send_bytes(
+        b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\",\"params\":{\"x\":\"\xff\xfe\"}}",
+    );
+    let r = s.recv();
+    assert_eq!(error_of(&r).0, -32700);
+    assert!(error_of(&r).2.as_str().unwrap().contains("UTF-8"), "{r}");
+    s.send_raw("{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\"} trailing");
+    assert_eq!(error_of(&s.recv()).0, -32700);
+    s.send_raw("{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"ping\"}\r");
+    assert_eq!(s.recv()["id"], 2, "CRLF line endings are accepted");
+}
+
+#[test]
+fn lifecycle_rules() {
+    let mut s = Server::start(&[]);
+    // Notification before initialize: ignored.
+    s.send_raw(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#);
+    // ping works at any time.
+    let r = s.request(json!({"jsonrpc":"2.0","id":1,"method":"ping"}));
+    assert_eq!(r["result"], json!({}));
+    // Other requests are refused, naming both ways to start.
+    let r = s.request(json!({"jsonrpc":"2.0","id":2,"method":"tools/list"}));
+    let (code, _, data) = error_of(&r);
+    assert_eq!(code, -32602);
+    let data = data.as_str().unwrap();
+    assert!(
+        data.contains("initialize") && data.contains("_meta"),
+        "{data}"
+    );
+    // An unsupported version is answered with the newest legacy one.
+    let r = s.request(json!({"jsonrpc":"2.0","id":3,"method":"initialize","params":{"protocolVersion":"1999-01-01","capabilities":{}}}));
+    assert_eq!(r["result"]["protocolVersion"], "2025-11-25");
+    // A second initialize is refused; the connection goes on.
+    let r = s.request(json!({"jsonrpc":"2.0","id":4,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{}}}));
+    let (code, _, data) = error_of(&r);
+    assert_eq!(code, -32600);
+    assert!(data.as_str().unwrap().contains("already initialized"));
+    let r = s.request(json!({"jsonrpc":"2.0","id":5,"method":"tools/list"}));
+    assert!(r["result"]["tools"].is_array());
+}
+
+#[test]
+fn every_legacy_version_is_echoed() {
+    for v in ["2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25"] {
+        let mut s = Server::start(&[]);
+        let r = s.request(json!({"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":v,"capabilities":{}}}));
+        assert_eq!(r["result"]["protocolVersion"], v);
+    }
+    let mut s = Server::start(&[]);
+    let r = s.request(
+        json!({"jsonrpc":"2.0","id":1,"method":"initialize","params":{"capabilities":{}}}),
+    );
+    let (code, _, data) = error_of(&r);
+    assert_eq!(code, -32602);
+    assert!(data.as_str().unwrap().contains("protocolVersion"));
+}
+
+#[test]
+fn modern_stateless_era() {
+    let mut s = Server::start(&[]);
+    let r = s.request(json!({"jsonrpc":"2.0","id":"d","method":"server/discover","params":{"_meta":modern_meta()}}));
+    let res = &r["result"];
+    assert_eq!(res["resultType"], "complete");
+    let versions: Vec<&str> = res["supportedVersions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap())
+        .collect();
+    assert!(versions.contains(&"2026-07-28") && versions.contains(&"2025-11-25"));
+    assert_eq!(res["serverInfo"]["name"], "cl-mcp-server");
+    assert!(res["capabilities"]["tools"].is_object());
+    assert!(res["ttlMs"].as_u64().unwrap() > 0);
+    assert_eq!(res["cacheScope"], "public");
+
+    // Stateless requests need no handshake.
+    let r = s.request(
+        json!({"jsonrpc":"2.0","id":2,"method":"tools/list","params":{"_meta":modern_meta()}}),
+    );
+    assert_eq!(r["result"]["resultType"], "complete");
+    assert!(r["result"]["tools"].as_array().unwrap().len() >= 2);
+    let r = s.request(json!({"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"_meta":modern_meta(),"name":"test-sleep","arguments":{"seconds":0}}}));
+    assert_eq!(r["result"]["resultType"], "complete");
+    assert_eq!(r["result"]["isError"], false);
+
+    // server/discover without _meta: -32602.
+    let r = s.request(json!({"jsonrpc":"2.0","id":4,"method":"server/discover"}));
+    assert_eq!(error_of(&r).0, -32602);
+    // Missing clientCapabilities: -32602.
+    let r = s.request(json!({"jsonrpc":"2.0","id":5,"method":"tools/list","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}}));
+    let (code, _, data) = error_of(&r);
+    assert_eq!(code, -32602);
+    assert!(data.as_str().unwrap().contains("clientCapabilities"));
+    // Unsupported version: -32022 with supported and requested.
+    let r = s.request(json!({"jsonrpc":"2.0","id":6,"method":"tools/list","params":{"_meta":{
+        "io.modelcontextprotocol/protocolVersion":"2099-01-01","io.modelcontextprotocol/clientCapabilities":{}}}}));
+    let (code, _, data) = error_of(&r);
+    assert_eq!(code, -32022);
+    assert_eq!(data["requested"], "2099-01-01");
+    assert!(data["supported"]
+        .as_array()
+        .unwrap()
+        .contains(&json!("2026-07-28")));
+    // Stateless requests did not initialize the legacy session.
+    let r = s.request(json!({"jsonrpc":"2.0","id":7,"method":"tools/list"}));
+    assert_eq!(error_of(&r).0, -32602);
+}
+
+#[test]
+fn requests_run_concurrently() {
+    let mut s = Server::initialized(&[]);
+    let t0 = Instant::now();
+    s.send(&json!({"jsonrpc":"2.0","id":"slow","method":"tools/call","params":{"name":"test-sleep","arguments":{"seconds":3}}}));
+    s.send(&json!({"jsonrpc":"2.0","id":"fast","method":"ping"}));
+    let first = s.recv();
+    assert_eq!(first["id"], "fast", "ping is not blocked by a slow tool");
+    assert!(t0.elapsed() < Duration::from_secs(2));
+    let second = s.recv();
+    assert_eq!(second["id"], "slow");
+}
+
+#[test]
+fn cancellation_suppresses_the_response() {
+    let mut s = Server::initialized(&[]);
+    s.send(&json!({"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"test-sleep","arguments":{"seconds":2}}}));
+    std::thread::sleep(Duration::from_millis(200));
+    s.send(&json!({"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":7,"reason":"user"}}));
+    // Unknown ids are ignored.
+    s.send(
+        &json!({"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":"nope"}}),
+    );
+    let t0 = Instant::now();
+    let mut seen = Vec::new();
+    while t0.elapsed() < Duration::from_secs(3) {
+        if let Some(line) = s.try_recv_raw(Duration::from_millis(200)) {
+            seen.push(line);
+        }
+    }
+    assert!(
+        seen.is_empty(),
+        "no response for a cancelled request: {seen:?}"
+    );
+    let r = s.request(json!({"jsonrpc":"2.0","id":8,"method":"ping"}));
+    assert_eq!(r["result"], json!({}));
+}
+
+#[test]
+fn progress_notifications_for_long_calls() {
+    let mut s = Server::initialized(&[]);
+    let t0 = Instant::now();
+    s.send(
+        &json!({"jsonrpc":"2.0","id":1,"method":"tools/call","params":{
+        "_meta":{"progressToken":"tok"},"name":"test-sleep","arguments":{"seconds":2.6}}}),
+    );
+    let msgs = s.collect_until(Duration::from_secs(10), |m| m["id"] == 1);
+    let progress: Vec<&Value> = msgs
+        .iter()
+        .filter(|m| m["method"] == "notifications/progress")
+        .collect();
+    assert!(
+        progress.len() >= 2,
+        "expected several progress notifications: {msgs:?}"
+    );
+    assert!(progress.len() <= 6, "at most every 500 ms: {msgs:?}");
+    let mut last = 0.0;
+    for p in &progress {
+        assert_eq!(p["params"]["progressToken"], "tok");
+        let n = p["params"]["progress"].as_f64().unwrap();
+        assert!(n > last, "progress increases");
+        last = n;
+        let m = p["params"]["message"].as_str().unwrap();
+        assert!(m.contains("running for") && m.contains("tick"), "{m}");
+    }
+    assert!(t0.elapsed() >= Duration::from_millis(2500));
+    // No progress after the response.
+    assert!(s.try_recv_raw(Duration::from_millis(800)).is_none());
+    // Without a token, no progress.
+    s.send(&json!({"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"test-sleep","arguments":{"seconds":1.5}}}));
+    let msgs = s.collect_until(Duration::from_secs(10), |m| m["id"] == 2);
+    assert_eq!(msgs.len(), 1, "{msgs:?}");
+}
+
+#[test]
+fn logging_set_level_and_per_request_level() {
+    let mut s = Server::initialized(&[]);
+    // Not asked for: no log messages.
+    s.send(&json!({"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"test-sleep","arguments":{"seconds":0,"logMessage":"hello"}}}));
+    let msgs = s.collect_until(Duration::from_secs(10), |m| m["id"] == 1);
+    assert_eq!(msgs.len(), 1);
+    let r = s.request(
+        json!({"jsonrpc":"2.0","id":2,"method":"logging/setLevel","params":{"level":"info"}}),
+    );
+    assert_eq!(r["result"], json!({}));
+    let r = s.request(
+        json!({"jsonrpc":"2.0","id":3,"method":"logging/setLevel","params":{"level":"loud"}}),
+    );
+    assert_eq!(error_of(&r).0, -32602);
+    s.send(&json!({"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"test-sleep","arguments":{"seconds":0,"log_message":"hello"}}}));
+    let msgs = s.collect_until(Duration::from_secs(10), |m| m["id"] == 4);
+    assert_eq!(msgs.len(), 2, "{msgs:?}");
+    assert_eq!(msgs[0]["method"], "notifications/message");
+    assert_eq!(msgs[0]["params"]["level"], "info");
+    assert_eq!(msgs[0]["params"]["data"], "hello");
+
+    // Modern: only when the request's _meta asks, at or above its level.
+    let mut s = Server::start(&[]);
+    let mut meta = modern_meta();
+    meta["io.modelcontextprotocol/logLevel"] = json!("error");
+    s.send(&json!({"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"_meta":meta,"name":"test-sleep","arguments":{"seconds":0,"logMessage":"x"}}}));
+    assert_eq!(
+        s.collect_until(Duration::from_secs(10), |m| m["id"] == 1)
+            .len(),
+        1
+    );
+    meta["io.modelcontextprotocol/logLevel"] = json!("debug");
+    s.send(&json!({"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"_meta":meta,"name":"test-sleep","arguments":{"seconds":0,"logMessage":"x"}}}));
+    assert_eq!(
+        s.collect_until(Duration::from_secs(10), |m| m["id"] == 2)
+            .len(),
+        2
+    );
+}
+
+#[test]
+fn bad_argument_values_are_tool_errors_naming_the_field() {
+    let mut s = Server::initialized(&[]);
+    let r = s.call_tool(1, "test-sleep", json!({"seconds":"soon"}));
+    assert!(tool_is_error(&r));
+    let t = tool_text(&r);
+    assert!(t.contains("seconds") && t.contains("invalid type"), "{t}");
+    let r = s.call_tool(2, "test-sleep", json!({}));
+    assert!(tool_is_error(&r));
+    assert!(tool_text(&r).contains("missing field `seconds`"));
+    let r = s.call_tool(3, "test-sleep", json!({"seconds":0,"bogus":1}));
+    assert!(tool_is_error(&r));
+    assert!(tool_text(&r).contains("bogus"));
+}
+
+#[test]
+fn exits_zero_when_stdin_closes_after_answering_in_flight_requests() {
+    let mut s = Server::initialized(&[]);
+    s.send(&json!({"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"test-sleep","arguments":{"seconds":1}}}));
+    let (status, rest) = s.close();
+    assert!(status.success(), "{status:?}");
+    assert_eq!(
+        rest.len(),
+        1,
+        "the in-flight response was written: {rest:?}"
+    );
+    assert!(rest[0].contains(r#""id":1"#));
+}
+
+#[test]
+fn unknown_tool_group_is_a_clear_startup_error() {
+    let out = std::process::Command::new(common::BIN)
+        .args(["--tools", "eval,bogus"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("bogus") && err.contains("groups"), "{err}");
+    assert!(out.stdout.is_empty());
+}
+
+#[test]
+fn help_lists_options_with_environment_variables() {
+    let out = std::process::Command::new(common::BIN)
+        .arg("--help")
+        .output()
+        .unwrap();
+    let help = String::from_utf8_lossy(&out.stdout);
+    for env in ["MCP_PROJECT_ROOT", "CL_MCP_TOOLS", "MCP_LOG_LEVEL"] {
+        assert!(help.contains(env), "--help names {env}:\n{help}");
+    }
+}
+
+#[test]
+fn tcp_transport_serves_the_same_protocol() {
+    use std::io::{BufRead, BufReader, Write};
+    let mut child = std::process::Command::new(common::BIN)
+        .args(["tcp", "--port", "0"])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut err = BufReader::new(child.stderr.take().unwrap());
+    let mut addr = String::new();
+    for _ in 0..50 {
+        let mut line = String::new();
+        if err.read_line(&mut line).unwrap() == 0 {
+            break;
+        }
+        if let Some(a) = line.trim().strip_prefix("cl-mcp-server: listening on tcp ") {
+            addr = a.to_string();
+            break;
+        }
+    }
+    assert!(!addr.is_empty(), "the chosen port is announced on stderr");
+    let stream = std::net::TcpStream::connect(&addr).unwrap();
+    let mut w = stream.try_clone().unwrap();
+    let mut r = BufReader::new(stream);
+    w.write_all(b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"initialize\",\"params\":{\"protocolVersion\":\"2025-06-18\",\"capabilities\":{}}}\n{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"tools/list\"}\n").unwrap();
+    let mut line = String::new();
+    r.read_line(&mut line).unwrap();
+    let v: Value = serde_json::from_str(&line).unwrap();
+    assert_eq!(v["result"]["protocolVersion"], "2025-06-18");
+    line.clear();
+    r.read_line(&mut line).unwrap();
+    let v: Value = serde_json::from_str(&line).unwrap();
+    assert!(v["result"]["tools"].is_array());
+    let _ = child.kill();
+    let _ = child.wait();
+}
