@@ -505,6 +505,13 @@ impl<'a> Reader<'a> {
                 return;
             }
         }
+        // #"...": a string-like syntax (ABCL's Java method names).
+        if sub == b'"' {
+            if let Some(end) = self.find_closing(after, b'"') {
+                self.form(Node::leaf(NodeKind::Opaque, start..end));
+                return;
+            }
+        }
         // cl-interpol: #?"...", #?(...), #?/.../ and friends.
         if sub == b'?' {
             if let Some(&d) = bytes.get(after) {
