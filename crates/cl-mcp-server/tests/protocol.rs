@@ -372,6 +372,7 @@ fn modern_stateless_era() {
         .collect();
     assert!(versions.contains(&"2026-07-28") && versions.contains(&"2025-11-25"));
     assert_eq!(res["serverInfo"]["name"], "cl-mcp-server");
+    assert_eq!(res["_meta"]["io.modelcontextprotocol/serverInfo"]["name"], "cl-mcp-server");
     assert!(res["capabilities"]["tools"].is_object());
     assert!(res["ttlMs"].as_u64().unwrap() > 0);
     assert_eq!(res["cacheScope"], "public");

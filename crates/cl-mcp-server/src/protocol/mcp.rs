@@ -253,6 +253,11 @@ pub(crate) async fn dispatch(req: RequestCtx, msg: Message) -> Result<Value, Mcp
     if matches!(req.era, Era::Modern { .. }) {
         if let Value::Object(m) = &mut result {
             m.insert("resultType".into(), json!("complete"));
+            // Stateless results identify the server on every response.
+            m.insert(
+                "_meta".into(),
+                json!({ "io.modelcontextprotocol/serverInfo": server_info() }),
+            );
         }
     }
     Ok(result)

@@ -1,0 +1,30 @@
+//! A real client nobody here wrote: the official MCP Python SDK (`pip install
+//! mcp`) connects to the built binary over stdio in both eras, lists the tools
+//! (validating their schemas) and calls one. CI installs the SDK; without it
+//! this test fails, saying how to install it.
+
+use std::process::Command;
+
+#[test]
+fn official_python_sdk_connects_lists_and_calls() {
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/sdk/python_sdk_client.py");
+    let python = std::env::var("PYTHON").unwrap_or_else(|_| "python3".into());
+    let probe = Command::new(&python)
+        .args(["-c", "import mcp"])
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {python}: {e}"));
+    assert!(
+        probe.status.success(),
+        "the MCP Python SDK is not installed: run `{python} -m pip install mcp` (.ci/run does)"
+    );
+    let root = env!("CARGO_MANIFEST_DIR");
+    let out = Command::new(&python)
+        .args([script, env!("CARGO_BIN_EXE_cl-mcp-server"), root])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "SDK client failed:\n{stdout}\n{stderr}");
+    assert!(stdout.contains("auto: protocol 2026-07-28"), "{stdout}");
+    assert!(stdout.contains("legacy: protocol 2025-"), "{stdout}");
+}
