@@ -10,11 +10,13 @@
 use super::line_index::utf8_width;
 use super::{Construct, Node, NodeKind, Parse, SyntaxError, SyntaxErrorKind, MAX_DEPTH};
 
-/// An open compound node.
+/// An open compound node. Its children so far are `Reader::pending[first..]`:
+/// one shared stack for all frames means each finished node gets exactly one
+/// exactly-sized allocation instead of a growing `Vec` per node.
 struct Frame {
     kind: NodeKind,
     start: usize,
-    children: Vec<Node>,
+    first: usize,
     /// What closes it: a `)` (lists, vectors) or a number of forms.
     until: Until,
     /// The prefix text, for error messages ("a form after #'").
@@ -31,6 +33,7 @@ pub(super) struct Reader<'a> {
     bytes: &'a [u8],
     pos: usize,
     stack: Vec<Frame>,
+    pending: Vec<Node>,
     forms: Vec<Node>,
     errors: Vec<SyntaxError>,
 }
@@ -51,6 +54,7 @@ impl<'a> Reader<'a> {
             bytes: src.as_bytes(),
             pos: 0,
             stack: Vec::new(),
+            pending: Vec::new(),
             forms: Vec::new(),
             errors: Vec::new(),
         }
@@ -118,9 +122,20 @@ impl<'a> Reader<'a> {
     }
 
     fn push_child(&mut self, node: Node) {
-        match self.stack.last_mut() {
-            Some(frame) => frame.children.push(node),
-            None => self.forms.push(node),
+        if self.stack.is_empty() {
+            self.forms.push(node);
+        } else {
+            self.pending.push(node);
+        }
+    }
+
+    /// Pops the top frame into a node ending at `end`.
+    fn finish_top(&mut self, end: usize) -> Node {
+        let frame = self.stack.pop().expect("frame present");
+        Node {
+            kind: frame.kind,
+            span: frame.start..end,
+            children: self.pending.split_off(frame.first),
         }
     }
 
@@ -134,11 +149,10 @@ impl<'a> Reader<'a> {
                 self.forms.push(node);
                 return;
             };
-            frame.children.push(node);
+            self.pending.push(node);
             match &mut frame.until {
                 Until::Forms(n) if *n <= 1 => {
-                    let frame = self.stack.pop().expect("frame present");
-                    node = finish(frame, self.pos);
+                    node = self.finish_top(self.pos);
                 }
                 Until::Forms(n) => {
                     *n -= 1;
@@ -165,8 +179,8 @@ impl<'a> Reader<'a> {
         let end = self.bytes.len();
         self.push_child(Node::leaf(NodeKind::Error, start..end));
         self.pos = end;
-        while let Some(frame) = self.stack.pop() {
-            let node = finish(frame, end);
+        while !self.stack.is_empty() {
+            let node = self.finish_top(end);
             self.push_child(node);
         }
         false
@@ -181,10 +195,12 @@ impl<'a> Reader<'a> {
         self.stack.push(Frame {
             kind,
             start,
-            children: vec![Node::leaf(NodeKind::Punct, start..open_end)],
+            first: self.pending.len(),
             until,
             opener: open_end,
         });
+        self.pending
+            .push(Node::leaf(NodeKind::Punct, start..open_end));
     }
 
     /// Opens a prefix node (`'`, `#+`, ...) that completes after `forms`
@@ -200,10 +216,9 @@ impl<'a> Reader<'a> {
                 until: Until::Close(_),
                 ..
             }) => {
-                let mut frame = self.stack.pop().expect("frame present");
-                frame.children.push(Node::leaf(NodeKind::Punct, at..at + 1));
+                self.pending.push(Node::leaf(NodeKind::Punct, at..at + 1));
                 self.pos = at + 1;
-                let node = finish(frame, at + 1);
+                let node = self.finish_top(at + 1);
                 self.form(node);
             }
             _ => {
@@ -228,13 +243,13 @@ impl<'a> Reader<'a> {
             ..
         }) = self.stack.last()
         {
-            let mut frame = self.stack.pop().expect("frame present");
+            let frame = self.stack.last().expect("frame present");
+            let (start, first) = (frame.start, frame.first);
             let src = self.src;
             let prefix_text = &src[frame.start..frame.opener];
             let expected = match frame.kind {
                 NodeKind::ReaderConditional { .. }
-                    if frame
-                        .children
+                    if self.pending[first..]
                         .iter()
                         .any(|n| !n.is_trivia() && n.kind != NodeKind::Punct) =>
                 {
@@ -248,19 +263,19 @@ impl<'a> Reader<'a> {
             self.errors.push(SyntaxError {
                 kind: SyntaxErrorKind::MissingForm,
                 offset: at,
-                open_offset: Some(frame.start),
+                open_offset: Some(start),
                 expected: Some(expected),
                 found: Some(found.to_string()),
             });
             // Trailing trivia belongs to whatever encloses the prefix.
-            let split = frame
-                .children
-                .iter()
-                .rposition(|n| !n.is_trivia())
-                .map_or(0, |i| i + 1);
-            let trailing = frame.children.split_off(split);
-            let end = frame.children.last().map_or(frame.start, |n| n.span.end);
-            let node = finish(frame, end);
+            let split = first
+                + self.pending[first..]
+                    .iter()
+                    .rposition(|n| !n.is_trivia())
+                    .map_or(0, |i| i + 1);
+            let trailing = self.pending.split_off(split);
+            let end = self.pending.last().map_or(start, |n| n.span.end);
+            let node = self.finish_top(end);
             // Attach without letting it complete an enclosing prefix: that
             // one lacks a real form too and is reported on the next round.
             self.push_child(node);
@@ -274,7 +289,7 @@ impl<'a> Reader<'a> {
         let end = self.bytes.len();
         loop {
             self.close_pending_prefixes(end, "end of input");
-            let Some(frame) = self.stack.pop() else {
+            let Some(frame) = self.stack.last() else {
                 return;
             };
             let construct = match frame.until {
@@ -282,14 +297,15 @@ impl<'a> Reader<'a> {
                 Until::Forms(_) => unreachable!("prefix frames were closed"),
             };
             let opener = self.src[frame.start..frame.opener].to_string();
+            let open_offset = frame.start;
             self.errors.push(SyntaxError {
                 kind: SyntaxErrorKind::Unclosed(construct),
                 offset: end,
-                open_offset: Some(frame.start),
+                open_offset: Some(open_offset),
                 expected: Some(format!("\")\" to close the \"{opener}\"")),
                 found: Some("end of input".into()),
             });
-            let node = finish(frame, end);
+            let node = self.finish_top(end);
             // The unclosed list still is the form an enclosing prefix wanted.
             self.form(node);
         }
@@ -573,13 +589,5 @@ fn closer(open: u8) -> Option<u8> {
         b'{' => Some(b'}'),
         b'(' => Some(b')'),
         _ => None,
-    }
-}
-
-fn finish(frame: Frame, end: usize) -> Node {
-    Node {
-        kind: frame.kind,
-        span: frame.start..end,
-        children: frame.children,
     }
 }
