@@ -82,7 +82,9 @@ pub struct Parse {
     /// Every top-level node in order, trivia (whitespace, comments) included;
     /// their spans tile the whole input.
     pub forms: Vec<Node>,
-    /// Problems found, in input order. Empty when the text reads cleanly.
+    /// Problems found, in the order the reader found them (an unclosed
+    /// string inside an unclosed list comes before the list). Empty when
+    /// the text reads cleanly.
     pub errors: Vec<SyntaxError>,
 }
 
@@ -323,7 +325,8 @@ pub struct SyntaxError {
     /// Byte offset where the problem shows: the stray `)`, the end of input
     /// for an unclosed construct, the prefix lacking its form.
     pub offset: usize,
-    /// Byte offset of the opener for unclosed constructs.
+    /// Byte offset of the opener for unclosed constructs, of the prefix for
+    /// a missing form.
     pub open_offset: Option<usize>,
     /// What the reader wanted there (`")"`, `"a form after '"`, ...).
     pub expected: Option<String>,
@@ -407,7 +410,8 @@ impl SyntaxError {
                 )
             }
             SyntaxErrorKind::MissingForm => {
-                format!("expected {expected} at {here}, found {found}")
+                let prefix = self.open_offset.map(at).unwrap_or_else(|| "?".into());
+                format!("expected {expected} (the prefix at {prefix}) at {here}, found {found}")
             }
             SyntaxErrorKind::InvalidDispatch => format!(
                 "unreadable dispatch macro at {here}: found {found}, which no Lisp reader accepts"

@@ -339,7 +339,7 @@ impl<'a> Reader<'a> {
         match self.find_closing(start + 1, b'"') {
             Some(end) => end,
             None => {
-                self.unclosed(Construct::String, start, "\"\\\"\"");
+                self.unclosed(Construct::String, start, "a closing \"");
                 self.bytes.len()
             }
         }
@@ -375,7 +375,7 @@ impl<'a> Reader<'a> {
                 b'|' => match self.find_closing(i + 1, b'|') {
                     Some(end) => i = end,
                     None => {
-                        self.unclosed(Construct::MultipleEscape, i, "\"|\"");
+                        self.unclosed(Construct::MultipleEscape, i, "a closing |");
                         return bytes.len();
                     }
                 },
@@ -505,7 +505,7 @@ impl<'a> Reader<'a> {
                 _ => i += 1,
             }
         }
-        self.unclosed(Construct::BlockComment, start, "\"|#\"");
+        self.unclosed(Construct::BlockComment, start, "a closing |#");
         bytes.len()
     }
 
