@@ -35,7 +35,8 @@
 //!   a list's elements, a quote's quoted form, a reader conditional's feature
 //!   expression and guarded form), [`Node::head_symbol`],
 //!   [`Node::head_name_upper`], [`Parse::top_level_forms`],
-//!   [`Parse::top_level_form_at`], [`Node::leaves`].
+//!   [`Parse::top_level_form_at`], [`Node::node_at`], [`Node::leaves`],
+//!   [`Node::skip_reader_conditionals`].
 //! - [`LineIndex`]: byte offset <-> 1-based (line, column in characters).
 //! - [`SymbolName::read`]: what symbol a token names (package prefix,
 //!   case-converted name), for matching `defun`, `CL:DEFUN`, `|foo|`.
@@ -261,6 +262,18 @@ impl Node {
     /// `foo`).
     pub fn head_name_upper(&self, src: &str) -> Option<String> {
         Some(SymbolName::read(self.head_symbol(src)?).name)
+    }
+
+    /// The form a reader conditional guards, looking through nested ones
+    /// (`#+sbcl #-win32 (defun f ...)` gives the `defun` list); any other
+    /// node is returned as is. `None` when a conditional lacks its form.
+    /// Lets tools that look for definitions see the ones under `#+`.
+    pub fn skip_reader_conditionals(&self) -> Option<&Node> {
+        let mut node = self;
+        while let NodeKind::ReaderConditional { .. } = node.kind {
+            node = node.elements().nth(1)?;
+        }
+        Some(node)
     }
 
     /// For `List` and `Vector`: whether the closing `)` is present.

@@ -170,8 +170,21 @@ fn reader_conditional_holds_feature_and_form() {
     let rc = p.top_level_forms().next().unwrap();
     let parts: Vec<_> = rc.elements().map(|n| n.text(src)).collect();
     assert_eq!(parts, ["(and sbcl (not win32))", "(defun f ())"]);
+    assert_eq!(
+        rc.skip_reader_conditionals()
+            .unwrap()
+            .head_name_upper(src)
+            .as_deref(),
+        Some("DEFUN")
+    );
     // Nested conditionals: the guarded form is itself a conditional.
-    assert_eq!(texts("#+a #-b c d"), ["#+a #-b c", "d"]);
+    let src = "#+a #-b c d";
+    assert_eq!(texts(src), ["#+a #-b c", "d"]);
+    let p = checked(src);
+    let first = p.top_level_forms().next().unwrap();
+    assert_eq!(first.skip_reader_conditionals().unwrap().text(src), "c");
+    let p = checked("#+a");
+    assert!(p.forms[0].skip_reader_conditionals().is_none());
 }
 
 #[test]
