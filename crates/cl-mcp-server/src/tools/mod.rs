@@ -21,7 +21,10 @@ use tokio_util::sync::CancellationToken;
 
 use crate::session::Session;
 
+pub mod fs;
+pub mod fs_paths;
 pub mod output;
+pub mod source;
 #[cfg(feature = "test-tools")]
 pub mod testing;
 
@@ -452,6 +455,8 @@ impl ToolRegistry {
         #[allow(unused_mut)]
         let mut all: Vec<ToolDef> = Vec::new();
         // Tool families register here (one line each).
+        all.extend(fs::tools());
+        all.extend(source::tools());
         #[cfg(feature = "test-tools")]
         all.extend(testing::tools());
         all.retain(|t| t.group == ToolGroup::Testing || groups.contains(&t.group));

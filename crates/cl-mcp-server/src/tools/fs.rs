@@ -1,0 +1,568 @@
+//! The `fs` tool family: project-scoped file reading, writing and listing,
+//! and the session's project root. Every path goes through
+//! [`super::fs_paths`].
+
+use std::io::BufRead;
+use std::path::{Path, PathBuf};
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+
+use super::fs_paths::{self, Access, ResolvedPath};
+use super::{tool, Annotations, ToolContext, ToolDef, ToolGroup, ToolOutput};
+use crate::session::Session;
+
+/// Most bytes one read returns (`fs-read-file`, and the source tools' file
+/// reads); larger files are paged.
+pub const READ_CAP_BYTES: usize = 2 * 1024 * 1024;
+
+/// Most entries `fs-list-directory` shows.
+const LIST_CAP: usize = 2000;
+
+#[derive(Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct ReadArgs {
+    /// File to read: relative to the project root, or absolute inside it (or
+    /// inside an ASDF system's source directory).
+    path: String,
+    /// First line to return, 0-based (default 0).
+    offset: Option<usize>,
+    /// Most lines to return (default: all, up to the 2 MB cap).
+    limit: Option<usize>,
+}
+
+#[derive(Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+struct ReadOutput {
+    /// The path as resolved (relative to the project root when inside it).
+    path: String,
+    /// The text read.
+    content: String,
+    /// 0-based index of the first line returned.
+    offset: usize,
+    /// Number of lines returned.
+    lines: usize,
+    /// True when the file goes on after the returned lines.
+    has_more: bool,
+    /// The `offset` that reads the next page, when `hasMore`.
+    next_offset: Option<usize>,
+}
+
+#[derive(Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct WriteArgs {
+    /// File to write, relative to the project root (absolute paths must be
+    /// inside it). Missing parent directories are created.
+    path: String,
+    /// The complete new content of the file.
+    content: String,
+}
+
+#[derive(Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+struct WriteOutput {
+    path: String,
+    /// Bytes written.
+    bytes: usize,
+    /// True when the file did not exist before.
+    created: bool,
+}
+
+#[derive(Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct ListArgs {
+    /// Directory to list (default: the project root).
+    path: Option<String>,
+}
+
+#[derive(Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+struct ListEntry {
+    name: String,
+    /// `file`, `directory`, `symlink` or `other`.
+    #[serde(rename = "type")]
+    kind: &'static str,
+    /// Size in bytes (files only).
+    size: Option<u64>,
+    /// Where a symlink points.
+    target: Option<String>,
+}
+
+#[derive(Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+struct ListOutput {
+    path: String,
+    entries: Vec<ListEntry>,
+    /// Entries in the directory (all of them, hidden ones included).
+    total: usize,
+    directories: usize,
+    files: usize,
+    /// True when more than the shown entries exist.
+    truncated: bool,
+}
+
+#[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct NoArgs {}
+
+#[derive(Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+struct ProjectInfo {
+    /// The session's project root (absolute, canonical).
+    project_root: String,
+    /// The server process's working directory.
+    cwd: Option<String>,
+    /// The working directory relative to the root, when inside it.
+    relative_cwd: Option<String>,
+    /// How the root was chosen: `command-line` (--project-root or
+    /// MCP_PROJECT_ROOT), `working-directory`, or `session` (the client's
+    /// rootUri/rootPath/roots, or fs-set-project-root).
+    project_root_source: &'static str,
+}
+
+#[derive(Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct SetRootArgs {
+    /// The new project root: an existing directory (absolute, or relative to
+    /// the current root).
+    path: String,
+}
+
+#[derive(Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+struct SetRootOutput {
+    project_root: String,
+    previous_root: String,
+}
+
+/// The tools of the `fs` group.
+pub fn tools() -> Vec<ToolDef> {
+    vec![
+        tool(
+            "fs-read-file",
+            ToolGroup::Fs,
+            "Read a file",
+            "Reads a text file under the project root (or an ASDF system's source directory). \
+             `offset`/`limit` select lines (0-based); at most 2 MB is returned per call, and a \
+             note gives the `offset` of the next page. For Lisp source prefer lisp-read-file.",
+            Annotations::READ_ONLY,
+            |a: ReadArgs, ctx: ToolContext| async move { read_file(a, &ctx.session) },
+        )
+        .with_output_schema::<ReadOutput>(),
+        tool(
+            "fs-write-file",
+            ToolGroup::Fs,
+            "Write a file",
+            "Writes `content` as the whole file at `path` under the project root, atomically \
+             (temp file + rename, permission mode kept); creates missing directories. To change \
+             one Lisp definition prefer lisp-edit-form.",
+            Annotations::DESTRUCTIVE,
+            |a: WriteArgs, ctx: ToolContext| async move { write_file(a, &ctx.session) },
+        )
+        .with_output_schema::<WriteOutput>(),
+        tool(
+            "fs-list-directory",
+            ToolGroup::Fs,
+            "List a directory",
+            "Lists a directory (default: the project root): every entry, sorted by name, with \
+             its type and size.",
+            Annotations::READ_ONLY,
+            |a: ListArgs, ctx: ToolContext| async move { list_directory(a, &ctx.session) },
+        )
+        .with_output_schema::<ListOutput>(),
+        tool(
+            "fs-get-project-info",
+            ToolGroup::Fs,
+            "Project root info",
+            "Reports the session's project root (file tools resolve relative paths against it and \
+             stay inside it), the server's working directory, and how the root was chosen.",
+            Annotations::READ_ONLY,
+            |_a: NoArgs, ctx: ToolContext| async move { project_info(&ctx.session) },
+        )
+        .with_output_schema::<ProjectInfo>(),
+        tool(
+            "fs-set-project-root",
+            ToolGroup::Fs,
+            "Set the project root",
+            "Sets this session's project root to an existing directory (absolute, or relative to \
+             the current root). Call it first with your workspace's absolute path when the root \
+             reported by fs-get-project-info is not your project.",
+            Annotations::MUTATING,
+            |a: SetRootArgs, ctx: ToolContext| async move { set_project_root(a, &ctx.session) },
+        )
+        .with_output_schema::<SetRootOutput>(),
+    ]
+}
+
+/// Resolves a path for the session under the policy; the one entry point
+/// every tool uses.
+pub fn resolve_for(
+    session: &Session,
+    user_path: &str,
+    access: Access,
+) -> Result<ResolvedPath, fs_paths::PathError> {
+    let extra = match access {
+        Access::Read => fs_paths::asdf_source_roots(session),
+        Access::Write => Vec::new(),
+    };
+    fs_paths::resolve(&session.project_root(), user_path, access, &extra)
+}
+
+/// Resolves `user_path` for reading and requires an existing regular file.
+pub fn resolve_existing_file(session: &Session, user_path: &str) -> Result<ResolvedPath, String> {
+    let r = resolve_for(session, user_path, Access::Read).map_err(|e| e.0)?;
+    if !r.exists {
+        return Err(format!(
+            "File not found: '{user_path}' (looked at {}).",
+            r.path.display()
+        ));
+    }
+    if r.path.is_dir() {
+        return Err(format!(
+            "'{user_path}' is a directory; use fs-list-directory to see its entries."
+        ));
+    }
+    Ok(r)
+}
+
+/// Reads a whole text file of at most [`READ_CAP_BYTES`] for the source
+/// tools, with errors a model can act on.
+pub fn read_text_capped(path: &Path, shown: &str) -> Result<String, String> {
+    let meta = std::fs::metadata(path).map_err(|e| format!("Cannot read '{shown}': {e}"))?;
+    if meta.len() as usize > READ_CAP_BYTES {
+        return Err(format!(
+            "'{shown}' is {} bytes, over the 2 MB limit of this tool; read parts of it with \
+             fs-read-file (offset/limit).",
+            meta.len()
+        ));
+    }
+    let bytes = std::fs::read(path).map_err(|e| format!("Cannot read '{shown}': {e}"))?;
+    String::from_utf8(bytes).map_err(|e| {
+        format!(
+            "'{shown}' is not UTF-8 text (invalid byte at offset {}).",
+            e.utf8_error().valid_up_to()
+        )
+    })
+}
+
+fn read_file(a: ReadArgs, session: &Session) -> ToolOutput {
+    let r = match resolve_existing_file(session, &a.path) {
+        Ok(r) => r,
+        Err(e) => return ToolOutput::error(e),
+    };
+    let file = match std::fs::File::open(&r.path) {
+        Ok(f) => f,
+        Err(e) => return ToolOutput::error(format!("Cannot read '{}': {e}", r.display)),
+    };
+    let offset = a.offset.unwrap_or(0);
+    let limit = a.limit.unwrap_or(usize::MAX);
+    if limit == 0 {
+        return ToolOutput::error("`limit` must be at least 1 (lines).");
+    }
+    let mut reader = std::io::BufReader::with_capacity(64 * 1024, file);
+    let mut line = Vec::new();
+    let mut index = 0usize;
+    // Skip to `offset` without keeping what is skipped.
+    while index < offset {
+        line.clear();
+        match reader.read_until(b'\n', &mut line) {
+            Ok(0) => break,
+            Ok(_) => index += 1,
+            Err(e) => return ToolOutput::error(format!("Cannot read '{}': {e}", r.display)),
+        }
+    }
+    if index < offset {
+        return ToolOutput::error(format!(
+            "`offset` {offset} is past the end of '{}', which has {index} lines.",
+            r.display
+        ));
+    }
+    let mut content: Vec<u8> = Vec::new();
+    let mut taken = 0usize;
+    let mut capped = false;
+    while taken < limit {
+        line.clear();
+        match reader.read_until(b'\n', &mut line) {
+            Ok(0) => break,
+            Ok(_) => {
+                if content.len() + line.len() > READ_CAP_BYTES {
+                    capped = true;
+                    if taken == 0 {
+                        // One giant line: return its first 2 MB, cut at a
+                        // character boundary.
+                        let mut cut = READ_CAP_BYTES;
+                        while cut > 0 && (line[cut] & 0xC0) == 0x80 {
+                            cut -= 1;
+                        }
+                        content.extend_from_slice(&line[..cut]);
+                        taken = 1;
+                    }
+                    break;
+                }
+                content.extend_from_slice(&line);
+                taken += 1;
+            }
+            Err(e) => return ToolOutput::error(format!("Cannot read '{}': {e}", r.display)),
+        }
+    }
+    let has_more = capped || reader.fill_buf().map(|b| !b.is_empty()).unwrap_or(false);
+    if content.iter().take(8192).any(|&b| b == 0) {
+        return ToolOutput::error(format!(
+            "'{}' looks like a binary file (it contains NUL bytes); fs-read-file reads text only.",
+            r.display
+        ));
+    }
+    let mut text = match String::from_utf8(content) {
+        Ok(s) => s,
+        Err(e) => String::from_utf8_lossy(e.as_bytes()).into_owned(),
+    };
+    let next_offset = has_more.then_some(offset + taken);
+    let structured = ReadOutput {
+        path: r.display.clone(),
+        content: text.clone(),
+        offset,
+        lines: taken,
+        has_more,
+        next_offset,
+    };
+    if let Some(next) = next_offset {
+        if !text.ends_with('\n') && !text.is_empty() {
+            text.push('\n');
+        }
+        let why = if capped {
+            "the 2 MB per-call cap was reached"
+        } else {
+            "the line limit was reached"
+        };
+        text.push_str(&format!(
+            "[{}: showed lines {}-{}; {why}. Next page: offset={next}]",
+            r.display,
+            offset + 1,
+            offset + taken
+        ));
+    }
+    ToolOutput::structured(text, to_json(&structured))
+}
+
+fn write_file(a: WriteArgs, session: &Session) -> ToolOutput {
+    if a.path.trim().is_empty() {
+        return ToolOutput::error("`path` is empty: give a file path relative to the project root.");
+    }
+    let r = match resolve_for(session, &a.path, Access::Write) {
+        Ok(r) => r,
+        Err(e) => return ToolOutput::error(e.0),
+    };
+    if r.path.is_dir() {
+        return ToolOutput::error(format!(
+            "'{}' is a directory; give a file path.",
+            r.display
+        ));
+    }
+    if let Err(e) = fs_paths::atomic_write(&r.path, a.content.as_bytes()) {
+        return ToolOutput::error(format!("Cannot write '{}': {e}", r.display));
+    }
+    let out = WriteOutput {
+        path: r.display.clone(),
+        bytes: a.content.len(),
+        created: !r.exists,
+    };
+    ToolOutput::structured(
+        format!(
+            "{} {} ({} bytes).",
+            if r.exists { "Replaced" } else { "Created" },
+            r.display,
+            a.content.len()
+        ),
+        to_json(&out),
+    )
+}
+
+fn list_directory(a: ListArgs, session: &Session) -> ToolOutput {
+    let user = a.path.unwrap_or_default();
+    let r = match resolve_for(session, &user, Access::Read) {
+        Ok(r) => r,
+        Err(e) => return ToolOutput::error(e.0),
+    };
+    if !r.exists {
+        return ToolOutput::error(format!("Directory not found: '{user}'."));
+    }
+    if !r.path.is_dir() {
+        return ToolOutput::error(format!(
+            "'{}' is a file, not a directory; read it with fs-read-file.",
+            r.display
+        ));
+    }
+    let rd = match std::fs::read_dir(&r.path) {
+        Ok(rd) => rd,
+        Err(e) => return ToolOutput::error(format!("Cannot list '{}': {e}", r.display)),
+    };
+    let mut entries: Vec<ListEntry> = Vec::new();
+    for e in rd.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let (kind, size, target) = match e.file_type() {
+            Ok(t) if t.is_symlink() => (
+                "symlink",
+                None,
+                std::fs::read_link(e.path())
+                    .ok()
+                    .map(|p| p.display().to_string()),
+            ),
+            Ok(t) if t.is_dir() => ("directory", None, None),
+            Ok(t) if t.is_file() => ("file", e.metadata().ok().map(|m| m.len()), None),
+            _ => ("other", None, None),
+        };
+        entries.push(ListEntry {
+            name,
+            kind,
+            size,
+            target,
+        });
+    }
+    entries.sort_by(|x, y| x.name.cmp(&y.name));
+    let total = entries.len();
+    let directories = entries.iter().filter(|e| e.kind == "directory").count();
+    let files = entries.iter().filter(|e| e.kind == "file").count();
+    let truncated = total > LIST_CAP;
+    entries.truncate(LIST_CAP);
+    let mut text = format!(
+        "{} ({total} entries: {directories} directories, {files} files{})\n",
+        r.display,
+        match total - directories - files {
+            0 => String::new(),
+            n => format!(", {n} other"),
+        }
+    );
+    for e in &entries {
+        match (e.kind, e.size, &e.target) {
+            ("directory", _, _) => text.push_str(&format!("  {}/\n", e.name)),
+            (_, Some(size), _) => text.push_str(&format!("  {}  ({size} bytes)\n", e.name)),
+            ("symlink", _, Some(t)) => text.push_str(&format!("  {} -> {t}\n", e.name)),
+            (kind, _, _) => text.push_str(&format!("  {}  ({kind})\n", e.name)),
+        }
+    }
+    if truncated {
+        text.push_str(&format!(
+            "[showing the first {LIST_CAP} of {total} entries]\n"
+        ));
+    }
+    let out = ListOutput {
+        path: r.display,
+        entries,
+        total,
+        directories,
+        files,
+        truncated,
+    };
+    ToolOutput::structured(text, to_json(&out))
+}
+
+fn project_info(session: &Session) -> ToolOutput {
+    let root = session.project_root();
+    let cwd = std::env::current_dir()
+        .ok()
+        .map(|c| c.canonicalize().unwrap_or(c));
+    // The session does not record who set the root; it is inferred from the
+    // configuration: a configured root that is still current came from the
+    // command line, the working directory is the fallback, anything else
+    // was set during the session.
+    let source = if session.config.project_root.as_deref() == Some(root.as_path()) {
+        "command-line"
+    } else if session.config.project_root.is_none() && cwd.as_deref() == Some(root.as_path()) {
+        "working-directory"
+    } else {
+        "session"
+    };
+    let relative_cwd = cwd
+        .as_deref()
+        .and_then(|c| c.strip_prefix(&root).ok())
+        .map(|p| {
+            if p.as_os_str().is_empty() {
+                ".".to_string()
+            } else {
+                p.display().to_string()
+            }
+        });
+    let info = ProjectInfo {
+        project_root: root.display().to_string(),
+        cwd: cwd.as_ref().map(|c| c.display().to_string()),
+        relative_cwd,
+        project_root_source: source,
+    };
+    let how = match source {
+        "command-line" => "set by --project-root / MCP_PROJECT_ROOT",
+        "working-directory" => "the server's working directory (no root was given)",
+        _ => "set during this session (client roots or fs-set-project-root)",
+    };
+    ToolOutput::structured(
+        format!(
+            "Project root: {} ({how})\nWorking directory: {}",
+            info.project_root,
+            info.cwd.as_deref().unwrap_or("unknown")
+        ),
+        to_json(&info),
+    )
+}
+
+fn set_project_root(a: SetRootArgs, session: &Session) -> ToolOutput {
+    let previous = session.project_root();
+    let raw = PathBuf::from(a.path.trim());
+    let raw = if raw.is_absolute() {
+        raw
+    } else {
+        previous.join(raw)
+    };
+    let canon = match raw.canonicalize() {
+        Ok(c) => c,
+        Err(e) => {
+            return ToolOutput::error(format!(
+                "Cannot use '{}' as the project root: {e}. Give an existing directory (absolute \
+                 paths are safest).",
+                a.path
+            ))
+        }
+    };
+    if !canon.is_dir() {
+        return ToolOutput::error(format!(
+            "Cannot use '{}' as the project root: it is not a directory.",
+            a.path
+        ));
+    }
+    session.set_project_root(&canon);
+    let out = SetRootOutput {
+        project_root: canon.display().to_string(),
+        previous_root: previous.display().to_string(),
+    };
+    ToolOutput::structured(
+        format!(
+            "Project root set to {} (was {}).",
+            out.project_root, out.previous_root
+        ),
+        to_json(&out),
+    )
+}
+
+/// Serializes a tool's output struct (infallible for our plain types).
+pub(crate) fn to_json<T: Serialize>(v: &T) -> serde_json::Value {
+    serde_json::to_value(v).unwrap_or_else(|e| json!({ "serializationError": e.to_string() }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Read;
+
+    #[test]
+    fn read_cap_refuses_big_files_for_source_tools() {
+        let dir = std::env::temp_dir().join(format!("fs-cap-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let p = dir.join("big.lisp");
+        std::fs::write(&p, vec![b'a'; READ_CAP_BYTES + 1]).unwrap();
+        let e = read_text_capped(&p, "big.lisp").unwrap_err();
+        assert!(e.contains("over the 2 MB limit"), "{e}");
+        let mut f = std::fs::File::open(&p).unwrap();
+        let mut b = [0u8; 1];
+        f.read_exact(&mut b).unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
