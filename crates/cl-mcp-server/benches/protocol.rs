@@ -45,7 +45,10 @@ fn main() {
         .unwrap();
 
     let mut rows: Vec<(String, String)> = Vec::new();
-    for (name, method, n) in [("ping", "ping", 5000usize), ("tools/list", "tools/list", 2000)] {
+    for (name, method, n) in [
+        ("ping", "ping", 5000usize),
+        ("tools/list", "tools/list", 2000),
+    ] {
         let mut times = Vec::with_capacity(n);
         for i in 0..n {
             let msg = format!("{{\"jsonrpc\":\"2.0\",\"id\":{i},\"method\":\"{method}\"}}\n");

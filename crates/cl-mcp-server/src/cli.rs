@@ -31,6 +31,28 @@ pub enum Command {
         #[arg(long, env = "CL_MCP_TCP_HOST", default_value = "127.0.0.1")]
         host: std::net::IpAddr,
     },
+    /// Serve MCP over Streamable HTTP at /mcp.
+    Http {
+        /// Address to bind; loopback unless you say otherwise.
+        #[arg(long, env = "CL_MCP_HTTP_BIND", default_value = "127.0.0.1:3000")]
+        bind: SocketAddr,
+        /// Require `Authorization: Bearer TOKEN` on every request.
+        #[arg(long, env = "CL_MCP_TOKEN")]
+        token: Option<String>,
+        /// Also allow this Origin (loopback origins are always allowed). Repeatable.
+        #[arg(
+            long = "allow-origin",
+            env = "CL_MCP_ALLOW_ORIGINS",
+            value_delimiter = ','
+        )]
+        allow_origins: Vec<String>,
+        /// Also allow this Host name (loopback names and the bind address are always allowed). Repeatable.
+        #[arg(long = "allow-host", env = "CL_MCP_ALLOW_HOSTS", value_delimiter = ',')]
+        allow_hosts: Vec<String>,
+        /// Forget a session idle this many seconds (later requests with its id get 404).
+        #[arg(long, env = "CL_MCP_SESSION_IDLE_SECS", default_value_t = 3600)]
+        session_idle_secs: u64,
+    },
     /// Run one tool once and print its result (scripting, smoke tests).
     Call {
         /// The tool's name, e.g. lisp-check-parens.

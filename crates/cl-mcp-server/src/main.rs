@@ -62,6 +62,40 @@ fn main() -> ExitCode {
                 }
             }
         }),
+        Command::Http {
+            bind,
+            token,
+            allow_origins,
+            allow_hosts,
+            session_idle_secs,
+        } => runtime.block_on(async {
+            let engine = Engine::new(config);
+            let options = transport::http::HttpOptions {
+                bind,
+                token,
+                allowed_origins: allow_origins,
+                allowed_hosts: allow_hosts,
+                session_idle: std::time::Duration::from_secs(session_idle_secs),
+            };
+            let listener = match tokio::net::TcpListener::bind(bind).await {
+                Ok(l) => l,
+                Err(e) => {
+                    eprintln!("cl-mcp-server: cannot listen on {bind}: {e}");
+                    return ExitCode::FAILURE;
+                }
+            };
+            let addr = listener
+                .local_addr()
+                .map(|a| a.to_string())
+                .unwrap_or_default();
+            tracing::info!(%addr, "listening (http)");
+            eprintln!("cl-mcp-server: listening on http://{addr}/mcp");
+            if let Err(e) = transport::http::serve(engine, options, listener).await {
+                eprintln!("cl-mcp-server: http: {e}");
+                return ExitCode::FAILURE;
+            }
+            ExitCode::SUCCESS
+        }),
         Command::Call { tool, args, json } => {
             runtime.block_on(call(config, &tool, &args, json.as_deref()))
         }

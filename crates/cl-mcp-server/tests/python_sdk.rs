@@ -7,7 +7,10 @@ use std::process::Command;
 
 #[test]
 fn official_python_sdk_connects_lists_and_calls() {
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/sdk/python_sdk_client.py");
+    let script = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/sdk/python_sdk_client.py"
+    );
     let python = std::env::var("PYTHON").unwrap_or_else(|_| "python3".into());
     let probe = Command::new(&python)
         .args(["-c", "import mcp"])
@@ -24,7 +27,10 @@ fn official_python_sdk_connects_lists_and_calls() {
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "SDK client failed:\n{stdout}\n{stderr}");
+    assert!(
+        out.status.success(),
+        "SDK client failed:\n{stdout}\n{stderr}"
+    );
     assert!(stdout.contains("auto: protocol 2026-07-28"), "{stdout}");
     assert!(stdout.contains("legacy: protocol 2025-"), "{stdout}");
 }

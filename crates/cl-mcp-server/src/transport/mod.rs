@@ -1,5 +1,6 @@
 //! Transports carry message text between a client and the protocol engine.
 
+pub mod http;
 pub mod lines;
 pub mod stdio;
 pub mod tcp;

@@ -1,0 +1,267 @@
+//! Black-box tests of the Streamable HTTP transport (CONTRACT §3).
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+
+use serde_json::{json, Value};
+
+const BIN: &str = env!("CARGO_BIN_EXE_cl-mcp-server");
+
+struct HttpServer {
+    child: Child,
+    url: String,
+}
+
+impl Drop for HttpServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn start(extra: &[&str]) -> HttpServer {
+    let mut child = Command::new(BIN)
+        .args(["http", "--bind", "127.0.0.1:0"])
+        .args(extra)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut err = BufReader::new(child.stderr.take().unwrap());
+    let mut url = String::new();
+    for _ in 0..50 {
+        let mut line = String::new();
+        if err.read_line(&mut line).unwrap() == 0 {
+            break;
+        }
+        if let Some(u) = line.trim().strip_prefix("cl-mcp-server: listening on ") {
+            url = u.to_string();
+            break;
+        }
+    }
+    assert!(
+        url.starts_with("http://127.0.0.1:"),
+        "address announced: {url}"
+    );
+    // Keep draining stderr so the server never blocks on it.
+    std::thread::spawn(move || for _ in err.lines() {});
+    HttpServer { child, url }
+}
+
+fn client() -> reqwest::Client {
+    reqwest::Client::new()
+}
+
+const ACCEPT: &str = "application/json, text/event-stream";
+
+fn init_body() -> Value {
+    json!({"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{}}})
+}
+
+async fn initialize(s: &HttpServer) -> String {
+    let r = client()
+        .post(&s.url)
+        .header("accept", ACCEPT)
+        .json(&init_body())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let id = r.headers()["mcp-session-id"].to_str().unwrap().to_string();
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["result"]["protocolVersion"], "2025-11-25");
+    id
+}
+
+#[tokio::test]
+async fn legacy_sessions_lifecycle() {
+    let s = start(&[]);
+    let id = initialize(&s).await;
+    assert!(id.len() >= 32, "session ids are unguessable: {id}");
+    // notifications: 202, no body
+    let r = client()
+        .post(&s.url)
+        .header("mcp-session-id", &id)
+        .json(&json!({"jsonrpc":"2.0","method":"notifications/initialized"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 202);
+    let r = client()
+        .post(&s.url)
+        .header("accept", ACCEPT)
+        .header("mcp-session-id", &id)
+        .header("mcp-protocol-version", "2025-11-25")
+        .json(&json!({"jsonrpc":"2.0","id":2,"method":"tools/list"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.headers()["content-type"], "application/json");
+    let v: Value = r.json().await.unwrap();
+    assert!(v["result"]["tools"].is_array());
+    // Without a session id: 400. Unknown: 404.
+    let r = client()
+        .post(&s.url)
+        .json(&json!({"jsonrpc":"2.0","id":3,"method":"tools/list"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 400);
+    let r = client()
+        .post(&s.url)
+        .header("mcp-session-id", "nope")
+        .json(&json!({"jsonrpc":"2.0","id":3,"method":"tools/list"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 404);
+    // A bad protocol version header: 400.
+    let r = client()
+        .post(&s.url)
+        .header("mcp-session-id", &id)
+        .header("mcp-protocol-version", "1999-01-01")
+        .json(&json!({"jsonrpc":"2.0","id":3,"method":"ping"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 400);
+    // DELETE ends the session.
+    let r = client()
+        .delete(&s.url)
+        .header("mcp-session-id", &id)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 204);
+    let r = client()
+        .post(&s.url)
+        .header("mcp-session-id", &id)
+        .json(&json!({"jsonrpc":"2.0","id":4,"method":"ping"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 404);
+    // GET: no standalone stream.
+    let r = client().get(&s.url).send().await.unwrap();
+    assert_eq!(r.status(), 405);
+}
+
+#[tokio::test]
+async fn non_json_body_gets_a_json_rpc_parse_error() {
+    let s = start(&[]);
+    let r = client()
+        .post(&s.url)
+        .header("content-type", "application/json")
+        .body("{oops")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 400);
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["error"]["code"], -32700);
+    assert_eq!(v["id"], Value::Null);
+}
+
+#[tokio::test]
+async fn origin_host_and_token_guards() {
+    let s = start(&["--token", "s3cret"]);
+    let r = client()
+        .post(&s.url)
+        .json(&init_body())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 401);
+    assert!(r.headers().contains_key("www-authenticate"));
+    let ok = client()
+        .post(&s.url)
+        .bearer_auth("s3cret")
+        .header("origin", "http://localhost:5173")
+        .json(&init_body())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(ok.status(), 200);
+    let r = client()
+        .post(&s.url)
+        .bearer_auth("s3cret")
+        .header("origin", "https://evil.example")
+        .json(&init_body())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 403);
+    let v: Value = r.json().await.unwrap();
+    assert!(v["error"]["data"]
+        .as_str()
+        .unwrap()
+        .contains("evil.example"));
+    let r = client()
+        .post(&s.url)
+        .bearer_auth("s3cret")
+        .header("host", "evil.example")
+        .json(&init_body())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 403);
+}
+
+#[tokio::test]
+async fn stateless_posts_need_no_session() {
+    let s = start(&[]);
+    let r = client()
+        .post(&s.url)
+        .header("accept", ACCEPT)
+        .json(
+            &json!({"jsonrpc":"2.0","id":1,"method":"server/discover","params":{"_meta":{
+            "io.modelcontextprotocol/protocolVersion":"2026-07-28",
+            "io.modelcontextprotocol/clientCapabilities":{}}}}),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert!(!r.headers().contains_key("mcp-session-id"));
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["result"]["resultType"], "complete");
+}
+
+#[tokio::test]
+async fn long_calls_stream_progress_over_sse() {
+    let s = start(&[]);
+    let id = initialize(&s).await;
+    let r = client()
+        .post(&s.url)
+        .header("accept", ACCEPT)
+        .header("mcp-session-id", &id)
+        .json(
+            &json!({"jsonrpc":"2.0","id":5,"method":"tools/call","params":{
+            "_meta":{"progressToken":1},"name":"test-sleep","arguments":{"seconds":1.7}}}),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert!(r.headers()["content-type"]
+        .to_str()
+        .unwrap()
+        .starts_with("text/event-stream"));
+    let body = r.text().await.unwrap();
+    let events: Vec<Value> = body
+        .lines()
+        .filter_map(|l| l.strip_prefix("data: ").or_else(|| l.strip_prefix("data:")))
+        .map(|d| serde_json::from_str(d.trim()).unwrap())
+        .collect();
+    assert!(events.len() >= 2, "{body}");
+    assert!(events
+        .iter()
+        .any(|e| e["method"] == "notifications/progress"));
+    assert_eq!(events.last().unwrap()["id"], 5);
+    assert_eq!(
+        events.last().unwrap()["result"]["content"][0]["text"],
+        "slept 1.7s"
+    );
+}
