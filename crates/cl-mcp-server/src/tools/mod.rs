@@ -506,7 +506,7 @@ mod tests {
         let e = parse_arguments::<Args>("t", json!({})).err().unwrap();
         assert!(e.contains("missing field `code`"), "{e}");
         let ok = parse_arguments::<Args>("t", json!({"code": "x", "timeout_seconds": 3})).unwrap();
-        assert_eq!(ok.timeout_seconds, Some(3));
+        assert_eq!((ok.code.as_str(), ok.timeout_seconds), ("x", Some(3)));
     }
 
     #[test]
