@@ -11,7 +11,7 @@ pub struct Session {
     /// The server-wide configuration (command line and environment).
     pub config: Arc<ServerConfig>,
     root: RwLock<PathBuf>,
-    root_locked: RwLock<bool>,
+    root_fixed: bool,
 }
 
 impl Session {
@@ -21,7 +21,7 @@ impl Session {
         Arc::new(Session {
             config,
             root: RwLock::new(root),
-            root_locked: RwLock::new(explicit),
+            root_fixed: explicit,
         })
     }
 
@@ -36,10 +36,16 @@ impl Session {
         *self.root.write().unwrap() = root.to_path_buf();
     }
 
+    /// True when the user fixed the root on the command line (client roots
+    /// are then ignored).
+    pub fn root_is_fixed(&self) -> bool {
+        self.root_fixed
+    }
+
     /// Adopts the root a client announces (`initialize`'s `rootUri`/`rootPath`,
     /// roots), unless the user fixed one on the command line.
     pub fn adopt_client_root(&self, root: &Path) {
-        if *self.root_locked.read().unwrap() {
+        if self.root_fixed {
             return;
         }
         if let Ok(canon) = root.canonicalize() {

@@ -372,7 +372,10 @@ fn modern_stateless_era() {
         .collect();
     assert!(versions.contains(&"2026-07-28") && versions.contains(&"2025-11-25"));
     assert_eq!(res["serverInfo"]["name"], "cl-mcp-server");
-    assert_eq!(res["_meta"]["io.modelcontextprotocol/serverInfo"]["name"], "cl-mcp-server");
+    assert_eq!(
+        res["_meta"]["io.modelcontextprotocol/serverInfo"]["name"],
+        "cl-mcp-server"
+    );
     assert!(res["capabilities"]["tools"].is_object());
     assert!(res["ttlMs"].as_u64().unwrap() > 0);
     assert_eq!(res["cacheScope"], "public");
@@ -615,4 +618,36 @@ fn tcp_transport_serves_the_same_protocol() {
     assert!(v["result"]["tools"].is_array());
     let _ = child.kill();
     let _ = child.wait();
+}
+
+#[test]
+fn project_root_from_the_clients_roots() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().canonicalize().unwrap();
+    let mut s = Server::start(&[]);
+    let r = s.request(
+        json!({"jsonrpc":"2.0","id":1,"method":"initialize","params":{
+        "protocolVersion":"2025-11-25","capabilities":{"roots":{"listChanged":true}}}}),
+    );
+    assert!(r["result"].is_object());
+    s.send(&json!({"jsonrpc":"2.0","method":"notifications/initialized"}));
+    // The server asks for the roots...
+    let ask = s.recv();
+    assert_eq!(ask["method"], "roots/list", "{ask}");
+    let ask_id = ask["id"].clone();
+    assert!(ask_id.is_string());
+    // ...and a response (ours, or a stray one) is never answered.
+    s.send(&json!({"jsonrpc":"2.0","id":"stray","result":{}}));
+    s.send(&json!({"jsonrpc":"2.0","id":ask_id,"result":{"roots":[
+        {"uri": format!("file://{}", root.display()), "name":"proj"}]}}));
+    std::thread::sleep(Duration::from_millis(200));
+    let r = s.call_tool(2, "fs-get-project-info", json!({}));
+    let info = &r["result"]["structuredContent"];
+    assert_eq!(
+        info["projectRoot"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{r}")),
+        root.to_str().unwrap(),
+        "{r}"
+    );
 }

@@ -7,7 +7,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::value::RawValue;
 use serde_json::{json, Value};
-use tokio::sync::mpsc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -47,6 +49,8 @@ impl Engine {
                 lifecycle: Mutex::new(Lifecycle::default()),
                 inflight: Mutex::new(HashMap::new()),
                 tasks: TaskTracker::new(),
+                client_requests: Mutex::new(HashMap::new()),
+                next_client_request: AtomicU64::new(1),
                 notify,
             }),
         }
@@ -73,10 +77,96 @@ pub(crate) struct ConnState {
     pub(crate) lifecycle: Mutex<Lifecycle>,
     inflight: Mutex<HashMap<String, InFlight>>,
     tasks: TaskTracker,
-    /// Messages not tied to a request (kept for transports with a standalone
-    /// stream, such as HTTP's GET stream).
-    #[allow(dead_code)]
+    /// Requests this server sent to the client, waiting for its response.
+    client_requests: Mutex<HashMap<String, oneshot::Sender<Result<Value, Value>>>>,
+    next_client_request: AtomicU64,
+    /// Messages not tied to a request (our requests to the client).
     pub(crate) notify: Outbound,
+}
+
+impl ConnState {
+    /// Sends a request to the client and waits (bounded) for its answer.
+    pub(crate) async fn request_client(
+        &self,
+        method: &str,
+        params: Value,
+    ) -> Result<Value, String> {
+        let n = self.next_client_request.fetch_add(1, Ordering::Relaxed);
+        let id = format!("cl-mcp-{n}");
+        let (tx, rx) = oneshot::channel();
+        self.client_requests
+            .lock()
+            .unwrap()
+            .insert(format!("s:{id}"), tx);
+        let msg = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
+        if self.notify.send(msg.to_string()).is_err() {
+            self.client_requests
+                .lock()
+                .unwrap()
+                .remove(&format!("s:{id}"));
+            return Err("this transport cannot carry requests to the client".into());
+        }
+        match tokio::time::timeout(Duration::from_secs(30), rx).await {
+            Ok(Ok(Ok(v))) => Ok(v),
+            Ok(Ok(Err(e))) => Err(format!("the client answered {method} with an error: {e}")),
+            _ => {
+                self.client_requests
+                    .lock()
+                    .unwrap()
+                    .remove(&format!("s:{id}"));
+                Err(format!("the client did not answer {method}"))
+            }
+        }
+    }
+
+    /// If `raw` is a response to one of our requests, delivers it. Responses
+    /// are never answered, whatever they hold.
+    fn take_client_response(&self, raw: &RawValue) -> bool {
+        let Ok(v) = serde_json::from_str::<Value>(raw.get()) else {
+            return false;
+        };
+        let Some(obj) = v.as_object() else {
+            return false;
+        };
+        if obj.contains_key("method") || !(obj.contains_key("result") || obj.contains_key("error"))
+        {
+            return false;
+        }
+        let key = obj.get("id").and_then(jsonrpc::id_key_of_value);
+        if let Some(tx) = key.and_then(|k| self.client_requests.lock().unwrap().remove(&k)) {
+            let outcome = match obj.get("result") {
+                Some(r) => Ok(r.clone()),
+                None => Err(obj.get("error").cloned().unwrap_or(Value::Null)),
+            };
+            let _ = tx.send(outcome);
+        } else {
+            tracing::debug!(message = %raw.get(), "ignored a response to no request of ours");
+        }
+        true
+    }
+
+    /// Asks the client for its roots and adopts the first `file://` one as the
+    /// project root.
+    async fn adopt_client_roots(self: Arc<Self>) {
+        match self.request_client("roots/list", json!({})).await {
+            Ok(result) => {
+                let first = result
+                    .get("roots")
+                    .and_then(Value::as_array)
+                    .and_then(|roots| {
+                        roots
+                            .iter()
+                            .filter_map(|r| r.get("uri").and_then(Value::as_str))
+                            .find_map(super::mcp::file_uri_path)
+                    });
+                if let Some(path) = first {
+                    tracing::info!(root = %path.display(), "project root from the client's roots");
+                    self.session.adopt_client_root(&path);
+                }
+            }
+            Err(e) => tracing::info!(error = %e, "no roots from the client"),
+        }
+    }
 }
 
 /// One MCP session's protocol state.
@@ -184,6 +274,9 @@ impl Connection {
     /// Validates and starts one message. Quick lifecycle decisions happen here,
     /// in arrival order; real work runs as a task.
     fn start(&self, raw: &RawValue, out: &Outbound) -> Started {
+        if self.inner.take_client_response(raw) {
+            return Started::Done(None);
+        }
         let msg = match jsonrpc::parse_message(raw) {
             Ok(m) => m,
             Err(inv) => {
@@ -271,7 +364,18 @@ impl Connection {
                     }
                 }
             }
-            "notifications/initialized" | "notifications/roots/list_changed" => {}
+            "notifications/initialized" | "notifications/roots/list_changed" => {
+                let wants_roots = {
+                    let lc = self.inner.lifecycle.lock().unwrap();
+                    lc.legacy_version.is_some() && lc.client_capabilities.get("roots").is_some()
+                };
+                if wants_roots && !self.inner.session.root_is_fixed() {
+                    let conn = self.inner.clone();
+                    self.inner
+                        .tasks
+                        .spawn(async move { conn.adopt_client_roots().await });
+                }
+            }
             other => tracing::debug!(method = other, "ignored notification"),
         }
     }

@@ -160,12 +160,23 @@ pub(crate) fn initialize(conn: &ConnState, msg: &Message, _era: Era) -> Result<V
     }))
 }
 
+/// The local path of a `file://` URI.
+pub(crate) fn file_uri_path(uri: &str) -> Option<PathBuf> {
+    let rest = uri.strip_prefix("file://")?;
+    // `file://localhost/x` and `file:///x` both name `/x`.
+    let path = rest.strip_prefix("localhost").unwrap_or(rest);
+    path.starts_with('/')
+        .then(|| PathBuf::from(percent_decode(path)))
+}
+
 /// `rootUri` (a file:// URI) or `rootPath` from `initialize`.
 fn client_root(params: &Map<String, Value>) -> Option<PathBuf> {
-    if let Some(uri) = params.get("rootUri").and_then(Value::as_str) {
-        if let Some(path) = uri.strip_prefix("file://") {
-            return Some(PathBuf::from(percent_decode(path)));
-        }
+    if let Some(path) = params
+        .get("rootUri")
+        .and_then(Value::as_str)
+        .and_then(file_uri_path)
+    {
+        return Some(path);
     }
     params
         .get("rootPath")
