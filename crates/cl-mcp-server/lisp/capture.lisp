@@ -1,0 +1,390 @@
+;;;; capture.lisp --- running user code in a controlled dynamic environment.
+;;;;
+;;;; RUN-CAPTURED is the one place that knows how user code is run: output
+;;;; captured per stream and capped, standard input from a string (never the
+;;;; protocol's stdin), the debugger replaced by an unwind that records the
+;;;; condition and a backtrace of user frames, warnings collected, and an
+;;;; interrupt point that another thread can use (INTERRUPT-EVALUATION).
+
+(in-package #:cl-mcp-server)
+
+;;; A capped output stream whose latest line another thread can read.
+
+(defclass capture-stream (swank/gray:fundamental-character-output-stream)
+  ((buffer :initform (make-string-output-stream))
+   (limit :initarg :limit :initform nil)
+   (written :initform 0)
+   (dropped :initform 0)
+   (column :initform 0)
+   (line :initform (make-array 0 :element-type 'character
+                                  :adjustable t :fill-pointer 0))
+   (last-line :initform nil)
+   (lock :initform (swank/backend:make-lock :name "cl-mcp capture"))))
+
+(defconstant +status-line-limit+ 500)
+
+(defun make-capture-stream (limit)
+  (make-instance 'capture-stream :limit limit))
+
+(defun note-text (stream string start end)
+  "Accept STRING[start,end) into STREAM's buffer up to its limit and keep
+its current and last complete line up to date. Called with the lock held."
+  (with-slots (buffer limit written dropped column line last-line) stream
+    (let* ((count (- end start))
+           (room (if limit (max 0 (- limit written)) count))
+           (take (min room count)))
+      (when (plusp take)
+        (write-string string buffer :start start :end (+ start take))
+        (incf written take))
+      (incf dropped (- count take))
+      (let ((newline (position #\Newline string :start start :end end :from-end t)))
+        (cond (newline
+               ;; The line completed by this text (if any) becomes the last line.
+               (let ((prev (position #\Newline string :start start :end newline :from-end t)))
+                 (loop for i from (if prev (1+ prev) start) below newline
+                       while (< (fill-pointer line) +status-line-limit+)
+                       do (vector-push-extend (char string i) line))
+                 (when (plusp (length (string-trim " 	" line)))
+                   (setf last-line (copy-seq line))))
+               (setf (fill-pointer line) 0)
+               (loop for i from (1+ newline) below end
+                     while (< (fill-pointer line) +status-line-limit+)
+                     do (vector-push-extend (char string i) line))
+               (setf column (- end newline 1)))
+              (t
+               (loop for i from start below end
+                     while (< (fill-pointer line) +status-line-limit+)
+                     do (vector-push-extend (char string i) line))
+               (incf column count)))))))
+
+(defmethod swank/gray:stream-write-char ((stream capture-stream) char)
+  (swank/backend:call-with-lock-held
+   (slot-value stream 'lock)
+   (lambda () (note-text stream (string char) 0 1)))
+  char)
+
+(defmethod swank/gray:stream-write-string ((stream capture-stream) string
+                                           &optional start end)
+  (let ((start (or start 0))
+        (end (or end (length string))))
+    (swank/backend:call-with-lock-held
+     (slot-value stream 'lock)
+     (lambda () (note-text stream string start end))))
+  string)
+
+(defmethod swank/gray:stream-line-column ((stream capture-stream))
+  (slot-value stream 'column))
+
+(defmethod swank/gray:stream-force-output ((stream capture-stream)) nil)
+(defmethod swank/gray:stream-finish-output ((stream capture-stream)) nil)
+
+(defun capture-contents (stream)
+  "Everything written to STREAM (up to its limit), with the
+[truncated N characters] marker when more was written."
+  (swank/backend:call-with-lock-held
+   (slot-value stream 'lock)
+   (lambda ()
+     (with-slots (buffer dropped) stream
+       (let ((text (get-output-stream-string buffer)))
+         ;; GET-OUTPUT-STREAM-STRING empties the buffer: put it back so a
+         ;; second call sees the same text.
+         (write-string text buffer)
+         (if (plusp dropped)
+             (format nil "~A~%[truncated ~D characters]" text dropped)
+             text))))))
+
+(defun capture-status-line (stream)
+  "The line being written, or the last complete non-blank line."
+  (swank/backend:call-with-lock-held
+   (slot-value stream 'lock)
+   (lambda ()
+     (with-slots (line last-line) stream
+       (if (plusp (length (string-trim " 	" line)))
+           (copy-seq line)
+           last-line)))))
+
+;;; Running evaluations, visible to other threads.
+
+(defstruct (evaluation (:constructor %make-evaluation))
+  id thread stdout stderr (start (get-internal-real-time)))
+
+(defvar *evaluations* '()
+  "Evaluations running right now (EVALUATION structs), newest first.")
+
+(defvar *evaluations-lock* (swank/backend:make-lock :name "cl-mcp evaluations"))
+
+(defvar *current-evaluation* nil
+  "Bound, in the evaluating thread, to its EVALUATION while inside the catch
+that INTERRUPT-EVALUATION throws to. Outside that extent an interrupt is a
+no-op, so a late interrupt can never hit the next request.")
+
+(defun register-evaluation (evaluation)
+  (swank/backend:call-with-lock-held
+   *evaluations-lock* (lambda () (push evaluation *evaluations*))))
+
+(defun unregister-evaluation (evaluation)
+  (swank/backend:call-with-lock-held
+   *evaluations-lock*
+   (lambda () (setf *evaluations* (remove evaluation *evaluations*)))))
+
+(defun running-evaluations (&optional id)
+  (swank/backend:call-with-lock-held
+   *evaluations-lock*
+   (lambda ()
+     (remove-if-not (lambda (e) (or (null id) (equal id (evaluation-id e))))
+                    *evaluations*))))
+
+;;; Backtraces of user frames.
+
+(defun frame-name-symbol (name)
+  "The symbol that says whose frame NAME is: FOO for FOO, (SETF FOO),
+(LAMBDA () :IN FOO), (FLET BAR :IN FOO), (FAST-METHOD FOO ...)."
+  (cond ((symbolp name) name)
+        ((consp name)
+         (let ((in (member :in name)))
+           (cond ((and in (symbolp (second in))) (second in))
+                 ((and in (consp (second in))) (frame-name-symbol (second in)))
+                 (in nil)
+                 ((and (symbolp (first name))
+                       (member (symbol-name (first name))
+                               '("SETF" "FAST-METHOD" "SLOW-METHOD" "METHOD"
+                                 "FLET" "LABELS" "LABELS" "MACRO-FUNCTION")
+                               :test #'string=))
+                  (frame-name-symbol (second name)))
+                 ((symbolp (first name))
+                  (and (not (member (symbol-name (first name))
+                                    '("LAMBDA" "SB-C::TOP-LEVEL-FORM")
+                                    :test #'string=))
+                       (first name))))))
+        (t nil)))
+
+(defun our-package-p (package)
+  (and package
+       (let ((name (package-name package)))
+         (or (eq package (find-package "CL-MCP-SERVER"))
+             (string= name "SWANK")
+             (and (> (length name) 6) (string= "SWANK/" name :end2 6))
+             (and (> (length name) 6) (string= "SWANK-" name :end2 6))))))
+
+(defun interrupt-machinery-p (symbol)
+  "Frames of the implementation's interrupt delivery."
+  (and symbol (symbol-package symbol)
+       (implementation-internal-package-p (symbol-package symbol))
+       (some (lambda (word) (search word (symbol-name symbol)))
+             '("INTERRUPT" "SIGURG" "SIGNAL-HANDLER" "SIGALRM"))))
+
+(defun machinery-frame-p (name text &optional keep-internal)
+  "Frames that are signalling/evaluation machinery rather than user code.
+With KEEP-INTERNAL, the implementation's own functions count as code (an
+interrupt may land inside SLEEP's internals; that is where it was)."
+  (let ((symbol (frame-name-symbol name)))
+    (cond ((stringp name) t)          ; foreign functions
+          ((null name)
+           ;; Unknown name: judge by the printed text.
+           (let ((text (string-left-trim "(" text)))
+             (or (eql 0 (search "SWANK" text))
+                 (eql 0 (search "CL-MCP-SERVER" text)))))
+          ((null symbol) nil)
+          ((our-package-p (symbol-package symbol)) t)
+          ((interrupt-machinery-p symbol) t)
+          ((and (implementation-internal-package-p (or (symbol-package symbol)
+                                                       (find-package "KEYWORD")))
+                (not keep-internal))
+           t)
+          ((member symbol '(error cerror signal warn invoke-debugger break
+                            eval funcall apply))
+           t)
+          (t nil))))
+
+(defun sentinel-frame-p (name)
+  (let ((symbol (frame-name-symbol name)))
+    (eq symbol 'call-with-user-code)))
+
+(defun raw-backtrace (count)
+  "Up to COUNT frames from the current stack top as (name . text)."
+  (let ((frames '()))
+    (ignore-errors
+     (swank/backend:call-with-debugging-environment
+      (lambda ()
+        (dolist (frame (swank/backend:compute-backtrace 0 count))
+          (let ((text (handler-case
+                          (let ((*print-length* 10) (*print-level* 4)
+                                (*print-readably* nil) (*print-pretty* nil))
+                            (with-output-to-string (s)
+                              (swank/backend:print-frame frame s)))
+                        (error () "#<frame>"))))
+            (push (cons (frame-function-name frame)
+                        (truncate-string (substitute #\Space #\Newline text) 400))
+                  frames))))))
+    (nreverse frames)))
+
+(defun user-backtrace (&optional (limit 20) keep-internal)
+  "The user's part of the current stack as a list of (index text): leading
+machinery (signalling, interrupt delivery, our handlers) dropped, and the
+stack cut where user code was entered (CALL-WITH-USER-CODE), minus the
+evaluator frames just above it."
+  (let* ((frames (raw-backtrace (+ limit 60)))
+         (cut (position-if (lambda (f) (sentinel-frame-p (car f))) frames))
+         (frames (if cut (subseq frames 0 cut) frames))
+         (start (or (position-if-not (lambda (f) (machinery-frame-p (car f) (cdr f)
+                                                                    keep-internal))
+                                     frames)
+                    (length frames)))
+         (frames (subseq frames start))
+         (frames (if cut
+                     (let ((end (position-if-not (lambda (f) (machinery-frame-p (car f) (cdr f)))
+                                                 frames :from-end t)))
+                       ;; An interrupt can land in internal code right
+                       ;; above the evaluator: keep that frame.
+                       (cond (end (subseq frames 0 (1+ end)))
+                             ((and keep-internal frames) (subseq frames 0 1))
+                             (t '())))
+                     frames))
+         (frames (remove-if (lambda (f)
+                              (let ((s (frame-name-symbol (car f))))
+                                (and s (our-package-p (symbol-package s)))))
+                            frames)))
+    (loop for f in frames
+          for i from 0 below limit
+          collect (list i (cdr f)))))
+
+(defun call-with-user-code (thunk)
+  "Marks where user code starts on the stack (backtraces stop here)."
+  (declare (notinline call-with-user-code))
+  (multiple-value-prog1 (funcall thunk)
+    ;; Keeps this frame from being a tail call, so it stays on the stack.
+    (values)))
+
+(defun restart-descriptions (restarts)
+  (loop for r in restarts
+        collect (let ((name (restart-name r))
+                      (report (handler-case (princ-to-string r) (error () ""))))
+                  (if name
+                      (format nil "~A: ~A" (type-name-of-symbol name) report)
+                      report))))
+
+(defun type-name-of-symbol (symbol)
+  (let ((*package* (find-package "COMMON-LISP-USER")))
+    (prin1-to-string* symbol)))
+
+(defun condition-plist (condition &key backtrace restarts)
+  (list :type (type-name condition)
+        :message (truncate-string
+                  (handler-case (princ-to-string condition)
+                    (error () (format nil "#<error printing condition of type ~A>"
+                                      (type-name condition))))
+                  20000)
+        :restarts (restart-descriptions restarts)
+        :backtrace backtrace))
+
+;;; The runner.
+
+(defun format-warning (condition)
+  (format nil "~A: ~A" (type-name condition)
+          (truncate-string (princ-to-string* condition) 5000)))
+
+(defun run-captured (thunk &key id (max-output 50000) stdin
+                             (backtrace-limit 20) (warnings :collect)
+                             (on-warning nil))
+  "Run THUNK (a function of no arguments) as user code.
+
+Returns a plist: :VALUE (the list of THUNK's values, when it returned),
+:STDOUT, :STDERR (capped at MAX-OUTPUT characters each), :WARNINGS (strings
+\"TYPE: message\", when WARNINGS is :COLLECT; :MUFFLE drops them; :PASS lets
+them through), :ELAPSED-MS, and :ERROR (a plist :TYPE :MESSAGE :RESTARTS
+:BACKTRACE) or :INTERRUPTED T with :WHERE (frames where it was).
+ON-WARNING, when given, is called with each warning first."
+  (let* ((start (get-internal-real-time))
+         (stdout (make-capture-stream max-output))
+         (stderr (make-capture-stream max-output))
+         (input (make-string-input-stream (or stdin "")))
+         (io (make-two-way-stream input stdout))
+         (evaluation (%make-evaluation :id id :thread (swank/backend:current-thread)
+                                       :stdout stdout :stderr stderr))
+         (collected '())
+         (outer-restarts (compute-restarts))
+         (outcome nil))
+    (register-evaluation evaluation)
+    (unwind-protect
+         (setf outcome
+               (catch evaluation
+                 (let ((*current-evaluation* evaluation)
+                       (*standard-output* stdout)
+                       (*error-output* stderr)
+                       (*trace-output* stdout)
+                       (*standard-input* input)
+                       (*terminal-io* io)
+                       (*query-io* io)
+                       (*debug-io* io))
+                   (flet ((fail (condition)
+                            (throw evaluation
+                              (list :error
+                                    (condition-plist
+                                     condition
+                                     :backtrace (user-backtrace backtrace-limit)
+                                     :restarts (set-difference
+                                                (compute-restarts condition)
+                                                outer-restarts))))))
+                     (call-with-debugger-hooks
+                      (lambda (condition hook)
+                        (declare (ignore hook))
+                        (fail condition))
+                      (lambda ()
+                        (handler-bind
+                            ((warning
+                               (lambda (w)
+                                 (when on-warning (funcall on-warning w))
+                                 (unless (eq warnings :pass)
+                                   (when (and (eq warnings :collect)
+                                              (not (ignorable-warning-p w)))
+                                     (push (format-warning w) collected))
+                                   (let ((r (find-restart 'muffle-warning w)))
+                                     (when r (invoke-restart r))))))
+                             (serious-condition #'fail))
+                          (list :value (multiple-value-list
+                                        (call-with-user-code thunk))))))))))
+      (unregister-evaluation evaluation))
+    (append
+     (cond ((eq (first outcome) :value) (list :value (second outcome)))
+           ((eq (first outcome) :error) (list :error (second outcome)))
+           ((eq (first outcome) :interrupted)
+            (list :error nil :interrupted t :where (second outcome)))
+           (t (list :error (list :type "UNKNOWN" :message "Evaluation ended abnormally."
+                                 :restarts nil :backtrace nil))))
+     (list :stdout (capture-contents stdout)
+           :stderr (capture-contents stderr)
+           :warnings (reverse collected)
+           :elapsed-ms (milliseconds-since start)))))
+
+(defun interrupt-here (evaluation)
+  "Runs in the interrupted thread: unwind EVALUATION to its top level,
+recording where it was. A no-op when that evaluation is already over."
+  (when (eq *current-evaluation* evaluation)
+    (throw evaluation
+      (list :interrupted (mapcar #'second (user-backtrace 8 t))))))
+
+(defun interrupt-evaluation (&optional id)
+  "Interrupt the running evaluation ID (every running one when ID is NIL):
+it unwinds to its top level and returns :INTERRUPTED T with :WHERE.
+Call it from another thread. Returns (:interrupted (ID...))."
+  (let ((targets (running-evaluations id)))
+    (dolist (e targets)
+      (let ((e e))
+        (ignore-errors
+         (swank/backend:interrupt-thread (evaluation-thread e)
+                                         (lambda () (interrupt-here e))))))
+    (list :interrupted (mapcar #'evaluation-id targets))))
+
+(defun eval-status (&optional id)
+  "The newest running evaluation (or the one with ID): (:running T :id ID
+:elapsed-ms N :line LATEST-OUTPUT-LINE :stdout-chars N), or (:running NIL).
+Safe to call from any thread."
+  (let ((e (first (running-evaluations id))))
+    (if e
+        (list :running t
+              :id (evaluation-id e)
+              :elapsed-ms (milliseconds-since (evaluation-start e))
+              :line (or (capture-status-line (evaluation-stdout e))
+                        (capture-status-line (evaluation-stderr e)))
+              :stdout-chars (slot-value (evaluation-stdout e) 'written))
+        (list :running nil))))

@@ -1,0 +1,144 @@
+;;;; eval.lisp --- evaluate-lisp: read and evaluate code like a REPL would.
+
+(in-package #:cl-mcp-server)
+
+(defvar *session-packages* (make-hash-table :test 'equal)
+  "Session id (a string, or NIL for the default session) -> package name:
+the *PACKAGE* an evaluation left behind, so the next one starts there.")
+
+(defvar *session-lock* (swank/backend:make-lock :name "cl-mcp sessions"))
+
+(defun session-package (&optional session)
+  "The current package of SESSION (COMMON-LISP-USER until an evaluation
+changes it, or when the remembered package was deleted)."
+  (let ((name (swank/backend:call-with-lock-held
+               *session-lock* (lambda () (gethash session *session-packages*)))))
+    (or (and name (find-package name))
+        (find-package "COMMON-LISP-USER"))))
+
+(defun set-session-package (session package)
+  (swank/backend:call-with-lock-held
+   *session-lock*
+   (lambda () (setf (gethash session *session-packages*) (package-name package)))))
+
+(defun print-values (values &key print-level print-length print-readably
+                              (max-output 50000))
+  "Each of VALUES printed with PRIN1 under the caller's print controls,
+capped at MAX-OUTPUT characters each; a value whose printing fails is
+shown as #<error printing ...> instead of failing the call."
+  (loop for value in values
+        collect (let ((out (make-capture-stream max-output)))
+                  (handler-case
+                      (let ((*print-level* print-level)
+                            (*print-length* print-length)
+                            (*print-readably* print-readably))
+                        (prin1 value out)
+                        (capture-contents out))
+                    (error (e)
+                      (format nil "#<error printing value of type ~A: ~A>"
+                              (type-name value) (princ-to-string* e)))))))
+
+(defun eval-request (code &key package session id print-level print-length
+                            print-readably safe-read stdin (max-output 50000)
+                            (backtrace-limit 20))
+  "Read and evaluate the forms of CODE one at a time, like a REPL.
+
+PACKAGE (a name) is where reading starts; without it, the package SESSION's
+previous evaluation left. `(in-package ...)' among the forms affects the
+forms after it, and the final *PACKAGE* is remembered for SESSION.
+SAFE-READ binds *READ-EVAL* to NIL. STDIN is the whole standard input
+(end-of-file right away without it). ID names this evaluation for
+INTERRUPT-EVALUATION and EVAL-STATUS.
+
+Returns (:values (STRING...) :stdout S :stderr S :warnings (S...)
+:package NAME :elapsed-ms N :error NIL-or-(:type :message :restarts
+:backtrace ((INDEX FRAME)...)) [:interrupted T :where (FRAME...)]).
+:values are the printed values of the last form."
+  (multiple-value-bind (start-package package-error) (resolve-package package)
+    (when package-error
+      (return-from eval-request
+        (list :values nil :stdout "" :stderr "" :warnings nil
+              :package (package-name (session-package session)) :elapsed-ms 0
+              :error (list :type "PACKAGE-ERROR" :message package-error
+                           :restarts nil :backtrace nil))))
+    (let* ((current (or start-package (session-package session)))
+           (last-values '())
+           (reading nil)
+           (result
+             (run-captured
+              (lambda ()
+                (let ((*package* current)
+                      (eof (list :eof)))
+                  ;; One compilation unit for all forms, so a function
+                  ;; defined after its caller raises no undefined-function
+                  ;; warning; its end-of-unit summary is not user output.
+                  (let ((stderr *error-output*)
+                        (*error-output* (make-broadcast-stream)))
+                   (with-compilation-unit ()
+                    (let ((*error-output* stderr))
+                    (let ((in (make-string-input-stream code)))
+                      (loop
+                        (let ((form (let ((*read-eval* (not safe-read)))
+                                      (setf reading t)
+                                      (prog1 (read in nil eof)
+                                        (setf reading nil)))))
+                          (when (eq form eof) (return))
+                          (setf last-values
+                                (multiple-value-list
+                                 (call-with-user-code (lambda () (eval form)))))
+                          (setf current *package*)
+                          ;; REPL variables, as a listener would set them.
+                          (setf *** ** ** * * (first last-values))
+                          (setf /// // // / / last-values)
+                          (setf +++ ++ ++ + + form)))))))
+                  (setf current *package*)
+                  (values)))
+              :id id :max-output max-output :stdin stdin
+              :backtrace-limit backtrace-limit)))
+      (set-session-package session current)
+      (let ((error (getf result :error)))
+        ;; A reader error's backtrace is the reader's inside: useless.
+        (when (and error reading)
+          (setf (getf error :backtrace) nil)
+          (when (equal (getf error :type) "END-OF-FILE")
+            (setf (getf error :message)
+                  "End of input inside a form: a closing parenthesis or string quote is missing.")))
+        (append
+         (list :values (if (or error (getf result :interrupted))
+                           nil
+                           (print-values last-values :print-level print-level
+                                                     :print-length print-length
+                                                     :print-readably print-readably
+                                                     :max-output max-output))
+               :stdout (getf result :stdout)
+               :stderr (getf result :stderr)
+               :warnings (getf result :warnings)
+               :package (package-name current)
+               :elapsed-ms (getf result :elapsed-ms)
+               :error error)
+         (when (getf result :interrupted)
+           (list :interrupted t :where (getf result :where))))))))
+
+(defun implementation-features ()
+  (mapcar #'prin1-to-string* *features*))
+
+(defun image-info (&optional session)
+  "Facts about this image: (:implementation S :version S :pid N :features
+(S...) :swank-version S :package S :asdf-version S :loaded-systems N
+:machine S :memory PLIST)."
+  (let ((asdf (find-package "ASDF")))
+    (list :implementation (lisp-implementation-type)
+          :version (lisp-implementation-version)
+          :pid (current-pid)
+          :features (implementation-features)
+          :swank-version (let ((s (find-symbol "*SWANK-WIRE-PROTOCOL-VERSION*" "SWANK")))
+                           (and s (boundp s) (princ-to-string* (symbol-value s))))
+          :package (package-name (session-package session))
+          :asdf-version (and asdf
+                             (let ((f (find-symbol "ASDF-VERSION" asdf)))
+                               (and f (fboundp f) (funcall f))))
+          :loaded-systems (and asdf
+                               (let ((f (find-symbol "ALREADY-LOADED-SYSTEMS" asdf)))
+                                 (and f (fboundp f) (length (funcall f)))))
+          :machine (format nil "~A ~A" (machine-type) (software-type))
+          :memory (gc-and-heap-info))))

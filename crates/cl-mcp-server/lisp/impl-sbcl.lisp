@@ -1,0 +1,58 @@
+;;;; impl-sbcl.lisp --- the few things Swank's backend does not abstract.
+;;;;
+;;;; Everything implementation specific used by the portable files lives
+;;;; here, each with a portable fallback, the way SLIME keeps swank/sbcl.lisp
+;;;; apart from swank.lisp. Another implementation gets its own branch in
+;;;; these functions (or a sibling file) without touching the rest.
+
+(in-package #:cl-mcp-server)
+
+(defun call-with-debugger-hooks (hook thunk)
+  "Call THUNK with HOOK (a function of a condition and the old hook) as the
+debugger hook. On SBCL `break' and direct `invoke-debugger' calls consult
+SB-EXT:*INVOKE-DEBUGGER-HOOK* before (and even when `break' has bound
+*DEBUGGER-HOOK* to NIL), so both are bound."
+  (let ((*debugger-hook* hook)
+        #+sbcl (sb-ext:*invoke-debugger-hook* hook))
+    (funcall thunk)))
+
+(defun frame-function-name (frame)
+  "The name of the function of FRAME (a backend frame): a symbol, a list
+such as (SETF FOO) or (LAMBDA () :IN FOO), a string, or NIL if unknown."
+  #+sbcl (ignore-errors (sb-di:debug-fun-name (sb-di:frame-debug-fun frame)))
+  #-sbcl (progn frame nil))
+
+(defun implementation-internal-package-p (package)
+  "True for the implementation's own internal packages, whose frames are
+machinery around user code (signalling, evaluation, interrupts)."
+  (let ((name (package-name package)))
+    #+sbcl (and (>= (length name) 3) (string= "SB-" name :end2 3))
+    #-sbcl (progn name nil)))
+
+(defun ignorable-warning-p (condition)
+  "Warnings that are noise for an agent: redefinitions it asked for."
+  #+sbcl (typep condition 'sb-kernel:redefinition-warning)
+  #-sbcl (progn condition nil))
+
+(defun stack-exhaustion-p (condition)
+  "True for control stack exhaustion (deep recursion)."
+  #+sbcl (typep condition 'sb-kernel::control-stack-exhausted)
+  #-sbcl (typep condition 'storage-condition))
+
+(defun current-pid ()
+  (swank/backend:getpid))
+
+(defun function-arglist (symbol)
+  "The lambda list of SYMBOL's function or macro, or :NOT-AVAILABLE."
+  (swank/backend:arglist symbol))
+
+(defun gc-and-heap-info ()
+  "A short plist about memory, where the implementation can tell."
+  #+sbcl (list :dynamic-usage (sb-kernel:dynamic-usage)
+               :dynamic-space-size (sb-ext:dynamic-space-size))
+  #-sbcl nil)
+
+(defun special-variable-p (symbol)
+  "True when SYMBOL is proclaimed special (DEFVAR without a value too)."
+  #+sbcl (eq (sb-int:info :variable :kind symbol) :special)
+  #-sbcl (boundp symbol))

@@ -1,0 +1,211 @@
+;;;; introspect.lisp --- definitions, descriptions, cross references,
+;;;; apropos and macroexpansion, through Swank's backend.
+;;;;
+;;;; Every function takes a symbol designator string the way a user writes it
+;;;; (see RESOLVE-SYMBOL) and returns a plist; a name that does not resolve
+;;;; gives (:error MESSAGE), never a Lisp error.
+
+(in-package #:cl-mcp-server)
+
+(defmacro with-resolved-symbol ((var designator package) &body body)
+  (let ((err (gensym "ERR")))
+    `(multiple-value-bind (,var ,err) (resolve-symbol ,designator :package ,package)
+       (if ,err
+           (list :error ,err)
+           (progn ,@body)))))
+
+(defun dspec-kind (dspec)
+  "A short kind name for a definition spec such as (DEFUN FOO)."
+  (let ((head (if (consp dspec) (first dspec) dspec)))
+    (if (symbolp head)
+        (let ((name (string-downcase (symbol-name head))))
+          (cond ((string= name "defun") "function")
+                ((string= name "defmacro") "macro")
+                ((string= name "defgeneric") "generic-function")
+                ((string= name "defmethod") "method")
+                ((member name '("defvar" "defparameter") :test #'string=) "variable")
+                ((string= name "defconstant") "constant")
+                ((string= name "defclass") "class")
+                ((string= name "defstruct") "structure")
+                ((string= name "define-condition") "condition")
+                ((string= name "deftype") "type")
+                ((string= name "defpackage") "package")
+                ((string= name "define-compiler-macro") "compiler-macro")
+                ((string= name "define-setf-expander") "setf-expander")
+                ((string= name "defsetf") "setf-expander")
+                (t name)))
+        (princ-to-string* head))))
+
+(defun dspec-string (dspec)
+  (let ((*package* (find-package "KEYWORD"))
+        (*print-length* 10) (*print-level* 4))
+    (prin1-to-string* dspec)))
+
+(defun definition-plist (dspec location)
+  (append (list :dspec (dspec-string dspec) :kind (dspec-kind dspec))
+          (location-plist location)))
+
+(defun find-definitions (designator &key package)
+  "Where DESIGNATOR is defined: (:symbol \"PKG::NAME\" :definitions
+((:dspec S :kind S :path P :offset N :line N :column N :context S :snippet S)
+...)); a definition Swank cannot locate has :error instead of :path."
+  (with-resolved-symbol (symbol designator package)
+    (with-file-cache ()
+      (list :symbol (qualified-name symbol)
+            :definitions
+            (loop for (dspec location) in (ignore-errors
+                                           (swank/backend:find-definitions symbol))
+                  collect (definition-plist dspec location))))))
+
+(defun symbol-kinds (symbol)
+  (let ((kinds '()))
+    (flet ((add (k) (push k kinds)))
+      (cond ((special-operator-p symbol) (add "special-operator"))
+            ((macro-function symbol) (add "macro"))
+            ((and (fboundp symbol) (typep (fdefinition symbol) 'generic-function))
+             (add "generic-function"))
+            ((fboundp symbol) (add "function")))
+      (when (fboundp `(setf ,symbol)) (add "setf-function"))
+      (cond ((constantp symbol)
+             (unless (or (keywordp symbol) (member symbol '(t nil)))
+               (add "constant")))
+            ((boundp symbol) (add "variable"))
+            ((special-variable-p symbol) (add "variable")))
+      (let ((class (find-class symbol nil)))
+        (when class
+          (let ((meta (string-downcase (symbol-name (type-of class)))))
+            (add (cond ((search "structure" meta) "structure")
+                       ((search "condition" meta) "condition")
+                       ((search "built-in" meta) "built-in-class")
+                       (t "class"))))))
+      (when (and (not (find-class symbol nil))
+                 (ignore-errors (swank/backend:type-specifier-p symbol)))
+        (add "type"))
+      (when (find-package (symbol-name symbol)) (add "package"))
+      (when (keywordp symbol) (add "keyword")))
+    (nreverse kinds)))
+
+(defun arglist-string (symbol)
+  (when (fboundp symbol)
+    (let ((arglist (ignore-errors (function-arglist symbol))))
+      (unless (eq arglist :not-available)
+        (let ((*package* (or (symbol-package symbol) *package*))
+              (*print-case* :downcase)
+              (*print-pretty* nil))
+          (if arglist (princ-to-string* arglist) "()"))))))
+
+(defun documentation-strings (symbol)
+  (loop for (type label) in '((function "function") (variable "variable")
+                              (type "type") (structure "structure")
+                              (setf "setf"))
+        for doc = (ignore-errors (documentation symbol type))
+        when doc collect (list :kind label :text doc)))
+
+(defun describe-symbol (designator &key package (max-output 20000))
+  "What DESIGNATOR names: (:symbol S :kinds (S...) :arglist S-or-NIL
+:documentation ((:kind S :text S)...) :value S-or-NIL :describe S).
+:kinds are among function, macro, generic-function, special-operator,
+setf-function, variable, constant, class, structure, condition,
+built-in-class, type, package, keyword."
+  (with-resolved-symbol (symbol designator package)
+    (list :symbol (qualified-name symbol)
+          :kinds (symbol-kinds symbol)
+          :arglist (arglist-string symbol)
+          :documentation (documentation-strings symbol)
+          :value (when (boundp symbol)
+                   (let ((*print-length* 20) (*print-level* 4))
+                     (truncate-string (prin1-to-string* (symbol-value symbol)) 2000)))
+          :describe (truncate-string
+                     (handler-case (with-output-to-string (s)
+                                     (let ((*print-length* 20) (*print-level* 4))
+                                       (describe symbol s)))
+                       (error (e) (format nil "#<describe failed: ~A>" (princ-to-string* e))))
+                     max-output))))
+
+(defparameter *xref-kinds*
+  '((:calls . swank/backend:who-calls)
+    (:references . swank/backend:who-references)
+    (:binds . swank/backend:who-binds)
+    (:sets . swank/backend:who-sets)
+    (:macroexpands . swank/backend:who-macroexpands)
+    (:specializes . swank/backend:who-specializes)))
+
+(defun xref (kind designator &key package)
+  "Who KIND (one of :calls :references :binds :sets :macroexpands
+:specializes, or its name as a string) DESIGNATOR: (:symbol S :kind S
+:implemented T-or-NIL :refs ((:name S :path P :offset N :line N :column N
+:context S) ...)). :implemented NIL means this Lisp keeps no such data."
+  (let* ((key (if (stringp kind) (intern (string-upcase kind) "KEYWORD") kind))
+         (fn (cdr (assoc key *xref-kinds*))))
+    (unless fn
+      (return-from xref
+        (list :error (format nil "Unknown xref kind ~A; use one of calls, references, binds, sets, macroexpands, specializes."
+                             kind))))
+    (with-resolved-symbol (symbol designator package)
+      (let* ((arg (if (eq key :specializes) (or (find-class symbol nil) symbol) symbol))
+             (raw (handler-case (funcall fn arg)
+                    (error (e) (return-from xref
+                                 (list :error (format nil "xref failed: ~A"
+                                                      (princ-to-string* e))))))))
+        (if (eq raw :not-implemented)
+            (list :symbol (qualified-name symbol) :kind (string-downcase key)
+                  :implemented nil :refs nil)
+            (with-file-cache ()
+              (list :symbol (qualified-name symbol) :kind (string-downcase key)
+                    :implemented t
+                    :refs (loop for (dspec location) in raw
+                                collect (append (list :name (dspec-string dspec))
+                                                (location-plist location))))))))))
+
+(defun apropos-symbols (query &key package external-only (limit 200))
+  "Symbols whose name contains QUERY (any case): (:count N :symbols
+((:symbol \"PKG:NAME\" :kinds (S...)) ...)) with at most LIMIT entries,
+sorted by name; :count is the total. PACKAGE limits the search to symbols
+present in that package; EXTERNAL-ONLY to its (or every package's)
+external symbols."
+  (multiple-value-bind (pkg err) (resolve-package package)
+    (when err (return-from apropos-symbols (list :error err)))
+    (let ((seen (make-hash-table :test 'eq))
+          (found '()))
+      (flet ((consider (symbol home)
+               (when (and (not (gethash symbol seen))
+                          (search query (symbol-name symbol) :test #'char-equal)
+                          (or (not external-only)
+                              (eq :external (nth-value 1 (find-symbol (symbol-name symbol)
+                                                                      home)))))
+                 (setf (gethash symbol seen) t)
+                 (push symbol found))))
+        (if pkg
+            (do-symbols (s pkg) (when (eq (symbol-package s) pkg) (consider s pkg)))
+            (dolist (p (list-all-packages))
+              (do-symbols (s p) (when (eq (symbol-package s) p) (consider s p))))))
+      (let ((sorted (sort found #'string< :key #'qualified-name)))
+        (list :count (length sorted)
+              :symbols (loop for s in sorted
+                             for i from 0 below limit
+                             collect (list :symbol (qualified-name s)
+                                           :kinds (symbol-kinds s))))))))
+
+(defun macroexpand-form (form-string &key package (mode :all))
+  "Macroexpand the form in FORM-STRING, read in PACKAGE: MODE :ONE (or
+\"1\") expands once (MACROEXPAND-1), :ALL expands every macro in the form.
+Returns (:expansion S :expanded T-or-NIL) or (:error MESSAGE)."
+  (multiple-value-bind (pkg err) (resolve-package (or package "COMMON-LISP-USER"))
+    (when err (return-from macroexpand-form (list :error err)))
+    (let ((*package* pkg)
+          (mode (if (stringp mode)
+                    (if (string= mode "1") :one (intern (string-upcase mode) "KEYWORD"))
+                    mode)))
+      (handler-case
+          (let* ((form (let ((*read-eval* nil)) (read-from-string form-string)))
+                 (expansion (if (member mode '(:one 1))
+                                (macroexpand-1 form)
+                                (swank/backend:macroexpand-all form))))
+            (list :expansion (let ((*print-case* :downcase)
+                                   (*print-pretty* t)
+                                   (*print-right-margin* 100)
+                                   (*print-circle* t))
+                               (prin1-to-string* expansion))
+                  :expanded (not (equal form expansion))))
+        (error (e)
+          (list :error (format nil "~A: ~A" (type-name e) (princ-to-string* e))))))))

@@ -1,0 +1,306 @@
+;;;; tests/run.lisp --- Lisp-side tests of the helpers, in a fresh SBCL with
+;;;; Swank loaded but no connection. Exit code 0 when all pass, 1 otherwise.
+;;;;   sbcl --non-interactive --load tests/load.lisp --load tests/run.lisp
+
+(defpackage #:cl-mcp-server-tests
+  (:use #:cl))
+
+(in-package #:cl-mcp-server-tests)
+
+(defvar *failures* 0)
+(defvar *checks* 0)
+
+(defmacro check (description form)
+  `(let ((ok (handler-case ,form
+               (error (e) (format t "~&  error in check: ~A~%" e) nil))))
+     (incf *checks*)
+     (unless ok
+       (incf *failures*)
+       (format t "~&FAIL: ~A~%  ~S~%" ,description ',form))))
+
+(defun ev (code &rest args)
+  (apply #'cl-mcp:eval-request code args))
+
+(defun in-thread (function)
+  (sb-thread:make-thread function :name "cl-mcp test evaluation"))
+
+(defvar *fixture*
+  (truename (merge-pathnames "tests/fixture/" cl-user::*helpers-dir*)))
+
+(defun fixture (name) (namestring (merge-pathnames name *fixture*)))
+
+(defun has (substring string)
+  (and (stringp string) (search substring string)))
+
+;;; Evaluation
+
+(let ((r (ev "(+ 1 2)")))
+  (check "(+ 1 2) => 3" (equal (getf r :values) '("3")))
+  (check "no error" (null (getf r :error)))
+  (check "package reported" (equal (getf r :package) "COMMON-LISP-USER")))
+
+(check "multiple values" (equal (getf (ev "(values 1 :two \"3\")") :values)
+                                '("1" ":TWO" "\"3\"")))
+(check "no values" (equal (getf (ev "(values)") :values) '()))
+(check "only the last form's values"
+       (equal (getf (ev "(defvar *x* 1) (+ *x* 1)") :values) '("2")))
+
+(let ((r (ev "(defpackage :cl-mcp-test-pkg (:use :cl)) (in-package :cl-mcp-test-pkg) (defun here () *package*) (package-name (here))")))
+  (check "in-package mid-code" (equal (getf r :values) '("\"CL-MCP-TEST-PKG\"")))
+  (check "package returned" (equal (getf r :package) "CL-MCP-TEST-PKG")))
+(check "package persists" (equal (getf (ev "(package-name *package*)") :values)
+                                 '("\"CL-MCP-TEST-PKG\"")))
+(check "explicit package wins" (equal (getf (ev "(package-name *package*)" :package "cl-user") :values)
+                                      '("\"COMMON-LISP-USER\"")))
+(check "sessions keep their own package"
+       (equal (getf (ev "(package-name *package*)" :session "other") :values)
+              '("\"COMMON-LISP-USER\"")))
+(check "unknown package argument"
+       (has "No package" (getf (getf (ev "1" :package "no-such-pkg") :error) :message)))
+
+(let ((r (ev "(progn (princ \"out\") (format *error-output* \"err\") (warn \"careful\") 5)")))
+  (check "stdout captured" (equal (getf r :stdout) "out"))
+  (check "stderr captured" (equal (getf r :stderr) "err"))
+  (check "runtime warning collected" (equal (getf r :warnings) '("SIMPLE-WARNING: careful")))
+  (check "value after output" (equal (getf r :values) '("5"))))
+
+(let ((r (ev "(defun uses-undefined () (cl-mcp-nowhere-fn))")))
+  (check "compiler style-warning collected"
+         (some (lambda (w) (has "CL-MCP-NOWHERE-FN" w)) (getf r :warnings))))
+(check "forward reference in one call: no warning"
+       (null (getf (ev "(defun fwd-a () (fwd-b)) (defun fwd-b () 1) (fwd-a)") :warnings)))
+(check "redefinition is not a warning"
+       (null (getf (ev "(defun fwd-b () 2)") :warnings)))
+
+(let* ((r (ev "(/ 1 0)" :package "CL-USER"))
+       (e (getf r :error)))
+  (check "division error type" (equal (getf e :type) "DIVISION-BY-ZERO"))
+  (check "division error message" (has "DIVISION-BY-ZERO" (getf e :message)))
+  (check "backtrace starts at the user's call"
+         (equal (first (getf e :backtrace)) '(0 "(/ 1 0)")))
+  (check "no values on error" (null (getf r :values))))
+
+(let* ((r (ev "(defun cl-mcp-f1 (x) (1+ (cl-mcp-f2 x))) (defun cl-mcp-f2 (x) (error \"bad ~a\" x)) (cl-mcp-f1 7)"))
+       (e (getf r :error))
+       (frames (mapcar #'second (getf e :backtrace))))
+  (check "simple-error" (equal (getf e :type) "SIMPLE-ERROR"))
+  (check "message" (equal (getf e :message) "bad 7"))
+  (check "user frames in order" (and (has "CL-MCP-F2" (first frames))
+                                     (has "CL-MCP-F1" (second frames))))
+  (check "no swank or helper frames"
+         (notany (lambda (f) (or (has "SWANK" f) (has "CL-MCP-SERVER" f)
+                                 (has "EVAL-REQUEST" f)))
+                 frames)))
+
+(let ((e (getf (ev "(cerror \"Go on.\" \"stop\")") :error)))
+  (check "user restarts listed" (member "CONTINUE: Go on." (getf e :restarts) :test #'equal)))
+(check "backtrace limit"
+       (<= (length (getf (getf (ev "(defun down (n) (if (zerop n) (error \"x\") (1+ (down (1- n))))) (down 50)"
+                                   :backtrace-limit 5)
+                               :error)
+                         :backtrace))
+           5))
+
+(check "(read) gets end-of-file at once"
+       (equal (getf (getf (ev "(read)") :error) :type) "END-OF-FILE"))
+(check "stdin is read" (equal (getf (ev "(list (read-line) (read))" :stdin (format nil "hello~%42"))
+                                    :values)
+                              '("(\"hello\" 42)")))
+(check "y-or-n-p does not hang" (getf (ev "(y-or-n-p \"ok?\")") :error))
+(check "break does not hang" (getf (ev "(break)") :error))
+(check "invoke-debugger does not hang"
+       (equal (getf (getf (ev "(invoke-debugger (make-condition 'simple-error :format-control \"dbg\"))")
+                          :error)
+                    :message)
+              "dbg"))
+
+(let ((r (ev "(defun cl-mcp-deep (n) (1+ (cl-mcp-deep (1+ n)))) (cl-mcp-deep 0)")))
+  (check "stack exhaustion is an error"
+         (has "STACK-EXHAUSTED" (getf (getf r :error) :type)))
+  (check "stack exhaustion backtrace shows the recursion"
+         (has "CL-MCP-DEEP" (second (first (getf (getf r :error) :backtrace))))))
+(check "alive after stack exhaustion" (equal (getf (ev "(+ 2 2)") :values) '("4")))
+
+(let ((r (ev "(+ 1 2")))
+  (check "incomplete form" (equal (getf (getf r :error) :type) "END-OF-FILE"))
+  (check "incomplete form says why" (has "parenthesis" (getf (getf r :error) :message))))
+(check "safe-read refuses #."
+       (has "READ-EVAL" (getf (getf (ev "#.(+ 1 2)" :safe-read t) :error) :message)))
+(check "without safe-read #. works" (equal (getf (ev "'#.(+ 1 2)") :values) '("3")))
+
+(let ((r (ev "(progn (write-string (make-string 1000 :initial-element #\\a)) (make-string 1000 :initial-element #\\b))"
+             :max-output 100)))
+  (check "stdout capped" (has "[truncated 900 characters]" (getf r :stdout)))
+  (check "stdout kept the head" (eql 0 (search (make-string 100 :initial-element #\a) (getf r :stdout))))
+  (check "value capped" (has "[truncated" (first (getf r :values)))))
+(let ((r (ev "(dotimes (i 2000000) (write-string \"0123456789\")) :done" :max-output 50000)))
+  (check "20 MB of output is capped" (<= (length (getf r :stdout)) 50100))
+  (check "and counted" (has "[truncated 19950000 characters]" (getf r :stdout)))
+  (check "value after huge output" (equal (getf r :values) '(":DONE"))))
+
+(check "print-length" (equal (getf (ev "(list 1 2 3 4 5)" :print-length 2) :values) '("(1 2 ...)")))
+(check "print-level" (equal (getf (ev "'(1 (2 (3)))" :print-level 1) :values) '("(1 #)")))
+(check "print-readably failure is reported, not fatal"
+       (has "error printing" (first (getf (ev "(make-string-output-stream)" :print-readably t) :values))))
+(check "unicode round trip"
+       (equal (getf (ev "(concatenate 'string \"héllo \" \"λ 🎉\")") :values) '("\"héllo λ 🎉\"")))
+(check "REPL variable *" (equal (getf (ev "(+ 40 2)") :values) (getf (ev "*") :values)))
+
+;;; Interrupt and status
+
+(ev "(defvar *cl-mcp-kept* 42)")
+(let* ((result nil)
+       (thread (in-thread (lambda ()
+                            (setf result (ev "(progn (format t \"step 1~%working on it\") (loop))"
+                                             :id "loop-1"))))))
+  (sleep 0.5)
+  (let ((status (cl-mcp:eval-status)))
+    (check "status while running" (getf status :running))
+    (check "status has the latest line" (equal (getf status :line) "working on it"))
+    (check "status by id" (equal (getf (cl-mcp:eval-status "loop-1") :id) "loop-1")))
+  (check "interrupt names the evaluation"
+         (equal (cl-mcp:interrupt-evaluation "loop-1") '(:interrupted ("loop-1"))))
+  (sb-thread:join-thread thread :timeout 10)
+  (check "interrupted" (getf result :interrupted))
+  (check "where is reported" (consp (getf result :where)))
+  (check "partial output kept" (has "step 1" (getf result :stdout))))
+(let* ((result nil)
+       (thread (in-thread (lambda () (setf result (ev "(sleep 60)" :id 2))))))
+  (sleep 0.3)
+  (cl-mcp:interrupt-evaluation)
+  (sb-thread:join-thread thread :timeout 10)
+  (check "sleep interrupted" (getf result :interrupted))
+  (check "where names sleep" (some (lambda (f) (has "SLEEP" f)) (getf result :where))))
+(check "state survives interrupts" (equal (getf (ev "*cl-mcp-kept*") :values) '("42")))
+(check "nothing running" (equal (cl-mcp:eval-status) '(:running nil)))
+(check "interrupting nothing is harmless" (equal (cl-mcp:interrupt-evaluation) '(:interrupted nil)))
+
+;;; Symbols and introspection (on a fixture system loaded through ASDF)
+
+(push *fixture* asdf:*central-registry*)
+
+(let ((r (cl-mcp:compile-file-with-diagnostics (fixture "warn.lisp"))))
+  (check "warning file compiles" (getf r :success))
+  (check "and loads" (getf r :loaded))
+  (check "full warning with line/column"
+         (find-if (lambda (d) (and (equal (getf d :severity) "warning")
+                                   (eql (getf d :line) 5) (eql (getf d :column) 5)
+                                   (has "not a number" (getf d :context))))
+                  (getf r :diagnostics)))
+  (check "style-warning reported"
+         (find "style-warning" (getf r :diagnostics) :key (lambda (d) (getf d :severity))
+                                                    :test #'equal)))
+(let ((r (cl-mcp:compile-file-with-diagnostics (fixture "readerr.lisp"))))
+  (check "read error fails" (not (getf r :success)))
+  (check "read error located"
+         (find-if (lambda (d) (and (equal (getf d :severity) "error") (eql (getf d :line) 6)
+                                   (has "NO-SUCH-PACKAGE-XYZ" (getf d :message))))
+                  (getf r :diagnostics))))
+(check "missing file" (getf (cl-mcp:compile-file-with-diagnostics "/nonexistent/x.lisp") :error))
+
+(let ((r (cl-mcp:load-system "mcpdemo" :force t)))
+  (check "load-system" (getf r :success))
+  (check "system loaded" (find-package "MCPDEMO")))
+(check "load-system of an unknown system"
+       (let ((r (cl-mcp:load-system "cl-mcp-no-such-system")))
+         (and (not (getf r :success)) (has "MISSING" (getf (getf r :error) :type)))))
+
+(check "resolve pkg:name" (eq (cl-mcp:resolve-symbol "mcpdemo:add") (find-symbol "ADD" "MCPDEMO")))
+(check "resolve pkg::name any case" (eq (cl-mcp:resolve-symbol "MCPdemo::Use-Macro")
+                                        (find-symbol "USE-MACRO" "MCPDEMO")))
+(check "resolve bare name in package" (eq (cl-mcp:resolve-symbol "twice" :package "mcpdemo")
+                                          (find-symbol "TWICE" "MCPDEMO")))
+(check "resolve unique external from anywhere" (eq (cl-mcp:resolve-symbol "with-doubled")
+                                                   (find-symbol "WITH-DOUBLED" "MCPDEMO")))
+(check "unknown package named" (has "no-such" (nth-value 1 (cl-mcp:resolve-symbol "no-such:x"))))
+(check "unknown symbol named" (has "zzz-none" (nth-value 1 (cl-mcp:resolve-symbol "mcpdemo::zzz-none"))))
+
+(let* ((r (cl-mcp:find-definitions "mcpdemo:add"))
+       (d (first (getf r :definitions))))
+  (check "definition kind" (equal (getf d :kind) "function"))
+  (check "definition file" (has "fixture/main.lisp" (getf d :path)))
+  (check "definition line" (eql (getf d :line) 6))
+  (check "definition context" (equal (getf d :context) "(defun add (a b)")))
+(let ((r (cl-mcp:find-definitions "area" :package "mcpdemo")))
+  (check "generic function and its method"
+         (and (find "generic-function" (getf r :definitions) :key (lambda (d) (getf d :kind)) :test #'equal)
+              (find "method" (getf r :definitions) :key (lambda (d) (getf d :kind)) :test #'equal))))
+(check "find-definitions of unknown" (getf (cl-mcp:find-definitions "nope:x") :error))
+
+(let ((r (cl-mcp:describe-symbol "mcpdemo:with-doubled")))
+  (check "macro kind" (equal (getf r :kinds) '("macro")))
+  (check "arglist" (equal (getf r :arglist) "((var x) &body body)"))
+  (check "docstring" (has "twice X" (getf (first (getf r :documentation)) :text))))
+(check "variable kind" (equal (getf (cl-mcp:describe-symbol "mcpdemo:*counter*") :kinds) '("variable")))
+(check "class kind" (equal (getf (cl-mcp:describe-symbol "mcpdemo:circle") :kinds) '("class")))
+(check "generic function kind" (member "generic-function" (getf (cl-mcp:describe-symbol "mcpdemo:area") :kinds)
+                                       :test #'equal))
+(check "special operator kind" (member "special-operator" (getf (cl-mcp:describe-symbol "let") :kinds)
+                                       :test #'equal))
+(check "constant kind" (member "constant" (getf (cl-mcp:describe-symbol "pi") :kinds) :test #'equal))
+
+(flet ((ref-names (kind name)
+         (mapcar (lambda (r) (getf r :name)) (getf (cl-mcp:xref kind name) :refs))))
+  (check "who calls" (member "MCPDEMO:TWICE" (ref-names :calls "mcpdemo:add") :test #'equal))
+  (check "who references" (member "MCPDEMO:BUMP" (ref-names "references" "mcpdemo:*counter*") :test #'equal))
+  (check "who sets" (member "MCPDEMO:BUMP" (ref-names "sets" "mcpdemo:*counter*") :test #'equal))
+  (check "who macroexpands" (member "MCPDEMO::USE-MACRO" (ref-names "macroexpands" "mcpdemo:with-doubled")
+                                    :test #'equal))
+  (check "who specializes" (some (lambda (n) (has "AREA" n)) (ref-names "specializes" "mcpdemo:circle")))
+  (check "xref lines" (eql 11 (getf (first (getf (cl-mcp:xref :calls "mcpdemo:add") :refs)) :line))))
+(check "bad xref kind" (getf (cl-mcp:xref "nonsense" "mcpdemo:add") :error))
+
+(let ((r (cl-mcp:apropos-symbols "TWIC" :package "mcpdemo")))
+  (check "apropos in package" (equal (getf r :symbols) '((:symbol "MCPDEMO:TWICE" :kinds ("function"))))))
+(check "apropos external only"
+       (null (getf (cl-mcp:apropos-symbols "use-macro" :package "mcpdemo" :external-only t) :symbols)))
+(check "apropos limit"
+       (let ((r (cl-mcp:apropos-symbols "a" :limit 3)))
+         (and (= 3 (length (getf r :symbols))) (> (getf r :count) 3))))
+
+(let ((r (cl-mcp:macroexpand-form "(with-doubled (z 3) z)" :package "mcpdemo" :mode "1")))
+  (check "macroexpand-1" (equal (getf r :expansion) "(let ((z (twice 3)))
+  z)"))
+  (check "expanded flag" (getf r :expanded)))
+(check "macroexpand all"
+       (not (has "when" (getf (cl-mcp:macroexpand-form "(with-doubled (z 3) (when z z))"
+                                                      :package "mcpdemo" :mode :all)
+                              :expansion))))
+(check "macroexpand read error" (getf (cl-mcp:macroexpand-form "(oops" :package "mcpdemo") :error))
+
+;;; Systems
+
+(let ((r (cl-mcp:test-system "mcpdemo")))
+  (check "fiveam summary" (equal (getf r :summary)
+                                 '(:framework "fiveam" :passed 2 :failed 1 :skipped 0)))
+  (check "failing test makes success nil" (not (getf r :success)))
+  (check "test output captured" (has "FAILS-ON-PURPOSE" (getf r :stdout))))
+(let ((r (cl-mcp:system-info "mcpdemo")))
+  (check "system version" (equal (getf r :version) "0.1.0"))
+  (check "system author" (equal (getf r :author) "Test Author"))
+  (check "system license" (equal (getf r :license) "MIT"))
+  (check "system loaded" (getf r :loaded))
+  (check "system source file" (has "mcpdemo.asd" (getf r :source-file))))
+(check "tests system deps" (equal (getf (cl-mcp:system-info "mcpdemo/tests") :depends-on)
+                                  '("mcpdemo" "fiveam")))
+(check "unknown system" (getf (cl-mcp:system-info "cl-mcp-no-such-system") :error))
+(check "list systems" (find "mcpdemo" (getf (cl-mcp:list-systems :filter "MCPDEMO") :systems)
+                            :key (lambda (s) (getf s :name)) :test #'equal))
+(check "debian systems findable" (find "fiveam" (getf (cl-mcp:list-systems :filter "fiveam") :systems)
+                                       :key (lambda (s) (getf s :name)) :test #'equal))
+
+(check "summaries: parachute"
+       (equal (cl-mcp:summarize-test-output (format nil "Passed:  4~%Failed:  1~%Skipped: 2~%"))
+              '(:framework "parachute" :passed 4 :failed 1 :skipped 2)))
+(check "summaries: rove"
+       (equal (cl-mcp:summarize-test-output (format nil "× 1 of 3 tests failed~%"))
+              '(:framework "rove" :passed 2 :failed 1 :skipped 0)))
+(check "summaries: none" (null (cl-mcp:summarize-test-output "hello")))
+
+(let ((info (cl-mcp:image-info)))
+  (check "image info" (and (equal (getf info :implementation) "SBCL")
+                           (integerp (getf info :pid))
+                           (getf info :swank-version))))
+
+(format t "~&~D checks, ~D failures~%" *checks* *failures*)
+(sb-ext:exit :code (if (zerop *failures*) 0 1) :abort t)

@@ -1,0 +1,225 @@
+;;;; util.lisp --- small portable helpers shared by the other files.
+
+(in-package #:cl-mcp-server)
+
+(defun prin1-to-string* (object)
+  "PRIN1-TO-STRING that never signals: an object whose printing fails is
+shown as #<error printing ...>."
+  (handler-case (let ((*print-readably* nil)) (prin1-to-string object))
+    (error (e)
+      (format nil "#<error printing object of type ~A: ~A>"
+              (ignore-errors (type-of object))
+              (ignore-errors (princ-to-string e))))))
+
+(defun princ-to-string* (object)
+  "PRINC-TO-STRING that never signals."
+  (handler-case (let ((*print-readably* nil)) (princ-to-string object))
+    (error (e)
+      (format nil "#<error printing object: ~A>"
+              (ignore-errors (princ-to-string e))))))
+
+(defun truncate-string (string limit)
+  "STRING cut to LIMIT characters with the same marker the server uses."
+  (if (and limit (> (length string) limit))
+      (format nil "~A~%[truncated ~D characters]"
+              (subseq string 0 limit) (- (length string) limit))
+      string))
+
+(defun qualified-name (symbol)
+  "SYMBOL as PKG:NAME (one colon when external, two when internal), with
+the package's name, so it reads back the same in any package."
+  (let ((package (symbol-package symbol)))
+    (cond ((null package) (format nil "#:~A" (symbol-name symbol)))
+          ((eq package (find-package "KEYWORD"))
+           (format nil ":~A" (symbol-name symbol)))
+          (t (let ((*package* (find-package "KEYWORD")))
+               (prin1-to-string* symbol))))))
+
+(defun type-name (object)
+  "The type of a condition/object as a string readable from CL-USER."
+  (let ((*package* (find-package "COMMON-LISP-USER")))
+    (prin1-to-string* (type-of object))))
+
+(defun milliseconds-since (start)
+  (round (* 1000 (- (get-internal-real-time) start))
+         internal-time-units-per-second))
+
+;;; Files: positions to lines and columns.
+;;;
+;;; Swank reports source positions as character positions in the file (1-based
+;;; :position in its locations). The server shows 1-based lines and 1-based
+;;; columns counted in characters, so the conversion happens here, where the
+;;; file is read with the same external format the compiler used.
+
+(defun read-file-text (path)
+  "The text of PATH, or NIL when it cannot be read."
+  (ignore-errors
+   (with-open-file (in path :direction :input)
+     (let* ((out (make-string-output-stream))
+            (buffer (make-string 65536)))
+       (loop for n = (read-sequence buffer in)
+             while (plusp n)
+             do (write-string buffer out :end n))
+       (get-output-stream-string out)))))
+
+(defvar *file-text-cache* nil
+  "Within one request: an EQUAL hash table of path -> text (or :none).")
+
+(defun cached-file-text (path)
+  (if *file-text-cache*
+      (let ((hit (gethash path *file-text-cache*)))
+        (cond ((eq hit :none) nil)
+              (hit hit)
+              (t (let ((text (read-file-text path)))
+                   (setf (gethash path *file-text-cache*) (or text :none))
+                   text))))
+      (read-file-text path)))
+
+(defmacro with-file-cache (() &body body)
+  `(let ((*file-text-cache* (make-hash-table :test 'equal)))
+     ,@body))
+
+(defun offset-line-column (text offset)
+  "1-based line and column of the 0-based character OFFSET in TEXT, and the
+text of that line (without its newline)."
+  (let* ((offset (max 0 (min offset (length text))))
+         (line 1)
+         (line-start 0))
+    (loop for i from 0 below offset
+          when (char= (char text i) #\Newline)
+            do (incf line) (setf line-start (1+ i)))
+    (let ((line-end (or (position #\Newline text :start line-start)
+                        (length text))))
+      (values line (1+ (- offset line-start))
+              (subseq text line-start line-end)))))
+
+(defun location-plist (location)
+  "A Swank location as a plist: (:path P :offset O :line L :column C
+:context LINE-TEXT :snippet S), or (:error MESSAGE) when Swank could not
+locate it. OFFSET is 0-based characters; LINE and COLUMN are 1-based."
+  (cond
+    ((and (consp location) (eq (first location) :error))
+     (list :error (princ-to-string* (second location))))
+    ((and (consp location) (eq (first location) :location))
+     (let* ((buffer (second location))
+            (position (third location))
+            (hints (fourth location))
+            (path (and (consp buffer) (eq (first buffer) :file) (second buffer)))
+            (pos (and (consp position)
+                      (case (first position)
+                        (:position (second position))
+                        (:offset (+ (or (second position) 0)
+                                    (or (third position) 0)))
+                        (t nil))))
+            (offset (and pos (max 0 (1- pos))))
+            (snippet (and (consp hints) (getf hints :snippet)))
+            (result (list :path path)))
+       (when (and path offset)
+         (let ((text (cached-file-text path)))
+           (when text
+             (multiple-value-bind (line column context)
+                 (offset-line-column text offset)
+               (setf result (append result
+                                    (list :offset offset :line line
+                                          :column column
+                                          :context (truncate-string context 300))))))))
+       (when (and (consp position) (eq (first position) :line))
+         (setf result (append result (list :line (second position)
+                                           :column (or (third position) 1)))))
+       (when (and (consp buffer) (eq (first buffer) :source-form))
+         (setf result (append result (list :source-form (second buffer)))))
+       (when snippet
+         (setf result (append result (list :snippet (truncate-string snippet 300)))))
+       result))
+    (t (list :error (format nil "Unknown location ~A" (prin1-to-string* location))))))
+
+;;; Symbols the way a user names them.
+
+(defun split-symbol-designator (string)
+  "Split \"pkg:name\", \"pkg::name\", \":name\" or \"name\" into
+(values package-part-or-nil name-part internal-p). Colons inside |...| or
+after a backslash do not count."
+  (let ((escaped nil) (in-bars nil) (colon nil) (colons 0))
+    (loop for i from 0 below (length string)
+          for c = (char string i)
+          do (cond (escaped (setf escaped nil))
+                   ((char= c #\\) (setf escaped t))
+                   ((char= c #\|) (setf in-bars (not in-bars)))
+                   ((and (char= c #\:) (not in-bars))
+                    (unless colon (setf colon i))
+                    (incf colons))))
+    (if colon
+        (values (subseq string 0 colon)
+                (subseq string (+ colon (min colons 2)))
+                (>= colons 2))
+        (values nil string nil))))
+
+(defun normalize-token (token)
+  "The names a token may mean: as the reader would read it (escapes
+honoured, case converted by the readtable), then as typed."
+  (let ((read (ignore-errors
+               (let ((*package* (find-package "KEYWORD"))
+                     (*read-eval* nil))
+                 (let ((s (read-from-string (concatenate 'string "#:" token))))
+                   (and (symbolp s) (symbol-name s)))))))
+    (remove-duplicates (remove nil (list read token (string-upcase token)))
+                       :test #'string= :from-end t)))
+
+(defun find-package* (name &optional (relative-to *package*))
+  "A package by name or nickname in any case (package-local nicknames of
+RELATIVE-TO honoured where the implementation has them)."
+  (let ((*package* (or relative-to *package*)))
+    (loop for candidate in (normalize-token name)
+          thereis (find-package candidate))))
+
+(defun resolve-package (designator)
+  "A package from a user's designator (string, symbol, package or NIL).
+Returns (values package error-message)."
+  (cond ((null designator) (values nil nil))
+        ((packagep designator) (values designator nil))
+        (t (let* ((name (string designator))
+                  (name (string-left-trim ":#" name))
+                  (package (find-package* name)))
+             (if package
+                 (values package nil)
+                 (values nil (format nil "No package named ~S exists in the image." name)))))))
+
+(defun resolve-symbol (designator &key package)
+  "Resolve DESIGNATOR (\"pkg:name\", \"pkg::name\", \"name\") the way a
+user means it: a bare name is looked up in PACKAGE (default CL-USER), then
+among every package's external symbols when unique. Any case works.
+Returns (values symbol nil) or (values nil error-message)."
+  (multiple-value-bind (default-package package-error)
+      (resolve-package (or package "COMMON-LISP-USER"))
+    (when package-error
+      (return-from resolve-symbol (values nil package-error)))
+    (multiple-value-bind (package-part name-part) (split-symbol-designator
+                                                   (string-trim " 	" designator))
+      (when (and package-part (string= package-part ""))
+        (setf package-part "KEYWORD"))
+      (let ((home (if package-part
+                      (find-package* package-part default-package)
+                      default-package)))
+        (unless home
+          (return-from resolve-symbol
+            (values nil (format nil "No package named ~S exists in the image." package-part))))
+        (loop for name in (normalize-token name-part)
+              do (multiple-value-bind (symbol status) (find-symbol name home)
+                   (when status (return-from resolve-symbol (values symbol nil)))))
+        (unless package-part
+          ;; A bare name not visible in the package: an external symbol of
+          ;; exactly one other package is what the user meant.
+          (let ((found '()))
+            (dolist (name (normalize-token name-part))
+              (dolist (p (list-all-packages))
+                (multiple-value-bind (symbol status) (find-symbol name p)
+                  (when (eq status :external) (pushnew symbol found)))))
+            (when (= (length found) 1)
+              (return-from resolve-symbol (values (first found) nil)))
+            (when (> (length found) 1)
+              (return-from resolve-symbol
+                (values nil (format nil "Symbol ~S is not accessible in ~A and is ambiguous: ~{~A~^, ~}. Qualify it as pkg:name."
+                                    name-part (package-name home)
+                                    (mapcar #'qualified-name found)))))))
+        (values nil (format nil "Symbol ~S not found in package ~A."
+                            name-part (package-name home)))))))
