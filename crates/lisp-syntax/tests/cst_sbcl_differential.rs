@@ -5,9 +5,11 @@
 //! SBCL runs once over the whole corpus (tests/sbcl-form-boundaries.lisp,
 //! which explains how it finds boundaries). It reports character offsets;
 //! they are converted to byte offsets here. Besides the top-level forms, the
-//! span of every list inside them is compared too (SBCL's `(` reader macro is
-//! wrapped to record them). Every disagreement fails the test unless it is listed in [`EXPLAINED`] with the reason, and a listed file
-//! that no longer disagrees fails it too, so the list stays true.
+//! kind and span of every construct SBCL reads through a reader macro
+//! (lists, strings, quotes, comments, `#\x`, `#(`, `#+`, ...: every node
+//! but tokens and whitespace) is compared too. Every disagreement fails the
+//! test unless it is listed in [`EXPLAINED`] with the reason, and a listed
+//! file that no longer disagrees fails it too, so the list stays true.
 //!
 //! SBCL and the corpus are required: CI installs them (packages `sbcl`,
 //! `sbcl-source`, `cl-*`). A missing SBCL is a failure, not a skip.
@@ -36,8 +38,8 @@ const EXPLAINED: &[(&str, &str)] = &[(
 struct SbclFile {
     /// Top-level form spans in characters.
     forms: Vec<(usize, usize)>,
-    /// Spans of every list inside those forms, in characters.
-    lists: Vec<(usize, usize)>,
+    /// Every reader-macro construct (kind, start, end), in characters.
+    constructs: Vec<(String, usize, usize)>,
     /// Reader error: (character offset, message).
     error: Option<(usize, String)>,
 }
@@ -122,10 +124,13 @@ fn run_sbcl(paths: &[&Path]) -> BTreeMap<String, SbclFile> {
             .expect("current file");
         if line == "OK" {
             continue;
-        } else if let Some(rest) = line.strip_prefix("L ") {
-            let (a, b) = rest.split_once(' ').expect("L start end");
-            file.lists
-                .push((a.parse().expect("start"), b.parse().expect("end")));
+        } else if let Some(rest) = line.strip_prefix("N ") {
+            let mut parts = rest.split(' ');
+            let mut next = || parts.next().expect("N kind start end");
+            let kind = next().to_string();
+            let start = next().parse().expect("start");
+            let end = next().parse().expect("end");
+            file.constructs.push((kind, start, end));
         } else if let Some(rest) = line.strip_prefix("ERROR ") {
             let (pos, msg) = rest.split_once(' ').unwrap_or((rest, ""));
             file.error = Some((pos.parse().expect("error offset"), msg.to_string()));
@@ -139,7 +144,7 @@ fn run_sbcl(paths: &[&Path]) -> BTreeMap<String, SbclFile> {
 }
 
 #[test]
-fn top_level_forms_match_sbcl_reader() {
+fn forms_and_constructs_match_sbcl_reader() {
     let started = Instant::now();
     let files = corpus();
     let mut texts = Vec::new();
@@ -156,8 +161,8 @@ fn top_level_forms_match_sbcl_reader() {
     let sbcl_elapsed = started.elapsed();
 
     let mut total_forms = 0usize;
-    let mut total_lists = 0usize;
-    let mut matched_lists = 0usize;
+    let mut total_constructs = 0usize;
+    let mut matched_constructs = 0usize;
     let mut matched_forms = 0usize;
     let mut agreeing_files = 0usize;
     let mut unexplained = Vec::new();
@@ -187,26 +192,19 @@ fn top_level_forms_match_sbcl_reader() {
             .map(|n| (n.span.start, n.span.end))
             .collect();
 
-        let mut their_lists: Vec<(usize, usize)> = sb
-            .lists
+        let mut their_constructs: Vec<(&str, usize, usize)> = sb
+            .constructs
             .iter()
-            .map(|&(a, b)| (byte_of[a], byte_of[b]))
+            .map(|(k, a, b)| (k.as_str(), byte_of[*a], byte_of[*b]))
             .collect();
-        their_lists.sort_unstable();
-        let mut our_lists: Vec<(usize, usize)> = Vec::new();
-        let mut stack: Vec<&Node> = parsed.forms.iter().collect();
-        while let Some(n) = stack.pop() {
-            if n.kind == NodeKind::List {
-                our_lists.push((n.span.start, n.span.end));
-            }
-            stack.extend(n.children.iter());
-        }
-        our_lists.sort_unstable();
-        total_lists += their_lists.len();
-        let our_list_set: HashSet<_> = our_lists.iter().copied().collect();
-        matched_lists += their_lists
+        their_constructs.sort_unstable();
+        let mut our_constructs = constructs(&parsed.forms);
+        our_constructs.sort_unstable();
+        total_constructs += their_constructs.len();
+        let our_construct_set: HashSet<_> = our_constructs.iter().copied().collect();
+        matched_constructs += their_constructs
             .iter()
-            .filter(|l| our_list_set.contains(l))
+            .filter(|c| our_construct_set.contains(c))
             .count();
 
         total_forms += theirs.len();
@@ -216,7 +214,7 @@ fn top_level_forms_match_sbcl_reader() {
         let agrees = sb.error.is_none()
             && parsed.errors.is_empty()
             && ours == theirs
-            && our_lists == their_lists;
+            && our_constructs == their_constructs;
         let explanation = EXPLAINED.iter().find(|(suffix, _)| key.ends_with(suffix));
         match (agrees, explanation) {
             (true, None) => agreeing_files += 1,
@@ -237,21 +235,18 @@ fn top_level_forms_match_sbcl_reader() {
                     None => "nothing".to_string(),
                 };
                 if ours == theirs && sb.error.is_none() && parsed.errors.is_empty() {
-                    let only_theirs: Vec<_> = their_lists
-                        .iter()
-                        .filter(|l| !our_list_set.contains(l))
-                        .take(3)
-                        .map(|&(a, b)| format!("{a}..{b} {:?}", snippet(text, a, b)))
-                        .collect();
-                    let their_set: HashSet<_> = their_lists.iter().copied().collect();
-                    let only_ours: Vec<_> = our_lists
-                        .iter()
-                        .filter(|l| !their_set.contains(l))
-                        .take(3)
-                        .map(|&(a, b)| format!("{a}..{b} {:?}", snippet(text, a, b)))
-                        .collect();
+                    let their_set: HashSet<_> = their_constructs.iter().copied().collect();
+                    let show_some = |v: &[(&str, usize, usize)], other: &HashSet<(&str, usize, usize)>| {
+                        v.iter()
+                            .filter(|c| !other.contains(c))
+                            .take(3)
+                            .map(|&(k, a, b)| format!("{k} {a}..{b} {:?}", snippet(text, a, b)))
+                            .collect::<Vec<_>>()
+                    };
                     unexplained.push(format!(
-                        "{key}: top-level forms agree but lists differ: only SBCL's {only_theirs:?}, only ours {only_ours:?}"
+                        "{key}: top-level forms agree but constructs inside differ: only SBCL's {:?}, only ours {:?}",
+                        show_some(&their_constructs, &our_construct_set),
+                        show_some(&our_constructs, &their_set),
                     ));
                     continue;
                 }
@@ -282,7 +277,7 @@ fn top_level_forms_match_sbcl_reader() {
 
     eprintln!(
         "corpus: {} files ({} skipped as not UTF-8: {:?}), {} forms by SBCL's count; \
-         {} files agree exactly ({:.2}%), {} forms agree ({:.3}%), {} of {} lists inside them agree ({:.3}%); {} explained disagreements; \
+         {} files agree exactly ({:.2}%), {} forms agree ({:.3}%), {} of {} reader-macro constructs (lists, strings, comments, #...) agree ({:.3}%); {} explained disagreements; \
          sbcl {:.1?}, our parses {:.1?} (debug build)",
         texts.len(),
         not_utf8.len(),
@@ -292,9 +287,9 @@ fn top_level_forms_match_sbcl_reader() {
         100.0 * agreeing_files as f64 / texts.len() as f64,
         matched_forms,
         100.0 * matched_forms as f64 / total_forms.max(1) as f64,
-        matched_lists,
-        total_lists,
-        100.0 * matched_lists as f64 / total_lists.max(1) as f64,
+        matched_constructs,
+        total_constructs,
+        100.0 * matched_constructs as f64 / total_constructs.max(1) as f64,
         explained_seen.len(),
         sbcl_elapsed,
         parse_time,
@@ -310,6 +305,48 @@ fn top_level_forms_match_sbcl_reader() {
         unexplained.len(),
         unexplained.join("\n")
     );
+}
+
+/// (kind, start, end) of every node that SBCL's reader handles with a macro
+/// character, named as sbcl-form-boundaries.lisp names them.
+fn constructs(forms: &[Node]) -> Vec<(&'static str, usize, usize)> {
+    let mut out = Vec::new();
+    let mut stack: Vec<&Node> = forms.iter().collect();
+    while let Some(n) = stack.pop() {
+        let kind = match n.kind {
+            NodeKind::List => Some("list"),
+            NodeKind::String => Some("string"),
+            NodeKind::Quote => Some("quote"),
+            NodeKind::Backquote => Some("backquote"),
+            NodeKind::Unquote | NodeKind::UnquoteSplicing => Some("unquote"),
+            NodeKind::LineComment => Some("line-comment"),
+            NodeKind::BlockComment => Some("block-comment"),
+            NodeKind::CharLiteral => Some("char"),
+            NodeKind::FunctionQuote => Some("function"),
+            NodeKind::Vector => Some("vector"),
+            NodeKind::BitVector => Some("bit-vector"),
+            NodeKind::Uninterned => Some("uninterned"),
+            NodeKind::ReadEval => Some("read-eval"),
+            NodeKind::Pathname => Some("pathname"),
+            NodeKind::Structure => Some("structure"),
+            NodeKind::Array => Some("array"),
+            NodeKind::Label => Some("label"),
+            NodeKind::LabelRef => Some("label-ref"),
+            NodeKind::RadixNumber => Some("radix"),
+            NodeKind::Complex => Some("complex"),
+            NodeKind::ReaderConditional { .. } => Some("conditional"),
+            NodeKind::Whitespace
+            | NodeKind::Token
+            | NodeKind::Punct
+            | NodeKind::Opaque
+            | NodeKind::Error => None,
+        };
+        if let Some(kind) = kind {
+            out.push((kind, n.span.start, n.span.end));
+        }
+        stack.extend(n.children.iter());
+    }
+    out
 }
 
 fn snippet(text: &str, a: usize, b: usize) -> String {
