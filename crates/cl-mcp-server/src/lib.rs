@@ -6,6 +6,7 @@
 pub mod cli;
 pub mod config;
 pub mod logging;
+pub mod prompts;
 pub mod protocol;
 pub mod session;
 pub mod tools;

@@ -651,3 +651,43 @@ fn project_root_from_the_clients_roots() {
         "{r}"
     );
 }
+
+#[test]
+fn prompts_and_completion() {
+    let mut s = Server::initialized(&[]);
+    let r = s.request(json!({"jsonrpc":"2.0","id":1,"method":"prompts/list"}));
+    let names: Vec<&str> = r["result"]["prompts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        ["repl-driven-development", "debug-error", "add-tests"]
+    );
+    let r = s.request(
+        json!({"jsonrpc":"2.0","id":2,"method":"prompts/get","params":{
+        "name":"debug-error","arguments":{"error":"DIVISION-BY-ZERO in FOO"}}}),
+    );
+    let text = r["result"]["messages"][0]["content"]["text"]
+        .as_str()
+        .unwrap();
+    assert!(
+        text.contains("DIVISION-BY-ZERO in FOO") && text.contains("evaluate-lisp"),
+        "{text}"
+    );
+    assert_eq!(r["result"]["messages"][0]["role"], "user");
+    // A missing required argument and an unknown prompt are -32602.
+    let r = s.request(
+        json!({"jsonrpc":"2.0","id":3,"method":"prompts/get","params":{"name":"add-tests"}}),
+    );
+    assert_eq!(error_of(&r).0, -32602);
+    assert!(error_of(&r).2.as_str().unwrap().contains("target"));
+    let r =
+        s.request(json!({"jsonrpc":"2.0","id":4,"method":"prompts/get","params":{"name":"nope"}}));
+    assert_eq!(error_of(&r).2, "Unknown prompt: nope");
+    let r = s.request(json!({"jsonrpc":"2.0","id":5,"method":"completion/complete","params":{
+        "ref":{"type":"ref/prompt","name":"add-tests"},"argument":{"name":"framework","value":"p"}}}));
+    assert_eq!(r["result"]["completion"]["values"], json!(["parachute"]));
+}

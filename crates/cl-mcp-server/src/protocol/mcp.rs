@@ -205,6 +205,8 @@ fn percent_decode(s: &str) -> String {
 fn capabilities() -> Value {
     json!({
         "tools": { "listChanged": false },
+        "prompts": { "listChanged": false },
+        "completions": {},
         "logging": {},
     })
 }
@@ -240,6 +242,34 @@ pub(crate) async fn dispatch(req: RequestCtx, msg: Message) -> Result<Value, Mcp
             r
         }
         "tools/call" => call_tool(&req, params).await?,
+        "prompts/list" => {
+            let prompts: Vec<Value> = crate::prompts::PROMPTS
+                .iter()
+                .map(|p| p.describe())
+                .collect();
+            let mut r = json!({ "prompts": prompts });
+            if matches!(req.era, Era::Modern { .. }) {
+                r["ttlMs"] = json!(3_600_000);
+                r["cacheScope"] = json!("public");
+            }
+            r
+        }
+        "prompts/get" => {
+            let name = match params.get("name") {
+                Some(Value::String(s)) => s.as_str(),
+                Some(_) => return Err(McpError::invalid_params("name must be a string")),
+                None => return Err(McpError::invalid_params("Missing required field: name")),
+            };
+            let prompt = crate::prompts::find(name)
+                .ok_or_else(|| McpError::invalid_params(format!("Unknown prompt: {name}")))?;
+            let args = match params.get("arguments") {
+                None | Some(Value::Null) => Map::new(),
+                Some(Value::Object(m)) => m.clone(),
+                Some(_) => return Err(McpError::invalid_params("arguments must be an object")),
+            };
+            prompt.get(&args).map_err(McpError::invalid_params)?
+        }
+        "completion/complete" => complete(&params)?,
         "logging/setLevel" => {
             let level = params
                 .get("level")
@@ -272,6 +302,44 @@ pub(crate) async fn dispatch(req: RequestCtx, msg: Message) -> Result<Value, Mcp
         }
     }
     Ok(result)
+}
+
+/// `completion/complete`: values for a prompt argument (or a resource
+/// template variable) starting with what the user typed.
+fn complete(params: &Value) -> Result<Value, McpError> {
+    let reference = params
+        .get("ref")
+        .ok_or_else(|| McpError::invalid_params("Missing required field: ref"))?;
+    let argument = params
+        .get("argument")
+        .ok_or_else(|| McpError::invalid_params("Missing required field: argument"))?;
+    let arg_name = argument.get("name").and_then(Value::as_str).unwrap_or("");
+    let typed = argument.get("value").and_then(Value::as_str).unwrap_or("");
+    let candidates: Vec<&str> = match reference.get("type").and_then(Value::as_str) {
+        Some("ref/prompt") => {
+            let name = reference.get("name").and_then(Value::as_str).unwrap_or("");
+            if crate::prompts::find(name).is_none() {
+                return Err(McpError::invalid_params(format!("Unknown prompt: {name}")));
+            }
+            match (name, arg_name) {
+                ("add-tests", "framework") => crate::prompts::FRAMEWORKS.to_vec(),
+                _ => Vec::new(),
+            }
+        }
+        Some("ref/resource") => Vec::new(),
+        _ => {
+            return Err(McpError::invalid_params(
+                "ref.type must be \"ref/prompt\" or \"ref/resource\"",
+            ))
+        }
+    };
+    let lower = typed.to_lowercase();
+    let values: Vec<&str> = candidates
+        .into_iter()
+        .filter(|c| c.to_lowercase().starts_with(&lower))
+        .take(100)
+        .collect();
+    Ok(json!({ "completion": { "values": values, "total": values.len(), "hasMore": false } }))
 }
 
 async fn call_tool(req: &RequestCtx, params: Value) -> Result<Value, McpError> {
