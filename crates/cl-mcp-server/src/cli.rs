@@ -78,6 +78,14 @@ pub struct ServerOptions {
     /// Log level of the JSON logs on stderr: debug, info, warn, error.
     #[arg(long, env = "MCP_LOG_LEVEL", global = true, default_value = "info")]
     pub log_level: String,
+    /// Tools that must ask the user before running, comma-separated (e.g. fs-write-file,lisp-edit-form).
+    #[arg(
+        long,
+        env = "CL_MCP_REQUIRE_APPROVAL",
+        global = true,
+        value_delimiter = ','
+    )]
+    pub require_approval: Vec<String>,
     /// Longest accepted message line, in bytes.
     #[arg(long, env = "CL_MCP_MAX_MESSAGE_BYTES", global = true, default_value_t = 16 * 1024 * 1024)]
     pub max_message_bytes: usize,
@@ -113,6 +121,12 @@ impl ServerOptions {
             return Err("--max-message-bytes must be at least 1024".into());
         }
         config.max_message_bytes = self.max_message_bytes;
+        config.require_approval = self
+            .require_approval
+            .iter()
+            .map(|t| t.trim().to_string())
+            .filter(|t| !t.is_empty())
+            .collect();
         Ok(config)
     }
 }

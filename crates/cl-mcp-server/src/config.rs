@@ -13,6 +13,8 @@ pub struct ServerConfig {
     pub tool_groups: Vec<ToolGroup>,
     /// Longest accepted message line, in bytes.
     pub max_message_bytes: usize,
+    /// `--require-approval`: tools that ask the user before running.
+    pub require_approval: Vec<String>,
 }
 
 impl Default for ServerConfig {
@@ -21,6 +23,7 @@ impl Default for ServerConfig {
             project_root: None,
             tool_groups: ToolGroup::ALL.to_vec(),
             max_message_bytes: 16 * 1024 * 1024,
+            require_approval: Vec::new(),
         }
     }
 }

@@ -22,6 +22,19 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    let known = cl_mcp_server::tools::ToolRegistry::standard(&cl_mcp_server::tools::ToolGroup::ALL);
+    if let Some(bad) = config
+        .require_approval
+        .iter()
+        .find(|t| known.get(t).is_none())
+    {
+        let names: Vec<&str> = known.list().map(|t| t.name).collect();
+        eprintln!(
+            "cl-mcp-server: --require-approval: unknown tool '{bad}'. Tools: {}",
+            names.join(", ")
+        );
+        return ExitCode::from(2);
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

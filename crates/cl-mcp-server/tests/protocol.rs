@@ -691,3 +691,76 @@ fn prompts_and_completion() {
         "ref":{"type":"ref/prompt","name":"add-tests"},"argument":{"name":"framework","value":"p"}}}));
     assert_eq!(r["result"]["completion"]["values"], json!(["parachute"]));
 }
+
+#[test]
+fn approval_tokens_when_the_client_cannot_elicit() {
+    let mut s = Server::initialized(&["--require-approval", "test-sleep"]);
+    let r = s.request(json!({"jsonrpc":"2.0","id":1,"method":"tools/list"}));
+    let sleep = r["result"]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == "test-sleep")
+        .unwrap()
+        .clone();
+    assert!(sleep["inputSchema"]["properties"]["approvalToken"].is_object());
+
+    let r = s.call_tool(2, "test-sleep", json!({"seconds":0}));
+    assert!(tool_is_error(&r));
+    assert!(tool_text(&r).starts_with("[APPROVAL REQUIRED]"));
+    let sc = &r["result"]["structuredContent"];
+    assert_eq!(sc["status"], "approval_required");
+    let token = sc["approvalToken"].as_str().unwrap().to_string();
+    assert!(tool_text(&r).contains(&token));
+
+    // The same call with the token runs; the token then is used up.
+    let r = s.call_tool(3, "test-sleep", json!({"seconds":0,"approvalToken":token}));
+    assert!(!tool_is_error(&r), "{r}");
+    assert_eq!(tool_text(&r), "slept 0s");
+    let r = s.call_tool(4, "test-sleep", json!({"seconds":0,"approvalToken":token}));
+    assert!(tool_is_error(&r));
+    assert!(tool_text(&r).contains("already used"));
+
+    // A token is bound to the exact arguments.
+    let r = s.call_tool(5, "test-sleep", json!({"seconds":0}));
+    let token = r["result"]["structuredContent"]["approvalToken"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let r = s.call_tool(6, "test-sleep", json!({"seconds":1,"approvalToken":token}));
+    assert!(tool_is_error(&r));
+    assert!(tool_text(&r).contains("different call"));
+}
+
+#[test]
+fn approval_through_elicitation() {
+    let mut s = Server::start(&["--require-approval", "test-sleep"]);
+    s.request(
+        json!({"jsonrpc":"2.0","id":0,"method":"initialize","params":{
+        "protocolVersion":"2025-11-25","capabilities":{"elicitation":{}}}}),
+    );
+    s.send(&json!({"jsonrpc":"2.0","method":"notifications/initialized"}));
+    for (id, action, expect_run) in [(1, "accept", true), (2, "decline", false)] {
+        s.send(&json!({"jsonrpc":"2.0","id":id,"method":"tools/call","params":{"name":"test-sleep","arguments":{"seconds":0}}}));
+        let ask = s.recv();
+        assert_eq!(ask["method"], "elicitation/create", "{ask}");
+        assert!(ask["params"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("test-sleep"));
+        s.send(&json!({"jsonrpc":"2.0","id":ask["id"],"result":{"action":action,"content":{"approve":true}}}));
+        let r = s.recv();
+        assert_eq!(r["id"], id);
+        assert_eq!(!tool_is_error(&r), expect_run, "{r}");
+    }
+}
+
+#[test]
+fn require_approval_of_an_unknown_tool_is_a_startup_error() {
+    let out = std::process::Command::new(common::BIN)
+        .args(["--require-approval", "fs-wirte-file"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("fs-wirte-file"));
+}

@@ -49,6 +49,7 @@ impl Engine {
                 lifecycle: Mutex::new(Lifecycle::default()),
                 inflight: Mutex::new(HashMap::new()),
                 tasks: TaskTracker::new(),
+                approvals: Default::default(),
                 client_requests: Mutex::new(HashMap::new()),
                 next_client_request: AtomicU64::new(1),
                 notify,
@@ -77,6 +78,8 @@ pub(crate) struct ConnState {
     pub(crate) lifecycle: Mutex<Lifecycle>,
     inflight: Mutex<HashMap<String, InFlight>>,
     tasks: TaskTracker,
+    /// Outstanding approval tokens (`--require-approval`).
+    pub(crate) approvals: super::approval::ApprovalTokens,
     /// Requests this server sent to the client, waiting for its response.
     client_requests: Mutex<HashMap<String, oneshot::Sender<Result<Value, Value>>>>,
     next_client_request: AtomicU64,

@@ -11,6 +11,7 @@ use std::sync::Arc;
 
 use serde_json::{json, Map, Value};
 
+use super::approval;
 use super::engine::{ConnState, RequestCtx};
 use super::jsonrpc::{self, Message, RequestId};
 use crate::tools::{LogLevel, ToolContext};
@@ -233,7 +234,20 @@ pub(crate) async fn dispatch(req: RequestCtx, msg: Message) -> Result<Value, Mcp
             })
         }
         "tools/list" => {
-            let tools: Vec<Value> = req.conn.engine.tools.list().map(|t| t.describe()).collect();
+            let approval = &req.conn.engine.config.require_approval;
+            let tools: Vec<Value> = req
+                .conn
+                .engine
+                .tools
+                .list()
+                .map(|t| {
+                    let mut d = t.describe();
+                    if approval.iter().any(|a| a == t.name) {
+                        d["inputSchema"] = approval::schema_with_token(d["inputSchema"].take());
+                    }
+                    d
+                })
+                .collect();
             let mut r = json!({ "tools": tools });
             if matches!(req.era, Era::Modern { .. }) {
                 r["ttlMs"] = json!(3_600_000);
@@ -360,6 +374,21 @@ async fn call_tool(req: &RequestCtx, params: Value) -> Result<Value, McpError> {
     };
     let Some(tool) = req.conn.engine.tools.get(&name) else {
         return Err(McpError::invalid_params(format!("Unknown tool: {name}")));
+    };
+    let arguments = if req
+        .conn
+        .engine
+        .config
+        .require_approval
+        .iter()
+        .any(|t| t == &name)
+    {
+        match approval::check(&req.conn, &name, arguments).await {
+            approval::Verdict::Run(args) => args,
+            approval::Verdict::Answer(out) => return Ok(out.into_result()),
+        }
+    } else {
+        arguments
     };
     let ctx =
         ToolContext::new(req.conn.session.clone(), req.cancel.clone()).with_log_sink(log_sink(req));

@@ -2,6 +2,7 @@
 //! eras. It consumes message text and produces message text through an
 //! [`Outbound`] channel; it knows nothing about the transport carrying them.
 
+pub mod approval;
 pub mod engine;
 pub mod jsonrpc;
 pub mod mcp;

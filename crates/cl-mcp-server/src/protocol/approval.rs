@@ -1,0 +1,146 @@
+//! The approval policy (`--require-approval TOOL,...`): listed tools ask the
+//! user before they run — through MCP elicitation when the client supports
+//! it, else by answering `approval_required` with a single-use token that a
+//! repeated call passes as `approvalToken` once the user agreed.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Map, Value};
+
+use super::engine::ConnState;
+use crate::tools::ToolOutput;
+
+/// How long an approval token stays valid.
+pub const TOKEN_LIFETIME: Duration = Duration::from_secs(300);
+
+/// The argument carrying an approval token.
+pub const TOKEN_ARG: &str = "approvalToken";
+
+/// Outstanding approval tokens of one connection.
+#[derive(Default)]
+pub struct ApprovalTokens {
+    tokens: Mutex<HashMap<String, (String, Instant)>>,
+}
+
+/// What to do with a call to a tool that needs approval.
+pub enum Verdict {
+    /// Run it (with these arguments, the token removed).
+    Run(Value),
+    /// Do not run it; answer this instead.
+    Answer(ToolOutput),
+}
+
+/// A canonical text of a call: tool name and arguments (keys sorted).
+fn fingerprint(tool: &str, args: &Map<String, Value>) -> String {
+    // serde_json's Map is ordered by key, so this is canonical.
+    format!("{tool}\u{0}{}", Value::Object(args.clone()))
+}
+
+fn new_token() -> String {
+    use std::io::Read;
+    let mut bytes = [0u8; 16];
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut bytes))
+        .expect("/dev/urandom is readable");
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Decides whether `tool` may run with `arguments` now.
+pub(crate) async fn check(conn: &ConnState, tool: &str, arguments: Value) -> Verdict {
+    let Value::Object(mut args) = arguments else {
+        return Verdict::Run(arguments);
+    };
+    let given = args
+        .remove(TOKEN_ARG)
+        .or_else(|| args.remove("approval_token"));
+    let print = fingerprint(tool, &args);
+    if let Some(token) = given {
+        let token = token.as_str().unwrap_or_default().to_string();
+        let mut tokens = conn.approvals.tokens.lock().unwrap();
+        tokens.retain(|_, (_, at)| at.elapsed() < TOKEN_LIFETIME);
+        return match tokens.remove(&token) {
+            Some((p, _)) if p == print => Verdict::Run(Value::Object(args)),
+            Some(_) => Verdict::Answer(ToolOutput::error(format!(
+                "The approvalToken was issued for a different call of '{tool}' (other arguments); \
+                 it is now used up. Call again without approvalToken to get a new one."
+            ))),
+            None => Verdict::Answer(ToolOutput::error(format!(
+                "The approvalToken is unknown, already used or expired (tokens last {} minutes \
+                 and work once). Call '{tool}' again without approvalToken to get a new one.",
+                TOKEN_LIFETIME.as_secs() / 60
+            ))),
+        };
+    }
+
+    let can_elicit = {
+        let lc = conn.lifecycle.lock().unwrap();
+        lc.legacy_version.is_some() && lc.client_capabilities.get("elicitation").is_some()
+    };
+    let shown_args = serde_json::to_string_pretty(&Value::Object(args.clone())).unwrap_or_default();
+    if can_elicit {
+        let params = json!({
+            "message": format!("The agent wants to run the tool '{tool}' with these arguments:\n{shown_args}\nAllow it?"),
+            "requestedSchema": {
+                "type": "object",
+                "properties": { "approve": { "type": "boolean", "title": "Allow this call", "default": true } },
+                "required": ["approve"]
+            }
+        });
+        match conn.request_client("elicitation/create", params).await {
+            Ok(r) => {
+                let accepted = r.get("action").and_then(Value::as_str) == Some("accept")
+                    && r.pointer("/content/approve").and_then(Value::as_bool) != Some(false);
+                return if accepted {
+                    Verdict::Run(Value::Object(args))
+                } else {
+                    Verdict::Answer(ToolOutput::error(format!(
+                        "The user did not approve running '{tool}'. Do not retry it unless they ask you to."
+                    )))
+                };
+            }
+            Err(e) => tracing::info!(error = %e, "elicitation failed; falling back to a token"),
+        }
+    }
+    let token = new_token();
+    conn.approvals
+        .tokens
+        .lock()
+        .unwrap()
+        .insert(token.clone(), (print, Instant::now()));
+    let minutes = TOKEN_LIFETIME.as_secs() / 60;
+    ToolOutput::structured(
+        format!(
+            "[APPROVAL REQUIRED] The tool '{tool}' needs the user's approval before it runs. Show \
+             the user this call:\n{shown_args}\nIf they approve, call '{tool}' again with exactly \
+             the same arguments plus \"{TOKEN_ARG}\": \"{token}\" (single use, valid {minutes} minutes)."
+        ),
+        json!({ "status": "approval_required", "tool": tool, TOKEN_ARG: token,
+                "expiresInSeconds": TOKEN_LIFETIME.as_secs() }),
+    )
+    .with_error(true)
+    .into_verdict()
+}
+
+impl ToolOutput {
+    fn into_verdict(self) -> Verdict {
+        Verdict::Answer(self)
+    }
+}
+
+/// The input schema of a tool that needs approval: its own plus `approvalToken`.
+pub fn schema_with_token(mut schema: Value) -> Value {
+    if let Some(props) = schema.get_mut("properties").and_then(Value::as_object_mut) {
+        props.insert(
+            TOKEN_ARG.into(),
+            json!({"type": "string", "description": "Single-use token from an approval_required answer, after the user approved this exact call."}),
+        );
+    } else if let Some(obj) = schema.as_object_mut() {
+        obj.insert(
+            "properties".into(),
+            json!({ TOKEN_ARG: {"type": "string", "description": "Single-use approval token."} }),
+        );
+    }
+    schema
+}
