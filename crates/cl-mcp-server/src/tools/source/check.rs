@@ -1,0 +1,318 @@
+//! `lisp-check-parens`: finds the first delimiter problem in Lisp text.
+
+use lisp_syntax::cst::LineIndex;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::scan::{self, Opener, Problem};
+use super::{line_window, load_source, Position};
+use crate::tools::fs::{to_json, READ_CAP_BYTES};
+use crate::tools::{tool, Annotations, ToolContext, ToolDef, ToolGroup, ToolOutput};
+
+#[derive(Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct CheckArgs {
+    /// File to check (relative to the project root). Give `path` or `code`.
+    path: Option<String>,
+    /// Lisp text to check. Give `path` or `code`.
+    code: Option<String>,
+    /// With `path`: first line to check, 0-based (default 0).
+    offset: Option<usize>,
+    /// With `path`: number of lines to check (default: to the end).
+    limit: Option<usize>,
+}
+
+/// The result of a check.
+#[derive(Serialize, JsonSchema, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct CheckOutput {
+    /// True when every delimiter is balanced.
+    pub ok: bool,
+    /// `extra-close`, `mismatch`, `unclosed` or `too-large` when not ok.
+    pub kind: Option<String>,
+    /// What should have come (`")"`, `"\""`, `"|#"`).
+    pub expected: Option<String>,
+    /// What came instead (`")"`, `"end of input"`).
+    pub found: Option<String>,
+    /// Where: the stray `)`, or the opener that is never closed (for an
+    /// unclosed list, the top-level form that contains it). Lines and
+    /// offsets count from the start of the file even with `offset`.
+    pub position: Option<Position>,
+    /// For an unclosed list: the innermost opener left open.
+    pub innermost_open: Option<Position>,
+    /// A likely place for the missing `)`, when one can be guessed.
+    pub hint: Option<String>,
+    /// Top-level forms read (when ok).
+    pub forms: Option<usize>,
+}
+
+/// The `lisp-check-parens` tool.
+pub fn tool_def() -> ToolDef {
+    tool(
+        "lisp-check-parens",
+        ToolGroup::Source,
+        "Check Lisp delimiters",
+        "Checks that parentheses, strings, `#| |#` comments and `|escaped|` symbols are balanced \
+         in a file (`path`, optionally a line window `offset`/`limit`) or in `code`. Reports the \
+         first problem: `kind` (extra-close, mismatch, unclosed, too-large), `expected`, `found`, \
+         `position` {offset, line, column}, and a hint where a `)` is probably missing. Strings, \
+         `;` comments, `#\\(`, `|a)b|` and escapes never cause false alarms.",
+        Annotations::READ_ONLY,
+        |a: CheckArgs, ctx: ToolContext| async move {
+            let (text, base_line, base_offset, label) = match (&a.path, &a.code) {
+                (Some(_), Some(_)) | (None, None) => {
+                    return ToolOutput::error("Give exactly one of `path` or `code`.")
+                }
+                (None, Some(code)) => {
+                    if a.offset.is_some() || a.limit.is_some() {
+                        return ToolOutput::error(
+                            "`offset`/`limit` apply to `path` only; pass the code you want checked.",
+                        );
+                    }
+                    (code.clone(), 0, 0, "code".to_string())
+                }
+                (Some(path), None) => match windowed_file(&ctx, path, a.offset, a.limit) {
+                    Ok(Windowed::Text(t, line, off, label)) => (t, line, off, label),
+                    Ok(Windowed::TooLarge(out, text)) => {
+                        return ToolOutput::structured(text, to_json(&out))
+                    }
+                    Err(e) => return ToolOutput::error(e),
+                },
+            };
+            if text.len() > READ_CAP_BYTES {
+                let out = too_large(text.len());
+                return ToolOutput::structured(
+                    format!(
+                        "too-large: {label} is {} bytes, over the 2 MB limit.",
+                        text.len()
+                    ),
+                    to_json(&out),
+                );
+            }
+            let (out, message) = check_text(&text, base_line, base_offset);
+            ToolOutput::structured(format!("{label}: {message}"), to_json(&out))
+        },
+    )
+    .with_output_schema::<CheckOutput>()
+}
+
+enum Windowed {
+    /// The text to check, the number of lines before it, the number of
+    /// characters before it, and how to name it.
+    Text(String, usize, usize, String),
+    TooLarge(CheckOutput, String),
+}
+
+fn windowed_file(
+    ctx: &ToolContext,
+    path: &str,
+    offset: Option<usize>,
+    limit: Option<usize>,
+) -> Result<Windowed, String> {
+    let r = super::super::fs::resolve_existing_file(&ctx.session, path)?;
+    let size = std::fs::metadata(&r.path).map(|m| m.len()).unwrap_or(0) as usize;
+    if size > READ_CAP_BYTES && offset.is_none() && limit.is_none() {
+        return Ok(Windowed::TooLarge(
+            too_large(size),
+            format!(
+                "too-large: {} is {size} bytes, over the 2 MB limit; check it in parts with \
+                 `offset`/`limit` (lines), starting and ending between top-level forms.",
+                r.display
+            ),
+        ));
+    }
+    if size > 64 * READ_CAP_BYTES {
+        return Err(format!("'{}' is too big to check ({size} bytes).", r.display));
+    }
+    let (r, text) = if size > READ_CAP_BYTES {
+        let bytes = std::fs::read(&r.path).map_err(|e| format!("Cannot read '{}': {e}", r.display))?;
+        (r, String::from_utf8_lossy(&bytes).into_owned())
+    } else {
+        load_source(&ctx.session, path)?
+    };
+    if offset.is_none() && limit.is_none() {
+        return Ok(Windowed::Text(text, 0, 0, r.display));
+    }
+    let lines = LineIndex::new(&text);
+    let offset = offset.unwrap_or(0);
+    let (start, end) = line_window(&text, &lines, offset, limit.unwrap_or(usize::MAX));
+    let before = text[..start].chars().count();
+    let label = format!(
+        "{} lines {}-{}",
+        r.display,
+        offset + 1,
+        lines.line_col(end.saturating_sub(1).max(start)).0
+    );
+    Ok(Windowed::Text(
+        text[start..end].to_string(),
+        offset.min(lines.line_count()),
+        before,
+        label,
+    ))
+}
+
+fn too_large(size: usize) -> CheckOutput {
+    CheckOutput {
+        ok: false,
+        kind: Some("too-large".into()),
+        expected: Some(format!("at most {READ_CAP_BYTES} bytes")),
+        found: Some(format!("{size} bytes")),
+        position: None,
+        innermost_open: None,
+        hint: Some("Check the file in parts with `offset`/`limit` (lines).".into()),
+        forms: None,
+    }
+}
+
+/// Checks `text`; `base_line`/`base_offset` (lines and characters before it
+/// in its file) shift the reported positions. Returns the structured result
+/// and a sentence for the model.
+pub fn check_text(text: &str, base_line: usize, base_offset: usize) -> (CheckOutput, String) {
+    let s = scan::scan(text);
+    let Some(problem) = s.problem else {
+        let n = s.forms().count();
+        return (
+            CheckOutput {
+                ok: true,
+                kind: None,
+                expected: None,
+                found: None,
+                position: None,
+                innermost_open: None,
+                hint: None,
+                forms: Some(n),
+            },
+            format!("ok: all delimiters balanced ({n} top-level forms)."),
+        );
+    };
+    let lines = LineIndex::new(text);
+    let pos = |o: usize| {
+        let mut p = Position::of(text, &lines, o);
+        p.line += base_line;
+        p.offset += base_offset;
+        p
+    };
+    let at = |p: &Position| format!("line {}, column {}", p.line, p.column);
+    match problem {
+        Problem::ExtraClose { offset } => {
+            let p = pos(offset);
+            let hint = format!(
+                "Delete this `)`, or add the missing `(` earlier; the form before it ends at \
+                 {}.",
+                at(&pos(offset.saturating_sub(1)))
+            );
+            let msg = format!(
+                "extra-close: `)` at {} closes nothing (no list is open there). {hint}",
+                at(&p)
+            );
+            (
+                CheckOutput {
+                    ok: false,
+                    kind: Some("extra-close".into()),
+                    expected: None,
+                    found: Some(")".into()),
+                    position: Some(p),
+                    innermost_open: None,
+                    hint: Some(hint),
+                    forms: None,
+                },
+                msg,
+            )
+        }
+        Problem::Unclosed {
+            what,
+            open,
+            outer,
+            suspect,
+        } => {
+            let is_list = matches!(what, Opener::List | Opener::Vector);
+            let main = if is_list { outer } else { open };
+            let p = pos(main);
+            let inner = (is_list && open != outer).then(|| pos(open));
+            let hint = match (is_list, suspect) {
+                (true, Some(s)) => {
+                    let sp = pos(s);
+                    Some(format!(
+                        "The form opened at line {} is not closed: `{}` starts at column 1 of \
+                         line {} inside it, so a `)` is probably missing before line {}.",
+                        p.line,
+                        first_words(&text[s..]),
+                        sp.line,
+                        sp.line
+                    ))
+                }
+                (true, None) => Some(format!(
+                    "Add the missing `)`{}.",
+                    match &inner {
+                        Some(i) => format!(
+                            "; the innermost list left open starts at {}",
+                            at(i)
+                        ),
+                        None => String::new(),
+                    }
+                )),
+                (false, _) => Some(format!(
+                    "Everything after the {} opener is read as part of it; close it with `{}`.",
+                    what.describe(),
+                    what.close_text()
+                )),
+            };
+            let msg = format!(
+                "unclosed: {} `{}` opened at {} is never closed (expected `{}` before the end \
+                 of input). {}",
+                what.describe(),
+                what.open_text(),
+                at(&p),
+                what.close_text(),
+                hint.as_deref().unwrap_or("")
+            );
+            (
+                CheckOutput {
+                    ok: false,
+                    kind: Some("unclosed".into()),
+                    expected: Some(what.close_text().into()),
+                    found: Some("end of input".into()),
+                    position: Some(p),
+                    innermost_open: inner,
+                    hint,
+                    forms: None,
+                },
+                msg.trim_end().to_string(),
+            )
+        }
+    }
+}
+
+/// The first two words of a form, for a hint: `(defun foo`.
+fn first_words(text: &str) -> String {
+    let line = text.lines().next().unwrap_or("");
+    let mut words = line.split_whitespace();
+    let mut s = words.next().unwrap_or("").to_string();
+    if let Some(w) = words.next() {
+        s.push(' ');
+        s.push_str(w);
+    }
+    s.chars().take(60).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hint_points_at_the_def_inside_an_unclosed_form() {
+        let (out, msg) = check_text("(defun a ()\n  (b)\n\n(defun c () 1)\n", 0, 0);
+        assert_eq!(out.kind.as_deref(), Some("unclosed"));
+        assert_eq!(out.position.as_ref().unwrap().line, 1);
+        assert!(msg.contains("(defun c` starts at column 1 of line 4"), "{msg}");
+        let (out, _) = check_text("(a))", 10, 100);
+        assert_eq!(
+            out.position,
+            Some(Position {
+                offset: 103,
+                line: 11,
+                column: 4
+            })
+        );
+    }
+}

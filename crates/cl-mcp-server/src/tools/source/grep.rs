@@ -1,0 +1,484 @@
+//! `clgrep-search` and `clgrep-signatures`: grep and definition listing
+//! over Lisp files, each hit placed in its enclosing top-level form.
+//!
+//! Directories are walked in parallel with the `ignore` crate
+//! (`.gitignore`, `.ignore` and hidden files respected; no git repository
+//! needed), visiting only Lisp source files.
+
+use std::fmt::Write;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use regex::bytes::{Regex, RegexBuilder};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::defs::{self, Definition};
+use super::{is_lisp_path, scan};
+use crate::tools::fs::{resolve_for, to_json, READ_CAP_BYTES};
+use crate::tools::fs_paths::{display_path, Access};
+use crate::tools::{tool, Annotations, ToolContext, ToolDef, ToolGroup, ToolOutput};
+
+const DEFAULT_SEARCH_LIMIT: usize = 200;
+const DEFAULT_SIGNATURE_LIMIT: usize = 2000;
+/// Files larger than this are skipped by the walkers (generated data).
+const MAX_FILE_BYTES: u64 = 8 * READ_CAP_BYTES as u64;
+
+#[derive(Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct SearchArgs {
+    /// Regular expression (Rust regex syntax; `(?i)` for case-insensitive),
+    /// matched against each line.
+    pattern: String,
+    /// File or directory to search (default: the project root).
+    path: Option<String>,
+    /// Keep only hits inside top-level forms of these types, e.g.
+    /// `["defun", "defmethod"]`.
+    form_types: Option<Vec<String>>,
+    /// Most hits returned (default 200).
+    limit: Option<usize>,
+}
+
+/// One search hit.
+#[derive(Serialize, JsonSchema, Debug, Clone)]
+#[serde(rename_all = "camelCase")]
+pub struct Hit {
+    /// File, relative to the project root when inside it.
+    pub path: String,
+    /// 1-based line.
+    pub line: usize,
+    /// The line's text.
+    pub text: String,
+    /// Type of the enclosing definition (`defun`), or the head of the
+    /// enclosing top-level form; absent between forms.
+    pub form_type: Option<String>,
+    /// Name of the enclosing definition.
+    pub form_name: Option<String>,
+    /// Line where the enclosing form starts.
+    pub form_line: Option<usize>,
+}
+
+#[derive(Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+struct SearchOutput {
+    hits: Vec<Hit>,
+    /// Hits found in all (before `limit`).
+    total_hits: usize,
+    files_searched: usize,
+    truncated: bool,
+}
+
+#[derive(Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct SignaturesArgs {
+    /// File or directory (default: the project root).
+    path: Option<String>,
+    /// Keep only these definition types, e.g. `["defun", "defmacro"]`.
+    form_types: Option<Vec<String>>,
+    /// Most definitions returned (default 2000).
+    limit: Option<usize>,
+}
+
+/// One definition in `clgrep-signatures`.
+#[derive(Serialize, JsonSchema, Debug, Clone)]
+#[serde(rename_all = "camelCase")]
+pub struct Signature {
+    pub path: String,
+    pub line: usize,
+    /// `defun`, `defmethod`, ... as written (lower-cased).
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// Name; for methods with qualifiers and specializers:
+    /// `print-object :around (point t)`.
+    pub name: String,
+    /// The signature on one line: `(defun foo (x &key y) ...)`.
+    pub signature: String,
+}
+
+#[derive(Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+struct SignaturesOutput {
+    definitions: Vec<Signature>,
+    total: usize,
+    files_searched: usize,
+    truncated: bool,
+}
+
+/// The `clgrep-search` tool.
+pub fn search_tool_def() -> ToolDef {
+    tool(
+        "clgrep-search",
+        ToolGroup::Source,
+        "Search Lisp code",
+        "Searches Lisp files (.lisp .lsp .cl .asd .ros; .gitignore respected) under `path` \
+         (default: the project root) for a regex, line by line. Each hit gives path, line, the \
+         line's text and the enclosing top-level form's type and name (e.g. defun foo), so you \
+         can read or edit that form next. `formTypes` keeps hits inside those form types only.",
+        Annotations::READ_ONLY,
+        |a: SearchArgs, ctx: ToolContext| async move {
+            tokio::task::spawn_blocking(move || run_search(a, &ctx))
+                .await
+                .unwrap_or_else(|e| ToolOutput::error(format!("search failed: {e}")))
+        },
+    )
+    .with_output_schema::<SearchOutput>()
+}
+
+/// The `clgrep-signatures` tool.
+pub fn signatures_tool_def() -> ToolDef {
+    tool(
+        "clgrep-signatures",
+        ToolGroup::Source,
+        "List Lisp definitions",
+        "Lists every top-level definition (defun, defmacro, defgeneric, defmethod with qualifiers \
+         and specializers, defclass, defstruct, defvar, defparameter, defconstant, deftype, \
+         define-condition, defpackage, (setf foo) functions and any other def... form, including \
+         those inside eval-when/progn) in a Lisp file or a directory tree, with line and \
+         signature.",
+        Annotations::READ_ONLY,
+        |a: SignaturesArgs, ctx: ToolContext| async move {
+            tokio::task::spawn_blocking(move || run_signatures(a, &ctx))
+                .await
+                .unwrap_or_else(|e| ToolOutput::error(format!("listing failed: {e}")))
+        },
+    )
+    .with_output_schema::<SignaturesOutput>()
+}
+
+/// The files to visit for `user_path`: the file itself, or the Lisp files
+/// under the directory. Returns the root to show paths against, too.
+fn target(ctx: &ToolContext, user_path: Option<&str>) -> Result<(PathBuf, PathBuf), String> {
+    let root = ctx.session.project_root();
+    let r = resolve_for(&ctx.session, user_path.unwrap_or(""), Access::Read).map_err(|e| e.0)?;
+    if !r.exists {
+        return Err(format!(
+            "Not found: '{}' (looked at {}).",
+            user_path.unwrap_or("."),
+            r.path.display()
+        ));
+    }
+    Ok((root, r.path))
+}
+
+/// Visits every Lisp file under `path` (or `path` itself if a file) in
+/// parallel, calling `visit(path, text)`. Returns the number of files read.
+pub fn for_each_lisp_file<F>(path: &Path, visit: F) -> usize
+where
+    F: Fn(&Path, &[u8]) + Sync,
+{
+    if path.is_file() {
+        return match std::fs::read(path) {
+            Ok(bytes) => {
+                visit(path, &bytes);
+                1
+            }
+            Err(_) => 0,
+        };
+    }
+    let count = std::sync::atomic::AtomicUsize::new(0);
+    let walker = ignore::WalkBuilder::new(path)
+        .require_git(false)
+        .threads(std::thread::available_parallelism().map_or(2, |n| n.get()).min(8))
+        .build_parallel();
+    walker.run(|| {
+        Box::new(|entry| {
+            let Ok(entry) = entry else {
+                return ignore::WalkState::Continue;
+            };
+            let p = entry.path();
+            if entry.file_type().is_some_and(|t| t.is_file())
+                && is_lisp_path(p)
+                && entry.metadata().is_ok_and(|m| m.len() <= MAX_FILE_BYTES)
+            {
+                if let Ok(bytes) = std::fs::read(p) {
+                    count.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    visit(p, &bytes);
+                }
+            }
+            ignore::WalkState::Continue
+        })
+    });
+    count.into_inner()
+}
+
+fn normalize_types(types: Option<Vec<String>>) -> Option<Vec<String>> {
+    types
+        .map(|v| {
+            v.iter()
+                .map(|t| {
+                    let t = t.trim().to_lowercase();
+                    t.rsplit(':').next().unwrap_or(&t).to_string()
+                })
+                .filter(|t| !t.is_empty())
+                .collect::<Vec<_>>()
+        })
+        .filter(|v| !v.is_empty())
+}
+
+fn run_search(a: SearchArgs, ctx: &ToolContext) -> ToolOutput {
+    let re = match RegexBuilder::new(&a.pattern)
+        .multi_line(true)
+        .size_limit(1 << 22)
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => return ToolOutput::error(format!("Bad `pattern`: {e}")),
+    };
+    let (root, path) = match target(ctx, a.path.as_deref()) {
+        Ok(x) => x,
+        Err(e) => return ToolOutput::error(e),
+    };
+    let types = normalize_types(a.form_types);
+    let limit = a.limit.unwrap_or(DEFAULT_SEARCH_LIMIT).max(1);
+    let (hits, files) = search(&root, &path, &re, types.as_deref());
+    let total = hits.len();
+    let mut hits = hits;
+    hits.truncate(limit);
+    let mut text = String::new();
+    for h in &hits {
+        let form = match (&h.form_type, &h.form_name) {
+            (Some(t), Some(n)) => format!(" [{t} {n}]"),
+            (Some(t), None) => format!(" [{t}]"),
+            _ => String::new(),
+        };
+        let _ = writeln!(text, "{}:{}:{form} {}", h.path, h.line, h.text.trim_end());
+    }
+    if total == 0 {
+        let _ = writeln!(text, "No match for /{}/ in {files} Lisp files.", a.pattern);
+    } else if total > hits.len() {
+        let _ = writeln!(
+            text,
+            "[{} of {total} hits shown (limit {limit}); narrow `path` or `pattern`, or raise `limit`]",
+            hits.len()
+        );
+    } else {
+        let _ = writeln!(text, "[{total} hits in {files} Lisp files]");
+    }
+    let out = SearchOutput {
+        truncated: total > hits.len(),
+        hits,
+        total_hits: total,
+        files_searched: files,
+    };
+    ToolOutput::structured(text, to_json(&out))
+}
+
+/// Every hit of `re` in the Lisp files under `path`, sorted by path and
+/// line, with its enclosing form; and the number of files searched.
+pub fn search(root: &Path, path: &Path, re: &Regex, types: Option<&[String]>) -> (Vec<Hit>, usize) {
+    let hits = Mutex::new(Vec::new());
+    let files = for_each_lisp_file(path, |p, bytes| {
+        let found = search_bytes(bytes, re, types);
+        if !found.is_empty() {
+            let shown = display_path(root, p);
+            let mut all = hits.lock().unwrap();
+            for mut h in found {
+                h.path = shown.clone();
+                all.push(h);
+            }
+        }
+    });
+    let mut hits = hits.into_inner().unwrap();
+    hits.sort_by(|a, b| a.path.cmp(&b.path).then(a.line.cmp(&b.line)));
+    (hits, files)
+}
+
+/// The hits in one file's bytes (`path` left empty).
+fn search_bytes(bytes: &[u8], re: &Regex, types: Option<&[String]>) -> Vec<Hit> {
+    let mut out = Vec::new();
+    let mut line = 1usize;
+    let mut counted_to = 0usize;
+    let mut last_line_start = usize::MAX;
+    let mut pos = 0usize;
+    // (line start, line number) of each matching line.
+    let mut matched: Vec<(usize, usize)> = Vec::new();
+    while pos <= bytes.len() {
+        let Some(m) = re.find_at(bytes, pos) else {
+            break;
+        };
+        let ls = memchr::memrchr(b'\n', &bytes[..m.start()]).map_or(0, |i| i + 1);
+        if ls != last_line_start {
+            line += memchr::memchr_iter(b'\n', &bytes[counted_to..ls]).count();
+            counted_to = ls;
+            matched.push((ls, line));
+            last_line_start = ls;
+        }
+        // Next search starts on the following line: one hit per line.
+        pos = match memchr::memchr(b'\n', &bytes[m.start()..]) {
+            Some(n) => m.start() + n + 1,
+            None => break,
+        };
+        if m.end() > pos {
+            pos = m.end();
+        }
+    }
+    if matched.is_empty() {
+        return out;
+    }
+    // Placing hits in forms needs the text; non-UTF-8 files get no forms.
+    let text = std::str::from_utf8(bytes).ok();
+    let placed = text.map(|t| (t, scan::scan(t)));
+    for (ls, n) in matched {
+        let le = memchr::memchr(b'\n', &bytes[ls..]).map_or(bytes.len(), |i| ls + i);
+        let mut hit = Hit {
+            path: String::new(),
+            line: n,
+            text: String::from_utf8_lossy(&bytes[ls..le]).into_owned(),
+            form_type: None,
+            form_name: None,
+            form_line: None,
+        };
+        if let Some((t, s)) = &placed {
+            if let Some((kind, name, start)) = enclosing(t, s, ls, le) {
+                hit.form_line = Some(1 + memchr::memchr_iter(b'\n', &bytes[..start]).count());
+                hit.form_type = Some(kind);
+                hit.form_name = name;
+            }
+        }
+        if let Some(types) = types {
+            let key = hit
+                .form_type
+                .as_deref()
+                .map(|k| k.rsplit(':').next().unwrap_or(k).to_string());
+            if !key.is_some_and(|k| types.contains(&k)) {
+                continue;
+            }
+        }
+        if hit.text.len() > 300 {
+            let mut cut = 300;
+            while !hit.text.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            hit.text.truncate(cut);
+            hit.text.push_str(" [...]");
+        }
+        out.push(hit);
+    }
+    out
+}
+
+/// The definition (or top-level form) enclosing the line `ls..le`: type,
+/// name, start offset.
+fn enclosing(
+    text: &str,
+    s: &scan::Scan,
+    ls: usize,
+    le: usize,
+) -> Option<(String, Option<String>, usize)> {
+    let items = &s.items;
+    // The last form starting at or before the line's end that also ends
+    // after the line's start.
+    let i = items.partition_point(|it| it.span.start <= le.max(ls));
+    let item = items[..i]
+        .iter()
+        .rev()
+        .find(|it| it.kind == scan::ItemKind::Form)?;
+    if item.span.end <= ls {
+        return None;
+    }
+    let ds = defs::definitions(text, std::iter::once(&item.span));
+    // Innermost definition containing the line, else the form's head.
+    if let Some(d) = ds
+        .iter()
+        .find(|d| d.unit_span.start <= le && d.span.end > ls)
+        .or_else(|| ds.first().filter(|_| ds.len() == 1))
+    {
+        return Some((d.kind.clone(), Some(d.full_name()), d.unit_span.start));
+    }
+    let head = defs::head_of(text, item.span.clone())
+        .map(|h| text[h].to_lowercase())
+        .or_else(|| {
+            scan::conditional_parts(text, item.span.clone())
+                .and_then(|(_, g)| defs::head_of(text, g))
+                .map(|h| text[h].to_lowercase())
+        })?;
+    Some((head, None, item.span.start))
+}
+
+fn run_signatures(a: SignaturesArgs, ctx: &ToolContext) -> ToolOutput {
+    let (root, path) = match target(ctx, a.path.as_deref()) {
+        Ok(x) => x,
+        Err(e) => return ToolOutput::error(e),
+    };
+    let types = normalize_types(a.form_types);
+    let limit = a.limit.unwrap_or(DEFAULT_SIGNATURE_LIMIT).max(1);
+    let (mut sigs, files) = signatures(&root, &path);
+    if let Some(types) = &types {
+        sigs.retain(|s| types.contains(&s.kind.rsplit(':').next().unwrap_or(&s.kind).to_string()));
+    }
+    let total = sigs.len();
+    sigs.truncate(limit);
+    let mut text = String::new();
+    let mut last_path = "";
+    for s in &sigs {
+        if s.path != last_path {
+            let _ = writeln!(text, "{}:", s.path);
+            last_path = &s.path;
+        }
+        let _ = writeln!(text, "{:>6}: {}", s.line, s.signature);
+    }
+    if total > sigs.len() {
+        let _ = writeln!(
+            text,
+            "[{} of {total} definitions shown (limit {limit}); narrow `path` or `formTypes`, or raise `limit`]",
+            sigs.len()
+        );
+    } else {
+        let _ = writeln!(text, "[{total} definitions in {files} Lisp files]");
+    }
+    let out = SignaturesOutput {
+        truncated: total > sigs.len(),
+        definitions: sigs,
+        total,
+        files_searched: files,
+    };
+    ToolOutput::structured(text, to_json(&out))
+}
+
+/// Every definition in the Lisp files under `path`, sorted by path and
+/// line; and the number of files read.
+pub fn signatures(root: &Path, path: &Path) -> (Vec<Signature>, usize) {
+    let all = Mutex::new(Vec::new());
+    let files = for_each_lisp_file(path, |p, bytes| {
+        let Ok(text) = std::str::from_utf8(bytes) else {
+            return;
+        };
+        let s = scan::scan(text);
+        let ds = defs::definitions(text, s.forms());
+        if ds.is_empty() {
+            return;
+        }
+        let shown = display_path(root, p);
+        let mut line = 1;
+        let mut counted = 0;
+        let mut out: Vec<Signature> = Vec::with_capacity(ds.len());
+        for d in &ds {
+            line += memchr::memchr_iter(b'\n', &bytes[counted..d.span.start]).count();
+            counted = d.span.start;
+            out.push(signature_of(text, d, &shown, line));
+        }
+        all.lock().unwrap().extend(out);
+    });
+    let mut all = all.into_inner().unwrap();
+    all.sort_by(|a, b| a.path.cmp(&b.path).then(a.line.cmp(&b.line)));
+    (all, files)
+}
+
+fn signature_of(text: &str, d: &Definition, path: &str, line: usize) -> Signature {
+    let mut sig = d.signature(text);
+    if sig.len() > 300 {
+        let mut cut = 300;
+        while !sig.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        sig.truncate(cut);
+        sig.push_str(" ...");
+    }
+    Signature {
+        path: path.to_string(),
+        line,
+        kind: d.kind.clone(),
+        name: d.full_name(),
+        signature: sig,
+    }
+}
