@@ -8,6 +8,7 @@ pub mod config;
 pub mod logging;
 pub mod prompts;
 pub mod protocol;
+pub mod resources;
 pub mod session;
 pub mod tools;
 pub mod transport;

@@ -764,3 +764,43 @@ fn require_approval_of_an_unknown_tool_is_a_startup_error() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("fs-wirte-file"));
 }
+
+#[test]
+fn project_documents_are_file_resources() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().canonicalize().unwrap();
+    std::fs::write(root.join("README.md"), "# hello\n").unwrap();
+    std::fs::create_dir(root.join("src")).unwrap();
+    std::fs::write(root.join("src/a b.lisp"), "(defun f () 1)\n").unwrap();
+    std::fs::write(root.join("image.png"), [0u8, 1, 2]).unwrap();
+    let outside = tempfile::tempdir().unwrap();
+    std::fs::write(outside.path().join("secret.txt"), "no").unwrap();
+    let mut s = Server::initialized(&["--project-root", root.to_str().unwrap()]);
+    let r = s.request(json!({"jsonrpc":"2.0","id":1,"method":"resources/list"}));
+    let list = r["result"]["resources"].as_array().unwrap();
+    let names: Vec<&str> = list.iter().map(|x| x["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["README.md", "src/a b.lisp"]);
+    let lisp = &list[1];
+    assert_eq!(lisp["mimeType"], "text/x-lisp");
+    let uri = lisp["uri"].as_str().unwrap();
+    assert!(
+        uri.starts_with("file://") && uri.contains("a%20b.lisp"),
+        "{uri}"
+    );
+    let r =
+        s.request(json!({"jsonrpc":"2.0","id":2,"method":"resources/read","params":{"uri":uri}}));
+    assert_eq!(r["result"]["contents"][0]["text"], "(defun f () 1)\n");
+    // Outside the root: refused.
+    let bad = format!(
+        "file://{}/secret.txt",
+        outside.path().canonicalize().unwrap().display()
+    );
+    let r =
+        s.request(json!({"jsonrpc":"2.0","id":3,"method":"resources/read","params":{"uri":bad}}));
+    assert!(r["error"]["code"].as_i64().is_some(), "{r}");
+    assert!(!r.to_string().contains("\"no\""));
+    let r = s.request(
+        json!({"jsonrpc":"2.0","id":4,"method":"resources/read","params":{"uri":"http://x"}}),
+    );
+    assert_eq!(error_of(&r).0, -32602);
+}

@@ -207,6 +207,7 @@ fn capabilities() -> Value {
     json!({
         "tools": { "listChanged": false },
         "prompts": { "listChanged": false },
+        "resources": { "listChanged": false, "subscribe": false },
         "completions": {},
         "logging": {},
     })
@@ -284,6 +285,42 @@ pub(crate) async fn dispatch(req: RequestCtx, msg: Message) -> Result<Value, Mcp
             prompt.get(&args).map_err(McpError::invalid_params)?
         }
         "completion/complete" => complete(&params)?,
+        "resources/list" => {
+            let cursor = params.get("cursor").and_then(Value::as_str);
+            let mut r = crate::resources::list(&req.conn.session, cursor)
+                .map_err(McpError::invalid_params)?;
+            if matches!(req.era, Era::Modern { .. }) {
+                r["ttlMs"] = json!(0);
+                r["cacheScope"] = json!("private");
+            }
+            r
+        }
+        "resources/templates/list" => {
+            let mut r = json!({ "resourceTemplates": [] });
+            if matches!(req.era, Era::Modern { .. }) {
+                r["ttlMs"] = json!(3_600_000);
+                r["cacheScope"] = json!("public");
+            }
+            r
+        }
+        "resources/read" => {
+            let uri = match params.get("uri") {
+                Some(Value::String(s)) => s.clone(),
+                Some(_) => return Err(McpError::invalid_params("uri must be a string")),
+                None => return Err(McpError::invalid_params("Missing required field: uri")),
+            };
+            crate::resources::read_file_uri(&req.conn.session, &uri).map_err(|(code, msg)| {
+                McpError {
+                    code,
+                    message: if code == crate::resources::RESOURCE_NOT_FOUND {
+                        "Resource not found"
+                    } else {
+                        "Invalid params"
+                    },
+                    data: Value::String(msg),
+                }
+            })?
+        }
         "logging/setLevel" => {
             let level = params
                 .get("level")
