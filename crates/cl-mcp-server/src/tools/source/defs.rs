@@ -137,8 +137,20 @@ fn collect(
         }
         return;
     }
-    if let Some(d) = definition_at(src, span, item, unit, depth) {
+    if let Some(d) = definition_at(src, span.clone(), item.clone(), unit, depth) {
         out.push(d);
+        return;
+    }
+    // Other top-level macros often wrap definitions (ASDF's
+    // `with-upgradability`, `let` over `defun`): their direct sub-forms
+    // with a def... head count, one level down.
+    if depth == 0 {
+        for e in scan::elements(src, span).skip(1) {
+            let c = src.as_bytes()[e.start];
+            if c == b'(' || (c == b'#' && scan::conditional_parts(src, e.clone()).is_some()) {
+                collect(src, item.clone(), e.clone(), e, depth + 1, out);
+            }
+        }
     }
 }
 

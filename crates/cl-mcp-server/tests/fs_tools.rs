@@ -1,0 +1,180 @@
+//! Black-box tests of the fs tools and the path policy: the built server
+//! over stdio, a real temporary project, real symlinks.
+
+mod source_support;
+
+use std::os::unix::fs::{symlink, PermissionsExt};
+
+use serde_json::json;
+use source_support::{project, Server};
+
+#[test]
+fn write_read_list_round_trip() {
+    let (_d, root) = project();
+    let mut s = Server::start(&root);
+    let w = s.ok(
+        "fs-write-file",
+        json!({"path": "src/deep/new.lisp", "content": "(defun x () 1)\n"}),
+    );
+    assert_eq!(w.text, "Created src/deep/new.lisp (15 bytes).");
+    assert_eq!(w.structured["created"], true);
+    assert_eq!(
+        std::fs::read_to_string(root.join("src/deep/new.lisp")).unwrap(),
+        "(defun x () 1)\n"
+    );
+    let w = s.ok(
+        "fs-write-file",
+        json!({"path": "src/deep/new.lisp", "content": "(defun x () 2)\n"}),
+    );
+    assert_eq!(w.text, "Replaced src/deep/new.lisp (15 bytes).");
+
+    let r = s.ok("fs-read-file", json!({"path": "src/deep/new.lisp"}));
+    assert_eq!(r.text, "(defun x () 2)\n");
+    assert_eq!(r.structured["hasMore"], false);
+
+    std::fs::write(root.join(".hidden"), "h").unwrap();
+    let l = s.ok("fs-list-directory", json!({}));
+    assert_eq!(
+        l.text,
+        ". (2 entries: 1 directories, 1 files)\n  .hidden  (1 bytes)\n  src/\n"
+    );
+    assert_eq!(l.structured["entries"][1]["type"], "directory");
+}
+
+#[test]
+fn write_keeps_the_permission_mode_and_leaves_no_temp_files() {
+    let (_d, root) = project();
+    let f = root.join("run.sh");
+    std::fs::write(&f, "old").unwrap();
+    std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o751)).unwrap();
+    let mut s = Server::start(&root);
+    s.ok("fs-write-file", json!({"path": "run.sh", "content": "new"}));
+    assert_eq!(std::fs::read_to_string(&f).unwrap(), "new");
+    let mode = std::fs::metadata(&f).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o751);
+    let names: Vec<String> = std::fs::read_dir(&root)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(names, vec!["run.sh".to_string()]);
+}
+
+#[test]
+fn paging_by_lines_with_a_next_page_note() {
+    let (_d, root) = project();
+    let body: String = (1..=10).map(|i| format!("line {i}\n")).collect();
+    std::fs::write(root.join("t.txt"), body).unwrap();
+    let mut s = Server::start(&root);
+    let r = s.ok("fs-read-file", json!({"path": "t.txt", "offset": 2, "limit": 3}));
+    assert_eq!(
+        r.text,
+        "line 3\nline 4\nline 5\n[t.txt: showed lines 3-5; the line limit was reached. Next page: offset=5]"
+    );
+    assert_eq!(r.structured["nextOffset"], 5);
+    let r = s.ok("fs-read-file", json!({"path": "t.txt", "offset": 8}));
+    assert_eq!(r.text, "line 9\nline 10\n");
+    let e = s.err("fs-read-file", json!({"path": "t.txt", "offset": 20}));
+    assert!(e.text.contains("past the end") && e.text.contains("10 lines"), "{}", e.text);
+}
+
+#[test]
+fn the_two_megabyte_cap_pages() {
+    let (_d, root) = project();
+    let line = "x".repeat(99) + "\n";
+    let body = line.repeat(30_000); // 3 MB
+    std::fs::write(root.join("big.txt"), &body).unwrap();
+    let mut s = Server::start(&root);
+    let r = s.ok("fs-read-file", json!({"path": "big.txt"}));
+    let next = r.structured["nextOffset"].as_u64().unwrap();
+    assert_eq!(next, 20_971, "2 MB of 100-byte lines");
+    assert!(r.text.ends_with(&format!(
+        "[big.txt: showed lines 1-20971; the 2 MB per-call cap was reached. Next page: offset={next}]"
+    )));
+    let r = s.ok("fs-read-file", json!({"path": "big.txt", "offset": next}));
+    assert_eq!(r.structured["lines"], 30_000 - next);
+    assert_eq!(r.structured["hasMore"], false);
+}
+
+/// Every way out of the root is refused, with the root named.
+#[test]
+fn every_way_out_is_refused() {
+    let (_d, root) = project();
+    let (_o, outside) = project();
+    std::fs::write(outside.join("secret.txt"), "secret").unwrap();
+    std::fs::create_dir(root.join("sub")).unwrap();
+    symlink(outside.join("secret.txt"), root.join("link.txt")).unwrap();
+    symlink(&outside, root.join("linkdir")).unwrap();
+    symlink(outside.join("nowhere"), root.join("dangling")).unwrap();
+    let mut s = Server::start(&root);
+    let root_s = root.display().to_string();
+    let cases = [
+        "../secret.txt".to_string(),
+        "sub/../../secret.txt".to_string(),
+        outside.join("secret.txt").display().to_string(),
+        "link.txt".to_string(),
+        "linkdir/secret.txt".to_string(),
+    ];
+    for path in &cases {
+        for (tool, args) in [
+            ("fs-read-file", json!({"path": path})),
+            ("fs-write-file", json!({"path": path, "content": "x"})),
+            ("lisp-read-file", json!({"path": path})),
+            ("lisp-check-parens", json!({"path": path})),
+        ] {
+            let e = s.err(tool, args);
+            assert!(
+                e.text.contains("Refused path") && e.text.contains(&root_s),
+                "{tool} {path}: {}",
+                e.text
+            );
+        }
+    }
+    // Not-yet-existing paths: through a symlinked directory, a `..` after a
+    // missing directory, a dangling symlink.
+    for path in ["linkdir/new/file.txt", "missing/../../x.txt", "dangling"] {
+        let e = s.err("fs-write-file", json!({"path": path, "content": "x"}));
+        assert!(e.text.contains("Refused path"), "{path}: {}", e.text);
+    }
+    let e = s.err("fs-list-directory", json!({"path": "linkdir"}));
+    assert!(e.text.contains("outside the project root"), "{}", e.text);
+    assert_eq!(std::fs::read_to_string(outside.join("secret.txt")).unwrap(), "secret");
+    assert!(!outside.join("new").exists());
+    assert!(!outside.join("nowhere").exists());
+}
+
+#[test]
+fn symlinks_inside_the_root_are_fine() {
+    let (_d, root) = project();
+    std::fs::create_dir(root.join("real")).unwrap();
+    std::fs::write(root.join("real/a.lisp"), "(a)\n").unwrap();
+    symlink(root.join("real"), root.join("alias")).unwrap();
+    let mut s = Server::start(&root);
+    let r = s.ok("fs-read-file", json!({"path": "alias/a.lisp"}));
+    assert_eq!(r.text, "(a)\n");
+    assert_eq!(r.structured["path"], "real/a.lisp");
+    let l = s.ok("fs-list-directory", json!({}));
+    assert!(l.text.contains(&format!("  alias -> {}", root.join("real").display())), "{}", l.text);
+}
+
+#[test]
+fn project_root_info_and_change() {
+    let (_d, root) = project();
+    let (_o, other) = project();
+    let mut s = Server::start(&root);
+    let i = s.ok("fs-get-project-info", json!({}));
+    assert_eq!(i.structured["projectRoot"], root.display().to_string());
+    assert_eq!(i.structured["projectRootSource"], "command-line");
+    let e = s.err("fs-set-project-root", json!({"path": "/no/such/dir"}));
+    assert!(e.text.contains("Cannot use '/no/such/dir'"), "{}", e.text);
+    std::fs::write(other.join("f.txt"), "other").unwrap();
+    let r = s.ok("fs-set-project-root", json!({"path": other.display().to_string()}));
+    assert_eq!(
+        r.text,
+        format!("Project root set to {} (was {}).", other.display(), root.display())
+    );
+    assert_eq!(s.ok("fs-read-file", json!({"path": "f.txt"})).text, "other");
+    let i = s.ok("fs-get-project-info", json!({}));
+    assert_eq!(i.structured["projectRootSource"], "session");
+    let e = s.err("fs-set-project-root", json!({"path": "f.txt"}));
+    assert!(e.text.contains("not a directory"), "{}", e.text);
+}
