@@ -361,6 +361,10 @@ pub enum SyntaxErrorKind {
     InvalidDispatch,
     /// Nesting deeper than [`MAX_DEPTH`].
     TooDeep,
+    /// A `,` (or `,@`, `,.`) that is not inside a backquote, or one comma
+    /// too many in nested backquotes. The reader still takes the comma and
+    /// its form as an unquote node.
+    CommaOutsideBackquote,
 }
 
 /// Constructs that can be left unclosed.
@@ -428,6 +432,9 @@ impl SyntaxError {
             }
             SyntaxErrorKind::InvalidDispatch => format!(
                 "unreadable dispatch macro at {here}: found {found}, which no Lisp reader accepts"
+            ),
+            SyntaxErrorKind::CommaOutsideBackquote => format!(
+                "comma {found} at {here} is not inside a backquote: only a backquoted form such as `(a ,b) may contain , or ,@"
             ),
             SyntaxErrorKind::TooDeep => format!(
                 "nesting deeper than {MAX_DEPTH} levels at {here}; the rest of the input is not read"

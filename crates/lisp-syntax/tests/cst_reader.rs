@@ -361,3 +361,33 @@ fn node_at_and_top_level_form_at() {
     assert_eq!(p.top_level_form_at(src.len()).unwrap().text(src), "(d)");
     assert_eq!(p.top_level_form_at(9).unwrap().kind, NodeKind::Whitespace);
 }
+
+#[test]
+fn commas_must_be_inside_a_backquote() {
+    let comma_errors = |src: &str| -> Vec<usize> {
+        let p = checked(src);
+        p.errors
+            .iter()
+            .filter(|e| e.kind == SyntaxErrorKind::CommaOutsideBackquote)
+            .map(|e| e.offset)
+            .collect()
+    };
+    assert_eq!(
+        comma_errors("`(a ,b ,@c (d ,.e) `(f ,,g))"),
+        Vec::<usize>::new()
+    );
+    assert_eq!(comma_errors(",a (b ,c)"), [0, 6]);
+    // One comma too many.
+    assert_eq!(comma_errors("`(a ,(b ,c))"), [8]);
+    // #. #S #A read their form as if outside any backquote, like SBCL.
+    assert_eq!(
+        comma_errors("`(#.,a #S(p ,b) #1A(,c) #(,d) #p,e)"),
+        [4, 12, 20]
+    );
+    // The comma is still read as an unquote of the form after it.
+    let src = ",(a b)";
+    let p = checked(src);
+    assert_eq!(p.forms[0].kind, NodeKind::Unquote);
+    assert_eq!(p.forms[0].span, 0..src.len());
+    assert!(p.errors[0].to_string().contains("not inside a backquote"));
+}

@@ -22,6 +22,12 @@
 ;;;; - #n= reads the object it labels: under *READ-SUPPRESS* SBCL's #= returns
 ;;;;   at once and leaves the object to the enclosing read, which says the same
 ;;;;   thing about the text but not about where the label's extent ends;
+;;;; - a comma outside any backquote is an error, as it is when SBCL reads
+;;;;   for real (under *READ-SUPPRESS* SBCL lets it pass and does not even
+;;;;   read the form after it);
+;;;; - #S and #A read their form at backquote depth zero under *READ-SUPPRESS*
+;;;;   too, as SBCL does when it reads for real (so a comma in them is an
+;;;;   error either way);
 ;;;; - the start of a form is found by skipping whitespace and comments by
 ;;;;   hand, because READ skips them silently;
 ;;;; - READ-PRESERVING-WHITESPACE, so a form ends at its last character, not
@@ -49,8 +55,8 @@
       (decf end))
     (push (list kind start end) *spans*)))
 
-(defun wrap-macro-character (rt char kind)
-  (let ((standard (get-macro-character char rt)))
+(defun wrap-macro-character (rt char kind &optional (standard (get-macro-character char rt)))
+  (progn
     (set-macro-character
      char
      (lambda (stream c)
@@ -76,6 +82,17 @@
   (read stream t nil t)
   :reader-conditional)
 
+(defun make-strict-comma (standard)
+  (lambda (stream char)
+    (when (zerop sb-impl::*backquote-depth*)
+      (error "Comma not inside a backquote."))
+    (funcall standard stream char)))
+
+(defun make-depth-zero (standard)
+  (lambda (stream sub-char numarg)
+    (let ((sb-impl::*backquote-depth* 0))
+      (funcall standard stream sub-char numarg))))
+
 (defun label (stream sub-char numarg)
   (declare (ignore sub-char numarg))
   (read stream t nil t))
@@ -83,18 +100,22 @@
 (defvar *readtable-for-boundaries*
   (let ((rt (copy-readtable nil)))
     (loop for (char kind) in '((#\( :list) (#\" :string) (#\' :quote)
-                               (#\` :backquote) (#\, :unquote)
-                               (#\; :line-comment))
+                               (#\` :backquote) (#\; :line-comment))
           do (wrap-macro-character rt char kind))
+    (wrap-macro-character rt #\, :unquote
+                          (make-strict-comma (get-macro-character #\, rt)))
     (loop for (sub-char kind) in '((#\\ :char) (#\' :function) (#\( :vector)
                                    (#\* :bit-vector) (#\: :uninterned)
                                    (#\. :read-eval) (#\p :pathname)
-                                   (#\s :structure) (#\a :array)
                                    (#\# :label-ref) (#\b :radix) (#\o :radix)
                                    (#\x :radix) (#\r :radix) (#\c :complex)
                                    (#\| :block-comment))
           do (wrap-dispatch rt sub-char kind))
     (wrap-dispatch rt #\= :label #'label)
+    (wrap-dispatch rt #\s :structure
+                   (make-depth-zero (get-dispatch-macro-character #\# #\s rt)))
+    (wrap-dispatch rt #\a :array
+                   (make-depth-zero (get-dispatch-macro-character #\# #\a rt)))
     (wrap-dispatch rt #\+ :conditional #'reader-conditional)
     (wrap-dispatch rt #\- :conditional #'reader-conditional)
     rt))

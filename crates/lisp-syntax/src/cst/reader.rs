@@ -21,6 +21,10 @@ struct Frame {
     until: Until,
     /// The prefix text, for error messages ("a form after #'").
     opener: usize,
+    /// The backquote depth before this frame opened, restored when it
+    /// closes (a backquote raises the depth for its form, a comma lowers it,
+    /// `#.`, `#S` and `#A` reset it to zero as SBCL does).
+    depth_before: i32,
 }
 
 enum Until {
@@ -34,6 +38,9 @@ pub(super) struct Reader<'a> {
     pos: usize,
     stack: Vec<Frame>,
     pending: Vec<Node>,
+    /// Backquotes minus commas among the open frames: a comma is only
+    /// allowed where this is positive.
+    backquote_depth: i32,
     forms: Vec<Node>,
     errors: Vec<SyntaxError>,
 }
@@ -55,6 +62,7 @@ impl<'a> Reader<'a> {
             pos: 0,
             stack: Vec::new(),
             pending: Vec::new(),
+            backquote_depth: 0,
             forms: Vec::new(),
             errors: Vec::new(),
         }
@@ -74,25 +82,39 @@ impl<'a> Reader<'a> {
                     let end = self.skip_while(start, |b| b != b'\n');
                     self.trivia(NodeKind::LineComment, start, end);
                 }
-                b'(' => self.open(
-                    NodeKind::List,
-                    Until::Close(Construct::List),
-                    start,
-                    start + 1,
-                ),
+                b'(' => self.open_seq(NodeKind::List, Construct::List, start, start + 1),
                 b')' => self.close_paren(start),
                 b'"' => {
                     let end = self.scan_string(start);
                     self.form(Node::leaf(NodeKind::String, start..end));
                 }
                 b'\'' => self.prefix(NodeKind::Quote, 1, start, start + 1),
-                b'`' => self.prefix(NodeKind::Backquote, 1, start, start + 1),
-                b',' => match self.bytes.get(start + 1) {
-                    Some(b'@' | b'.') => {
-                        self.prefix(NodeKind::UnquoteSplicing, 1, start, start + 2)
+                b'`' => self.prefix_at_depth(
+                    NodeKind::Backquote,
+                    self.backquote_depth + 1,
+                    start,
+                    start + 1,
+                ),
+                b',' => {
+                    let (kind, end) = match self.bytes.get(start + 1) {
+                        Some(b'@' | b'.') => (NodeKind::UnquoteSplicing, start + 2),
+                        _ => (NodeKind::Unquote, start + 1),
+                    };
+                    let inside = self.backquote_depth > 0;
+                    if !inside {
+                        self.errors.push(SyntaxError {
+                            kind: SyntaxErrorKind::CommaOutsideBackquote,
+                            offset: start,
+                            open_offset: None,
+                            expected: None,
+                            found: Some(format!("\"{}\"", &self.src[start..end])),
+                        });
                     }
-                    _ => self.prefix(NodeKind::Unquote, 1, start, start + 1),
-                },
+                    // Outside a backquote the comma is still read as a
+                    // prefix: that is what its author meant.
+                    let depth = (self.backquote_depth - 1).max(0);
+                    self.prefix_at_depth(kind, depth, start, end);
+                }
                 b'#' => self.dispatch(start),
                 _ => {
                     let end = self.scan_token(start);
@@ -132,6 +154,7 @@ impl<'a> Reader<'a> {
     /// Pops the top frame into a node ending at `end`.
     fn finish_top(&mut self, end: usize) -> Node {
         let frame = self.stack.pop().expect("frame present");
+        self.backquote_depth = frame.depth_before;
         Node {
             kind: frame.kind,
             span: frame.start..end,
@@ -187,9 +210,10 @@ impl<'a> Reader<'a> {
     }
 
     /// Opens a list or vector whose opener is `start..open_end`.
-    fn open(&mut self, kind: NodeKind, until: Until, start: usize, open_end: usize) {
+    /// Returns false when the input is nested too deeply to open it.
+    fn open(&mut self, kind: NodeKind, until: Until, start: usize, open_end: usize) -> bool {
         if !self.can_open(start) {
-            return;
+            return false;
         }
         self.pos = open_end;
         self.stack.push(Frame {
@@ -198,15 +222,30 @@ impl<'a> Reader<'a> {
             first: self.pending.len(),
             until,
             opener: open_end,
+            depth_before: self.backquote_depth,
         });
         self.pending
             .push(Node::leaf(NodeKind::Punct, start..open_end));
+        true
+    }
+
+    /// Opens a one-form prefix frame during which the backquote depth is
+    /// `depth`.
+    fn prefix_at_depth(&mut self, kind: NodeKind, depth: i32, start: usize, end: usize) {
+        if self.open(kind, Until::Forms(1), start, end) {
+            self.backquote_depth = depth;
+        }
     }
 
     /// Opens a prefix node (`'`, `#+`, ...) that completes after `forms`
     /// more forms.
     fn prefix(&mut self, kind: NodeKind, forms: u8, start: usize, prefix_end: usize) {
         self.open(kind, Until::Forms(forms), start, prefix_end);
+    }
+
+    /// Opens a list or vector, closed by `)`.
+    fn open_seq(&mut self, kind: NodeKind, what: Construct, start: usize, open_end: usize) {
+        self.open(kind, Until::Close(what), start, open_end);
     }
 
     fn close_paren(&mut self, at: usize) {
@@ -427,12 +466,7 @@ impl<'a> Reader<'a> {
                 self.form(Node::leaf(NodeKind::CharLiteral, start..end));
             }
             b'\'' => self.prefix(NodeKind::FunctionQuote, 1, start, after),
-            b'(' => self.open(
-                NodeKind::Vector,
-                Until::Close(Construct::Vector),
-                start,
-                after,
-            ),
+            b'(' => self.open_seq(NodeKind::Vector, Construct::Vector, start, after),
             b'*' => {
                 let end = self.scan_token_tail(after);
                 self.form(Node::leaf(NodeKind::BitVector, start..end));
@@ -446,7 +480,9 @@ impl<'a> Reader<'a> {
                 self.form(Node::leaf(NodeKind::RadixNumber, start..end));
             }
             b'#' => self.form(Node::leaf(NodeKind::LabelRef, start..after)),
-            b'.' => self.prefix(NodeKind::ReadEval, 1, start, after),
+            // Read-time evaluation, arrays and structures take no commas:
+            // SBCL reads their form at backquote depth zero.
+            b'.' => self.prefix_at_depth(NodeKind::ReadEval, 0, start, after),
             b'+' => self.prefix(
                 NodeKind::ReaderConditional { positive: true },
                 2,
@@ -460,8 +496,8 @@ impl<'a> Reader<'a> {
                 after,
             ),
             b'p' => self.prefix(NodeKind::Pathname, 1, start, after),
-            b's' => self.prefix(NodeKind::Structure, 1, start, after),
-            b'a' => self.prefix(NodeKind::Array, 1, start, after),
+            b's' => self.prefix_at_depth(NodeKind::Structure, 0, start, after),
+            b'a' => self.prefix_at_depth(NodeKind::Array, 0, start, after),
             b'c' => self.prefix(NodeKind::Complex, 1, start, after),
             b'=' => self.prefix(NodeKind::Label, 1, start, after),
             b'|' => {
