@@ -1,0 +1,355 @@
+//! Black-box tests of the source tools on real Lisp files with nasty
+//! syntax: strings with parens, `#\(`, nested `#| |#`, `|a)b|`, reader
+//! conditionals, cl-interpol's `#?"..."`.
+
+mod source_support;
+
+use serde_json::json;
+use source_support::{project, Server, BIN};
+
+const NASTY: &str = r##";;;; nasty.lisp --- a file full of traps
+;;;; second header line
+
+(in-package :cl-user)
+
+#| block comment with ( and #| nested ) |# still |#
+
+(defun paren-string (x)
+  "A docstring with ) and ( inside"
+  (list x #\( #\) "(" '|a)b|))
+
+#+sbcl
+(defmethod print-object ((p point) stream)
+  (format stream "#<point>"))
+
+(defmethod print-object :around ((p point) (s t))
+  (call-next-method))
+
+(defun (setf thing) (value obj)
+  (setf (car obj) value))
+
+(eval-when (:compile-toplevel :load-toplevel :execute)
+  (defmacro with-thing ((var) &body body)
+    `(let ((,var 1)) ,@body)))
+
+(defvar *interp* #?"value: ${(paren-string 1)} ) (")
+
+(defclass point ()
+  ((x :initarg :x)))
+"##;
+
+fn setup() -> (tempfile::TempDir, std::path::PathBuf, Server) {
+    let (d, root) = project();
+    std::fs::create_dir_all(root.join("src")).unwrap();
+    std::fs::write(root.join("src/nasty.lisp"), NASTY).unwrap();
+    let s = Server::start(&root);
+    (d, root, s)
+}
+
+#[test]
+fn check_parens_has_no_false_alarms_and_finds_real_problems() {
+    let (_d, _root, mut s) = setup();
+    let r = s.ok("lisp-check-parens", json!({"path": "src/nasty.lisp"}));
+    assert_eq!(r.text, "src/nasty.lisp: ok: all delimiters balanced (8 top-level forms).");
+    assert_eq!(r.structured["ok"], true);
+
+    let r = s.ok("lisp-check-parens", json!({"code": "(a \"(\" #\\( |a)b| #| ( |# ; )\n)"}));
+    assert_eq!(r.structured["ok"], true, "{}", r.text);
+
+    let r = s.ok("lisp-check-parens", json!({"code": "(a b))\n"}));
+    assert_eq!(r.structured["kind"], "extra-close");
+    assert_eq!(r.structured["found"], ")");
+    assert_eq!(r.structured["position"], json!({"offset": 5, "line": 1, "column": 6}));
+
+    let code = "(defun a ()\n  (let ((x 1))\n    x)\n\n(defun b () \"(\" 2)\n";
+    let r = s.ok("lisp-check-parens", json!({"code": code}));
+    assert_eq!(r.structured["kind"], "unclosed");
+    assert_eq!(r.structured["expected"], ")");
+    assert_eq!(r.structured["found"], "end of input");
+    assert_eq!(r.structured["position"], json!({"offset": 0, "line": 1, "column": 1}));
+    assert_eq!(
+        r.structured["hint"],
+        "The form opened at line 1 is not closed: `(defun b` starts at column 1 of line 5 \
+         inside it, so a `)` is probably missing before line 5."
+    );
+
+    let r = s.ok("lisp-check-parens", json!({"code": "(a \"unterminated)\n"}));
+    assert_eq!(r.structured["kind"], "unclosed");
+    assert_eq!(r.structured["expected"], "\"");
+    assert_eq!(r.structured["position"]["column"], 4);
+
+    // A window of lines reports positions in file lines.
+    let r = s.ok(
+        "lisp-check-parens",
+        json!({"path": "src/nasty.lisp", "offset": 7, "limit": 2}),
+    );
+    assert_eq!(r.structured["kind"], "unclosed");
+    assert_eq!(r.structured["position"]["line"], 8);
+    let e = s.err("lisp-check-parens", json!({}));
+    assert_eq!(e.text, "Give exactly one of `path` or `code`.");
+}
+
+#[test]
+fn check_parens_from_the_command_line() {
+    let out = std::process::Command::new(BIN)
+        .args(["call", "lisp-check-parens", "--arg", "code=(a"])
+        .output()
+        .unwrap();
+    // A problem found is a successful check (not a tool error).
+    assert!(out.status.success());
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "code: unclosed: list `(` opened at line 1, column 1 is never closed (expected `)` \
+         before the end of input). Add the missing `)`.\n"
+    );
+    let out = std::process::Command::new(BIN)
+        .args(["call", "lisp-check-parens", "--arg", "code=(a #\\) \"(\")"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stdout));
+}
+
+#[test]
+fn collapsed_read_shows_signatures_with_lines() {
+    let (_d, _root, mut s) = setup();
+    let r = s.ok("lisp-read-file", json!({"path": "src/nasty.lisp"}));
+    assert_eq!(
+        r.text,
+        "src/nasty.lisp [lisp-collapsed]\n\
+         \x201: ;;;; nasty.lisp --- a file full of traps  [+1 comment lines]\n\
+         \x204: (in-package :cl-user)\n\
+         \x206: #| block comment with ( and #| nested ) |# still |#\n\
+         \x208: (defun paren-string (x) ...)\n\
+         12: #+sbcl\n\
+         13: (defmethod print-object ((p point) stream) ...)\n\
+         16: (defmethod print-object :around ((p point) (s t)) ...)\n\
+         19: (defun (setf thing) (value obj) ...)\n\
+         22: (eval-when (:compile-toplevel :load-toplevel :execute)\n\
+         23:   (defmacro with-thing ((var) &body body) ...)\n\
+         26: (defvar *interp* #?\"value: ${(paren-string 1)} ) (\")\n\
+         28: (defclass point () ...)\n"
+    );
+    assert_eq!(r.structured["mode"], "lisp-collapsed");
+    assert_eq!(r.structured["meta"]["totalForms"], 8);
+    assert_eq!(r.structured["meta"]["totalLines"], 29);
+
+    let r = s.ok(
+        "lisp-read-file",
+        json!({"path": "src/nasty.lisp", "namePattern": "^PAREN-"}),
+    );
+    assert!(
+        r.text.contains(
+            " 8: (defun paren-string (x)\n 9:   \"A docstring with ) and ( inside\"\n10:   (list x #\\( #\\) \"(\" '|a)b|))\n"
+        ),
+        "{}",
+        r.text
+    );
+    assert_eq!(r.structured["meta"]["expandedForms"], 1);
+
+    let r = s.ok(
+        "lisp-read-file",
+        json!({"path": "src/nasty.lisp", "contentPattern": "call-next-method"}),
+    );
+    assert!(r.text.contains("17:   (call-next-method))\n"), "{}", r.text);
+    assert!(r.text.contains(" 8: (defun paren-string (x) ...)\n"), "{}", r.text);
+
+    let r = s.ok(
+        "lisp-read-file",
+        json!({"path": "src/nasty.lisp", "collapsed": false, "offset": 3, "limit": 2}),
+    );
+    assert_eq!(
+        r.text,
+        "src/nasty.lisp [raw]\n 4: (in-package :cl-user)\n 5: \n[window ends at line 5 of 29; next: offset=5]\n"
+    );
+}
+
+#[test]
+fn read_non_lisp_files_as_lines() {
+    let (_d, root, mut s) = setup();
+    let body: String = (1..=20).map(|i| format!("row {i}\n")).collect();
+    std::fs::write(root.join("notes.txt"), body).unwrap();
+    let r = s.ok("lisp-read-file", json!({"path": "notes.txt", "limit": 2}));
+    assert_eq!(r.structured["mode"], "raw");
+    assert!(r.text.starts_with("notes.txt [raw]\n 1: row 1\n 2: row 2\n"), "{}", r.text);
+    let r = s.ok(
+        "lisp-read-file",
+        json!({"path": "notes.txt", "contentPattern": "^row 10$"}),
+    );
+    assert_eq!(r.structured["mode"], "text-filtered");
+    let shown: Vec<&str> = r.text.lines().skip(1).collect();
+    assert_eq!(shown.first(), Some(&" 5: row 5"));
+    assert_eq!(shown.last(), Some(&"15: row 15"));
+}
+
+#[test]
+fn edit_form_replaces_one_method_and_keeps_every_other_byte() {
+    let (_d, root, mut s) = setup();
+    let path = root.join("src/nasty.lisp");
+    let new_method = "(defmethod print-object ((p point) stream)\n  (format stream \"#<point ~a>\" 1))";
+    // Dry run: a diff, nothing written.
+    let r = s.ok(
+        "lisp-edit-form",
+        json!({"path": "src/nasty.lisp", "formType": "defmethod",
+               "formName": "print-object (point t)", "operation": "replace",
+               "content": new_method, "dryRun": true}),
+    );
+    assert!(r.text.starts_with("Dry run: would replace `defmethod print-object (point t)` (line 13)"), "{}", r.text);
+    assert!(r.text.contains("-  (format stream \"#<point>\"))\n+  (format stream \"#<point ~a>\" 1))\n"), "{}", r.text);
+    assert_eq!(std::fs::read_to_string(&path).unwrap(), NASTY);
+
+    let r = s.ok(
+        "lisp-edit-form",
+        json!({"path": "src/nasty.lisp", "form_type": "defmethod",
+               "form_name": "print-object (point t)", "operation": "replace",
+               "content": new_method}),
+    );
+    assert_eq!(r.structured["written"], true);
+    let after = std::fs::read_to_string(&path).unwrap();
+    let old_form = "(defmethod print-object ((p point) stream)\n  (format stream \"#<point>\"))";
+    let at = NASTY.find(old_form).unwrap();
+    assert_eq!(after[..at], NASTY[..at], "bytes before the form are identical");
+    assert_eq!(
+        after[at + new_method.len()..],
+        NASTY[at + old_form.len()..],
+        "bytes after the form are identical"
+    );
+    assert!(after[..at].ends_with("#+sbcl\n"));
+}
+
+#[test]
+fn edit_form_refuses_bad_content_and_ambiguity() {
+    let (_d, root, mut s) = setup();
+    let path = root.join("src/nasty.lisp");
+    let e = s.err(
+        "lisp-edit-form",
+        json!({"path": "src/nasty.lisp", "formType": "defun", "formName": "paren-string",
+               "operation": "replace", "content": "(defun paren-string (x)\n  (list x"}),
+    );
+    assert!(
+        e.text.starts_with("`content` does not read as complete forms: unclosed list: opened at line 2, column 3"),
+        "{}",
+        e.text
+    );
+    let e = s.err(
+        "lisp-edit-form",
+        json!({"path": "src/nasty.lisp", "formType": "defmethod", "formName": "print-object",
+               "operation": "delete"}),
+    );
+    assert_eq!(
+        e.text,
+        "src/nasty.lisp: 'print-object' is ambiguous: 2 forms match: defmethod print-object \
+         (point t) (line 13); defmethod print-object :around (point t) (line 16). Add \
+         qualifiers/specializers to `formName` (e.g. `name :around (class t)`) or pass `line`."
+    );
+    let e = s.err(
+        "lisp-edit-form",
+        json!({"path": "src/nasty.lisp", "formType": "defun", "formName": "nope",
+               "operation": "delete"}),
+    );
+    assert!(
+        e.text.contains("no defun named 'nope'. The defun forms in this file: defun paren-string (line 8); defun (setf thing) (line 19)."),
+        "{}",
+        e.text
+    );
+    // Content that reads alone but breaks the file: its trailing comment
+    // would swallow the `)` of the eval-when that follows on the same line.
+    let e = s.err(
+        "lisp-edit-form",
+        json!({"path": "src/nasty.lisp", "formType": "defmacro", "formName": "with-thing",
+               "operation": "replace", "content": "(defmacro with-thing () nil) ; note"}),
+    );
+    assert!(
+        e.text.starts_with("Not written: after this edit src/nasty.lisp would not read: unclosed list: opened at line 22, column 1"),
+        "{}",
+        e.text
+    );
+    assert_eq!(std::fs::read_to_string(&path).unwrap(), NASTY, "nothing written");
+}
+
+#[test]
+fn edit_form_inserts_deletes_and_finds_setf_and_nested_forms() {
+    let (_d, root, mut s) = setup();
+    let path = root.join("src/nasty.lisp");
+    s.ok(
+        "lisp-edit-form",
+        json!({"path": "src/nasty.lisp", "formType": "defun", "formName": "(setf thing)",
+               "operation": "insert_after", "content": "(defun other () 2)"}),
+    );
+    let after = std::fs::read_to_string(&path).unwrap();
+    assert!(after.contains("  (setf (car obj) value))\n\n(defun other () 2)\n\n(eval-when"), "{after}");
+    s.ok(
+        "lisp-edit-form",
+        json!({"path": "src/nasty.lisp", "formType": "defun", "formName": "other",
+               "operation": "delete"}),
+    );
+    assert_eq!(std::fs::read_to_string(&path).unwrap(), NASTY);
+    s.ok(
+        "lisp-edit-form",
+        json!({"path": "src/nasty.lisp", "formType": "defmacro", "formName": "with-thing",
+               "operation": "replace", "content": "(defmacro with-thing ((var) &body body)\n    `(let ((,var 2)) ,@body))"}),
+    );
+    let after = std::fs::read_to_string(&path).unwrap();
+    assert!(after.contains("(eval-when (:compile-toplevel :load-toplevel :execute)\n  (defmacro with-thing ((var) &body body)\n    `(let ((,var 2)) ,@body)))\n"), "{after}");
+    s.ok(
+        "lisp-edit-form",
+        json!({"path": "src/nasty.lisp", "formType": "defmethod",
+               "formName": "print-object :around (point t)", "operation": "insert_before",
+               "content": "(defun before () 0)"}),
+    );
+    let after = std::fs::read_to_string(&path).unwrap();
+    assert!(after.contains("\n(defun before () 0)\n\n(defmethod print-object :around"), "{after}");
+}
+
+#[test]
+fn search_places_hits_in_their_forms() {
+    let (_d, root, mut s) = setup();
+    std::fs::write(root.join("src/other.lisp"), "(defmacro m (x)\n  `(paren-string ,x))\n").unwrap();
+    std::fs::write(root.join("README.md"), "paren-string in markdown\n").unwrap();
+    std::fs::create_dir_all(root.join("build")).unwrap();
+    std::fs::write(root.join("build/gen.lisp"), "(paren-string 1)\n").unwrap();
+    std::fs::write(root.join(".gitignore"), "build/\n").unwrap();
+    let r = s.ok("clgrep-search", json!({"pattern": "paren-string"}));
+    assert_eq!(
+        r.text,
+        "src/nasty.lisp:8: [defun paren-string] (defun paren-string (x)\n\
+         src/nasty.lisp:26: [defvar *interp*] (defvar *interp* #?\"value: ${(paren-string 1)} ) (\")\n\
+         src/other.lisp:2: [defmacro m]   `(paren-string ,x))\n\
+         [3 hits in 2 Lisp files]\n"
+    );
+    assert_eq!(r.structured["hits"][2]["formLine"], 1);
+    let r = s.ok(
+        "clgrep-search",
+        json!({"pattern": "(?i)CALL-NEXT", "path": "src", "formTypes": ["defmethod"]}),
+    );
+    assert_eq!(
+        r.text,
+        "src/nasty.lisp:17: [defmethod print-object :around (point t)]   (call-next-method))\n[1 hits in 2 Lisp files]\n"
+    );
+    let r = s.ok("clgrep-search", json!({"pattern": "paren", "formTypes": ["defmacro"]}));
+    assert_eq!(r.structured["totalHits"], 1);
+    let r = s.ok("clgrep-search", json!({"pattern": "block comment"}));
+    assert_eq!(r.structured["hits"][0]["formType"], serde_json::Value::Null);
+    let e = s.err("clgrep-search", json!({"pattern": "(unclosed"}));
+    assert!(e.text.starts_with("Bad `pattern`"), "{}", e.text);
+}
+
+#[test]
+fn signatures_list_every_definition() {
+    let (_d, _root, mut s) = setup();
+    let r = s.ok("clgrep-signatures", json!({"path": "src"}));
+    assert_eq!(
+        r.text,
+        "src/nasty.lisp:\n\
+         \x20    8: (defun paren-string (x) ...)\n\
+         \x20   13: (defmethod print-object ((p point) stream) ...)\n\
+         \x20   16: (defmethod print-object :around ((p point) (s t)) ...)\n\
+         \x20   19: (defun (setf thing) (value obj) ...)\n\
+         \x20   23: (defmacro with-thing ((var) &body body) ...)\n\
+         \x20   26: (defvar *interp* ...)\n\
+         \x20   28: (defclass point () ...)\n\
+         [7 definitions in 1 Lisp files]\n"
+    );
+    assert_eq!(r.structured["definitions"][2]["name"], "print-object :around (point t)");
+    assert_eq!(r.structured["definitions"][3]["name"], "(setf thing)");
+    assert_eq!(r.structured["definitions"][0]["type"], "defun");
+}
