@@ -53,9 +53,26 @@
 //! `#[...]`, `#{...}`, ...) become [`NodeKind::Opaque`] nodes and never make
 //! the input unreadable.
 //!
+//! Errors are what SBCL's reader would refuse for syntax alone: unclosed
+//! lists, vectors, strings, block comments and `|` escapes (with the
+//! opener's offset), a `)` with nothing open, a prefix with no form after
+//! it, `#<` / `#)` / `#` before whitespace, and a comma outside any backquote
+//! (SBCL reads `#.`, `#S` and `#A` forms at backquote depth zero; so does this
+//! reader). Semantic errors (unknown packages, bad `#S` contents, malformed
+//! numbers) are not syntax and are not reported.
+//!
 //! Nesting deeper than [`MAX_DEPTH`] stops structured reading (the rest of
 //! the input becomes one error leaf), so recursive consumers of the tree can
 //! never overflow the stack on hostile input.
+//!
+//! # How it is checked
+//!
+//! `tests/cst_sbcl_differential.rs` compares the extent of every top-level
+//! form and every reader-macro construct with SBCL's own reader on all the
+//! Lisp sources installed here (SBCL's, ASDF/UIOP, alexandria, cl-ppcre,
+//! SLIME, ...) and on generated snippets, broken ones included;
+//! `tests/cst_properties.rs` checks losslessness and tree shape on random
+//! input; `fuzz/` has a libFuzzer target.
 
 mod line_index;
 mod reader;
