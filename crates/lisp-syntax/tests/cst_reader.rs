@@ -347,6 +347,8 @@ fn symbol_names() {
         (s.package.as_deref(), s.name.as_str()),
         (Some("KEYWORD"), "KEY")
     );
+    let s = SymbolName::read("#:Foo");
+    assert_eq!((s.package.as_deref(), s.name.as_str()), (Some(""), "FOO"));
     let s = SymbolName::read("|a:b|");
     assert_eq!((s.package, s.name.as_str()), (None, "a:b"));
 }

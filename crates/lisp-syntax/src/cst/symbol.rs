@@ -6,8 +6,9 @@
 /// node before.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct SymbolName {
-    /// `None` for an unqualified symbol, `Some("KEYWORD")` for `:foo`, else
-    /// the package prefix, decoded like the name.
+    /// `None` for an unqualified symbol, `Some("KEYWORD")` for `:foo`,
+    /// `Some("")` for `#:foo`, else the package prefix, decoded like the
+    /// name.
     pub package: Option<String>,
     /// The symbol name.
     pub name: String,
@@ -16,10 +17,15 @@ pub struct SymbolName {
 }
 
 impl SymbolName {
-    /// Decodes the text of a `Token` (or the part of an `Uninterned` node
-    /// after `#:`). Never fails: malformed escapes are taken literally.
+    /// Decodes the text of a `Token` or of an `Uninterned` node (`#:foo`
+    /// gives package `Some("")`, like `data::Symbol`). Never fails:
+    /// malformed escapes are taken literally.
     pub fn read(token: &str) -> SymbolName {
-        let mut package: Option<String> = None;
+        let (uninterned, token) = match token.strip_prefix("#:") {
+            Some(rest) => (true, rest),
+            None => (false, token),
+        };
+        let mut package: Option<String> = uninterned.then(String::new);
         let mut internal = false;
         let mut current = String::with_capacity(token.len());
         let mut chars = token.chars().peekable();
@@ -33,7 +39,7 @@ impl SymbolName {
                     }
                 }
                 '|' => in_bars = !in_bars,
-                ':' if !in_bars && !colons_seen => {
+                ':' if !in_bars && !colons_seen && !uninterned => {
                     colons_seen = true;
                     if chars.peek() == Some(&':') {
                         chars.next();
