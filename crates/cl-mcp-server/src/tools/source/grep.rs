@@ -56,6 +56,12 @@ pub struct Hit {
     pub form_name: Option<String>,
     /// Line where the enclosing form starts.
     pub form_line: Option<usize>,
+    /// Byte offset of the line's start (placing hits in forms later).
+    #[serde(skip)]
+    line_offset: usize,
+    /// The file, for placing hits later.
+    #[serde(skip)]
+    file: PathBuf,
 }
 
 #[derive(Serialize, JsonSchema)]
@@ -230,10 +236,7 @@ fn run_search(a: SearchArgs, ctx: &ToolContext) -> ToolOutput {
     };
     let types = normalize_types(a.form_types);
     let limit = a.limit.unwrap_or(DEFAULT_SEARCH_LIMIT).max(1);
-    let (hits, files) = search(&root, &path, &re, types.as_deref());
-    let total = hits.len();
-    let mut hits = hits;
-    hits.truncate(limit);
+    let (hits, files, total) = search(&root, &path, &re, types.as_deref(), limit);
     let mut text = String::new();
     for h in &hits {
         let form = match (&h.form_type, &h.form_name) {
@@ -263,28 +266,74 @@ fn run_search(a: SearchArgs, ctx: &ToolContext) -> ToolOutput {
     ToolOutput::structured(text, to_json(&out))
 }
 
-/// Every hit of `re` in the Lisp files under `path`, sorted by path and
-/// line, with its enclosing form; and the number of files searched.
-pub fn search(root: &Path, path: &Path, re: &Regex, types: Option<&[String]>) -> (Vec<Hit>, usize) {
+/// The first `limit` hits of `re` in the Lisp files under `path`, sorted
+/// by path and line, each placed in its enclosing form; the number of files
+/// searched; the number of hits in all.
+///
+/// Without a `types` filter, placing (which scans the file's forms) is done
+/// only for the hits returned, so a search costs about what grep costs.
+pub fn search(
+    root: &Path,
+    path: &Path,
+    re: &Regex,
+    types: Option<&[String]>,
+    limit: usize,
+) -> (Vec<Hit>, usize, usize) {
     let hits = Mutex::new(Vec::new());
     let files = for_each_lisp_file(path, |p, bytes| {
-        let found = search_bytes(bytes, re, types);
+        let found = search_bytes(bytes, re, types, types.is_some());
         if !found.is_empty() {
             let shown = display_path(root, p);
             let mut all = hits.lock().unwrap();
             for mut h in found {
                 h.path = shown.clone();
+                h.file = p.to_path_buf();
                 all.push(h);
             }
         }
     });
     let mut hits = hits.into_inner().unwrap();
     hits.sort_by(|a, b| a.path.cmp(&b.path).then(a.line.cmp(&b.line)));
-    (hits, files)
+    let total = hits.len();
+    hits.truncate(limit);
+    if types.is_none() {
+        place_hits(&mut hits);
+    }
+    (hits, files, total)
 }
 
-/// The hits in one file's bytes (`path` left empty).
-fn search_bytes(bytes: &[u8], re: &Regex, types: Option<&[String]>) -> Vec<Hit> {
+/// Fills in the enclosing forms of `hits` (sorted by path), reading each
+/// file once.
+fn place_hits(hits: &mut [Hit]) {
+    let mut i = 0;
+    while i < hits.len() {
+        let j = i + hits[i..].iter().take_while(|h| h.file == hits[i].file).count();
+        if let Ok(bytes) = std::fs::read(&hits[i].file) {
+            if let Ok(text) = std::str::from_utf8(&bytes) {
+                let s = scan::scan(text);
+                for h in &mut hits[i..j] {
+                    place(text, &s, h);
+                }
+            }
+        }
+        i = j;
+    }
+}
+
+/// Sets the enclosing form of one hit.
+fn place(text: &str, s: &scan::Scan, hit: &mut Hit) {
+    let ls = hit.line_offset;
+    let le = memchr::memchr(b'\n', &text.as_bytes()[ls..]).map_or(text.len(), |i| ls + i);
+    if let Some((kind, name, start)) = enclosing(text, s, ls, le) {
+        hit.form_line = Some(1 + memchr::memchr_iter(b'\n', &text.as_bytes()[..start]).count());
+        hit.form_type = Some(kind);
+        hit.form_name = name;
+    }
+}
+
+/// The hits in one file's bytes (`path` left empty), placed in their forms
+/// when `placed`.
+fn search_bytes(bytes: &[u8], re: &Regex, types: Option<&[String]>, placed: bool) -> Vec<Hit> {
     let mut out = Vec::new();
     let mut line = 1usize;
     let mut counted_to = 0usize;
@@ -316,8 +365,11 @@ fn search_bytes(bytes: &[u8], re: &Regex, types: Option<&[String]>) -> Vec<Hit> 
         return out;
     }
     // Placing hits in forms needs the text; non-UTF-8 files get no forms.
-    let text = std::str::from_utf8(bytes).ok();
-    let placed = text.map(|t| (t, scan::scan(t)));
+    let scanned = if placed {
+        std::str::from_utf8(bytes).ok().map(|t| (t, scan::scan(t)))
+    } else {
+        None
+    };
     for (ls, n) in matched {
         let le = memchr::memchr(b'\n', &bytes[ls..]).map_or(bytes.len(), |i| ls + i);
         let mut hit = Hit {
@@ -327,13 +379,11 @@ fn search_bytes(bytes: &[u8], re: &Regex, types: Option<&[String]>) -> Vec<Hit> 
             form_type: None,
             form_name: None,
             form_line: None,
+            line_offset: ls,
+            file: PathBuf::new(),
         };
-        if let Some((t, s)) = &placed {
-            if let Some((kind, name, start)) = enclosing(t, s, ls, le) {
-                hit.form_line = Some(1 + memchr::memchr_iter(b'\n', &bytes[..start]).count());
-                hit.form_type = Some(kind);
-                hit.form_name = name;
-            }
+        if let Some((t, s)) = &scanned {
+            place(t, s, &mut hit);
         }
         if let Some(types) = types {
             let key = hit
