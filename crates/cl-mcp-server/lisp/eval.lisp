@@ -26,17 +26,24 @@ changes it, or when the remembered package was deleted)."
   "Each of VALUES printed with PRIN1 under the caller's print controls,
 capped at MAX-OUTPUT characters each; a value whose printing fails is
 shown as #<error printing ...> instead of failing the call."
-  (loop for value in values
-        collect (let ((out (make-capture-stream max-output)))
-                  (handler-case
-                      (let ((*print-level* print-level)
-                            (*print-length* print-length)
-                            (*print-readably* print-readably))
-                        (prin1 value out)
-                        (capture-contents out))
-                    (error (e)
-                      (format nil "#<error printing value of type ~A: ~A>"
-                              (type-name value) (princ-to-string* e)))))))
+  ;; All values together stay within a few times the cap, so the reply
+  ;; never approaches Swank's message size limit.
+  (let ((budget (* 4 max-output)))
+    (loop for value in values
+          collect (if (<= budget 0)
+                      "#<value not printed: output limit reached>"
+                      (let ((out (make-capture-stream (min max-output budget))))
+                        (prog1
+                            (handler-case
+                                (let ((*print-level* print-level)
+                                      (*print-length* print-length)
+                                      (*print-readably* print-readably))
+                                  (prin1 value out)
+                                  (capture-contents out))
+                              (error (e)
+                                (format nil "#<error printing value of type ~A: ~A>"
+                                        (type-name value) (princ-to-string* e))))
+                          (decf budget (slot-value out 'written))))))))
 
 (defun eval-request (code &key package session id print-level print-length
                             print-readably safe-read stdin (max-output 50000)
