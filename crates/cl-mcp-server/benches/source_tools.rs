@@ -79,18 +79,24 @@ fn main() {
         call("lisp-read-file", json!({"path": largest_rel}))
     });
     row("lisp-check-parens contrib/asdf/uiop.lisp", &mut || {
-        call("lisp-check-parens", json!({"path": "contrib/asdf/uiop.lisp"}))
+        call(
+            "lisp-check-parens",
+            json!({"path": "contrib/asdf/uiop.lisp"}),
+        )
     });
-    row("lisp-read-file (collapsed) contrib/asdf/uiop.lisp", &mut || {
-        call("lisp-read-file", json!({"path": "contrib/asdf/uiop.lisp"}))
-    });
+    row(
+        "lisp-read-file (collapsed) contrib/asdf/uiop.lisp",
+        &mut || call("lisp-read-file", json!({"path": "contrib/asdf/uiop.lisp"})),
+    );
     for pattern in [r"\(defmacro ", "with-[a-z-]+-lock", "zzz-no-such-thing"] {
-        row(&format!("clgrep-search /{pattern}/ whole tree"), &mut || {
-            call("clgrep-search", json!({"pattern": pattern, "limit": 100}))
-        });
-        row(&format!("  grep -rnE '{pattern}' whole tree (floor)"), &mut || {
-            grep(pattern, root)
-        });
+        row(
+            &format!("clgrep-search /{pattern}/ whole tree"),
+            &mut || call("clgrep-search", json!({"pattern": pattern, "limit": 100})),
+        );
+        row(
+            &format!("  grep -rnE '{pattern}' whole tree (floor)"),
+            &mut || grep(pattern, root),
+        );
     }
     row("clgrep-signatures whole tree", &mut || {
         call("clgrep-signatures", json!({}))

@@ -65,7 +65,10 @@ fn paging_by_lines_with_a_next_page_note() {
     let body: String = (1..=10).map(|i| format!("line {i}\n")).collect();
     std::fs::write(root.join("t.txt"), body).unwrap();
     let mut s = Server::start(&root);
-    let r = s.ok("fs-read-file", json!({"path": "t.txt", "offset": 2, "limit": 3}));
+    let r = s.ok(
+        "fs-read-file",
+        json!({"path": "t.txt", "offset": 2, "limit": 3}),
+    );
     assert_eq!(
         r.text,
         "line 3\nline 4\nline 5\n[t.txt: showed lines 3-5; the line limit was reached. Next page: offset=5]"
@@ -74,7 +77,11 @@ fn paging_by_lines_with_a_next_page_note() {
     let r = s.ok("fs-read-file", json!({"path": "t.txt", "offset": 8}));
     assert_eq!(r.text, "line 9\nline 10\n");
     let e = s.err("fs-read-file", json!({"path": "t.txt", "offset": 20}));
-    assert!(e.text.contains("past the end") && e.text.contains("10 lines"), "{}", e.text);
+    assert!(
+        e.text.contains("past the end") && e.text.contains("10 lines"),
+        "{}",
+        e.text
+    );
 }
 
 #[test]
@@ -137,7 +144,10 @@ fn every_way_out_is_refused() {
     }
     let e = s.err("fs-list-directory", json!({"path": "linkdir"}));
     assert!(e.text.contains("outside the project root"), "{}", e.text);
-    assert_eq!(std::fs::read_to_string(outside.join("secret.txt")).unwrap(), "secret");
+    assert_eq!(
+        std::fs::read_to_string(outside.join("secret.txt")).unwrap(),
+        "secret"
+    );
     assert!(!outside.join("new").exists());
     assert!(!outside.join("nowhere").exists());
 }
@@ -153,7 +163,12 @@ fn symlinks_inside_the_root_are_fine() {
     assert_eq!(r.text, "(a)\n");
     assert_eq!(r.structured["path"], "real/a.lisp");
     let l = s.ok("fs-list-directory", json!({}));
-    assert!(l.text.contains(&format!("  alias -> {}", root.join("real").display())), "{}", l.text);
+    assert!(
+        l.text
+            .contains(&format!("  alias -> {}", root.join("real").display())),
+        "{}",
+        l.text
+    );
 }
 
 #[test]
@@ -167,10 +182,17 @@ fn project_root_info_and_change() {
     let e = s.err("fs-set-project-root", json!({"path": "/no/such/dir"}));
     assert!(e.text.contains("Cannot use '/no/such/dir'"), "{}", e.text);
     std::fs::write(other.join("f.txt"), "other").unwrap();
-    let r = s.ok("fs-set-project-root", json!({"path": other.display().to_string()}));
+    let r = s.ok(
+        "fs-set-project-root",
+        json!({"path": other.display().to_string()}),
+    );
     assert_eq!(
         r.text,
-        format!("Project root set to {} (was {}).", other.display(), root.display())
+        format!(
+            "Project root set to {} (was {}).",
+            other.display(),
+            root.display()
+        )
     );
     assert_eq!(s.ok("fs-read-file", json!({"path": "f.txt"})).text, "other");
     let i = s.ok("fs-get-project-info", json!({}));

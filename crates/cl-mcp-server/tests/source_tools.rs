@@ -50,23 +50,35 @@ fn setup() -> (tempfile::TempDir, std::path::PathBuf, Server) {
 fn check_parens_has_no_false_alarms_and_finds_real_problems() {
     let (_d, _root, mut s) = setup();
     let r = s.ok("lisp-check-parens", json!({"path": "src/nasty.lisp"}));
-    assert_eq!(r.text, "src/nasty.lisp: ok: all delimiters balanced (8 top-level forms).");
+    assert_eq!(
+        r.text,
+        "src/nasty.lisp: ok: all delimiters balanced (8 top-level forms)."
+    );
     assert_eq!(r.structured["ok"], true);
 
-    let r = s.ok("lisp-check-parens", json!({"code": "(a \"(\" #\\( |a)b| #| ( |# ; )\n)"}));
+    let r = s.ok(
+        "lisp-check-parens",
+        json!({"code": "(a \"(\" #\\( |a)b| #| ( |# ; )\n)"}),
+    );
     assert_eq!(r.structured["ok"], true, "{}", r.text);
 
     let r = s.ok("lisp-check-parens", json!({"code": "(a b))\n"}));
     assert_eq!(r.structured["kind"], "extra-close");
     assert_eq!(r.structured["found"], ")");
-    assert_eq!(r.structured["position"], json!({"offset": 5, "line": 1, "column": 6}));
+    assert_eq!(
+        r.structured["position"],
+        json!({"offset": 5, "line": 1, "column": 6})
+    );
 
     let code = "(defun a ()\n  (let ((x 1))\n    x)\n\n(defun b () \"(\" 2)\n";
     let r = s.ok("lisp-check-parens", json!({"code": code}));
     assert_eq!(r.structured["kind"], "unclosed");
     assert_eq!(r.structured["expected"], ")");
     assert_eq!(r.structured["found"], "end of input");
-    assert_eq!(r.structured["position"], json!({"offset": 0, "line": 1, "column": 1}));
+    assert_eq!(
+        r.structured["position"],
+        json!({"offset": 0, "line": 1, "column": 1})
+    );
     assert_eq!(
         r.structured["hint"],
         "The form opened at line 1 is not closed: `(defun b` starts at column 1 of line 5 \
@@ -106,7 +118,11 @@ fn check_parens_from_the_command_line() {
         .args(["call", "lisp-check-parens", "--arg", "code=(a #\\) \"(\")"])
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stdout));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
 }
 
 #[test]
@@ -151,7 +167,11 @@ fn collapsed_read_shows_signatures_with_lines() {
         json!({"path": "src/nasty.lisp", "contentPattern": "call-next-method"}),
     );
     assert!(r.text.contains("17:   (call-next-method))\n"), "{}", r.text);
-    assert!(r.text.contains(" 8: (defun paren-string (x) ...)\n"), "{}", r.text);
+    assert!(
+        r.text.contains(" 8: (defun paren-string (x) ...)\n"),
+        "{}",
+        r.text
+    );
 
     let r = s.ok(
         "lisp-read-file",
@@ -170,7 +190,12 @@ fn read_non_lisp_files_as_lines() {
     std::fs::write(root.join("notes.txt"), body).unwrap();
     let r = s.ok("lisp-read-file", json!({"path": "notes.txt", "limit": 2}));
     assert_eq!(r.structured["mode"], "raw");
-    assert!(r.text.starts_with("notes.txt [raw]\n 1: row 1\n 2: row 2\n"), "{}", r.text);
+    assert!(
+        r.text
+            .starts_with("notes.txt [raw]\n 1: row 1\n 2: row 2\n"),
+        "{}",
+        r.text
+    );
     let r = s.ok(
         "lisp-read-file",
         json!({"path": "notes.txt", "contentPattern": "^row 10$"}),
@@ -185,7 +210,8 @@ fn read_non_lisp_files_as_lines() {
 fn edit_form_replaces_one_method_and_keeps_every_other_byte() {
     let (_d, root, mut s) = setup();
     let path = root.join("src/nasty.lisp");
-    let new_method = "(defmethod print-object ((p point) stream)\n  (format stream \"#<point ~a>\" 1))";
+    let new_method =
+        "(defmethod print-object ((p point) stream)\n  (format stream \"#<point ~a>\" 1))";
     // Dry run: a diff, nothing written.
     let r = s.ok(
         "lisp-edit-form",
@@ -193,8 +219,18 @@ fn edit_form_replaces_one_method_and_keeps_every_other_byte() {
                "formName": "print-object (point t)", "operation": "replace",
                "content": new_method, "dryRun": true}),
     );
-    assert!(r.text.starts_with("Dry run: would replace `defmethod print-object (point t)` (line 13)"), "{}", r.text);
-    assert!(r.text.contains("-  (format stream \"#<point>\"))\n+  (format stream \"#<point ~a>\" 1))\n"), "{}", r.text);
+    assert!(
+        r.text
+            .starts_with("Dry run: would replace `defmethod print-object (point t)` (line 13)"),
+        "{}",
+        r.text
+    );
+    assert!(
+        r.text
+            .contains("-  (format stream \"#<point>\"))\n+  (format stream \"#<point ~a>\" 1))\n"),
+        "{}",
+        r.text
+    );
     assert_eq!(std::fs::read_to_string(&path).unwrap(), NASTY);
 
     let r = s.ok(
@@ -207,7 +243,11 @@ fn edit_form_replaces_one_method_and_keeps_every_other_byte() {
     let after = std::fs::read_to_string(&path).unwrap();
     let old_form = "(defmethod print-object ((p point) stream)\n  (format stream \"#<point>\"))";
     let at = NASTY.find(old_form).unwrap();
-    assert_eq!(after[..at], NASTY[..at], "bytes before the form are identical");
+    assert_eq!(
+        after[..at],
+        NASTY[..at],
+        "bytes before the form are identical"
+    );
     assert_eq!(
         after[at + new_method.len()..],
         NASTY[at + old_form.len()..],
@@ -226,7 +266,9 @@ fn edit_form_refuses_bad_content_and_ambiguity() {
                "operation": "replace", "content": "(defun paren-string (x)\n  (list x"}),
     );
     assert!(
-        e.text.starts_with("`content` does not read as complete forms: unclosed list: opened at line 2, column 3"),
+        e.text.starts_with(
+            "`content` does not read as complete forms: unclosed list: opened at line 2, column 3"
+        ),
         "{}",
         e.text
     );
@@ -263,7 +305,11 @@ fn edit_form_refuses_bad_content_and_ambiguity() {
         "{}",
         e.text
     );
-    assert_eq!(std::fs::read_to_string(&path).unwrap(), NASTY, "nothing written");
+    assert_eq!(
+        std::fs::read_to_string(&path).unwrap(),
+        NASTY,
+        "nothing written"
+    );
 }
 
 #[test]
@@ -276,7 +322,10 @@ fn edit_form_inserts_deletes_and_finds_setf_and_nested_forms() {
                "operation": "insert_after", "content": "(defun other () 2)"}),
     );
     let after = std::fs::read_to_string(&path).unwrap();
-    assert!(after.contains("  (setf (car obj) value))\n\n(defun other () 2)\n\n(eval-when"), "{after}");
+    assert!(
+        after.contains("  (setf (car obj) value))\n\n(defun other () 2)\n\n(eval-when"),
+        "{after}"
+    );
     s.ok(
         "lisp-edit-form",
         json!({"path": "src/nasty.lisp", "formType": "defun", "formName": "other",
@@ -297,13 +346,20 @@ fn edit_form_inserts_deletes_and_finds_setf_and_nested_forms() {
                "content": "(defun before () 0)"}),
     );
     let after = std::fs::read_to_string(&path).unwrap();
-    assert!(after.contains("\n(defun before () 0)\n\n(defmethod print-object :around"), "{after}");
+    assert!(
+        after.contains("\n(defun before () 0)\n\n(defmethod print-object :around"),
+        "{after}"
+    );
 }
 
 #[test]
 fn search_places_hits_in_their_forms() {
     let (_d, root, mut s) = setup();
-    std::fs::write(root.join("src/other.lisp"), "(defmacro m (x)\n  `(paren-string ,x))\n").unwrap();
+    std::fs::write(
+        root.join("src/other.lisp"),
+        "(defmacro m (x)\n  `(paren-string ,x))\n",
+    )
+    .unwrap();
     std::fs::write(root.join("README.md"), "paren-string in markdown\n").unwrap();
     std::fs::create_dir_all(root.join("build")).unwrap();
     std::fs::write(root.join("build/gen.lisp"), "(paren-string 1)\n").unwrap();
@@ -325,7 +381,10 @@ fn search_places_hits_in_their_forms() {
         r.text,
         "src/nasty.lisp:17: [defmethod print-object :around (point t)]   (call-next-method))\n[1 hits in 2 Lisp files]\n"
     );
-    let r = s.ok("clgrep-search", json!({"pattern": "paren", "formTypes": ["defmacro"]}));
+    let r = s.ok(
+        "clgrep-search",
+        json!({"pattern": "paren", "formTypes": ["defmacro"]}),
+    );
     assert_eq!(r.structured["totalHits"], 1);
     let r = s.ok("clgrep-search", json!({"pattern": "block comment"}));
     assert_eq!(r.structured["hits"][0]["formType"], serde_json::Value::Null);
@@ -349,7 +408,10 @@ fn signatures_list_every_definition() {
          \x20   28: (defclass point () ...)\n\
          [7 definitions in 1 Lisp files]\n"
     );
-    assert_eq!(r.structured["definitions"][2]["name"], "print-object :around (point t)");
+    assert_eq!(
+        r.structured["definitions"][2]["name"],
+        "print-object :around (point t)"
+    );
     assert_eq!(r.structured["definitions"][3]["name"], "(setf thing)");
     assert_eq!(r.structured["definitions"][0]["type"], "defun");
 }

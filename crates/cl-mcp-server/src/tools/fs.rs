@@ -347,17 +347,16 @@ fn read_file(a: ReadArgs, session: &Session) -> ToolOutput {
 
 fn write_file(a: WriteArgs, session: &Session) -> ToolOutput {
     if a.path.trim().is_empty() {
-        return ToolOutput::error("`path` is empty: give a file path relative to the project root.");
+        return ToolOutput::error(
+            "`path` is empty: give a file path relative to the project root.",
+        );
     }
     let r = match resolve_for(session, &a.path, Access::Write) {
         Ok(r) => r,
         Err(e) => return ToolOutput::error(e.0),
     };
     if r.path.is_dir() {
-        return ToolOutput::error(format!(
-            "'{}' is a directory; give a file path.",
-            r.display
-        ));
+        return ToolOutput::error(format!("'{}' is a directory; give a file path.", r.display));
     }
     if let Err(e) = fs_paths::atomic_write(&r.path, a.content.as_bytes()) {
         return ToolOutput::error(format!("Cannot write '{}': {e}", r.display));

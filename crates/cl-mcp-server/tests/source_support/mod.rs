@@ -77,7 +77,10 @@ impl Server {
         loop {
             let mut line = String::new();
             let n = self.stdout.read_line(&mut line).unwrap();
-            assert!(n > 0, "server closed stdout while waiting for response {id}");
+            assert!(
+                n > 0,
+                "server closed stdout while waiting for response {id}"
+            );
             let v: Value = serde_json::from_str(&line).expect("stdout line is JSON");
             if v.get("id") == Some(&json!(id)) {
                 return v;
@@ -92,8 +95,14 @@ impl Server {
             .get("result")
             .unwrap_or_else(|| panic!("tools/call {tool} failed: {r}"));
         CallResult {
-            text: result["content"][0]["text"].as_str().unwrap_or("").to_string(),
-            structured: result.get("structuredContent").cloned().unwrap_or(Value::Null),
+            text: result["content"][0]["text"]
+                .as_str()
+                .unwrap_or("")
+                .to_string(),
+            structured: result
+                .get("structuredContent")
+                .cloned()
+                .unwrap_or(Value::Null),
             is_error: result["isError"].as_bool().unwrap_or(false),
         }
     }
@@ -108,7 +117,11 @@ impl Server {
     /// Calls a tool that must fail.
     pub fn err(&mut self, tool: &str, args: Value) -> CallResult {
         let r = self.call(tool, args.clone());
-        assert!(r.is_error, "{tool} {args} should have failed but said: {}", r.text);
+        assert!(
+            r.is_error,
+            "{tool} {args} should have failed but said: {}",
+            r.text
+        );
         r
     }
 }

@@ -122,10 +122,14 @@ fn windowed_file(
         ));
     }
     if size > 64 * READ_CAP_BYTES {
-        return Err(format!("'{}' is too big to check ({size} bytes).", r.display));
+        return Err(format!(
+            "'{}' is too big to check ({size} bytes).",
+            r.display
+        ));
     }
     let (r, text) = if size > READ_CAP_BYTES {
-        let bytes = std::fs::read(&r.path).map_err(|e| format!("Cannot read '{}': {e}", r.display))?;
+        let bytes =
+            std::fs::read(&r.path).map_err(|e| format!("Cannot read '{}': {e}", r.display))?;
         (r, String::from_utf8_lossy(&bytes).into_owned())
     } else {
         load_source(&ctx.session, path)?
@@ -244,10 +248,7 @@ pub fn check_text(text: &str, base_line: usize, base_offset: usize) -> (CheckOut
                 (true, None) => Some(format!(
                     "Add the missing `)`{}.",
                     match &inner {
-                        Some(i) => format!(
-                            "; the innermost list left open starts at {}",
-                            at(i)
-                        ),
+                        Some(i) => format!("; the innermost list left open starts at {}", at(i)),
                         None => String::new(),
                     }
                 )),
@@ -304,7 +305,10 @@ mod tests {
         let (out, msg) = check_text("(defun a ()\n  (b)\n\n(defun c () 1)\n", 0, 0);
         assert_eq!(out.kind.as_deref(), Some("unclosed"));
         assert_eq!(out.position.as_ref().unwrap().line, 1);
-        assert!(msg.contains("(defun c` starts at column 1 of line 4"), "{msg}");
+        assert!(
+            msg.contains("(defun c` starts at column 1 of line 4"),
+            "{msg}"
+        );
         let (out, _) = check_text("(a))", 10, 100);
         assert_eq!(
             out.position,

@@ -104,7 +104,10 @@ pub fn head_of(src: &str, span: Range<usize>) -> Option<Range<usize>> {
 
 /// Every definition in the top-level items `forms` of `src`, descending
 /// into containers and reader conditionals.
-pub fn definitions<'a>(src: &str, forms: impl Iterator<Item = &'a Range<usize>>) -> Vec<Definition> {
+pub fn definitions<'a>(
+    src: &str,
+    forms: impl Iterator<Item = &'a Range<usize>>,
+) -> Vec<Definition> {
     let mut out = Vec::new();
     for f in forms {
         collect(src, f.clone(), f.clone(), f.clone(), 0, &mut out);
@@ -179,7 +182,12 @@ fn definition_at(
     let mut qualifiers = Vec::new();
     let mut specializers = None;
     match kind_key.as_str() {
-        "defvar" | "defparameter" | "defconstant" | "defstruct" | "defpackage" | "defglobal"
+        "defvar"
+        | "defparameter"
+        | "defconstant"
+        | "defstruct"
+        | "defpackage"
+        | "defglobal"
         | "define-symbol-macro" => {}
         "defmethod" => {
             for e in els.by_ref() {
@@ -348,7 +356,11 @@ mod tests {
             ),
             ("defun", "(setf foo)", "(defun (setf foo) (v x) ...)"),
             ("defmacro", "m", "(defmacro m (x) ...)"),
-            ("defstruct", "point", "(defstruct (point (:conc-name p-)) ...)"),
+            (
+                "defstruct",
+                "point",
+                "(defstruct (point (:conc-name p-)) ...)",
+            ),
             ("sb-xc:defmacro", "n", "(sb-xc:defmacro n () ...)"),
             ("defpackage", "#:pk", "(defpackage #:pk ...)"),
         ];

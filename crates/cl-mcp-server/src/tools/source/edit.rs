@@ -370,7 +370,9 @@ fn splice(text: &str, d: &Definition, op: Operation, content: &str) -> String {
         ),
         Operation::InsertAfter => {
             // After the form's line when only a comment or spaces follow it.
-            let line_end = text[unit.end..].find('\n').map_or(text.len(), |i| unit.end + i);
+            let line_end = text[unit.end..]
+                .find('\n')
+                .map_or(text.len(), |i| unit.end + i);
             let rest = text[unit.end..line_end].trim();
             let at = if rest.is_empty() || rest.starts_with(';') {
                 line_end - usize::from(text[..line_end].ends_with('\r'))
@@ -389,7 +391,8 @@ fn splice(text: &str, d: &Definition, op: Operation, content: &str) -> String {
             if text[end..line_end].trim().is_empty() && start == line_start {
                 end = (line_end + 1).min(text.len());
                 // Do not leave two blank lines where one separated forms.
-                let prev_blank = text[..start].ends_with("\n\n") || text[..start].ends_with("\n\r\n");
+                let prev_blank =
+                    text[..start].ends_with("\n\n") || text[..start].ends_with("\n\r\n");
                 if prev_blank || start == 0 {
                     let next = &text[end..];
                     if next.starts_with('\n') {
@@ -417,7 +420,10 @@ mod tests {
         let d = find_target(SRC, "defmethod", "p :around (point t)", None).unwrap();
         assert_eq!(d.qualifiers, vec![":around".to_string()]);
         let e = find_target(SRC, "defmethod", "p", None).unwrap_err();
-        assert!(e.contains("ambiguous") && e.contains("p :around (point t) (line 6)"), "{e}");
+        assert!(
+            e.contains("ambiguous") && e.contains("p :around (point t) (line 6)"),
+            "{e}"
+        );
         let e = find_target(SRC, "defun", "c", None).unwrap_err();
         assert!(e.contains("defun a (line 2); defun b (line 8)"), "{e}");
     }
@@ -429,7 +435,10 @@ mod tests {
         assert_eq!(out, ";; top\n\n(defmethod p ((o point) s) 1)\n(defmethod p :around ((o point) s) 2)\n\n(defun b () 'b) ; trailing\n");
         let d = find_target(SRC, "defun", "b", None).unwrap();
         let out = splice(SRC, &d, Operation::InsertAfter, "(defun c () 'c)\n");
-        assert!(out.ends_with("(defun b () 'b) ; trailing\n\n(defun c () 'c)\n"), "{out}");
+        assert!(
+            out.ends_with("(defun b () 'b) ; trailing\n\n(defun c () 'c)\n"),
+            "{out}"
+        );
         let out = splice(SRC, &d, Operation::Replace, "  (defun b () 'bb)  ");
         assert!(out.ends_with("(defun b () 'bb) ; trailing\n"), "{out}");
     }

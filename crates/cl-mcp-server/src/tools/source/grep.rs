@@ -184,7 +184,11 @@ where
     let count = std::sync::atomic::AtomicUsize::new(0);
     let walker = ignore::WalkBuilder::new(path)
         .require_git(false)
-        .threads(std::thread::available_parallelism().map_or(2, |n| n.get()).min(8))
+        .threads(
+            std::thread::available_parallelism()
+                .map_or(2, |n| n.get())
+                .min(8),
+        )
         .build_parallel();
     walker.run(|| {
         Box::new(|entry| {
@@ -307,7 +311,10 @@ pub fn search(
 fn place_hits(hits: &mut [Hit]) {
     let mut i = 0;
     while i < hits.len() {
-        let j = i + hits[i..].iter().take_while(|h| h.file == hits[i].file).count();
+        let j = i + hits[i..]
+            .iter()
+            .take_while(|h| h.file == hits[i].file)
+            .count();
         if let Ok(bytes) = std::fs::read(&hits[i].file) {
             if let Ok(text) = std::str::from_utf8(&bytes) {
                 let s = scan::scan(text);

@@ -16,8 +16,8 @@ pub mod scan;
 use std::path::Path;
 
 use lisp_syntax::cst::LineIndex;
-use serde::Serialize;
 use schemars::JsonSchema;
+use serde::Serialize;
 
 use super::fs::{read_text_capped, resolve_existing_file};
 use super::fs_paths::ResolvedPath;

@@ -118,9 +118,9 @@ pub fn tool_def() -> ToolDef {
             };
             let mut shown = format!("{} [{mode}]\n{content}", r.display);
             if let Some(next) = meta.next_offset {
-                let _ = write!(
+                let _ = writeln!(
                     shown,
-                    "[window ends at line {next} of {}; next: offset={next}]\n",
+                    "[window ends at line {next} of {}; next: offset={next}]",
                     meta.total_lines
                 );
             }
@@ -170,7 +170,11 @@ impl Printer<'_> {
             while !body.is_char_boundary(cut) {
                 cut -= 1;
             }
-            format!("{} [... {} more characters]", &body[..cut], body.len() - cut)
+            format!(
+                "{} [... {} more characters]",
+                &body[..cut],
+                body.len() - cut
+            )
         } else {
             body.to_string()
         };
@@ -181,7 +185,9 @@ impl Printer<'_> {
     /// start, the last up to `range.end`, followed by `tail`.
     fn span(&mut self, range: Range<usize>, tail: &str) {
         let (first, _) = self.lines.line_col(range.start);
-        let (last, _) = self.lines.line_col(range.end.saturating_sub(1).max(range.start));
+        let (last, _) = self
+            .lines
+            .line_col(range.end.saturating_sub(1).max(range.start));
         for n in first..=last {
             let s = self.lines.line_start(n).unwrap_or(0);
             let mut e = self.lines.line_end(n).unwrap_or(self.text.len());
@@ -258,7 +264,10 @@ pub fn collapsed_view(
                     p.span(item.span.clone(), "");
                 } else {
                     let e = lines.line_end(l1).unwrap_or(item.span.end);
-                    p.span(item.span.start..e, &format!(" ... |#  [{} lines]", l2 - l1 + 1));
+                    p.span(
+                        item.span.start..e,
+                        &format!(" ... |#  [{} lines]", l2 - l1 + 1),
+                    );
                 }
             }
             ItemKind::Form => {
@@ -398,7 +407,11 @@ pub fn filtered_view(text: &str, re: &Regex, window: Window) -> (String, ReadMet
     let mut keep = vec![false; all.len()];
     for (i, l) in all.iter().enumerate().take(last).skip(first) {
         if re.is_match(l) {
-            for k in keep.iter_mut().take((i + 6).min(last)).skip(i.saturating_sub(5).max(first)) {
+            for k in keep
+                .iter_mut()
+                .take((i + 6).min(last))
+                .skip(i.saturating_sub(5).max(first))
+            {
                 *k = true;
             }
         }
@@ -448,7 +461,10 @@ mod tests {
         assert_eq!(meta.total_forms, Some(4));
         let re = Regex::new("(?i)^BAR$").unwrap();
         let (out, meta) = collapsed_view(src, w, Some(&re), None);
-        assert!(out.contains(" 9: (defun bar ()\n10:   (foo 1 2))\n"), "{out}");
+        assert!(
+            out.contains(" 9: (defun bar ()\n10:   (foo 1 2))\n"),
+            "{out}"
+        );
         assert_eq!(meta.expanded_forms, Some(1));
     }
 }

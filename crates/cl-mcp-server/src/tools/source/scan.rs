@@ -288,7 +288,9 @@ impl Iterator for Elements<'_> {
 /// form`), its feature expression and guarded form.
 pub fn conditional_parts(src: &str, span: Range<usize>) -> Option<(Range<usize>, Range<usize>)> {
     let b = src.as_bytes();
-    if span.end < span.start + 2 || b[span.start] != b'#' || !matches!(b[span.start + 1], b'+' | b'-')
+    if span.end < span.start + 2
+        || b[span.start] != b'#'
+        || !matches!(b[span.start + 1], b'+' | b'-')
     {
         return None;
     }
@@ -678,8 +680,13 @@ mod tests {
 
     #[test]
     fn problems() {
-        assert_eq!(scan("(a))").problem, Some(Problem::ExtraClose { offset: 3 }));
-        let p = scan("(defun a ()\n  (b)\n(defun c () 1)\n").problem.unwrap();
+        assert_eq!(
+            scan("(a))").problem,
+            Some(Problem::ExtraClose { offset: 3 })
+        );
+        let p = scan("(defun a ()\n  (b)\n(defun c () 1)\n")
+            .problem
+            .unwrap();
         assert_eq!(
             p,
             Problem::Unclosed {
@@ -710,7 +717,10 @@ mod tests {
     fn elements_and_conditionals() {
         let src = "(defmethod foo :around ((a point) b) ; c\n body)";
         let els: Vec<&str> = elements(src, 0..src.len()).map(|r| &src[r]).collect();
-        assert_eq!(els, vec!["defmethod", "foo", ":around", "((a point) b)", "body"]);
+        assert_eq!(
+            els,
+            vec!["defmethod", "foo", ":around", "((a point) b)", "body"]
+        );
         let src = "#+(or sbcl ccl) (defun x ())";
         let (f, g) = conditional_parts(src, 0..src.len()).unwrap();
         assert_eq!(&src[f], "(or sbcl ccl)");
