@@ -173,7 +173,7 @@ fn too_large(size: usize) -> CheckOutput {
 /// and a sentence for the model.
 pub fn check_text(text: &str, base_line: usize, base_offset: usize) -> (CheckOutput, String) {
     let s = scan::scan(text);
-    let Some(problem) = s.problem else {
+    let Some(problem) = s.problem.clone() else {
         let n = s.forms().count();
         return (
             CheckOutput {
@@ -200,11 +200,18 @@ pub fn check_text(text: &str, base_line: usize, base_offset: usize) -> (CheckOut
     match problem {
         Problem::ExtraClose { offset } => {
             let p = pos(offset);
-            let hint = format!(
-                "Delete this `)`, or add the missing `(` earlier; the form before it ends at \
-                 {}.",
-                at(&pos(offset.saturating_sub(1)))
-            );
+            // The top-level form this `)` follows is where a `(` is
+            // missing or a `)` too many.
+            let before = s.forms().take_while(|f| f.end <= offset).last().cloned();
+            let hint = match before {
+                Some(f) => format!(
+                    "Delete this `)`, or add the missing `(` inside the form that starts at {} \
+                     and ends at {}.",
+                    at(&pos(f.start)),
+                    at(&pos(f.end.saturating_sub(1)))
+                ),
+                None => "Delete this `)`: no form is open before it.".to_string(),
+            };
             let msg = format!(
                 "extra-close: `)` at {} closes nothing (no list is open there). {hint}",
                 at(&p)

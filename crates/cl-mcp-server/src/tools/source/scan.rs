@@ -793,6 +793,29 @@ mod tests {
         }
     }
 
+    /// Random texts built from the pieces that trip readers up.
+    #[test]
+    fn agrees_with_cst_on_random_texts() {
+        const PIECES: [&str; 30] = [
+            "(", ")", "(", ")", "\"", "\\", "|", "#", ";", "\n", " ", "a", "#|", "|#", "#\\", "'",
+            "`", ",@", "#+", "#-", "#?", "[", "]", "{", "}", "#(", "λ", "#:", "1", "#'",
+        ];
+        let mut seed: u64 = 0x9E37_79B9_7F4A_7C15;
+        let mut next = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        for _ in 0..20_000 {
+            let n = (next() % 24) as usize;
+            let text: String = (0..n)
+                .map(|_| PIECES[(next() % PIECES.len() as u64) as usize])
+                .collect();
+            agrees_with_cst(&text).unwrap_or_else(|e| panic!("{text:?}: {e}"));
+        }
+    }
+
     #[test]
     fn agrees_with_cst_on_sbcl_sources() {
         let root = std::path::Path::new("/usr/share/sbcl-source/src/code");
