@@ -204,6 +204,20 @@ fn read_non_lisp_files_as_lines() {
     let shown: Vec<&str> = r.text.lines().skip(1).collect();
     assert_eq!(shown.first(), Some(&" 5: row 5"));
     assert_eq!(shown.last(), Some(&"15: row 15"));
+    // The raw view never cuts a line.
+    let long = "x".repeat(5000);
+    std::fs::write(root.join("long.lisp"), format!("(defvar *l* \"{long}\")\n")).unwrap();
+    let r = s.ok(
+        "lisp-read-file",
+        json!({"path": "long.lisp", "collapsed": false}),
+    );
+    assert!(
+        r.text.contains(&format!("1: (defvar *l* \"{long}\")\n")),
+        "{}",
+        r.text
+    );
+    let r = s.ok("lisp-read-file", json!({"path": "long.lisp"}));
+    assert!(r.text.contains("[... 4815 more characters]"), "{}", r.text);
 }
 
 #[test]

@@ -19,7 +19,7 @@ use crate::tools::fs::to_json;
 use crate::tools::{tool, Annotations, ToolContext, ToolDef, ToolGroup, ToolOutput};
 
 const DEFAULT_LIMIT: usize = 2000;
-/// Longest line the collapsed view prints before cutting it.
+/// Longest line (bytes) the collapsed view prints before cutting it.
 const MAX_SHOWN_LINE: usize = 200;
 
 #[derive(Deserialize, JsonSchema)]
@@ -160,13 +160,15 @@ struct Printer<'a> {
     text: &'a str,
     lines: &'a LineIndex,
     width: usize,
+    /// Lines longer than this (bytes) are cut, with a note.
+    max_line: usize,
     out: String,
 }
 
 impl Printer<'_> {
     fn line(&mut self, n: usize, body: &str) {
-        let body = if body.len() > MAX_SHOWN_LINE {
-            let mut cut = MAX_SHOWN_LINE;
+        let body = if body.len() > self.max_line {
+            let mut cut = self.max_line;
             while !body.is_char_boundary(cut) {
                 cut -= 1;
             }
@@ -218,6 +220,7 @@ pub fn collapsed_view(
         text,
         lines: &lines,
         width: total_lines.to_string().len(),
+        max_line: MAX_SHOWN_LINE,
         out: String::new(),
     };
     let mut total_forms = 0;
@@ -328,7 +331,10 @@ fn show_form(
     let matched = content_re.is_some_and(|re| re.is_match(form_text))
         || name_re.is_some_and(|re| ds.iter().any(|d| re.is_match(&d.name)));
     if always_whole || matched {
+        // Shown whole means every character of it.
+        let cap = std::mem::replace(&mut p.max_line, usize::MAX);
         p.span(span, "");
+        p.max_line = cap;
         return matched;
     }
     let (l1, _) = p.lines.line_col(span.start);
@@ -381,6 +387,8 @@ pub fn raw_view(text: &str, window: Window) -> (String, ReadMeta) {
         text,
         lines: &lines,
         width: total_lines.to_string().len(),
+        // The raw view shows lines whole.
+        max_line: usize::MAX,
         out: String::new(),
     };
     if end > start {
