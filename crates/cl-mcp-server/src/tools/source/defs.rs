@@ -230,6 +230,14 @@ fn definition_at(
 /// `(name options...)` (defstruct) is named by its first element, except
 /// `(setf foo)`-style function names, which are kept whole.
 fn name_of(text: &str) -> (String, String) {
+    // Fast path (most names): a plain symbol token.
+    if !text.is_empty()
+        && !text.bytes().any(|b| {
+            matches!(b, b'(' | b'|' | b'\\' | b'#' | b'"' | b';') || b.is_ascii_whitespace()
+        })
+    {
+        return (text.to_string(), SymbolName::read(text).name);
+    }
     let parse = cst::parse(text);
     let Some(node) = parse.top_level_forms().next() else {
         return (text.to_string(), text.to_string());
@@ -302,6 +310,17 @@ fn specializers_of(lambda_list: &str) -> Vec<String> {
 /// `text` on one line: comments dropped, whitespace runs made one space,
 /// none just inside parentheses. Strings are kept as written.
 pub fn one_line(text: &str) -> String {
+    // Fast path (most signatures): nothing to collapse or drop.
+    let b = text.as_bytes();
+    let plain = !b
+        .iter()
+        .any(|&c| matches!(c, b'\n' | b'\r' | b'\t' | 0x0C | b';' | b'"' | b'|' | b'\\'))
+        && !b
+            .windows(2)
+            .any(|w| matches!(w, b"  " | b"( " | b" )" | b"#|"));
+    if plain {
+        return text.to_string();
+    }
     let parse = cst::parse(text);
     let mut out = String::with_capacity(text.len().min(256));
     let mut pending_space = false;
