@@ -56,10 +56,14 @@
 //! Errors are what SBCL's reader would refuse for syntax alone: unclosed
 //! lists, vectors, strings, block comments and `|` escapes (with the
 //! opener's offset), a `)` with nothing open, a prefix with no form after
-//! it, `#<` / `#)` / `#` before whitespace, and a comma outside any backquote
+//! it, `#<` / `#)` / `#` before whitespace, a token of dots anywhere but as
+//! the consing dot of a list, and a comma outside any backquote
 //! (SBCL reads `#.`, `#S` and `#A` forms at backquote depth zero; so does this
 //! reader). Semantic errors (unknown packages, bad `#S` contents, malformed
-//! numbers) are not syntax and are not reported.
+//! numbers) are not syntax and are not reported. Inside `#+`/`#-`, dots and
+//! commas are not checked: SBCL checks them only when the feature expression
+//! selects the form, and disabled code is often a sloppy placeholder
+//! (`#+nil (defun replace (..) ..)`).
 //!
 //! Nesting deeper than [`MAX_DEPTH`] stops structured reading (the rest of
 //! the input becomes one error leaf), so recursive consumers of the tree can
@@ -378,6 +382,9 @@ pub enum SyntaxErrorKind {
     InvalidDispatch,
     /// Nesting deeper than [`MAX_DEPTH`].
     TooDeep,
+    /// A token of dots only (`.`, `..`) anywhere but as the consing dot
+    /// between the last two elements of a list (`(a . b)`).
+    MisplacedDot,
     /// A `,` (or `,@`, `,.`) that is not inside a backquote, or one comma
     /// too many in nested backquotes. The reader still takes the comma and
     /// its form as an unquote node.
@@ -449,6 +456,9 @@ impl SyntaxError {
             }
             SyntaxErrorKind::InvalidDispatch => format!(
                 "unreadable dispatch macro at {here}: found {found}, which no Lisp reader accepts"
+            ),
+            SyntaxErrorKind::MisplacedDot => format!(
+                "misplaced dot {found} at {here}: a dot is allowed only between the last two elements of a list, as in (a . b)"
             ),
             SyntaxErrorKind::CommaOutsideBackquote => format!(
                 "comma {found} at {here} is not inside a backquote: only a backquoted form such as `(a ,b) may contain , or ,@"

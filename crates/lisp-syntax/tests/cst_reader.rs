@@ -393,3 +393,51 @@ fn commas_must_be_inside_a_backquote() {
     assert_eq!(p.forms[0].span, 0..src.len());
     assert!(p.errors[0].to_string().contains("not inside a backquote"));
 }
+
+#[test]
+fn dots_only_as_the_consing_dot() {
+    let dot_errors = |src: &str| -> Vec<usize> {
+        let p = checked(src);
+        p.errors
+            .iter()
+            .filter(|e| e.kind == SyntaxErrorKind::MisplacedDot)
+            .map(|e| e.offset)
+            .collect()
+    };
+    // Accepted, as by SBCL.
+    for src in [
+        "(a . b)",
+        "(a b . c)",
+        "(a . #|x|# b)",
+        "(a \\. b)",
+        "(a |.| b)",
+        "(a .b)",
+        "(a . (b))",
+        "`(a . ,b)",
+    ] {
+        assert_eq!(dot_errors(src), Vec::<usize>::new(), "{src:?}");
+    }
+    // Refused, as by SBCL.
+    assert_eq!(dot_errors("."), [0]);
+    assert_eq!(dot_errors("(. a)"), [1]);
+    assert_eq!(dot_errors("(a .)"), [3]);
+    assert_eq!(dot_errors("(a . b c)"), [3]);
+    assert_eq!(dot_errors("(a ..)"), [3]);
+    assert_eq!(dot_errors("'."), [1]);
+    assert_eq!(dot_errors("#(a . b)"), [4]);
+    assert_eq!(dot_errors("(a . b . c)"), [3, 7]);
+    let p = checked("(a . b c)");
+    assert!(
+        p.errors[0].to_string().contains("misplaced dot"),
+        "{}",
+        p.errors[0]
+    );
+    // SBCL's own idiom: one of the conditionals supplies the tail.
+    assert_eq!(dot_errors("(a . #+x () #-x (b))"), Vec::<usize>::new());
+    assert_eq!(dot_errors("(a . #+x b c)"), Vec::<usize>::new());
+    assert_eq!(dot_errors("(a . b #+x c)"), Vec::<usize>::new());
+    assert_eq!(dot_errors("(a . b c #+x d)"), [3]);
+    // Disabled code is not checked (SBCL does not check it either).
+    assert!(checked("#+nil (defun f (..) ..) #-(or) ,x").is_ok());
+    assert_eq!(dot_errors("#+nil (a) (..)"), [11]);
+}

@@ -24,7 +24,11 @@
 ;;;;   thing about the text but not about where the label's extent ends;
 ;;;; - a comma outside any backquote is an error, as it is when SBCL reads
 ;;;;   for real (under *READ-SUPPRESS* SBCL lets it pass and does not even
-;;;;   read the form after it);
+;;;;   read the form after it), except inside #+/#-, where the CST does not
+;;;;   check commas either (SBCL does only when the feature selects the form)
+;;;;   and still reads the form after the comma, as its author meant (here
+;;;;   SBCL under *READ-SUPPRESS* would read the comma alone, and a disabled
+;;;;   `#+nil ,x` would leave `x` as the next form);
 ;;;; - #S and #A read their form at backquote depth zero under *READ-SUPPRESS*
 ;;;;   too, as SBCL does when it reads for real (so a comma in them is an
 ;;;;   error either way);
@@ -76,17 +80,24 @@
          (note kind start stream))))
    rt))
 
+(defvar *in-conditional* nil
+  "True while reading the parts of a #+ or #- expression.")
+
 (defun reader-conditional (stream sub-char numarg)
   (declare (ignore sub-char numarg))
-  (read stream t nil t)
-  (read stream t nil t)
+  (let ((*in-conditional* t))
+    (read stream t nil t)
+    (read stream t nil t))
   :reader-conditional)
 
 (defun make-strict-comma (standard)
   (lambda (stream char)
-    (when (zerop sb-impl::*backquote-depth*)
-      (error "Comma not inside a backquote."))
-    (funcall standard stream char)))
+    (cond ((plusp sb-impl::*backquote-depth*)
+           (funcall standard stream char))
+          (*in-conditional*
+           (let ((sb-impl::*backquote-depth* 1))
+             (funcall standard stream char)))
+          (t (error "Comma not inside a backquote.")))))
 
 (defun make-depth-zero (standard)
   (lambda (stream sub-char numarg)

@@ -21,6 +21,9 @@ struct Frame {
     until: Until,
     /// The prefix text, for error messages ("a form after #'").
     opener: usize,
+    /// A lone `.` token was attached directly to this list: check its
+    /// place when the list closes.
+    has_dot: bool,
     /// The backquote depth before this frame opened, restored when it
     /// closes (a backquote raises the depth for its form, a comma lowers it,
     /// `#.`, `#S` and `#A` reset it to zero as SBCL does).
@@ -41,6 +44,11 @@ pub(super) struct Reader<'a> {
     /// Backquotes minus commas among the open frames: a comma is only
     /// allowed where this is positive.
     backquote_depth: i32,
+    /// Open `#+`/`#-` frames. Inside one, dots and commas are not checked:
+    /// SBCL checks them only when the feature expression selects the form,
+    /// and disabled code is often a sloppy placeholder
+    /// (`#+nil (defun replace (..) ..)`).
+    conditionals: usize,
     forms: Vec<Node>,
     errors: Vec<SyntaxError>,
 }
@@ -63,6 +71,7 @@ impl<'a> Reader<'a> {
             stack: Vec::new(),
             pending: Vec::new(),
             backquote_depth: 0,
+            conditionals: 0,
             forms: Vec::new(),
             errors: Vec::new(),
         }
@@ -101,7 +110,7 @@ impl<'a> Reader<'a> {
                         _ => (NodeKind::Unquote, start + 1),
                     };
                     let inside = self.backquote_depth > 0;
-                    if !inside {
+                    if !inside && self.conditionals == 0 {
                         self.errors.push(SyntaxError {
                             kind: SyntaxErrorKind::CommaOutsideBackquote,
                             offset: start,
@@ -118,6 +127,9 @@ impl<'a> Reader<'a> {
                 b'#' => self.dispatch(start),
                 _ => {
                     let end = self.scan_token(start);
+                    if self.bytes[start..end].iter().all(|&b| b == b'.') {
+                        self.dot_token(start, end);
+                    }
                     self.form(Node::leaf(NodeKind::Token, start..end));
                 }
             }
@@ -155,6 +167,9 @@ impl<'a> Reader<'a> {
     fn finish_top(&mut self, end: usize) -> Node {
         let frame = self.stack.pop().expect("frame present");
         self.backquote_depth = frame.depth_before;
+        if let NodeKind::ReaderConditional { .. } = frame.kind {
+            self.conditionals -= 1;
+        }
         Node {
             kind: frame.kind,
             span: frame.start..end,
@@ -223,9 +238,13 @@ impl<'a> Reader<'a> {
             until,
             opener: open_end,
             depth_before: self.backquote_depth,
+            has_dot: false,
         });
         self.pending
             .push(Node::leaf(NodeKind::Punct, start..open_end));
+        if let NodeKind::ReaderConditional { .. } = kind {
+            self.conditionals += 1;
+        }
         true
     }
 
@@ -255,6 +274,9 @@ impl<'a> Reader<'a> {
                 until: Until::Close(_),
                 ..
             }) => {
+                if self.stack.last().is_some_and(|f| f.kind == NodeKind::List) {
+                    self.check_dots_in_list();
+                }
                 self.pending.push(Node::leaf(NodeKind::Punct, at..at + 1));
                 self.pos = at + 1;
                 let node = self.finish_top(at + 1);
@@ -272,6 +294,79 @@ impl<'a> Reader<'a> {
                 self.form(Node::leaf(NodeKind::Error, at..at + 1));
             }
         }
+    }
+
+    /// A token made only of dots, about to be attached. Directly in a list
+    /// it may be a consing dot, checked when the list closes; anywhere else
+    /// it is an error.
+    fn dot_token(&mut self, start: usize, end: usize) {
+        let in_list = self
+            .stack
+            .last()
+            .is_some_and(|f| f.kind == NodeKind::List && matches!(f.until, Until::Close(_)));
+        if in_list && end - start == 1 {
+            self.stack.last_mut().expect("list frame").has_dot = true;
+        } else {
+            self.misplaced_dot(start, end);
+        }
+    }
+
+    /// The list on top of the stack is about to close: a consing dot must
+    /// stand between the last two elements, as in `(a b . c)`.
+    fn check_dots_in_list(&mut self) {
+        let frame = self.stack.last().expect("list frame");
+        if !frame.has_dot {
+            return;
+        }
+        let elements: Vec<&Node> = self.pending[frame.first..]
+            .iter()
+            .filter(|n| !n.is_trivia() && n.kind != NodeKind::Punct)
+            .collect();
+        let dots: Vec<(usize, usize, usize)> = elements
+            .iter()
+            .enumerate()
+            .filter(|(_, n)| {
+                n.kind == NodeKind::Token && n.span.len() == 1 && self.bytes[n.span.start] == b'.'
+            })
+            .map(|(i, n)| (i, n.span.start, n.span.end))
+            .collect();
+        // Only the first dot may be right: after some element, and before
+        // exactly one form. A reader conditional after it may read as no
+        // form at all (`(a . #+x () #-x (b))` is SBCL's own idiom), so it
+        // takes exactly one element that is not a conditional, or else at
+        // least one conditional.
+        let first_dot_ok = |i: usize| {
+            let rest = &elements[i + 1..];
+            let plain = rest
+                .iter()
+                .filter(|n| !matches!(n.kind, NodeKind::ReaderConditional { .. }))
+                .count();
+            i >= 1 && plain <= 1 && !rest.is_empty()
+        };
+        let misplaced: Vec<(usize, usize)> = dots
+            .iter()
+            .enumerate()
+            .filter(|&(k, &(i, _, _))| !(k == 0 && first_dot_ok(i)))
+            .map(|(_, &(_, start, end))| (start, end))
+            .collect();
+        for (start, end) in misplaced {
+            self.misplaced_dot(start, end);
+        }
+    }
+
+    fn misplaced_dot(&mut self, start: usize, end: usize) {
+        if self.conditionals > 0 {
+            return;
+        }
+        self.errors.push(SyntaxError {
+            kind: SyntaxErrorKind::MisplacedDot,
+            offset: start,
+            open_offset: None,
+            expected: Some(
+                "a dot only between the last two elements of a list, as in (a . b)".into(),
+            ),
+            found: Some(format!("\"{}\"", &self.src[start..end])),
+        });
     }
 
     /// Prefix frames on top of the stack that will never get their form
