@@ -29,6 +29,8 @@ pub struct CheckOutput {
     /// True when every delimiter is balanced.
     pub ok: bool,
     /// `extra-close`, `mismatch`, `unclosed` or `too-large` when not ok.
+    /// (`mismatch` needs a second kind of bracket; in standard syntax `[`
+    /// and `{` are ordinary characters, so it does not occur.)
     pub kind: Option<String>,
     /// What should have come (`")"`, `"\""`, `"|#"`).
     pub expected: Option<String>,

@@ -442,4 +442,18 @@ mod tests {
         let out = splice(SRC, &d, Operation::Replace, "  (defun b () 'bb)  ");
         assert!(out.ends_with("(defun b () 'bb) ; trailing\n"), "{out}");
     }
+
+    #[test]
+    fn crlf_files_stay_crlf_and_conditionals_go_with_their_form() {
+        let src = "(defun a () 1)\r\n\r\n#+sbcl\r\n(defun b () 2)\r\n\r\n(defun c () 3)\r\n";
+        let d = find_target(src, "defun", "a", None).unwrap();
+        let out = splice(src, &d, Operation::InsertAfter, "(defun a2 ()\n  4)");
+        assert_eq!(
+            out,
+            "(defun a () 1)\r\n\r\n(defun a2 ()\r\n  4)\r\n\r\n#+sbcl\r\n(defun b () 2)\r\n\r\n(defun c () 3)\r\n"
+        );
+        let d = find_target(src, "defun", "b", None).unwrap();
+        let out = splice(src, &d, Operation::Delete, "");
+        assert_eq!(out, "(defun a () 1)\r\n\r\n(defun c () 3)\r\n");
+    }
 }
