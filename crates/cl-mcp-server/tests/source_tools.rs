@@ -364,6 +364,23 @@ fn edit_form_inserts_deletes_and_finds_setf_and_nested_forms() {
         after.contains("\n(defun before () 0)\n\n(defmethod print-object :around"),
         "{after}"
     );
+    // `line` picks one of several same-named forms.
+    let r = s.ok(
+        "lisp-edit-form",
+        json!({"path": "src/nasty.lisp", "formType": "defmethod", "formName": "print-object",
+               "line": 18, "operation": "delete"}),
+    );
+    assert!(
+        r.text
+            .starts_with("Applied delete to `defmethod print-object :around (point t)` (line 18)"),
+        "{}",
+        r.text
+    );
+    let after = std::fs::read_to_string(&path).unwrap();
+    assert!(
+        !after.contains(":around") && after.contains("(defmethod print-object ((p point) stream)"),
+        "{after}"
+    );
 }
 
 #[test]

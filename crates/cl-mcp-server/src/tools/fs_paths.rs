@@ -252,4 +252,32 @@ mod tests {
         assert_eq!(p, dir.join("no-such-x/y"));
         assert!(canonicalize_lenient(&dir.join("no-such-x/../y")).is_err());
     }
+
+    #[test]
+    fn extra_read_roots_allow_reads_only() {
+        let base = std::env::temp_dir()
+            .canonicalize()
+            .unwrap()
+            .join(format!("fs-paths-extra-{}", std::process::id()));
+        let root = base.join("root");
+        let lib = base.join("lib");
+        std::fs::create_dir_all(&root).unwrap();
+        std::fs::create_dir_all(&lib).unwrap();
+        std::fs::write(lib.join("x.lisp"), "(x)").unwrap();
+        let target = lib.join("x.lisp").display().to_string();
+        let extra = [lib.clone()];
+        let r = resolve(&root, &target, Access::Read, &extra).unwrap();
+        assert_eq!(r.display, target, "outside the root: shown absolute");
+        let e = resolve(&root, &target, Access::Write, &extra).unwrap_err();
+        assert!(
+            e.0.contains("Writes are allowed only under the project root"),
+            "{e}"
+        );
+        let e = resolve(&root, &target, Access::Read, &[]).unwrap_err();
+        assert!(
+            e.0.contains("Reads are allowed only under the project root;"),
+            "{e}"
+        );
+        std::fs::remove_dir_all(&base).unwrap();
+    }
 }
