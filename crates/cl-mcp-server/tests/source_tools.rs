@@ -35,7 +35,7 @@ const NASTY: &str = r##";;;; nasty.lisp --- a file full of traps
 (defvar *interp* #?"value: ${(paren-string 1)} ) (")
 
 (defclass point ()
-  ((x :initarg :x)))
+  ((x :initarg :x))) ; trailing comment
 "##;
 
 fn setup() -> (tempfile::TempDir, std::path::PathBuf, Server) {

@@ -239,6 +239,13 @@ pub fn collapsed_view(
         }
         match item.kind {
             ItemKind::LineComment => {
+                // A comment after a form on the same line belongs to it.
+                if i > 0
+                    && lines.line_col(items[i - 1].span.end).0 == lines.line_col(item.span.start).0
+                {
+                    i += 1;
+                    continue;
+                }
                 // A run of comment lines shows as its first line.
                 let first = item.span.clone();
                 let mut j = i + 1;
