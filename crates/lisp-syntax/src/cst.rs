@@ -164,6 +164,7 @@ pub enum NodeKind {
     /// `#| ... |#`, nesting respected.
     BlockComment,
     /// A symbol or number, escapes included: `foo`, `pkg::x`, `|a b|`, `1.5d0`.
+    /// The consing dot of `(a . b)` is a `Token` too, with text `.`.
     Token,
     /// `"..."` with its quotes.
     String,
