@@ -19,7 +19,8 @@ struct Frame {
     first: usize,
     /// What closes it: a `)` (lists, vectors) or a number of forms.
     until: Until,
-    /// The prefix text, for error messages ("a form after #'").
+    /// End of the opening characters: `src[start..opener]` is `(`, `#'`,
+    /// `#+`, ..., quoted in error messages ("a form after #'").
     opener: usize,
     /// A lone `.` token was attached directly to this list: check its
     /// place when the list closes.
@@ -41,8 +42,8 @@ pub(super) struct Reader<'a> {
     pos: usize,
     stack: Vec<Frame>,
     pending: Vec<Node>,
-    /// Backquotes minus commas among the open frames: a comma is only
-    /// allowed where this is positive.
+    /// Current backquote depth (see `Frame::depth_before`): a comma is only
+    /// allowed where it is positive.
     backquote_depth: i32,
     /// Open `#+`/`#-` frames. Inside one, dots and commas are not checked:
     /// SBCL checks them only when the feature expression selects the form,
