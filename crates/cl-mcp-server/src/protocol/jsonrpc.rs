@@ -196,8 +196,12 @@ pub fn success(id: &RequestId, result: &Value) -> String {
 /// An error response line (`id` null when it could not be read).
 pub fn error(id: Option<&RequestId>, code: i64, message: &str, data: &Value) -> String {
     let id = id.map(|i| i.json()).unwrap_or("null");
-    let body = serde_json::json!({ "code": code, "message": message, "data": data });
-    format!(r#"{{"jsonrpc":"2.0","id":{},"error":{}}}"#, id, body)
+    // Field order as the JSON-RPC spec writes it: code, message, data.
+    let message = serde_json::to_string(message).unwrap_or_else(|_| "\"\"".into());
+    let data = serde_json::to_string(data).unwrap_or_else(|_| "null".into());
+    format!(
+        r#"{{"jsonrpc":"2.0","id":{id},"error":{{"code":{code},"message":{message},"data":{data}}}}}"#
+    )
 }
 
 /// A notification line.
