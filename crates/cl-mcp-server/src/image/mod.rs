@@ -1,0 +1,142 @@
+//! The Lisp image: finding Lisp and Swank, the core cache, starting and
+//! supervising a local image, or attaching to one the user runs.
+//!
+//! This module knows Swank (through `swank-client`) but nothing of MCP: it
+//! hands out an [`Image`] handle whose calls return Lisp data or an
+//! [`ImageError`] that says what happened in words a user can act on.
+//!
+//! How a local image is started (see `boot.lisp` for the Lisp side):
+//! 1. [`locate`] finds the Lisp and Swank;
+//! 2. [`core_cache`] builds (once) or reuses a core with Swank, its
+//!    contribs, the helpers (`lisp/`, embedded by [`helpers`]) and
+//!    `boot.lisp` preloaded; when that fails, the image loads from source and
+//!    the log says so once;
+//! 3. the Lisp runs `(cl-mcp-boot:main)` with `CL_MCP_SWANK_SECRET` in its
+//!    environment: Swank listens on 127.0.0.1, a port the OS picks, printed
+//!    on stdout as `CL-MCP-SWANK-PORT n`; the image's stdout and stderr are
+//!    otherwise only logged (never our stdout);
+//! 4. the supervisor connects with the secret and starts a persistent worker
+//!    thread that serves evaluations ([`Image::eval`]).
+
+pub mod core_cache;
+pub mod helpers;
+pub mod locate;
+mod supervisor;
+
+use std::fmt;
+use std::path::PathBuf;
+use std::time::Duration;
+
+pub use supervisor::{Image, ImageEvent, ImageInfo, ImageReply};
+pub use swank_client::{RexOutcome, SwankEvent, Thread};
+
+/// Where the image comes from and how to start it. The binary fills this
+/// from its command line; [`ImageConfig::from_env`] reads the environment
+/// variables the contract names.
+#[derive(Debug, Clone)]
+pub struct ImageConfig {
+    /// `--lisp PATH` / `CL_MCP_LISP`; `None`: `sbcl` on `PATH`.
+    pub lisp: Option<PathBuf>,
+    /// `--swank-loader PATH` / `SWANK_LOADER`; `None`: search (see [`locate`]).
+    pub swank_loader: Option<PathBuf>,
+    /// `--swank HOST:PORT`: attach to this Swank instead of starting an image.
+    pub attach: Option<String>,
+    /// `--swank-secret-file F`: the attached Swank's secret (first line).
+    pub attach_secret_file: Option<PathBuf>,
+    /// Core cache directory; `None`: `$XDG_CACHE_HOME/cl-mcp-server` or
+    /// `~/.cache/cl-mcp-server`.
+    pub cache_dir: Option<PathBuf>,
+    /// Build and use the core cache (otherwise always load from source).
+    pub use_core_cache: bool,
+    /// Extra arguments for the Lisp's runtime (e.g. `--dynamic-space-size 4096`).
+    pub lisp_runtime_args: Vec<String>,
+    /// How long a start may take before it is given up.
+    pub start_timeout: Duration,
+    /// Deaths within [`ImageConfig::crash_window`] that stop automatic restarts.
+    pub crash_limit: usize,
+    /// See [`ImageConfig::crash_limit`].
+    pub crash_window: Duration,
+}
+
+impl Default for ImageConfig {
+    fn default() -> Self {
+        ImageConfig {
+            lisp: None,
+            swank_loader: None,
+            attach: None,
+            attach_secret_file: None,
+            cache_dir: None,
+            use_core_cache: true,
+            lisp_runtime_args: Vec::new(),
+            start_timeout: Duration::from_secs(120),
+            crash_limit: 3,
+            crash_window: Duration::from_secs(300),
+        }
+    }
+}
+
+impl ImageConfig {
+    /// Defaults plus `CL_MCP_LISP` and `SWANK_LOADER` from the environment.
+    pub fn from_env() -> Self {
+        let var = |k: &str| {
+            std::env::var_os(k)
+                .filter(|v| !v.is_empty())
+                .map(PathBuf::from)
+        };
+        ImageConfig {
+            lisp: var("CL_MCP_LISP"),
+            swank_loader: var("SWANK_LOADER"),
+            ..ImageConfig::default()
+        }
+    }
+}
+
+/// Local (started and supervised by us) or attached (the user's image).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ImageMode {
+    /// An image this server started; it may be killed and restarted.
+    Local,
+    /// A Swank the user runs; never killed, quit or restarted by us.
+    Attached,
+}
+
+impl fmt::Display for ImageMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            ImageMode::Local => "local",
+            ImageMode::Attached => "attached",
+        })
+    }
+}
+
+/// Why an image call failed (not a Lisp error: those come back as data).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ImageError {
+    /// The Lisp or Swank could not be found.
+    NotFound(String),
+    /// The image could not be started or connected to.
+    StartFailed(String),
+    /// The image died (or the attached connection dropped) during the call.
+    Died(String),
+    /// Too many deaths in a short time: not restarting automatically.
+    CrashLoop(String),
+    /// The operation is not allowed on an attached image.
+    Attached(String),
+    /// A Swank protocol problem on a live connection.
+    Protocol(String),
+}
+
+impl fmt::Display for ImageError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ImageError::NotFound(m)
+            | ImageError::StartFailed(m)
+            | ImageError::Died(m)
+            | ImageError::CrashLoop(m)
+            | ImageError::Attached(m)
+            | ImageError::Protocol(m) => f.write_str(m),
+        }
+    }
+}
+
+impl std::error::Error for ImageError {}

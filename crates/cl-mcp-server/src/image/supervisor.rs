@@ -1,0 +1,890 @@
+//! The [`Image`] handle: starts the image in the background, hands out
+//! Swank calls, notices deaths, restarts on the next use, and refuses to
+//! restart forever.
+
+use std::collections::VecDeque;
+use std::io::Read;
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, Instant, SystemTime};
+
+use swank_client::{lisp_string, RexOutcome, SwankClient, SwankError, SwankEvent, Thread};
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::sync::{broadcast, oneshot, watch};
+
+use super::core_cache::{default_cache_dir, CoreCache, LaunchPlan};
+use super::{helpers, locate, ImageConfig, ImageError, ImageMode};
+
+/// The answer to a call, plus the one-time notice that the image was
+/// replaced since the previous successful call (its state is gone).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ImageReply {
+    /// What Swank returned.
+    pub outcome: RexOutcome,
+    /// Set on the first reply after an unexpected death of the image, e.g.
+    /// "The Lisp image died (killed by signal 9) and was restarted: ...".
+    pub state_lost: Option<String>,
+}
+
+/// An asynchronous Swank event, tagged with the image generation (each
+/// fresh image or reconnection increments it).
+#[derive(Debug, Clone)]
+pub struct ImageEvent {
+    /// Which image (1 for the first).
+    pub generation: u64,
+    /// The event.
+    pub event: SwankEvent,
+}
+
+/// A snapshot of the current image.
+#[derive(Debug, Clone)]
+pub struct ImageInfo {
+    /// Local or attached.
+    pub mode: ImageMode,
+    /// The Lisp process id, when known and alive.
+    pub pid: Option<u32>,
+    /// 1 for the first image, incremented by each restart or reconnection.
+    pub generation: u64,
+    /// When the current image was started (or attached to).
+    pub started_at: Option<SystemTime>,
+    /// The cached core it was started from (`None`: from source or attached).
+    pub core: Option<PathBuf>,
+    /// Where its Swank listens.
+    pub swank_address: Option<String>,
+    /// The long-lived thread evaluations run on (local images).
+    pub worker_thread: Option<i64>,
+}
+
+/// A handle on the session's Lisp image. Cheap to clone; clones share the
+/// image. Local images are killed when the last handle is dropped.
+#[derive(Clone)]
+pub struct Image {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Image {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Image")
+            .field("mode", &self.inner.mode)
+            .finish_non_exhaustive()
+    }
+}
+
+struct Inner {
+    config: ImageConfig,
+    mode: ImageMode,
+    /// Held while starting, so concurrent callers share one start.
+    slot: tokio::sync::Mutex<Option<Arc<Live>>>,
+    /// The live image for synchronous queries (pid, info).
+    current: Mutex<Option<Arc<Live>>>,
+    events: broadcast::Sender<ImageEvent>,
+    /// (generation that died, notice) until a newer image answers a call.
+    state_lost: Mutex<Option<(u64, String)>>,
+    deaths: Mutex<VecDeque<(Instant, String)>>,
+    generation: AtomicU64,
+    core_build_failed: AtomicBool,
+}
+
+struct Live {
+    generation: u64,
+    mode: ImageMode,
+    client: SwankClient,
+    pid: Option<u32>,
+    worker: Mutex<Option<i64>>,
+    started_at: SystemTime,
+    core: Option<PathBuf>,
+    address: String,
+    dead: AtomicBool,
+    stopped_on_purpose: AtomicBool,
+    /// How the process ended, once it has ("exit status 3", "signal 9").
+    exit: watch::Receiver<Option<String>>,
+    kill: Mutex<Option<oneshot::Sender<()>>>,
+}
+
+impl Live {
+    fn request_kill(&self) {
+        if let Some(k) = self.kill.lock().unwrap().take() {
+            let _ = k.send(());
+        }
+    }
+
+    async fn exit_status(&self, wait: Duration) -> Option<String> {
+        let mut rx = self.exit.clone();
+        let _ = tokio::time::timeout(wait, rx.wait_for(|s| s.is_some())).await;
+        let s = rx.borrow().clone();
+        s
+    }
+}
+
+impl Drop for Live {
+    fn drop(&mut self) {
+        // Nobody can reach this image any more: stop it.
+        self.request_kill();
+    }
+}
+
+static SOURCE_FALLBACK_LOGGED: AtomicBool = AtomicBool::new(false);
+
+impl Image {
+    /// Creates the handle and starts the image in the background (a local
+    /// image, or the connection to `config.attach`). Never waits for it:
+    /// the first call does. Must be called inside a Tokio runtime.
+    pub fn new(config: ImageConfig) -> Image {
+        let image = Image::new_idle(config);
+        let bg = image.clone();
+        tokio::spawn(async move {
+            if let Err(e) = bg.live().await {
+                tracing::warn!(error = %e, "background start of the Lisp image failed");
+            }
+        });
+        image
+    }
+
+    /// Like [`Image::new`] but starts nothing until the first call.
+    pub fn new_idle(config: ImageConfig) -> Image {
+        let mode = if config.attach.is_some() {
+            ImageMode::Attached
+        } else {
+            ImageMode::Local
+        };
+        let (events, _) = broadcast::channel(1024);
+        Image {
+            inner: Arc::new(Inner {
+                config,
+                mode,
+                slot: tokio::sync::Mutex::new(None),
+                current: Mutex::new(None),
+                events,
+                state_lost: Mutex::new(None),
+                deaths: Mutex::new(VecDeque::new()),
+                generation: AtomicU64::new(0),
+                core_build_failed: AtomicBool::new(false),
+            }),
+        }
+    }
+
+    /// Local or attached.
+    pub fn mode(&self) -> ImageMode {
+        self.inner.mode
+    }
+
+    /// Waits until the image is up (starting it if needed).
+    pub async fn ready(&self) -> Result<(), ImageError> {
+        self.live().await.map(|_| ())
+    }
+
+    /// Runs `form` (Lisp text read in Swank's I/O package: qualify every
+    /// symbol) with `package` as the buffer package, on `thread`.
+    pub async fn rex(
+        &self,
+        form: &str,
+        package: &str,
+        thread: Thread,
+    ) -> Result<ImageReply, ImageError> {
+        let live = self.live().await?;
+        let r = live.client.rex(form, package, thread).await;
+        self.reply(&live, r).await
+    }
+
+    /// Runs `form` where evaluations run: the image's long-lived worker
+    /// thread (local images; requests queue there in arrival order and
+    /// keep thread-local state), or a fresh Swank thread (attached images,
+    /// so the user's own threads are never borrowed).
+    pub async fn eval(&self, form: &str, package: &str) -> Result<ImageReply, ImageError> {
+        let live = self.live().await?;
+        let thread = self.worker_of(&live).await?;
+        let r = live.client.rex(form, package, thread).await;
+        if let (Err(SwankError::Protocol(m)), Thread::Id(_)) = (&r, thread) {
+            if m.contains("Thread not found") {
+                // Someone ended the worker (e.g. its thread's abort restart):
+                // start another and run the request there.
+                *live.worker.lock().unwrap() = None;
+                let thread = self.worker_of(&live).await?;
+                let r = live.client.rex(form, package, thread).await;
+                return self.reply(&live, r).await;
+            }
+        }
+        self.reply(&live, r).await
+    }
+
+    /// The thread [`Image::eval`] runs on (to interrupt it).
+    pub async fn eval_thread(&self) -> Result<Thread, ImageError> {
+        let live = self.live().await?;
+        self.worker_of(&live).await
+    }
+
+    /// Interrupts `thread` (`:emacs-interrupt`): it enters the debugger and a
+    /// [`SwankEvent::Debug`] follows. Does nothing when no image runs.
+    pub async fn interrupt(&self, thread: Thread) -> Result<(), ImageError> {
+        let Some(live) = self.current_live() else {
+            return Ok(());
+        };
+        live.client
+            .interrupt(thread)
+            .await
+            .map_err(|e| ImageError::Protocol(e.to_string()))
+    }
+
+    /// Sends a raw Swank message to the running image (e.g.
+    /// `(:emacs-return-string THREAD TAG "text")`).
+    pub async fn send_raw(&self, message: &str) -> Result<(), ImageError> {
+        let live = self.live().await?;
+        live.client
+            .send_raw(message)
+            .await
+            .map_err(|e| ImageError::Protocol(e.to_string()))
+    }
+
+    /// Receives every Swank event of this image and its successors.
+    /// Subscribers must answer `Debug` events of calls they wait for;
+    /// debugger entries nobody waits for are aborted by the supervisor.
+    pub fn subscribe(&self) -> broadcast::Receiver<ImageEvent> {
+        self.inner.events.subscribe()
+    }
+
+    /// The Lisp process id, while an image runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.current_live().and_then(|l| l.pid)
+    }
+
+    /// A snapshot of the current image.
+    pub fn info(&self) -> ImageInfo {
+        let live = self.current_live();
+        ImageInfo {
+            mode: self.inner.mode,
+            pid: live.as_ref().and_then(|l| l.pid),
+            generation: live.as_ref().map_or(0, |l| l.generation),
+            started_at: live.as_ref().map(|l| l.started_at),
+            core: live.as_ref().and_then(|l| l.core.clone()),
+            swank_address: live.as_ref().map(|l| l.address.clone()),
+            worker_thread: live.as_ref().and_then(|l| *l.worker.lock().unwrap()),
+        }
+    }
+
+    /// Kills the local image (calls in flight fail, saying so). The next
+    /// call starts a fresh one. Refused for attached images.
+    pub async fn kill(&self) -> Result<(), ImageError> {
+        self.refuse_attached("kill")?;
+        self.stop().await;
+        Ok(())
+    }
+
+    /// Kills the local image and starts a fresh one, waiting until it is
+    /// up. Also clears the crash-loop history: this is the explicit way out.
+    pub async fn restart(&self) -> Result<ImageInfo, ImageError> {
+        self.refuse_attached("restart")?;
+        self.stop().await;
+        self.inner.deaths.lock().unwrap().clear();
+        *self.inner.state_lost.lock().unwrap() = None;
+        self.live().await?;
+        Ok(self.info())
+    }
+
+    /// Ends this handle's use of the image: kills a local image, closes the
+    /// connection to an attached one (which keeps running).
+    pub async fn shutdown(&self) {
+        self.stop().await;
+    }
+
+    fn refuse_attached(&self, what: &str) -> Result<(), ImageError> {
+        if self.inner.mode == ImageMode::Attached {
+            return Err(ImageError::Attached(format!(
+                "cannot {what} an attached image: it belongs to the user's own Lisp session \
+                 (--swank); restart it from there"
+            )));
+        }
+        Ok(())
+    }
+
+    async fn stop(&self) {
+        let mut slot = self.inner.slot.lock().await;
+        if let Some(live) = slot.take() {
+            live.stopped_on_purpose.store(true, Ordering::SeqCst);
+            live.dead.store(true, Ordering::SeqCst);
+            live.request_kill();
+            if live.mode == ImageMode::Local {
+                live.exit_status(Duration::from_secs(5)).await;
+            }
+        }
+        *self.inner.current.lock().unwrap() = None;
+    }
+
+    fn current_live(&self) -> Option<Arc<Live>> {
+        self.inner
+            .current
+            .lock()
+            .unwrap()
+            .clone()
+            .filter(|l| !l.dead.load(Ordering::SeqCst))
+    }
+
+    async fn worker_of(&self, live: &Live) -> Result<Thread, ImageError> {
+        if live.mode == ImageMode::Attached {
+            return Ok(Thread::T);
+        }
+        if let Some(id) = *live.worker.lock().unwrap() {
+            return Ok(Thread::Id(id));
+        }
+        match live.client.spawn_worker_thread("cl-mcp-eval").await {
+            Ok(id) => {
+                *live.worker.lock().unwrap() = Some(id);
+                Ok(Thread::Id(id))
+            }
+            Err(SwankError::Disconnected(_)) => Err(self.death_error(live).await),
+            Err(e) => Err(ImageError::Protocol(e.to_string())),
+        }
+    }
+
+    async fn reply(
+        &self,
+        live: &Live,
+        r: Result<RexOutcome, SwankError>,
+    ) -> Result<ImageReply, ImageError> {
+        match r {
+            Ok(RexOutcome::Abort(_)) if self.dies_soon(live).await => {
+                // `(sb-ext:exit)` unwinds the calling thread (an abort) just
+                // before the process goes: report the death, not the abort.
+                Err(self.death_error(live).await)
+            }
+            Ok(outcome) => {
+                let state_lost = {
+                    let mut s = self.inner.state_lost.lock().unwrap();
+                    match &*s {
+                        Some((died, _)) if *died < live.generation => s.take().map(|(_, m)| m),
+                        _ => None,
+                    }
+                };
+                Ok(ImageReply {
+                    outcome,
+                    state_lost,
+                })
+            }
+            Err(SwankError::Disconnected(_)) => Err(self.death_error(live).await),
+            Err(e) => Err(ImageError::Protocol(e.to_string())),
+        }
+    }
+
+    /// After an abort, whether the connection ends within a moment.
+    async fn dies_soon(&self, live: &Live) -> bool {
+        if live.mode == ImageMode::Attached {
+            return false;
+        }
+        for _ in 0..20 {
+            if live.client.is_closed() {
+                return true;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        live.client.is_closed()
+    }
+
+    async fn death_error(&self, live: &Live) -> ImageError {
+        if live.stopped_on_purpose.load(Ordering::SeqCst) {
+            return ImageError::Died(
+                "the Lisp image was stopped on request (restart or shutdown) while this call \
+                 ran; the next call starts a fresh image"
+                    .into(),
+            );
+        }
+        match live.mode {
+            ImageMode::Local => {
+                let status = live
+                    .exit_status(Duration::from_secs(2))
+                    .await
+                    .unwrap_or_else(|| "connection lost".into());
+                ImageError::Died(format!(
+                    "the Lisp image died ({status}) while running this call: its state \
+                     (definitions, loaded systems, variables) is lost. The next call starts a \
+                     fresh image."
+                ))
+            }
+            ImageMode::Attached => ImageError::Died(format!(
+                "lost the connection to the attached Swank at {} while running this call; \
+                 the next call reconnects",
+                live.address
+            )),
+        }
+    }
+
+    /// The running image, starting one if there is none (or it died).
+    async fn live(&self) -> Result<Arc<Live>, ImageError> {
+        let mut slot = self.inner.slot.lock().await;
+        if let Some(l) = slot.as_ref() {
+            if !l.dead.load(Ordering::SeqCst) {
+                return Ok(l.clone());
+            }
+        }
+        self.check_crash_loop()?;
+        let generation = self.inner.generation.fetch_add(1, Ordering::SeqCst) + 1;
+        let live = match self.inner.mode {
+            ImageMode::Local => self.start_local(generation).await?,
+            ImageMode::Attached => self.attach(generation).await?,
+        };
+        *slot = Some(live.clone());
+        *self.inner.current.lock().unwrap() = Some(live.clone());
+        Ok(live)
+    }
+
+    fn check_crash_loop(&self) -> Result<(), ImageError> {
+        let cfg = &self.inner.config;
+        let mut deaths = self.inner.deaths.lock().unwrap();
+        while deaths
+            .front()
+            .is_some_and(|(t, _)| t.elapsed() > cfg.crash_window)
+        {
+            deaths.pop_front();
+        }
+        if self.inner.mode == ImageMode::Local && deaths.len() >= cfg.crash_limit {
+            let last = deaths
+                .back()
+                .map(|(_, why)| why.clone())
+                .unwrap_or_default();
+            return Err(ImageError::CrashLoop(format!(
+                "the Lisp image died {} times in the last {} minutes (last: {last}); not \
+                 restarting it automatically. Look at the log for the cause (e.g. heap \
+                 exhaustion, a form that exits), then restart the image explicitly.",
+                deaths.len(),
+                cfg.crash_window.as_secs().div_ceil(60)
+            )));
+        }
+        Ok(())
+    }
+
+    async fn launch_plan(&self) -> Result<LaunchPlan, ImageError> {
+        let config = self.inner.config.clone();
+        let try_core =
+            config.use_core_cache && !self.inner.core_build_failed.load(Ordering::SeqCst);
+        let (plan, build_error) = tokio::task::spawn_blocking(move || {
+            let lisp = locate::find_lisp(&config)?;
+            let swank = locate::find_swank(&config, || locate::asdf_finds_swank(&lisp))?;
+            let dir = config.cache_dir.clone().unwrap_or_else(default_cache_dir);
+            let cache = CoreCache::new(dir, lisp, swank);
+            let mut build_error = None;
+            if try_core {
+                if let Some(plan) = cache.cached_plan() {
+                    return Ok((plan, None));
+                }
+                match cache.build() {
+                    Ok(_) => {
+                        if let Some(plan) = cache.cached_plan() {
+                            return Ok((plan, None));
+                        }
+                    }
+                    Err(e) => build_error = Some(e),
+                }
+            }
+            let plan = cache.source_plan().map_err(|e| {
+                ImageError::StartFailed(format!("cannot write the image's start files: {e}"))
+            })?;
+            Ok::<_, ImageError>((plan, build_error))
+        })
+        .await
+        .map_err(|e| ImageError::StartFailed(format!("start task failed: {e}")))??;
+        if let Some(e) = build_error {
+            self.inner.core_build_failed.store(true, Ordering::SeqCst);
+            if !SOURCE_FALLBACK_LOGGED.swap(true, Ordering::SeqCst) {
+                tracing::warn!(
+                    error = %e,
+                    "could not build the Lisp core cache; loading Swank and the helpers from \
+                     source at each start (slower)"
+                );
+            }
+        }
+        Ok(plan)
+    }
+
+    async fn start_local(&self, generation: u64) -> Result<Arc<Live>, ImageError> {
+        let started = Instant::now();
+        let plan = self.launch_plan().await?;
+        let secret = random_secret()?;
+        let mut cmd = tokio::process::Command::new(&plan.lisp);
+        cmd.args(&self.inner.config.lisp_runtime_args)
+            .args(&plan.args)
+            .envs(plan.env.iter().map(|(k, v)| (k, v)))
+            .env("CL_MCP_SWANK_SECRET", &secret)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
+        let mut child = cmd.spawn().map_err(|e| {
+            ImageError::StartFailed(format!("cannot run {}: {e}", plan.lisp.display()))
+        })?;
+        let pid = child.id();
+        let stdin = child.stdin.take();
+        let stdout = child.stdout.take().expect("piped stdout");
+        let stderr = child.stderr.take().expect("piped stderr");
+        let tail = Arc::new(Mutex::new(VecDeque::<String>::new()));
+
+        let (port_tx, port_rx) = oneshot::channel::<u16>();
+        tokio::spawn(log_stdout(stdout, pid, port_tx));
+        tokio::spawn(log_stderr(stderr, pid, tail.clone()));
+
+        let (exit_tx, exit_rx) = watch::channel(None);
+        let (kill_tx, kill_rx) = oneshot::channel::<()>();
+        tokio::spawn(async move {
+            // Holding stdin keeps the image alive; it exits at EOF.
+            let _stdin = stdin;
+            let status = tokio::select! {
+                s = child.wait() => s,
+                _ = kill_rx => {
+                    let _ = child.start_kill();
+                    child.wait().await
+                }
+            };
+            let text = match status {
+                Ok(s) => describe_exit(s),
+                Err(e) => format!("wait failed: {e}"),
+            };
+            tracing::info!(pid, status = %text, "Lisp image exited");
+            let _ = exit_tx.send(Some(text));
+        });
+
+        let fail = |msg: String, kill: oneshot::Sender<()>| {
+            let _ = kill.send(());
+            let tail = tail.lock().unwrap();
+            let lines: Vec<&str> = tail.iter().map(String::as_str).collect();
+            ImageError::StartFailed(if lines.is_empty() {
+                msg
+            } else {
+                format!("{msg}; the Lisp said:\n{}", lines.join("\n"))
+            })
+        };
+        let port = match tokio::time::timeout(self.inner.config.start_timeout, port_rx).await {
+            Ok(Ok(p)) => p,
+            Ok(Err(_)) => {
+                // Give stderr a moment to deliver the last lines.
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                return Err(fail("the Lisp image exited while starting".into(), kill_tx));
+            }
+            Err(_) => {
+                return Err(fail(
+                    format!(
+                        "the Lisp image did not start Swank within {} s",
+                        self.inner.config.start_timeout.as_secs()
+                    ),
+                    kill_tx,
+                ))
+            }
+        };
+        let address = format!("127.0.0.1:{port}");
+        let (client, events) = match SwankClient::connect(address.as_str(), Some(secret)).await {
+            Ok(c) => c,
+            Err(e) => {
+                return Err(fail(
+                    format!("cannot connect to the image's Swank: {e}"),
+                    kill_tx,
+                ))
+            }
+        };
+        let worker = match client.spawn_worker_thread("cl-mcp-eval").await {
+            Ok(id) => id,
+            Err(e) => {
+                return Err(fail(
+                    format!("cannot start the evaluation thread: {e}"),
+                    kill_tx,
+                ))
+            }
+        };
+        let live = Arc::new(Live {
+            generation,
+            mode: ImageMode::Local,
+            client,
+            pid,
+            worker: Mutex::new(Some(worker)),
+            started_at: SystemTime::now(),
+            core: plan.core.clone(),
+            address,
+            dead: AtomicBool::new(false),
+            stopped_on_purpose: AtomicBool::new(false),
+            exit: exit_rx,
+            kill: Mutex::new(Some(kill_tx)),
+        });
+        self.spawn_monitor(&live, events);
+        tracing::info!(
+            pid,
+            generation,
+            from_core = plan.core.is_some(),
+            elapsed_ms = started.elapsed().as_millis() as u64,
+            "Lisp image ready"
+        );
+        Ok(live)
+    }
+
+    async fn attach(&self, generation: u64) -> Result<Arc<Live>, ImageError> {
+        let address = self.inner.config.attach.clone().unwrap_or_default();
+        let secret = match &self.inner.config.attach_secret_file {
+            Some(f) => Some(
+                std::fs::read_to_string(f)
+                    .map_err(|e| {
+                        ImageError::StartFailed(format!(
+                            "cannot read the Swank secret file {}: {e}",
+                            f.display()
+                        ))
+                    })?
+                    .lines()
+                    .next()
+                    .unwrap_or_default()
+                    .to_string(),
+            ),
+            None => None,
+        };
+        let (client, events) = SwankClient::connect(address.as_str(), secret)
+            .await
+            .map_err(|e| {
+                ImageError::StartFailed(format!(
+                    "cannot connect to Swank at {address}: {e}. Is it running? In your Lisp: \
+                     (swank:create-server :port PORT :dont-close t)"
+                ))
+            })?;
+        // A Swank that wants a secret we lack never answers: don't wait forever.
+        let probe = client.rex("(swank/backend:getpid)", "COMMON-LISP-USER", Thread::T);
+        let pid = match tokio::time::timeout(Duration::from_secs(10), probe).await {
+            Ok(Ok(RexOutcome::Ok(v))) => v.as_i64().and_then(|n| u32::try_from(n).ok()),
+            Ok(Ok(RexOutcome::Abort(_))) => None,
+            Ok(Err(e)) => {
+                return Err(ImageError::StartFailed(format!(
+                    "Swank at {address} accepted the connection but then failed: {e}"
+                )))
+            }
+            Err(_) => {
+                return Err(ImageError::StartFailed(format!(
+                    "Swank at {address} accepted the connection but does not answer; if it \
+                     uses a secret (~/.slime-secret), pass --swank-secret-file"
+                )))
+            }
+        };
+        // No process of ours to watch: the exit status stays unknown.
+        let (_, exit_rx) = watch::channel(None);
+        let live = Arc::new(Live {
+            generation,
+            mode: ImageMode::Attached,
+            client,
+            pid,
+            worker: Mutex::new(None),
+            started_at: SystemTime::now(),
+            core: None,
+            address: address.clone(),
+            dead: AtomicBool::new(false),
+            stopped_on_purpose: AtomicBool::new(false),
+            exit: exit_rx,
+            kill: Mutex::new(None),
+        });
+        self.spawn_monitor(&live, events);
+        load_helpers_into(&live.client).await?;
+        tracing::info!(%address, ?pid, "attached to Swank");
+        Ok(live)
+    }
+
+    /// Forwards events to subscribers, answers what nobody else can, and
+    /// notices the end of the connection.
+    fn spawn_monitor(
+        &self,
+        live: &Arc<Live>,
+        mut events: tokio::sync::mpsc::UnboundedReceiver<SwankEvent>,
+    ) {
+        let inner: Weak<Inner> = Arc::downgrade(&self.inner);
+        let weak_live = Arc::downgrade(live);
+        let generation = live.generation;
+        tokio::spawn(async move {
+            while let Some(event) = events.recv().await {
+                let Some(inner) = inner.upgrade() else { return };
+                let Some(live) = weak_live.upgrade() else {
+                    return;
+                };
+                handle_event(&inner, &live, &event);
+                let _ = inner.events.send(ImageEvent { generation, event });
+            }
+        });
+    }
+}
+
+fn handle_event(inner: &Inner, live: &Arc<Live>, event: &SwankEvent) {
+    match event {
+        SwankEvent::Debug {
+            thread,
+            level,
+            condition,
+            continuations,
+            ..
+        } => {
+            let waiting = continuations.as_list().is_some_and(|l| !l.is_empty());
+            if !waiting || inner.events.receiver_count() == 0 {
+                let text = condition
+                    .as_list()
+                    .and_then(|l| l.first())
+                    .and_then(|c| c.as_str())
+                    .unwrap_or("?")
+                    .to_string();
+                tracing::warn!(
+                    thread,
+                    level,
+                    condition = %text,
+                    "a Lisp thread entered the debugger with nobody to answer; aborting it"
+                );
+                let client = live.client.clone();
+                let thread = *thread;
+                tokio::spawn(async move {
+                    let _ = client
+                        .rex(
+                            "(swank:throw-to-toplevel)",
+                            "COMMON-LISP-USER",
+                            Thread::Id(thread),
+                        )
+                        .await;
+                });
+            }
+        }
+        SwankEvent::ReadString { thread, tag } => {
+            // No terminal behind us: reading standard input gets end-of-file
+            // (an empty answer is end-of-file for Swank's input stream).
+            let msg = format!("(:emacs-return-string {thread} {tag} \"\")");
+            answer(live, msg);
+        }
+        SwankEvent::YOrNP {
+            thread,
+            tag,
+            question,
+        } => {
+            tracing::info!(%question, "answered the image's y-or-n-p with NIL");
+            answer(live, format!("(:emacs-return {thread} {tag} nil)"));
+        }
+        SwankEvent::WriteString { text, .. } => {
+            tracing::debug!(target: "lisp", output = %text, "image output");
+        }
+        SwankEvent::Disconnected(why) => on_connection_end(inner, live, why),
+        _ => {}
+    }
+}
+
+fn answer(live: &Arc<Live>, message: String) {
+    let client = live.client.clone();
+    tokio::spawn(async move {
+        if let Err(e) = client.send_raw(&message).await {
+            tracing::debug!(error = %e, "could not answer the image");
+        }
+    });
+}
+
+fn on_connection_end(inner: &Inner, live: &Arc<Live>, why: &str) {
+    live.dead.store(true, Ordering::SeqCst);
+    if live.stopped_on_purpose.load(Ordering::SeqCst) {
+        return;
+    }
+    // A local image whose connection is gone is unusable even if the
+    // process still runs: make sure it does not linger.
+    live.request_kill();
+    let status = live
+        .exit
+        .borrow()
+        .clone()
+        .unwrap_or_else(|| why.to_string());
+    tracing::warn!(generation = live.generation, status = %status, mode = %live.mode, "Lisp image lost");
+    if live.mode == ImageMode::Local {
+        inner
+            .deaths
+            .lock()
+            .unwrap()
+            .push_back((Instant::now(), status.clone()));
+        *inner.state_lost.lock().unwrap() = Some((
+            live.generation,
+            "The Lisp image died and a fresh one was started: everything defined or loaded \
+             before (functions, variables, systems, the current package) is gone."
+                .to_string(),
+        ));
+    }
+}
+
+/// Loads the embedded helpers into an attached image, unless it already
+/// has this exact version (marked on the symbol plist of `:cl-mcp-server`).
+async fn load_helpers_into(client: &SwankClient) -> Result<(), ImageError> {
+    let hash = helpers::sources_hash();
+    let check = format!(
+        "(cl:equal (cl:get :cl-mcp-server :helpers-hash) {})",
+        lisp_string(&hash)
+    );
+    let rex = |form: String| async move {
+        client
+            .rex(&form, "COMMON-LISP-USER", Thread::T)
+            .await
+            .map_err(|e| ImageError::StartFailed(format!("loading the helpers: {e}")))
+    };
+    if matches!(rex(check).await?, RexOutcome::Ok(v) if v.is_t()) {
+        return Ok(());
+    }
+    for (name, text) in helpers::sources() {
+        let form = format!(
+            "(cl:let ((cl:*package* (cl:find-package \"CL-USER\"))) \
+             (cl:load (cl:make-string-input-stream {})) t)",
+            lisp_string(text)
+        );
+        if let RexOutcome::Abort(why) = rex(form).await? {
+            tracing::warn!(file = name, reason = ?why, "helper failed to load into the attached image");
+        }
+    }
+    rex(format!(
+        "(cl:setf (cl:get :cl-mcp-server :helpers-hash) {})",
+        lisp_string(&hash)
+    ))
+    .await?;
+    Ok(())
+}
+
+fn random_secret() -> Result<String, ImageError> {
+    let mut bytes = [0u8; 16];
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut bytes))
+        .map_err(|e| ImageError::StartFailed(format!("cannot read /dev/urandom: {e}")))?;
+    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
+}
+
+fn describe_exit(s: std::process::ExitStatus) -> String {
+    use std::os::unix::process::ExitStatusExt;
+    match (s.code(), s.signal()) {
+        (Some(c), _) => format!("exit status {c}"),
+        (None, Some(sig)) => format!("killed by signal {sig}"),
+        _ => s.to_string(),
+    }
+}
+
+const PORT_MARKER: &str = "CL-MCP-SWANK-PORT ";
+
+async fn log_stdout(
+    out: tokio::process::ChildStdout,
+    pid: Option<u32>,
+    port: oneshot::Sender<u16>,
+) {
+    let mut port = Some(port);
+    let mut lines = BufReader::new(out).lines();
+    while let Ok(Some(line)) = lines.next_line().await {
+        if let Some(p) = line
+            .strip_prefix(PORT_MARKER)
+            .and_then(|p| p.trim().parse().ok())
+        {
+            if let Some(tx) = port.take() {
+                let _ = tx.send(p);
+                continue;
+            }
+        }
+        tracing::info!(target: "lisp", pid, stream = "stdout", "{line}");
+    }
+}
+
+async fn log_stderr(
+    err: tokio::process::ChildStderr,
+    pid: Option<u32>,
+    tail: Arc<Mutex<VecDeque<String>>>,
+) {
+    let mut lines = BufReader::new(err).lines();
+    while let Ok(Some(line)) = lines.next_line().await {
+        {
+            let mut t = tail.lock().unwrap();
+            if t.len() == 20 {
+                t.pop_front();
+            }
+            t.push_back(line.clone());
+        }
+        tracing::info!(target: "lisp", pid, stream = "stderr", "{line}");
+    }
+}
