@@ -378,7 +378,8 @@ fn show_definition(p: &mut Printer<'_>, text: &str, d: &Definition) {
     let rest = text
         .get(d.sig_end..d.span.end.saturating_sub(1))
         .unwrap_or("");
-    if rest.trim().is_empty() {
+    let one_line = p.lines.line_col(d.unit_span.start).0 == p.lines.line_col(d.span.end).0;
+    if rest.trim().is_empty() || one_line {
         p.span(d.unit_span.start..d.span.end, "");
     } else {
         p.span(d.unit_span.start..d.sig_end, " ...)");
