@@ -71,6 +71,16 @@ async fn evaluates_and_answers_what_nobody_else_can() {
     let form = "(cl:progn (sb-thread:join-thread (sb-thread:make-thread \
                 (cl:lambda () (cl:error \"background boom\"))) :default :aborted))";
     assert!(value(&image, form).await.is_keyword("aborted"));
+    // The image's end of the Swank socket has Nagle's algorithm off
+    // (getsockopt(fd, IPPROTO_TCP, TCP_NODELAY)).
+    let nodelay = "(cl:let ((fd (sb-sys:fd-stream-fd (swank::connection.socket-io \
+                   swank::*emacs-connection*)))) \
+                   (sb-alien:with-alien ((v sb-alien:int 0) (len (sb-alien:unsigned 32) 4)) \
+                   (sb-alien:alien-funcall (sb-alien:extern-alien \"getsockopt\" \
+                   (cl:function sb-alien:int sb-alien:int sb-alien:int sb-alien:int \
+                   (cl:* sb-alien:int) (cl:* (sb-alien:unsigned 32)))) \
+                   fd 6 1 (sb-alien:addr v) (sb-alien:addr len)) v))";
+    assert_ne!(value(&image, nodelay).await, Value::Integer(0));
     // Evaluations on the worker thread share thread state between calls.
     value(&image, "(cl:defparameter cl-user::*kept* 41)").await;
     assert_eq!(

@@ -12,7 +12,8 @@
 //! `<key>` hashes the Lisp binary (path, size, mtime), Swank (path, version,
 //! size, mtime), the helper sources and the boot code; any change makes a
 //! new key, so a stale core is never used. Builds write a temporary file and
-//! rename it into place, so a reader never sees a half-written core.
+//! rename it into place, so a reader never sees a half-written core. Entries
+//! of other keys are removed after a successful build once a day old.
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -233,12 +234,47 @@ impl CoreCache {
         }
         std::fs::rename(&tmp, &core)
             .map_err(|e| format!("cannot move the core into place: {e}"))?;
+        self.prune_stale();
         tracing::info!(
             core = %core.display(),
             elapsed_ms = started.elapsed().as_millis() as u64,
             "built the Lisp core cache"
         );
         Ok(core)
+    }
+}
+
+impl CoreCache {
+    /// Removes cores and source dirs of other keys (older Lisp, Swank or
+    /// helper versions) not touched for a day: a server of another version
+    /// may still run, and a fresh core of theirs must not vanish under them.
+    fn prune_stale(&self) {
+        let Ok(entries) = std::fs::read_dir(&self.dir) else {
+            return;
+        };
+        let day = std::time::Duration::from_secs(24 * 3600);
+        for e in entries.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let ours = ["sbcl-", "src-"].iter().any(|p| name.starts_with(p));
+            if !ours || name.contains(&self.key) {
+                continue;
+            }
+            let old = e
+                .metadata()
+                .and_then(|m| m.modified())
+                .ok()
+                .and_then(|t| t.elapsed().ok())
+                .is_some_and(|age| age > day);
+            if old {
+                let p = e.path();
+                let _ = if p.is_dir() {
+                    std::fs::remove_dir_all(&p)
+                } else {
+                    std::fs::remove_file(&p)
+                };
+                tracing::info!(path = %p.display(), "removed a stale core cache entry");
+            }
+        }
     }
 }
 
