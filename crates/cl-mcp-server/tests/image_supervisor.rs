@@ -364,3 +364,21 @@ fn image_output_never_reaches_stdout() {
     // It was not lost either: the image's own stdout and stderr are logged.
     assert!(stderr.matches(LEAK).count() >= 2, "not logged:\n{stderr}");
 }
+
+#[tokio::test]
+async fn starts_from_source_without_the_core_cache() {
+    let image = Image::new(ImageConfig {
+        use_core_cache: false,
+        ..config()
+    });
+    assert_eq!(value(&image, "(cl:+ 1 2)").await, Value::Integer(3));
+    assert_eq!(image.info().core, None);
+    // The helpers and the boot code were loaded from source too.
+    assert!(value(&image, "(cl:if (cl:find-package \"CL-MCP\") t nil)")
+        .await
+        .is_t());
+    assert!(value(&image, "(cl:integerp cl-mcp-boot:*swank-port*)")
+        .await
+        .is_t());
+    image.shutdown().await;
+}

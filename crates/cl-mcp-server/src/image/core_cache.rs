@@ -54,25 +54,40 @@ pub struct CoreCache {
     dir: PathBuf,
     lisp: PathBuf,
     swank: SwankSource,
+    quicklisp: Option<PathBuf>,
     swank_key: String,
     key: String,
 }
 
 impl CoreCache {
-    /// Computes the keys (no files are touched).
-    pub fn new(dir: PathBuf, lisp: PathBuf, swank: SwankSource) -> CoreCache {
+    /// Computes the keys (no files are touched). `quicklisp` is a
+    /// `setup.lisp` to load before the helpers.
+    pub fn new(
+        dir: PathBuf,
+        lisp: PathBuf,
+        swank: SwankSource,
+        quicklisp: Option<PathBuf>,
+    ) -> CoreCache {
         let lisp_id = format!("{}:{}", lisp.display(), file_stamp(&lisp));
         let swank_id = swank.fingerprint();
         let swank_key = format!(
             "{:016x}",
             fnv1a(fnv1a(0, lisp_id.as_bytes()), swank_id.as_bytes())
         );
-        let all = format!("{swank_key}:{}:{SCRIPT_VERSION}", helpers::sources_hash());
+        let ql_id = quicklisp
+            .as_deref()
+            .map(|p| format!("{}:{}", p.display(), file_stamp(p)))
+            .unwrap_or_default();
+        let all = format!(
+            "{swank_key}:{}:{SCRIPT_VERSION}:{ql_id}",
+            helpers::sources_hash()
+        );
         let key = format!("{:016x}", fnv1a(7, all.as_bytes()));
         CoreCache {
             dir,
             lisp,
             swank,
+            quicklisp,
             swank_key,
             key,
         }
@@ -153,7 +168,14 @@ impl CoreCache {
         let boot = src.join(helpers::BOOT.0);
         write_if_changed(&boot, helpers::BOOT.1)?;
         let fasl = self.dir.join(format!("swank-fasl-{}/", self.swank_key));
-        let script = load_script(&self.swank, &fasl, &helper_paths, &boot, save_to);
+        let script = load_script(
+            &self.swank,
+            self.quicklisp.as_deref(),
+            &fasl,
+            &helper_paths,
+            &boot,
+            save_to,
+        );
         let name = if save_to.is_some() {
             format!("build-{}.lisp", std::process::id())
         } else {
@@ -296,6 +318,7 @@ fn path_lit(p: &Path) -> String {
 /// either saves a core to `save_to` or starts Swank.
 fn load_script(
     swank: &SwankSource,
+    quicklisp: Option<&Path>,
     fasl_dir: &Path,
     helpers: &[PathBuf],
     boot: &Path,
@@ -321,6 +344,12 @@ fn load_script(
             s += &format!("(load {})\n", path_lit(setup));
             s += "(funcall (intern \"QUICKLOAD\" \"QL\") \"swank\" :silent t)\n";
         }
+    }
+    if let Some(setup) = quicklisp.filter(|_| !matches!(swank, SwankSource::Quicklisp(_))) {
+        s += &format!(
+            "(handler-case (load {})\n  (error (e) (format *error-output* \"~&cl-mcp: Quicklisp failed to load: ~A~%\" e)))\n",
+            path_lit(setup)
+        );
     }
     // A broken helper must not keep the image from starting: report it
     // (the server logs the image's stderr) and go on.
@@ -352,9 +381,16 @@ mod tests {
 
     #[test]
     fn key_changes_with_inputs() {
-        let a = CoreCache::new("/c".into(), "/bin/sh".into(), SwankSource::Asdf);
-        let b = CoreCache::new("/c".into(), "/bin/ls".into(), SwankSource::Asdf);
-        let c = CoreCache::new("/c".into(), "/bin/sh".into(), SwankSource::Asdf);
+        let a = CoreCache::new("/c".into(), "/bin/sh".into(), SwankSource::Asdf, None);
+        let b = CoreCache::new("/c".into(), "/bin/ls".into(), SwankSource::Asdf, None);
+        let c = CoreCache::new("/c".into(), "/bin/sh".into(), SwankSource::Asdf, None);
+        let d = CoreCache::new(
+            "/c".into(),
+            "/bin/sh".into(),
+            SwankSource::Asdf,
+            Some("/etc/hostname".into()),
+        );
+        assert_ne!(a.core_path(), d.core_path());
         assert_ne!(a.core_path(), b.core_path());
         assert_eq!(a.core_path(), c.core_path());
     }
@@ -363,6 +399,7 @@ mod tests {
     fn script_quotes_paths() {
         let s = load_script(
             &SwankSource::Loader("/a \"b\"/swank-loader.lisp".into()),
+            None,
             Path::new("/f/"),
             &["/h/x.lisp".into()],
             Path::new("/h/boot.lisp"),

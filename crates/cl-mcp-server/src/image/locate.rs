@@ -137,6 +137,13 @@ pub fn find_swank(
     ))
 }
 
+/// Quicklisp's `setup.lisp` in its default place, when installed.
+pub fn find_quicklisp() -> Option<PathBuf> {
+    home()
+        .map(|h| h.join("quicklisp/setup.lisp"))
+        .filter(|p| p.is_file())
+}
+
 /// Asks the Lisp whether ASDF can find a `swank` system.
 pub fn asdf_finds_swank(lisp: &Path) -> bool {
     std::process::Command::new(lisp)

@@ -48,6 +48,10 @@ pub struct ImageConfig {
     pub cache_dir: Option<PathBuf>,
     /// Build and use the core cache (otherwise always load from source).
     pub use_core_cache: bool,
+    /// Load Quicklisp (`~/quicklisp/setup.lisp`) into the image when it is
+    /// installed, as a user's init file would (the image itself starts with
+    /// `--no-userinit`); it is baked into the cached core.
+    pub load_quicklisp: bool,
     /// Extra arguments for the Lisp's runtime (e.g. `--dynamic-space-size 4096`).
     pub lisp_runtime_args: Vec<String>,
     /// How long a start may take before it is given up.
@@ -67,6 +71,7 @@ impl Default for ImageConfig {
             attach_secret_file: None,
             cache_dir: None,
             use_core_cache: true,
+            load_quicklisp: true,
             lisp_runtime_args: Vec::new(),
             start_timeout: Duration::from_secs(120),
             crash_limit: 3,

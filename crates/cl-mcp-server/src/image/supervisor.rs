@@ -460,7 +460,8 @@ impl Image {
             let lisp = locate::find_lisp(&config)?;
             let swank = locate::find_swank(&config, || locate::asdf_finds_swank(&lisp))?;
             let dir = config.cache_dir.clone().unwrap_or_else(default_cache_dir);
-            let cache = CoreCache::new(dir, lisp, swank);
+            let quicklisp = config.load_quicklisp.then(locate::find_quicklisp).flatten();
+            let cache = CoreCache::new(dir, lisp, swank, quicklisp);
             let mut build_error = None;
             if try_core {
                 if let Some(plan) = cache.cached_plan() {
