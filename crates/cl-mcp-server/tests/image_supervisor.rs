@@ -14,7 +14,33 @@ use cl_mcp_server::image::{Image, ImageConfig, ImageError, ImageMode, RexOutcome
 use lisp_syntax::data::{lisp_string, Value};
 use tokio::time::timeout;
 
+/// Compiles Swank's fasls once before any test starts a Lisp: on a fresh
+/// machine, parallel tests would otherwise compile them at the same time and
+/// one could load another's half-written fasl.
+fn compile_swank_once() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let loader = "/usr/share/common-lisp/source/slime/swank-loader.lisp";
+        let ok = Command::new("sbcl")
+            .args([
+                "--noinform",
+                "--non-interactive",
+                "--no-userinit",
+                "--load",
+                loader,
+            ])
+            .args(["--eval", "(swank-loader:init :load-contribs t)"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .unwrap();
+        assert!(ok.success(), "Swank compiles");
+    });
+}
+
 fn config() -> ImageConfig {
+    compile_swank_once();
     ImageConfig {
         cache_dir: Some(std::env::temp_dir().join("cl-mcp-server-test-cache")),
         ..ImageConfig::from_env()
@@ -222,6 +248,7 @@ struct UserLisp {
 
 impl UserLisp {
     fn start(secret: &str) -> UserLisp {
+        compile_swank_once();
         let loader = "/usr/share/common-lisp/source/slime/swank-loader.lisp";
         let mut child = Command::new("sbcl")
             .args(["--noinform", "--non-interactive", "--load", loader])

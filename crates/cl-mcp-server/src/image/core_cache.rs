@@ -5,7 +5,9 @@
 //! Layout under the cache directory (`$XDG_CACHE_HOME/cl-mcp-server` or
 //! `~/.cache/cl-mcp-server`):
 //! - `src-<key>/`: the helper sources, `boot.lisp` and the load scripts;
-//! - `swank-fasl-<swank key>/`: Swank's compiled files;
+//! - `swank-fasl-<swank key>/`: Swank's compiled files, when the loader
+//!   honours `swank-loader:*fasl-directory*` (Debian's puts them where ASDF's
+//!   output translations say, `~/.cache/common-lisp/`);
 //! - `sbcl-<key>.core` (+ `.home`, the `SBCL_HOME` it needs);
 //! - `build.lock`: held while building, so concurrent servers build once.
 //!
