@@ -409,3 +409,20 @@ async fn starts_from_source_without_the_core_cache() {
         .is_t());
     image.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_lisp_that_cannot_start_is_reported_and_not_retried_forever() {
+    // `false` exits at once: every start fails.
+    let image = Image::new_idle(ImageConfig {
+        lisp: Some("/bin/false".into()),
+        use_core_cache: false,
+        ..config()
+    });
+    for _ in 0..3 {
+        let err = image.ready().await.unwrap_err();
+        assert!(matches!(err, ImageError::StartFailed(_)), "{err:?}");
+        assert!(err.to_string().contains("exited while starting"), "{err}");
+    }
+    let err = image.ready().await.unwrap_err();
+    assert!(matches!(err, ImageError::CrashLoop(_)), "{err:?}");
+}

@@ -419,7 +419,21 @@ impl Image {
         self.check_crash_loop()?;
         let generation = self.inner.generation.fetch_add(1, Ordering::SeqCst) + 1;
         let live = match self.inner.mode {
-            ImageMode::Local => self.start_local(generation).await?,
+            ImageMode::Local => match self.start_local(generation).await {
+                Ok(live) => live,
+                Err(e) => {
+                    // Failed starts count like deaths: a Lisp that cannot
+                    // start is not retried on every call forever.
+                    if let ImageError::StartFailed(why) = &e {
+                        self.inner
+                            .deaths
+                            .lock()
+                            .unwrap()
+                            .push_back((Instant::now(), format!("failed to start: {why}")));
+                    }
+                    return Err(e);
+                }
+            },
             ImageMode::Attached => self.attach(generation).await?,
         };
         *slot = Some(live.clone());
@@ -557,6 +571,12 @@ impl Image {
             Ok(Err(_)) => {
                 // Give stderr a moment to deliver the last lines.
                 tokio::time::sleep(Duration::from_millis(50)).await;
+                if let Some(core) = &plan.core {
+                    // A cached core that does not start (damaged, or made for
+                    // another runtime): load from source from now on.
+                    tracing::warn!(core = %core.display(), "the cached core did not start; loading from source instead");
+                    self.inner.core_build_failed.store(true, Ordering::SeqCst);
+                }
                 return Err(fail("the Lisp image exited while starting".into(), kill_tx));
             }
             Err(_) => {
