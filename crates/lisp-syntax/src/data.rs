@@ -60,7 +60,9 @@ pub enum Value {
     Vector(Vec<Value>),
     /// A pathname `#P"..."`; the namestring.
     Pathname(String),
-    /// An unreadable object `#<...>`, kept verbatim including `#<` and `>`.
+    /// An unreadable object `#<...>`, kept verbatim including `#<` and `>`;
+    /// also other `#` syntax this reader does not model (`#C(1 2)`,
+    /// `#S(...)`, `#.(...)`, `#*101`), kept as its text.
     Unreadable(String),
 }
 
@@ -278,6 +280,19 @@ impl<'a> Reader<'a> {
                 }))
             }
             Some('<') => self.unreadable(start),
+            // Other dispatch macros `prin1` can produce (`#C(1 2)`, `#.(...)`
+            // for infinities, `#S(...)`, `#A(...)`, `#*101`): kept as text
+            // like unreadable objects instead of failing the whole message.
+            Some(c) if c.is_ascii_alphabetic() || c == '.' || c == '*' => {
+                if c != '*' {
+                    self.datum()?;
+                } else {
+                    while self.peek().is_some_and(|d| d == '0' || d == '1') {
+                        self.bump();
+                    }
+                }
+                Ok(Value::Unreadable(self.src[start..self.pos].to_string()))
+            }
             Some(c) => Err(DataError {
                 offset: start,
                 message: format!("unsupported reader macro #{c}"),
@@ -327,10 +342,11 @@ impl<'a> Reader<'a> {
         if text.len() == first.len_utf8() {
             return Ok(Value::Char(first));
         }
-        char_by_name(text).map(Value::Char).ok_or(DataError {
-            offset: start,
-            message: format!("unknown character name {text:?}"),
-        })
+        // A name this reader does not know (SBCL prints some characters by
+        // their Unicode name) is kept as text rather than failing the message.
+        Ok(char_by_name(text)
+            .map(Value::Char)
+            .unwrap_or_else(|| Value::Unreadable(format!("#\\{text}"))))
     }
 
     /// Reads a token: returns its case-converted text and whether any part
@@ -501,6 +517,32 @@ const CHAR_NAMES: &[(&str, char)] = &[
     ("ESCAPE", '\u{1b}'),
     ("ESC", '\u{1b}'),
     ("BELL", '\u{7}'),
+    // SBCL's names for the other ASCII control characters.
+    ("SOH", '\u{1}'),
+    ("STX", '\u{2}'),
+    ("ETX", '\u{3}'),
+    ("EOT", '\u{4}'),
+    ("ENQ", '\u{5}'),
+    ("ACK", '\u{6}'),
+    ("BEL", '\u{7}'),
+    ("VT", '\u{b}'),
+    ("SO", '\u{e}'),
+    ("SI", '\u{f}'),
+    ("DLE", '\u{10}'),
+    ("DC1", '\u{11}'),
+    ("DC2", '\u{12}'),
+    ("DC3", '\u{13}'),
+    ("DC4", '\u{14}'),
+    ("NAK", '\u{15}'),
+    ("SYN", '\u{16}'),
+    ("ETB", '\u{17}'),
+    ("CAN", '\u{18}'),
+    ("EM", '\u{19}'),
+    ("SUB", '\u{1a}'),
+    ("FS", '\u{1c}'),
+    ("GS", '\u{1d}'),
+    ("RS", '\u{1e}'),
+    ("US", '\u{1f}'),
 ];
 
 fn char_by_name(name: &str) -> Option<char> {
@@ -821,7 +863,12 @@ mod tests {
             read(r"(#\a #\b)").unwrap(),
             Value::list([Value::Char('a'), Value::Char('b')])
         );
-        assert!(read(r"#\NoSuchName").is_err());
+        assert_eq!(read(r"#\Etx").unwrap(), Value::Char('\u{3}'));
+        assert_eq!(read(r"#\Us").unwrap(), Value::Char('\u{1f}'));
+        assert_eq!(
+            read(r"#\Padding_Character").unwrap(),
+            Value::Unreadable(r"#\Padding_Character".into())
+        );
     }
 
     #[test]
@@ -868,6 +915,14 @@ mod tests {
         assert_eq!(l[1], Value::Unreadable(r#"#<A #<B c> "x>y">"#.into()));
         assert_eq!(l[2], Value::Integer(2));
         assert!(read("#<open").is_err());
+        let v =
+            read("(#C(1 2) #.(sb-kernel:make-double-float -524288 0) #*101 #S(p :x 1) 3)").unwrap();
+        let l = v.as_list().unwrap();
+        assert_eq!(l[0], Value::Unreadable("#C(1 2)".into()));
+        assert_eq!(l[2], Value::Unreadable("#*101".into()));
+        assert_eq!(l[3], Value::Unreadable("#S(p :x 1)".into()));
+        assert_eq!(l[4], Value::Integer(3));
+        assert!(read("#!x").is_err());
     }
 
     #[test]

@@ -428,6 +428,22 @@ async fn read_loop(
             Ok(v) => v,
             Err(e) => {
                 tracing::warn!(error = %e, message = %text, "unreadable Swank message");
+                // A reply we cannot read must still end its request, or
+                // the caller would wait forever.
+                if let Some(id) = text
+                    .trim_start()
+                    .starts_with("(:return")
+                    .then(|| trailing_id(&text))
+                    .flatten()
+                {
+                    complete(
+                        &shared,
+                        id,
+                        Err(SwankError::Protocol(format!(
+                            "unreadable reply from Swank: {e}"
+                        ))),
+                    );
+                }
                 continue;
             }
         };
@@ -584,6 +600,11 @@ fn trailing_request_id(packet: &str) -> Option<u64> {
     if !packet.trim_start().starts_with("(:emacs-rex") {
         return None;
     }
+    trailing_id(packet)
+}
+
+/// The integer just before the final `)` of a message.
+fn trailing_id(packet: &str) -> Option<u64> {
     let body = packet.trim_end().strip_suffix(')')?;
     let start = body.rfind(|c: char| !c.is_ascii_digit())? + 1;
     body[start..].parse().ok()
@@ -619,5 +640,6 @@ mod tests {
         );
         assert_eq!(trailing_request_id("(:emacs-rex (#<) \"X\" t 7)"), Some(7));
         assert_eq!(trailing_request_id("(:emacs-pong 1 2)"), None);
+        assert_eq!(trailing_id("(:return (:ok #<weird) 9)"), Some(9));
     }
 }

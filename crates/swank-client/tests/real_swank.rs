@@ -268,3 +268,29 @@ async fn secret_handshake() {
     .await;
     assert!(!matches!(r, Ok(Ok(_))), "{r:?}");
 }
+
+#[tokio::test]
+async fn every_character_comes_back_readable() {
+    let lisp = Lisp::start(None);
+    let (c, _ev) = lisp.connect().await;
+    // All of Latin-1 and some more, as SBCL prints characters (named control
+    // characters, Unicode names): each reply must read, none may hang.
+    let form = "(cl:loop for i from 0 below 1200 collect (cl:code-char i))";
+    let v = eval_ok(&c, form, Thread::T).await;
+    let chars = v.as_list().unwrap();
+    assert_eq!(chars.len(), 1200);
+    for (i, ch) in chars.iter().enumerate() {
+        match ch {
+            Value::Char(c) => assert_eq!(*c as usize, i),
+            Value::Unreadable(t) => assert!(t.starts_with("#\\"), "{t}"),
+            other => panic!("{i}: {other:?}"),
+        }
+    }
+    assert_eq!(chars[3], Value::Char('\u{3}'));
+    // SBCL prints non-ASCII characters by Unicode name; without a name
+    // table those stay as text (strings carry Unicode intact, see above).
+    assert_eq!(
+        chars[233],
+        Value::Unreadable("#\\LATIN_SMALL_LETTER_E_WITH_ACUTE".into())
+    );
+}
