@@ -15,6 +15,8 @@ pub struct ServerConfig {
     pub max_message_bytes: usize,
     /// `--require-approval`: tools that ask the user before running.
     pub require_approval: Vec<String>,
+    /// How sessions find, start or attach to their Lisp image.
+    pub image: crate::image::ImageConfig,
 }
 
 impl Default for ServerConfig {
@@ -24,6 +26,7 @@ impl Default for ServerConfig {
             tool_groups: ToolGroup::ALL.to_vec(),
             max_message_bytes: 16 * 1024 * 1024,
             require_approval: Vec::new(),
+            image: crate::image::ImageConfig::from_env(),
         }
     }
 }

@@ -2,9 +2,10 @@
 //! TCP connection) has its own project root and, by default, its own image.
 
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, OnceLock, RwLock};
 
 use crate::config::ServerConfig;
+use crate::image::Image;
 
 /// State shared by every request of one MCP session.
 pub struct Session {
@@ -12,6 +13,7 @@ pub struct Session {
     pub config: Arc<ServerConfig>,
     root: RwLock<PathBuf>,
     root_fixed: bool,
+    image: OnceLock<Image>,
 }
 
 impl Session {
@@ -22,7 +24,17 @@ impl Session {
             config,
             root: RwLock::new(root),
             root_fixed: explicit,
+            image: OnceLock::new(),
         })
+    }
+
+    /// The session's Lisp image (from `config.image`): created on first use
+    /// and started in the background; calls wait for it. Must be called
+    /// inside the Tokio runtime. Dropping the session stops a local image.
+    pub fn image(&self) -> Image {
+        self.image
+            .get_or_init(|| Image::new(self.config.image.clone()))
+            .clone()
     }
 
     /// The project root: file tools resolve paths against it and refuse to

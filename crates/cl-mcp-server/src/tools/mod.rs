@@ -21,8 +21,12 @@ use tokio_util::sync::CancellationToken;
 
 use crate::session::Session;
 
+pub mod asdf;
+pub mod code;
+pub mod eval;
 pub mod fs;
 pub mod fs_paths;
+pub mod image;
 pub mod output;
 pub mod source;
 #[cfg(feature = "test-tools")]
@@ -455,6 +459,10 @@ impl ToolRegistry {
         #[allow(unused_mut)]
         let mut all: Vec<ToolDef> = Vec::new();
         // Tool families register here (one line each).
+        all.extend(eval::tools());
+        all.extend(image::tools());
+        all.extend(code::tools());
+        all.extend(asdf::tools());
         all.extend(fs::tools());
         all.extend(source::tools());
         #[cfg(feature = "test-tools")]

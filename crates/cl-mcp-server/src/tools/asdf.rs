@@ -1,0 +1,400 @@
+//! The `asdf` tools: load and test systems, list them, describe one. The
+//! Lisp half is `lisp/build.lisp`; diagnostics are rendered like
+//! `lisp-compile-file`'s (shared in `code.rs`).
+
+use lisp_syntax::data::Value;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::code::{render_build_error, render_build_output, render_diagnostics, BuildOutput};
+use super::image::{
+    self, helper_error, helper_form, plist_bool, plist_i64, plist_list, plist_str, plist_strings,
+};
+use super::output::DEFAULT_MAX_OUTPUT;
+use super::{cap_output, tool, Annotations, ToolContext, ToolDef, ToolGroup, ToolOutput};
+
+#[derive(Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct LoadArgs {
+    /// The system name, e.g. `alexandria` or `my-app/tests`.
+    system: String,
+    /// Recompile and reload the system even if it is up to date (plain ASDF,
+    /// no Quicklisp).
+    force: Option<bool>,
+}
+
+async fn asdf_load_system(a: LoadArgs, ctx: ToolContext) -> ToolOutput {
+    let mut keys = vec![("max-output", Value::Integer(DEFAULT_MAX_OUTPUT as i64))];
+    if a.force == Some(true) {
+        keys.push(("force", Value::t()));
+    }
+    let form = helper_form("load-system", vec![Value::string(a.system.clone())], keys);
+    let v = match image::call_build(&ctx, &form).await {
+        Ok(v) => v,
+        Err(e) => return ToolOutput::error(e),
+    };
+    let root = ctx.session.project_root();
+    let out = BuildOutput::from_plist(&v, &root);
+    let via = plist_str(&v, "via").unwrap_or_else(|| "asdf".into());
+    let mut text = if out.success {
+        format!(
+            "Loaded system {} ({via}) in {} ms: {}",
+            a.system,
+            out.elapsed_ms,
+            out.summary()
+        )
+    } else {
+        format!(
+            "Loading system {} failed after {} ms: {}",
+            a.system,
+            out.elapsed_ms,
+            out.summary()
+        )
+    };
+    if !out.diagnostics.is_empty() {
+        text.push('\n');
+        text.push_str(&render_diagnostics(&out.diagnostics));
+    }
+    if let Some(e) = render_build_error(&v) {
+        text.push_str(&format!("\n\n{e}"));
+    }
+    if plist_bool(&v, "interrupted") {
+        text.push_str("\n\n[INTERRUPTED] Loading was interrupted.");
+    }
+    if !out.success {
+        text.push_str(&render_build_output(&v));
+    }
+    let is_error = !out.success;
+    ToolOutput::structured(text, serde_json::to_value(out).unwrap_or_default()).with_error(is_error)
+}
+
+#[derive(Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct TestArgs {
+    /// The system whose tests to run (`asdf:test-system`).
+    system: String,
+}
+
+/// Pass/fail counts read from the test framework's summary.
+#[derive(Serialize, JsonSchema)]
+struct TestSummary {
+    /// fiveam, parachute, rove or lisp-unit2.
+    framework: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    passed: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    failed: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    skipped: Option<i64>,
+}
+
+#[derive(Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+struct TestOutput {
+    /// No error, and no failures in a recognised summary.
+    success: bool,
+    /// Absent when the framework's summary was not recognised.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    summary: Option<TestSummary>,
+    stdout: String,
+    stderr: String,
+    elapsed_ms: i64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<String>,
+}
+
+async fn asdf_test_system(a: TestArgs, ctx: ToolContext) -> ToolOutput {
+    let form = helper_form(
+        "test-system",
+        vec![Value::string(a.system.clone())],
+        vec![("max-output", Value::Integer(DEFAULT_MAX_OUTPUT as i64))],
+    );
+    let v = match image::call_build(&ctx, &form).await {
+        Ok(v) => v,
+        Err(e) => return ToolOutput::error(e),
+    };
+    let root = ctx.session.project_root();
+    let build = BuildOutput::from_plist(&v, &root);
+    let summary = v
+        .plist_get("summary")
+        .filter(|s| !s.is_nil())
+        .map(|s| TestSummary {
+            framework: plist_str(s, "framework").unwrap_or_default(),
+            passed: plist_i64(s, "passed"),
+            failed: plist_i64(s, "failed"),
+            skipped: plist_i64(s, "skipped"),
+        });
+    let out = TestOutput {
+        success: build.success,
+        summary,
+        stdout: plist_str(&v, "stdout").unwrap_or_default(),
+        stderr: plist_str(&v, "stderr").unwrap_or_default(),
+        elapsed_ms: build.elapsed_ms,
+        error: build.error.clone(),
+    };
+    let mut text = match &out.summary {
+        Some(s) => format!(
+            "Tests of {} {} ({}): {} passed, {} failed, {} skipped ({} ms)",
+            a.system,
+            if out.success { "passed" } else { "FAILED" },
+            s.framework,
+            s.passed.map_or("?".into(), |n| n.to_string()),
+            s.failed.map_or("?".into(), |n| n.to_string()),
+            s.skipped.unwrap_or(0),
+            out.elapsed_ms
+        ),
+        None => format!(
+            "Tests of {} {} ({} ms; no known test summary recognised in the output)",
+            a.system,
+            if out.success {
+                "ran without error"
+            } else {
+                "FAILED"
+            },
+            out.elapsed_ms
+        ),
+    };
+    let errors: Vec<_> = build
+        .diagnostics
+        .iter()
+        .filter(|d| d.severity == "error" || d.severity == "warning")
+        .cloned()
+        .collect();
+    if !errors.is_empty() {
+        text.push('\n');
+        text.push_str(&render_diagnostics(&errors));
+    }
+    if let Some(e) = render_build_error(&v) {
+        text.push_str(&format!("\n\n{e}"));
+    }
+    if plist_bool(&v, "interrupted") {
+        text.push_str("\n\n[INTERRUPTED] The test run was interrupted.");
+    }
+    if !out.stdout.trim().is_empty() {
+        text.push_str(&format!(
+            "\n\n[stdout]\n{}",
+            cap_output(out.stdout.trim_end(), DEFAULT_MAX_OUTPUT)
+        ));
+    }
+    if !out.success && !out.stderr.trim().is_empty() {
+        text.push_str(&format!("\n\n[stderr]\n{}", out.stderr.trim_end()));
+    }
+    let is_error = !out.success;
+    ToolOutput::structured(text, serde_json::to_value(out).unwrap_or_default()).with_error(is_error)
+}
+
+#[derive(Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct ListArgs {
+    /// Only systems whose name contains this (any case).
+    filter: Option<String>,
+    /// Only systems already loaded.
+    loaded_only: Option<bool>,
+    /// At most this many (default 500).
+    limit: Option<u32>,
+}
+
+#[derive(Serialize, JsonSchema)]
+struct SystemEntry {
+    name: String,
+    loaded: bool,
+}
+
+#[derive(Serialize, JsonSchema)]
+struct ListOutput {
+    /// How many systems matched (may exceed the number listed).
+    count: i64,
+    systems: Vec<SystemEntry>,
+}
+
+async fn asdf_list_systems(a: ListArgs, ctx: ToolContext) -> ToolOutput {
+    let mut keys = vec![("limit", Value::Integer(a.limit.unwrap_or(500).into()))];
+    if let Some(f) = &a.filter {
+        keys.push(("filter", Value::string(f.clone())));
+    }
+    if a.loaded_only == Some(true) {
+        keys.push(("loaded-only", Value::t()));
+    }
+    let form = helper_form("list-systems", vec![], keys);
+    let v = match image::call_helper(&ctx, &form).await {
+        Ok(v) => v,
+        Err(e) => return ToolOutput::error(e),
+    };
+    if let Some(e) = helper_error(&v) {
+        return ToolOutput::error(e);
+    }
+    let out = ListOutput {
+        count: plist_i64(&v, "count").unwrap_or(0),
+        systems: plist_list(&v, "systems")
+            .unwrap_or(&[])
+            .iter()
+            .map(|s| SystemEntry {
+                name: plist_str(s, "name").unwrap_or_default(),
+                loaded: plist_bool(s, "loaded"),
+            })
+            .collect(),
+    };
+    let mut text = format!("{} system(s) known to ASDF", out.count);
+    if (out.systems.len() as i64) < out.count {
+        text.push_str(&format!(" (first {} shown)", out.systems.len()));
+    }
+    for s in &out.systems {
+        text.push_str(&format!(
+            "\n{}{}",
+            s.name,
+            if s.loaded { " (loaded)" } else { "" }
+        ));
+    }
+    ToolOutput::structured(text, serde_json::to_value(out).unwrap_or_default())
+}
+
+#[derive(Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct InfoArgs {
+    /// The system name.
+    system: String,
+}
+
+#[derive(Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+struct InfoOutput {
+    name: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    version: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    description: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    author: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    maintainer: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    license: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    homepage: Option<String>,
+    depends_on: Vec<String>,
+    defsystem_depends_on: Vec<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    source_file: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    source_directory: Option<String>,
+    loaded: bool,
+}
+
+async fn asdf_system_info(a: InfoArgs, ctx: ToolContext) -> ToolOutput {
+    let form = helper_form("system-info", vec![Value::string(a.system.clone())], vec![]);
+    let v = match image::call_helper(&ctx, &form).await {
+        Ok(v) => v,
+        Err(e) => return ToolOutput::error(e),
+    };
+    if let Some(e) = helper_error(&v) {
+        return ToolOutput::error(e);
+    }
+    let out = InfoOutput {
+        name: plist_str(&v, "name").unwrap_or_default(),
+        version: plist_str(&v, "version"),
+        description: plist_str(&v, "description"),
+        author: plist_str(&v, "author"),
+        maintainer: plist_str(&v, "maintainer"),
+        license: plist_str(&v, "license"),
+        homepage: plist_str(&v, "homepage"),
+        depends_on: plist_strings(&v, "depends-on"),
+        defsystem_depends_on: plist_strings(&v, "defsystem-depends-on"),
+        source_file: plist_str(&v, "source-file"),
+        source_directory: plist_str(&v, "source-directory"),
+        loaded: plist_bool(&v, "loaded"),
+    };
+    let mut text = format!("System {}", out.name);
+    let fields = [
+        ("Version", &out.version),
+        ("Description", &out.description),
+        ("Author", &out.author),
+        ("Maintainer", &out.maintainer),
+        ("License", &out.license),
+        ("Homepage", &out.homepage),
+        ("Source file", &out.source_file),
+    ];
+    for (label, value) in fields {
+        if let Some(x) = value {
+            text.push_str(&format!("\n{label}: {x}"));
+        }
+    }
+    text.push_str(&format!(
+        "\nDepends on: {}",
+        if out.depends_on.is_empty() {
+            "(nothing)".to_string()
+        } else {
+            out.depends_on.join(", ")
+        }
+    ));
+    if !out.defsystem_depends_on.is_empty() {
+        text.push_str(&format!(
+            "\nDefsystem depends on: {}",
+            out.defsystem_depends_on.join(", ")
+        ));
+    }
+    text.push_str(&format!(
+        "\nLoaded: {}",
+        if out.loaded { "yes" } else { "no" }
+    ));
+    ToolOutput::structured(text, serde_json::to_value(out).unwrap_or_default())
+}
+
+/// The tools of the `asdf` group.
+pub fn tools() -> Vec<ToolDef> {
+    vec![
+        tool(
+            "asdf-load-system",
+            ToolGroup::Asdf,
+            "Load an ASDF system",
+            "Load an ASDF system into the image (through Quicklisp when it is installed, so \
+             missing dependencies are fetched; `force` recompiles with plain ASDF). Returns \
+             compiler diagnostics as `path:line:column: severity: message`.",
+            Annotations::MUTATING,
+            |a: LoadArgs, ctx: ToolContext| async move {
+                let c = ctx.clone();
+                image::finish(&c, asdf_load_system(a, ctx).await)
+            },
+        )
+        .with_output_schema::<BuildOutput>(),
+        tool(
+            "asdf-test-system",
+            ToolGroup::Asdf,
+            "Run a system's tests",
+            "Run `asdf:test-system` with output captured; reports pass/fail counts when the \
+             framework's summary is recognised (FiveAM, Parachute, Rove, lisp-unit2). Never \
+             waits for input.",
+            Annotations::MUTATING,
+            |a: TestArgs, ctx: ToolContext| async move {
+                let c = ctx.clone();
+                image::finish(&c, asdf_test_system(a, ctx).await)
+            },
+        )
+        .with_output_schema::<TestOutput>(),
+        tool(
+            "asdf-list-systems",
+            ToolGroup::Asdf,
+            "List ASDF systems",
+            "Systems ASDF can find (registered or in the source registry), with whether each is \
+             loaded; `filter` by name.",
+            Annotations::READ_ONLY,
+            |a: ListArgs, ctx: ToolContext| async move {
+                let c = ctx.clone();
+                image::finish(&c, asdf_list_systems(a, ctx).await)
+            },
+        )
+        .with_output_schema::<ListOutput>(),
+        tool(
+            "asdf-system-info",
+            ToolGroup::Asdf,
+            "Describe an ASDF system",
+            "An ASDF system's version, description, author, license, dependencies, source file \
+             and whether it is loaded.",
+            Annotations::READ_ONLY,
+            |a: InfoArgs, ctx: ToolContext| async move {
+                let c = ctx.clone();
+                image::finish(&c, asdf_system_info(a, ctx).await)
+            },
+        )
+        .with_output_schema::<InfoOutput>(),
+    ]
+}

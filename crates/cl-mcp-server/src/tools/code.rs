@@ -1,0 +1,815 @@
+//! The `code` tools: introspection of the live image through Swank
+//! (`code-find`, `code-describe`, `code-find-references`, `code-apropos`,
+//! `code-macroexpand`) and `lisp-compile-file`. The Lisp halves are in
+//! `lisp/introspect.lisp` and `lisp/build.lisp`; the image computes lines and
+//! columns (1-based, characters), this side makes paths relative to the
+//! project root and renders text and `structuredContent`.
+
+use std::path::Path;
+
+use lisp_syntax::data::Value;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+
+use super::fs_paths::{self, Access};
+use super::image::{
+    self, helper_error, helper_form, plist_bool, plist_i64, plist_list, plist_str, plist_strings,
+};
+use super::output::DEFAULT_MAX_OUTPUT;
+use super::{tool, Annotations, ToolContext, ToolDef, ToolGroup, ToolOutput};
+
+/// A source location as the tools show it.
+#[derive(Serialize, JsonSchema, Debug, Clone, PartialEq)]
+pub struct Location {
+    /// Relative to the project root when inside it, else absolute; absent
+    /// when the image does not know the file.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub line: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub column: Option<i64>,
+}
+
+impl Location {
+    fn from_plist(v: &Value, root: &Path) -> Location {
+        Location {
+            path: plist_str(v, "path").map(|p| fs_paths::display_path(root, Path::new(&p))),
+            line: plist_i64(v, "line"),
+            column: plist_i64(v, "column"),
+        }
+    }
+
+    /// `path:line:column` (as much as is known).
+    fn prefix(&self) -> String {
+        match (&self.path, self.line, self.column) {
+            (Some(p), Some(l), Some(c)) => format!("{p}:{l}:{c}"),
+            (Some(p), Some(l), None) => format!("{p}:{l}"),
+            (Some(p), None, _) => p.clone(),
+            (None, _, _) => "<no file>".to_string(),
+        }
+    }
+}
+
+fn inside_root(v: &Value, root: &Path) -> bool {
+    plist_str(v, "path").is_some_and(|p| Path::new(&p).starts_with(root))
+}
+
+// ---------------------------------------------------------------------------
+// Diagnostics (shared with the asdf tools).
+
+/// One compiler diagnostic.
+#[derive(Serialize, JsonSchema, Debug, Clone, PartialEq)]
+pub struct Diagnostic {
+    /// `error`, `warning`, `style-warning` or `note`.
+    pub severity: String,
+    pub message: String,
+    #[serde(flatten)]
+    pub location: Location,
+}
+
+/// Reads the `:diagnostics` of a build helper's result.
+pub fn diagnostics_from(v: &Value, root: &Path) -> Vec<Diagnostic> {
+    plist_list(v, "diagnostics")
+        .unwrap_or(&[])
+        .iter()
+        .map(|d| Diagnostic {
+            severity: plist_str(d, "severity").unwrap_or_else(|| "note".into()),
+            message: plist_str(d, "message").unwrap_or_default(),
+            location: Location::from_plist(d, root),
+        })
+        .collect()
+}
+
+/// `path:line:column: severity: message`, one per line (message lines after
+/// the first indented).
+pub fn render_diagnostics(diags: &[Diagnostic]) -> String {
+    diags
+        .iter()
+        .map(|d| {
+            let msg = d.message.trim_end().replace('\n', "\n    ");
+            format!("{}: {}: {}", d.location.prefix(), d.severity, msg)
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// The Lisp condition a build ended with (`:error` plist), as text.
+pub fn render_build_error(v: &Value) -> Option<String> {
+    let e = v.plist_get("error").filter(|e| !e.is_nil())?;
+    let mut text = format!(
+        "[ERROR] {}\n{}",
+        plist_str(e, "type").unwrap_or_default(),
+        plist_str(e, "message").unwrap_or_default()
+    );
+    let frames = plist_list(e, "backtrace").unwrap_or(&[]);
+    if !frames.is_empty() {
+        text.push_str("\n\n[Backtrace]");
+        for f in frames {
+            if let Some([i, s]) = f.as_list() {
+                text.push_str(&format!(
+                    "\n{}: {}",
+                    i.as_i64().unwrap_or(0),
+                    s.as_str().unwrap_or("")
+                ));
+            }
+        }
+    }
+    Some(text)
+}
+
+/// `[stdout]`/`[stderr]` sections of a build's captured output, if any.
+pub fn render_build_output(v: &Value) -> String {
+    let mut text = String::new();
+    for (key, label) in [("stdout", "[stdout]"), ("stderr", "[stderr]")] {
+        if let Some(s) = plist_str(v, key).filter(|s| !s.trim().is_empty()) {
+            text.push_str(&format!("\n\n{label}\n{}", s.trim_end()));
+        }
+    }
+    text
+}
+
+// ---------------------------------------------------------------------------
+// code-find
+
+#[derive(Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct FindArgs {
+    /// The symbol: `pkg:name` (preferred), `pkg::name`, or a bare name
+    /// looked up in `package`. Any case.
+    symbol: String,
+    /// Package for a bare name (default CL-USER).
+    package: Option<String>,
+}
+
+#[derive(Serialize, JsonSchema)]
+struct Definition {
+    /// What kind of definition: function, macro, generic-function, method,
+    /// variable, class, ...
+    kind: String,
+    /// The definition spec, e.g. `(DEFMETHOD AREA (CIRCLE))`.
+    dspec: String,
+    #[serde(flatten)]
+    location: Location,
+    /// Why the location is unknown, when it is.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<String>,
+}
+
+#[derive(Serialize, JsonSchema)]
+struct FindOutput {
+    /// The resolved symbol, `PKG:NAME`.
+    symbol: String,
+    definitions: Vec<Definition>,
+}
+
+async fn code_find(a: FindArgs, ctx: ToolContext) -> ToolOutput {
+    let form = helper_form(
+        "find-definitions",
+        vec![Value::string(a.symbol.clone())],
+        package_key(&a.package),
+    );
+    let v = match image::call_helper(&ctx, &form).await {
+        Ok(v) => v,
+        Err(e) => return ToolOutput::error(e),
+    };
+    if let Some(e) = helper_error(&v) {
+        return ToolOutput::error(e);
+    }
+    let root = ctx.session.project_root();
+    let symbol = plist_str(&v, "symbol").unwrap_or_default();
+    let defs: Vec<Definition> = plist_list(&v, "definitions")
+        .unwrap_or(&[])
+        .iter()
+        .map(|d| Definition {
+            kind: plist_str(d, "kind").unwrap_or_default(),
+            dspec: plist_str(d, "dspec").unwrap_or_default(),
+            location: Location::from_plist(d, &root),
+            error: plist_str(d, "error"),
+        })
+        .collect();
+    let mut text = if defs.is_empty() {
+        format!("No source definitions recorded for {symbol} (defined at the REPL, built in, or not defined).")
+    } else {
+        format!("{} definition(s) of {symbol}:", defs.len())
+    };
+    for d in &defs {
+        match &d.error {
+            Some(e) => text.push_str(&format!(
+                "\n{} ({}): location unknown: {e}",
+                d.dspec, d.kind
+            )),
+            None => text.push_str(&format!(
+                "\n{}: {} {}",
+                d.location.prefix(),
+                d.kind,
+                d.dspec
+            )),
+        }
+    }
+    let out = FindOutput {
+        symbol,
+        definitions: defs,
+    };
+    ToolOutput::structured(text, serde_json::to_value(out).unwrap_or_default())
+}
+
+fn package_key(package: &Option<String>) -> Vec<(&'static str, Value)> {
+    package
+        .iter()
+        .map(|p| ("package", Value::string(p.clone())))
+        .collect()
+}
+
+// ---------------------------------------------------------------------------
+// code-describe
+
+#[derive(Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct DescribeArgs {
+    /// The symbol: `pkg:name` (preferred), `pkg::name`, or a bare name.
+    symbol: String,
+    /// Package for a bare name (default CL-USER).
+    package: Option<String>,
+}
+
+#[derive(Serialize, JsonSchema)]
+struct Documentation {
+    kind: String,
+    text: String,
+}
+
+#[derive(Serialize, JsonSchema)]
+struct DescribeOutput {
+    symbol: String,
+    /// function, macro, generic-function, special-operator, variable,
+    /// constant, class, structure, condition, type, package, ...
+    kinds: Vec<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    arglist: Option<String>,
+    documentation: Vec<Documentation>,
+    /// The printed value of a bound variable.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    value: Option<String>,
+    /// `describe`'s text.
+    description: String,
+}
+
+async fn code_describe(a: DescribeArgs, ctx: ToolContext) -> ToolOutput {
+    let mut keys = package_key(&a.package);
+    keys.push(("max-output", Value::Integer(DEFAULT_MAX_OUTPUT as i64)));
+    let form = helper_form(
+        "describe-symbol",
+        vec![Value::string(a.symbol.clone())],
+        keys,
+    );
+    let v = match image::call_helper(&ctx, &form).await {
+        Ok(v) => v,
+        Err(e) => return ToolOutput::error(e),
+    };
+    if let Some(e) = helper_error(&v) {
+        return ToolOutput::error(e);
+    }
+    let out = DescribeOutput {
+        symbol: plist_str(&v, "symbol").unwrap_or_default(),
+        kinds: plist_strings(&v, "kinds"),
+        arglist: plist_str(&v, "arglist"),
+        documentation: plist_list(&v, "documentation")
+            .unwrap_or(&[])
+            .iter()
+            .map(|d| Documentation {
+                kind: plist_str(d, "kind").unwrap_or_default(),
+                text: plist_str(d, "text").unwrap_or_default(),
+            })
+            .collect(),
+        value: plist_str(&v, "value"),
+        description: plist_str(&v, "describe").unwrap_or_default(),
+    };
+    let kinds = if out.kinds.is_empty() {
+        "no definitions (an interned symbol only)".to_string()
+    } else {
+        out.kinds.join(", ")
+    };
+    let mut text = format!("{}: {kinds}", out.symbol);
+    if let Some(a) = &out.arglist {
+        text.push_str(&format!("\nArglist: {a}"));
+    }
+    if let Some(val) = &out.value {
+        text.push_str(&format!("\nValue: {val}"));
+    }
+    for d in &out.documentation {
+        text.push_str(&format!("\nDocumentation ({}): {}", d.kind, d.text));
+    }
+    if !out.description.trim().is_empty() {
+        text.push_str(&format!("\n\n{}", out.description.trim_end()));
+    }
+    ToolOutput::structured(text, serde_json::to_value(out).unwrap_or_default())
+}
+
+// ---------------------------------------------------------------------------
+// code-find-references
+
+#[derive(Deserialize, JsonSchema, Clone, Copy, Default)]
+#[serde(rename_all = "lowercase")]
+enum XrefKind {
+    /// Functions that call it.
+    #[default]
+    Calls,
+    /// Code that reads it (a variable).
+    References,
+    /// Code that binds it (a variable).
+    Binds,
+    /// Code that sets it (a variable).
+    Sets,
+    /// Code that expands it (a macro).
+    Macroexpands,
+    /// Methods specialized on it (a class).
+    Specializes,
+}
+
+impl XrefKind {
+    fn name(self) -> &'static str {
+        match self {
+            XrefKind::Calls => "calls",
+            XrefKind::References => "references",
+            XrefKind::Binds => "binds",
+            XrefKind::Sets => "sets",
+            XrefKind::Macroexpands => "macroexpands",
+            XrefKind::Specializes => "specializes",
+        }
+    }
+}
+
+#[derive(Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct RefsArgs {
+    /// The symbol: `pkg:name` (preferred), `pkg::name`, or a bare name.
+    symbol: String,
+    /// Package for a bare name (default CL-USER).
+    package: Option<String>,
+    /// Which relation (default calls).
+    kind: Option<XrefKind>,
+    /// Only references in files under the project root (default true).
+    project_only: Option<bool>,
+}
+
+#[derive(Serialize, JsonSchema)]
+struct Reference {
+    /// Relative to the project root when inside it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    path: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    line: Option<i64>,
+    /// The referring definition, e.g. `MCPDEMO::TWICE`.
+    name: String,
+    /// The source line of the reference.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    context: Option<String>,
+}
+
+#[derive(Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+struct RefsOutput {
+    symbol: String,
+    kind: String,
+    refs: Vec<Reference>,
+    count: usize,
+    /// False when this Lisp keeps no cross-reference data of this kind.
+    implemented: bool,
+    /// References left out by `projectOnly`.
+    outside_project: usize,
+}
+
+async fn code_find_references(a: RefsArgs, ctx: ToolContext) -> ToolOutput {
+    let kind = a.kind.unwrap_or_default();
+    let form = helper_form(
+        "xref",
+        vec![Value::keyword(kind.name()), Value::string(a.symbol.clone())],
+        package_key(&a.package),
+    );
+    let v = match image::call_helper(&ctx, &form).await {
+        Ok(v) => v,
+        Err(e) => return ToolOutput::error(e),
+    };
+    if let Some(e) = helper_error(&v) {
+        return ToolOutput::error(e);
+    }
+    let root = ctx.session.project_root();
+    let project_only = a.project_only.unwrap_or(true);
+    let symbol = plist_str(&v, "symbol").unwrap_or_default();
+    let implemented = plist_bool(&v, "implemented");
+    let all = plist_list(&v, "refs").unwrap_or(&[]);
+    let refs: Vec<Reference> = all
+        .iter()
+        .filter(|r| !project_only || inside_root(r, &root))
+        .map(|r| {
+            let loc = Location::from_plist(r, &root);
+            Reference {
+                path: loc.path,
+                line: loc.line,
+                name: plist_str(r, "name").unwrap_or_default(),
+                context: plist_str(r, "context").map(|c| c.trim().to_string()),
+            }
+        })
+        .collect();
+    let outside = all.len() - refs.len();
+    let mut text = if !implemented {
+        format!(
+            "This Lisp keeps no cross-reference data for \"{}\"; no references can be listed.",
+            kind.name()
+        )
+    } else {
+        format!("{} reference(s) ({}) to {symbol}", refs.len(), kind.name())
+    };
+    if outside > 0 {
+        text.push_str(&format!(
+            " ({outside} more outside the project root; pass projectOnly=false to see them)"
+        ));
+    }
+    if implemented && refs.is_empty() && outside == 0 {
+        text.push_str(
+            " (code compiled without cross-reference data, e.g. typed at the REPL, is not seen)",
+        );
+    }
+    for r in &refs {
+        let at = match (&r.path, r.line) {
+            (Some(p), Some(l)) => format!("{p}:{l}"),
+            (Some(p), None) => p.clone(),
+            _ => "<no file>".to_string(),
+        };
+        text.push_str(&format!("\n{at}: {}", r.name));
+        if let Some(c) = &r.context {
+            text.push_str(&format!("  |  {c}"));
+        }
+    }
+    let out = RefsOutput {
+        symbol,
+        kind: kind.name().to_string(),
+        count: refs.len(),
+        refs,
+        implemented,
+        outside_project: outside,
+    };
+    ToolOutput::structured(text, serde_json::to_value(out).unwrap_or_default())
+}
+
+// ---------------------------------------------------------------------------
+// code-apropos
+
+#[derive(Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct AproposArgs {
+    /// Substring of the symbol names to find (any case).
+    query: String,
+    /// Only symbols of this package.
+    package: Option<String>,
+    /// Only external (exported) symbols.
+    external_only: Option<bool>,
+    /// At most this many symbols (default 200).
+    limit: Option<u32>,
+}
+
+#[derive(Serialize, JsonSchema)]
+struct AproposSymbol {
+    symbol: String,
+    kinds: Vec<String>,
+}
+
+#[derive(Serialize, JsonSchema)]
+struct AproposOutput {
+    /// How many symbols matched (may exceed the number listed).
+    count: i64,
+    symbols: Vec<AproposSymbol>,
+}
+
+async fn code_apropos(a: AproposArgs, ctx: ToolContext) -> ToolOutput {
+    if a.query.is_empty() {
+        return ToolOutput::error("query must not be empty.");
+    }
+    let mut keys = package_key(&a.package);
+    if a.external_only == Some(true) {
+        keys.push(("external-only", Value::t()));
+    }
+    keys.push(("limit", Value::Integer(a.limit.unwrap_or(200).into())));
+    let form = helper_form(
+        "apropos-symbols",
+        vec![Value::string(a.query.clone())],
+        keys,
+    );
+    let v = match image::call_helper(&ctx, &form).await {
+        Ok(v) => v,
+        Err(e) => return ToolOutput::error(e),
+    };
+    if let Some(e) = helper_error(&v) {
+        return ToolOutput::error(e);
+    }
+    let out = AproposOutput {
+        count: plist_i64(&v, "count").unwrap_or(0),
+        symbols: plist_list(&v, "symbols")
+            .unwrap_or(&[])
+            .iter()
+            .map(|s| AproposSymbol {
+                symbol: plist_str(s, "symbol").unwrap_or_default(),
+                kinds: plist_strings(s, "kinds"),
+            })
+            .collect(),
+    };
+    let mut text = format!("{} symbol(s) match {:?}", out.count, a.query);
+    if (out.symbols.len() as i64) < out.count {
+        text.push_str(&format!(" (first {} shown)", out.symbols.len()));
+    }
+    for s in &out.symbols {
+        if s.kinds.is_empty() {
+            text.push_str(&format!("\n{}", s.symbol));
+        } else {
+            text.push_str(&format!("\n{} ({})", s.symbol, s.kinds.join(", ")));
+        }
+    }
+    ToolOutput::structured(text, serde_json::to_value(out).unwrap_or_default())
+}
+
+// ---------------------------------------------------------------------------
+// code-macroexpand
+
+#[derive(Deserialize, JsonSchema, Clone, Copy)]
+enum ExpandMode {
+    /// Expand the form once (`macroexpand-1`).
+    #[serde(rename = "1")]
+    One,
+    /// Expand every macro in the form.
+    #[serde(rename = "all")]
+    All,
+}
+
+#[derive(Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct MacroexpandArgs {
+    /// The form to expand, as text.
+    form: String,
+    /// Package to read it in (default CL-USER).
+    package: Option<String>,
+    /// `1` expands once, `all` (default) expands every macro.
+    mode: Option<ExpandMode>,
+}
+
+async fn code_macroexpand(a: MacroexpandArgs, ctx: ToolContext) -> ToolOutput {
+    let mut keys = package_key(&a.package);
+    let mode = match a.mode.unwrap_or(ExpandMode::All) {
+        ExpandMode::One => "one",
+        ExpandMode::All => "all",
+    };
+    keys.push(("mode", Value::keyword(mode)));
+    let form = helper_form(
+        "macroexpand-form",
+        vec![Value::string(a.form.clone())],
+        keys,
+    );
+    let v = match image::call_helper(&ctx, &form).await {
+        Ok(v) => v,
+        Err(e) => return ToolOutput::error(e),
+    };
+    if let Some(e) = helper_error(&v) {
+        return ToolOutput::error(e);
+    }
+    let expansion = plist_str(&v, "expansion").unwrap_or_default();
+    let expanded = plist_bool(&v, "expanded");
+    let text = if expanded {
+        expansion.clone()
+    } else {
+        format!("{expansion}\n; (not a macro form: nothing was expanded)")
+    };
+    ToolOutput::structured(text, json!({"expansion": expansion, "expanded": expanded}))
+}
+
+// ---------------------------------------------------------------------------
+// lisp-compile-file
+
+#[derive(Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct CompileArgs {
+    /// The file, relative to the project root or absolute.
+    path: String,
+    /// Load the compiled file (default true).
+    load: Option<bool>,
+}
+
+/// `structuredContent` of `lisp-compile-file` and `asdf-load-system`.
+#[derive(Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct BuildOutput {
+    pub success: bool,
+    pub diagnostics: Vec<Diagnostic>,
+    pub elapsed_ms: i64,
+    /// The error the build ended with, if any (`TYPE: message`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+impl BuildOutput {
+    /// Reads a build helper's plist.
+    pub fn from_plist(v: &Value, root: &Path) -> BuildOutput {
+        BuildOutput {
+            success: plist_bool(v, "success"),
+            diagnostics: diagnostics_from(v, root),
+            elapsed_ms: plist_i64(v, "elapsed-ms").unwrap_or(0),
+            error: v.plist_get("error").filter(|e| !e.is_nil()).map(|e| {
+                format!(
+                    "{}: {}",
+                    plist_str(e, "type").unwrap_or_default(),
+                    plist_str(e, "message").unwrap_or_default()
+                )
+            }),
+        }
+    }
+
+    /// Counts per severity, e.g. `1 error, 2 warnings`.
+    pub fn summary(&self) -> String {
+        let count = |s: &str| self.diagnostics.iter().filter(|d| d.severity == s).count();
+        let parts: Vec<String> = [
+            ("error", count("error")),
+            ("warning", count("warning")),
+            ("style-warning", count("style-warning")),
+            ("note", count("note")),
+        ]
+        .iter()
+        .filter(|(_, n)| *n > 0)
+        .map(|(s, n)| format!("{n} {s}{}", if *n == 1 { "" } else { "s" }))
+        .collect();
+        if parts.is_empty() {
+            "no diagnostics".to_string()
+        } else {
+            parts.join(", ")
+        }
+    }
+}
+
+async fn lisp_compile_file(a: CompileArgs, ctx: ToolContext) -> ToolOutput {
+    let root = ctx.session.project_root();
+    let extra = fs_paths::asdf_source_roots(&ctx.session);
+    let resolved = match fs_paths::resolve(&root, &a.path, Access::Read, &extra) {
+        Ok(r) => r,
+        Err(e) => return ToolOutput::error(e.to_string()),
+    };
+    if !resolved.exists {
+        return ToolOutput::error(format!("No such file: {}", resolved.display));
+    }
+    let load = a.load.unwrap_or(true);
+    let form = helper_form(
+        "compile-file-with-diagnostics",
+        vec![Value::string(resolved.path.display().to_string())],
+        vec![
+            ("load", Value::bool(load)),
+            ("max-output", Value::Integer(DEFAULT_MAX_OUTPUT as i64)),
+        ],
+    );
+    let v = match image::call_build(&ctx, &form).await {
+        Ok(v) => v,
+        Err(e) => return ToolOutput::error(e),
+    };
+    let out = BuildOutput::from_plist(&v, &root);
+    let verb = if load && plist_bool(&v, "loaded") {
+        "Compiled and loaded"
+    } else if out.success {
+        "Compiled"
+    } else {
+        "Compilation failed for"
+    };
+    let mut text = format!(
+        "{verb} {} in {} ms: {}",
+        resolved.display,
+        out.elapsed_ms,
+        out.summary()
+    );
+    if !out.diagnostics.is_empty() {
+        text.push('\n');
+        text.push_str(&render_diagnostics(&out.diagnostics));
+    }
+    if let Some(e) = render_build_error(&v) {
+        text.push_str(&format!("\n\n{e}"));
+    }
+    if plist_bool(&v, "interrupted") {
+        text.push_str("\n\n[INTERRUPTED] The compilation was interrupted.");
+    }
+    if !out.success {
+        text.push_str(&render_build_output(&v));
+    }
+    let is_error = !out.success;
+    ToolOutput::structured(text, serde_json::to_value(out).unwrap_or_default()).with_error(is_error)
+}
+
+/// The tools of the `code` group.
+pub fn tools() -> Vec<ToolDef> {
+    vec![
+        tool(
+            "code-find",
+            ToolGroup::Code,
+            "Find definitions",
+            "Where a symbol is defined in the live image: every definition (function, method, \
+             variable, class, ...) with path (relative to the project root when inside it), \
+             line and column. Name the symbol as `pkg:name`.",
+            Annotations::READ_ONLY,
+            |a: FindArgs, ctx: ToolContext| async move {
+                let c = ctx.clone();
+                image::finish(&c, code_find(a, ctx).await)
+            },
+        )
+        .with_output_schema::<FindOutput>(),
+        tool(
+            "code-describe",
+            ToolGroup::Code,
+            "Describe a symbol",
+            "What a symbol names in the live image: kinds (function, macro, generic function, \
+             variable, class, ...), arglist, documentation, value, and `describe` text.",
+            Annotations::READ_ONLY,
+            |a: DescribeArgs, ctx: ToolContext| async move {
+                let c = ctx.clone();
+                image::finish(&c, code_describe(a, ctx).await)
+            },
+        )
+        .with_output_schema::<DescribeOutput>(),
+        tool(
+            "code-find-references",
+            ToolGroup::Code,
+            "Find references",
+            "Cross references from the live image: who calls a function, references/binds/sets \
+             a variable, expands a macro, or specializes on a class (`kind`). By default only \
+             references inside the project root (`projectOnly`).",
+            Annotations::READ_ONLY,
+            |a: RefsArgs, ctx: ToolContext| async move {
+                let c = ctx.clone();
+                image::finish(&c, code_find_references(a, ctx).await)
+            },
+        )
+        .with_output_schema::<RefsOutput>(),
+        tool(
+            "code-apropos",
+            ToolGroup::Code,
+            "Apropos",
+            "Symbols whose names contain `query` (any case), optionally only in `package` or \
+             only external ones, with what each names.",
+            Annotations::READ_ONLY,
+            |a: AproposArgs, ctx: ToolContext| async move {
+                let c = ctx.clone();
+                image::finish(&c, code_apropos(a, ctx).await)
+            },
+        )
+        .with_output_schema::<AproposOutput>(),
+        tool(
+            "code-macroexpand",
+            ToolGroup::Code,
+            "Macroexpand",
+            "Expand a macro form once (`mode` 1) or completely (`mode` all, the default), \
+             read in `package`.",
+            Annotations::READ_ONLY,
+            |a: MacroexpandArgs, ctx: ToolContext| async move {
+                let c = ctx.clone();
+                image::finish(&c, code_macroexpand(a, ctx).await)
+            },
+        ),
+        tool(
+            "lisp-compile-file",
+            ToolGroup::Code,
+            "Compile a file",
+            "Compile a Lisp file in the image (and load it unless `load` is false), returning \
+             compiler diagnostics as `path:line:column: severity: message`. Definitions keep \
+             their source locations for code-find.",
+            Annotations::MUTATING,
+            |a: CompileArgs, ctx: ToolContext| async move {
+                let c = ctx.clone();
+                image::finish(&c, lisp_compile_file(a, ctx).await)
+            },
+        )
+        .with_output_schema::<BuildOutput>(),
+    ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use lisp_syntax::data;
+
+    #[test]
+    fn diagnostics_are_relative_and_rendered() {
+        let v = data::read(
+            r#"(:success nil :diagnostics ((:severity "warning" :message "bad
+thing" :path "/proj/src/a.lisp" :line 5 :column 3) (:severity "error" :message "no file" :path nil))
+               :elapsed-ms 12 :error nil)"#,
+        )
+        .unwrap();
+        let out = BuildOutput::from_plist(&v, Path::new("/proj"));
+        assert_eq!(
+            out.diagnostics[0].location.path.as_deref(),
+            Some("src/a.lisp")
+        );
+        assert_eq!(
+            render_diagnostics(&out.diagnostics),
+            "src/a.lisp:5:3: warning: bad\n    thing\n<no file>: error: no file"
+        );
+        assert_eq!(out.summary(), "1 error, 1 warning");
+        let json = serde_json::to_value(&out).unwrap();
+        assert_eq!(json["diagnostics"][0]["line"], 5);
+        assert_eq!(json["diagnostics"][0]["path"], "src/a.lisp");
+        assert_eq!(json["elapsedMs"], 12);
+    }
+}

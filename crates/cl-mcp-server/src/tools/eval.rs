@@ -1,0 +1,404 @@
+//! `evaluate-lisp`: evaluate code in the session's image (CONTRACT §5).
+//!
+//! The Lisp side (`lisp/eval.lisp`, `cl-mcp:eval-request`) reads the forms
+//! one at a time, captures output, collects warnings and turns errors into
+//! data; this module builds the request, enforces the timeout and
+//! cancellation (by interrupting the image, which unwinds the evaluation and
+//! keeps global state), reports progress, and renders the result as the
+//! seed-000 text plus `structuredContent`.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use lisp_syntax::data::Value;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::image::{
+    self, helper_form, plist_bool, plist_i64, plist_list, plist_str, plist_strings,
+};
+use super::output::DEFAULT_MAX_OUTPUT;
+use super::{tool, Annotations, ToolContext, ToolDef, ToolGroup, ToolOutput};
+
+/// Largest `maxOutputLength` honoured: every stream and value is capped at
+/// it, and the whole reply must stay far below Swank's 16 MiB message limit.
+const MAX_OUTPUT_CEILING: usize = 1_000_000;
+/// How often the status line (latest output line) is refreshed.
+const STATUS_POLL: Duration = Duration::from_millis(500);
+/// How long an interrupted evaluation may take to unwind before the call
+/// gives up on it.
+const UNWIND_GRACE: Duration = Duration::from_secs(5);
+
+#[derive(Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct EvalArgs {
+    /// The Lisp code to evaluate: one or more forms, read and evaluated one
+    /// at a time (so `(in-package :foo)` affects the forms after it).
+    code: String,
+    /// Package to read and evaluate in (default: where the previous
+    /// evaluation left `*package*`, initially CL-USER).
+    package: Option<String>,
+    /// `*print-level*` for printing the result values.
+    print_level: Option<u32>,
+    /// `*print-length*` for printing the result values.
+    print_length: Option<u32>,
+    /// Print result values with `*print-readably*` true.
+    print_readably: Option<bool>,
+    /// Interrupt the evaluation after this many seconds (default 30). The
+    /// image and its state survive a timeout.
+    timeout_seconds: Option<f64>,
+    /// Cap on each of stdout, stderr and each printed value, in characters
+    /// (default 50000).
+    max_output_length: Option<usize>,
+    /// Read the code with `*read-eval*` false (`#.` refused).
+    safe_read: Option<bool>,
+    /// Text the code reads as `*standard-input*` (end-of-file without it).
+    stdin: Option<String>,
+}
+
+/// One frame of a backtrace.
+#[derive(Serialize, JsonSchema, Debug, Clone, PartialEq)]
+pub struct Frame {
+    pub index: i64,
+    pub frame: String,
+}
+
+/// A condition signalled by the evaluated code.
+#[derive(Serialize, JsonSchema, Debug, Clone, PartialEq)]
+pub struct LispError {
+    /// The condition's type, e.g. `DIVISION-BY-ZERO`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// The condition's report.
+    pub message: String,
+    /// Restarts the code established, `NAME: description`.
+    pub restarts: Vec<String>,
+    /// User frames, innermost first.
+    pub backtrace: Vec<Frame>,
+}
+
+/// `structuredContent` of `evaluate-lisp`.
+#[derive(Serialize, JsonSchema, Debug, Clone, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct EvalOutput {
+    /// Printed values of the last form.
+    pub values: Vec<String>,
+    pub stdout: String,
+    pub stderr: String,
+    /// Compiler and runtime warnings, `TYPE: message`.
+    pub warnings: Vec<String>,
+    /// `*package*` after the call.
+    pub package: String,
+    pub elapsed_ms: i64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<LispError>,
+    /// True when the evaluation was interrupted (timeout, cancellation,
+    /// `image-interrupt`).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub interrupted: bool,
+    /// Where an interrupted evaluation was (top frames).
+    #[serde(skip_serializing_if = "Vec::is_empty", rename = "where")]
+    pub where_: Vec<String>,
+}
+
+impl EvalOutput {
+    /// Reads the plist `cl-mcp:eval-request` returns.
+    pub fn from_plist(v: &Value) -> EvalOutput {
+        let error = plist_list(v, "error").and_then(|_| {
+            let e = v.plist_get("error")?;
+            Some(LispError {
+                kind: plist_str(e, "type").unwrap_or_default(),
+                message: plist_str(e, "message").unwrap_or_default(),
+                restarts: plist_strings(e, "restarts"),
+                backtrace: plist_list(e, "backtrace")
+                    .unwrap_or(&[])
+                    .iter()
+                    .filter_map(|f| {
+                        let f = f.as_list()?;
+                        Some(Frame {
+                            index: f.first()?.as_i64()?,
+                            frame: f.get(1)?.as_str()?.to_string(),
+                        })
+                    })
+                    .collect(),
+            })
+        });
+        EvalOutput {
+            values: plist_strings(v, "values"),
+            stdout: plist_str(v, "stdout").unwrap_or_default(),
+            stderr: plist_str(v, "stderr").unwrap_or_default(),
+            warnings: plist_strings(v, "warnings"),
+            package: plist_str(v, "package").unwrap_or_default(),
+            elapsed_ms: plist_i64(v, "elapsed-ms").unwrap_or(0),
+            error,
+            interrupted: plist_bool(v, "interrupted"),
+            where_: plist_strings(v, "where"),
+        }
+    }
+}
+
+/// Why an evaluation was interrupted, for the text.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum InterruptCause {
+    Timeout(f64),
+    Cancelled,
+    /// `image-interrupt` (or another caller) interrupted it.
+    External,
+}
+
+/// The seed-000 text: stdout, `[stderr]` lines, `[WARNING]` lines, then
+/// `=> value` lines, or the `[ERROR]`/`[TIMEOUT]` report.
+pub fn render_text(out: &EvalOutput, cause: Option<InterruptCause>) -> String {
+    let mut text = String::new();
+    let section = |text: &mut String, s: &str| {
+        if !text.is_empty() && !text.ends_with('\n') {
+            text.push('\n');
+        }
+        text.push_str(s);
+    };
+    if !out.stdout.is_empty() {
+        section(&mut text, &out.stdout);
+    }
+    for line in out.stderr.lines() {
+        section(&mut text, &format!("[stderr] {line}"));
+    }
+    for w in &out.warnings {
+        section(&mut text, &format!("[WARNING] {w}"));
+    }
+    if out.interrupted {
+        let head = match cause {
+            Some(InterruptCause::Timeout(s)) => format!(
+                "[TIMEOUT] Evaluation did not finish within {} seconds and was interrupted.",
+                trim_float(s)
+            ),
+            Some(InterruptCause::Cancelled) => {
+                "[CANCELLED] The request was cancelled; the evaluation was interrupted.".to_string()
+            }
+            _ => "[INTERRUPTED] The evaluation was interrupted.".to_string(),
+        };
+        section(&mut text, &head);
+        if !out.where_.is_empty() {
+            text.push_str("\nIt was in:");
+            for f in &out.where_ {
+                text.push_str("\n  ");
+                text.push_str(f);
+            }
+        }
+        text.push_str(
+            "\nThe image is still running and its state (definitions, global variables, \
+             loaded systems) is intact.",
+        );
+        return text;
+    }
+    if let Some(e) = &out.error {
+        section(&mut text, &format!("[ERROR] {}\n{}", e.kind, e.message));
+        if !e.backtrace.is_empty() {
+            text.push_str("\n\n[Backtrace]");
+            for f in &e.backtrace {
+                text.push_str(&format!("\n{}: {}", f.index, f.frame));
+            }
+        }
+        if !e.restarts.is_empty() {
+            text.push_str("\n\n[Restarts]");
+            for (i, r) in e.restarts.iter().enumerate() {
+                text.push_str(&format!("\n{i}: {r}"));
+            }
+        }
+        return text;
+    }
+    if out.values.is_empty() {
+        section(&mut text, "=> ; No values");
+    }
+    for v in &out.values {
+        section(&mut text, &format!("=> {v}"));
+    }
+    text
+}
+
+fn trim_float(s: f64) -> String {
+    if s.fract() == 0.0 {
+        format!("{}", s as i64)
+    } else {
+        format!("{s}")
+    }
+}
+
+static NEXT_EVAL_ID: AtomicU64 = AtomicU64::new(1);
+
+/// The `cl-mcp:eval-request` form for these arguments.
+fn request_form(a: &EvalArgs, id: u64, session: &str, max_output: usize) -> String {
+    let mut keys: Vec<(&str, Value)> = vec![
+        ("session", Value::string(session)),
+        ("id", Value::Integer(id as i64)),
+        ("max-output", Value::Integer(max_output as i64)),
+    ];
+    if let Some(p) = &a.package {
+        keys.push(("package", Value::string(p.clone())));
+    }
+    if let Some(n) = a.print_level {
+        keys.push(("print-level", Value::Integer(n.into())));
+    }
+    if let Some(n) = a.print_length {
+        keys.push(("print-length", Value::Integer(n.into())));
+    }
+    if a.print_readably == Some(true) {
+        keys.push(("print-readably", Value::t()));
+    }
+    if a.safe_read == Some(true) {
+        keys.push(("safe-read", Value::t()));
+    }
+    if let Some(s) = &a.stdin {
+        keys.push(("stdin", Value::string(s.clone())));
+    }
+    helper_form("eval-request", vec![Value::string(a.code.clone())], keys)
+}
+
+async fn evaluate(a: EvalArgs, ctx: ToolContext) -> ToolOutput {
+    let timeout = a.timeout_seconds.unwrap_or(30.0);
+    if !(timeout > 0.0 && timeout.is_finite()) {
+        return ToolOutput::error(
+            "timeoutSeconds must be a positive number of seconds (default 30).",
+        );
+    }
+    let max_output = a
+        .max_output_length
+        .unwrap_or(DEFAULT_MAX_OUTPUT)
+        .clamp(1, MAX_OUTPUT_CEILING);
+    let id = NEXT_EVAL_ID.fetch_add(1, Ordering::Relaxed);
+    let form = request_form(&a, id, &image::session_key(&ctx), max_output);
+    let run = image::run_evaluation(
+        &ctx,
+        id,
+        form,
+        Duration::from_secs_f64(timeout.min(1.0e7)),
+        STATUS_POLL,
+        UNWIND_GRACE,
+    )
+    .await;
+    let (value, cause) = match run {
+        Ok(r) => (r.value, r.cause),
+        Err(e) => return ToolOutput::error(e),
+    };
+    let out = EvalOutput::from_plist(&value);
+    let cause = cause.map(|c| match c {
+        image::StopCause::Timeout => InterruptCause::Timeout(timeout),
+        image::StopCause::Cancelled => InterruptCause::Cancelled,
+    });
+    let cause = if out.interrupted && cause.is_none() {
+        Some(InterruptCause::External)
+    } else {
+        cause
+    };
+    let text = render_text(&out, cause);
+    let is_error = out.error.is_some() || out.interrupted;
+    let structured = serde_json::to_value(&out).unwrap_or_default();
+    ToolOutput::structured(text, structured).with_error(is_error)
+}
+
+/// The tools of the `eval` group.
+pub fn tools() -> Vec<ToolDef> {
+    vec![tool(
+        "evaluate-lisp",
+        ToolGroup::Eval,
+        "Evaluate Common Lisp",
+        "Evaluate Common Lisp code in the session's persistent image. Forms are read and \
+         evaluated one at a time in the current package (`*package*` persists between \
+         calls). Returns stdout, `[stderr]` and `[WARNING]` lines, then `=> value` for each \
+         value of the last form; errors come back as `[ERROR] TYPE`, the message, a \
+         backtrace of user frames and the restarts. Timeouts interrupt the evaluation and \
+         keep the image's state.",
+        Annotations::MUTATING,
+        |a: EvalArgs, ctx: ToolContext| async move {
+            let c = ctx.clone();
+            image::finish(&c, evaluate(a, ctx).await)
+        },
+    )
+    .with_output_schema::<EvalOutput>()]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use lisp_syntax::data;
+
+    fn parse(text: &str) -> EvalOutput {
+        EvalOutput::from_plist(&data::read(text).unwrap())
+    }
+
+    #[test]
+    fn values_render_one_per_line() {
+        let out = parse(
+            r#"(:values ("1" "2") :stdout "hi" :stderr "oops
+two" :warnings ("STYLE-WARNING: x") :package "CL-USER" :elapsed-ms 3 :error nil)"#,
+        );
+        assert_eq!(
+            render_text(&out, None),
+            "hi\n[stderr] oops\n[stderr] two\n[WARNING] STYLE-WARNING: x\n=> 1\n=> 2"
+        );
+        assert_eq!(out.package, "CL-USER");
+        assert_eq!(out.elapsed_ms, 3);
+    }
+
+    #[test]
+    fn no_values() {
+        let out = parse(
+            r#"(:values nil :stdout "" :stderr "" :warnings nil :package "P" :elapsed-ms 0 :error nil)"#,
+        );
+        assert_eq!(render_text(&out, None), "=> ; No values");
+    }
+
+    #[test]
+    fn error_has_backtrace_and_restarts() {
+        let out = parse(
+            r#"(:values nil :stdout "" :stderr "" :warnings nil :package "CL-USER" :elapsed-ms 0
+               :error (:type "DIVISION-BY-ZERO" :message "arithmetic error" :restarts ("CONTINUE: go")
+                       :backtrace ((0 "(/ 1 0)") (1 "(F)"))))"#,
+        );
+        assert_eq!(
+            render_text(&out, None),
+            "[ERROR] DIVISION-BY-ZERO\narithmetic error\n\n[Backtrace]\n0: (/ 1 0)\n1: (F)\n\n[Restarts]\n0: CONTINUE: go"
+        );
+        let json = serde_json::to_value(&out).unwrap();
+        assert_eq!(json["error"]["type"], "DIVISION-BY-ZERO");
+        assert_eq!(json["error"]["backtrace"][1]["frame"], "(F)");
+        assert!(json.get("interrupted").is_none());
+    }
+
+    #[test]
+    fn timeout_says_where_and_that_state_is_intact() {
+        let out = parse(
+            r#"(:values nil :stdout "step" :stderr "" :warnings nil :package "CL-USER" :elapsed-ms 0
+               :error nil :interrupted t :where ("(SLEEP 10)"))"#,
+        );
+        let text = render_text(&out, Some(InterruptCause::Timeout(2.0)));
+        assert!(
+            text.starts_with("step\n[TIMEOUT] Evaluation did not finish within 2 seconds"),
+            "{text}"
+        );
+        assert!(text.contains("It was in:\n  (SLEEP 10)"), "{text}");
+        assert!(text.contains("state"), "{text}");
+    }
+
+    #[test]
+    fn request_form_escapes_code() {
+        let a = EvalArgs {
+            code: "(print \"a\\b\")".into(),
+            package: Some("foo".into()),
+            print_level: Some(2),
+            print_length: None,
+            print_readably: None,
+            timeout_seconds: None,
+            max_output_length: None,
+            safe_read: Some(true),
+            stdin: None,
+        };
+        let f = request_form(&a, 7, "s1", 100);
+        assert!(
+            f.starts_with("(CL-MCP::EVAL-REQUEST \"(print \\\"a\\\\b\\\")\""),
+            "{f}"
+        );
+        assert!(f.contains(":SAFE-READ T"), "{f}");
+        assert!(f.contains(":PACKAGE \"foo\""), "{f}");
+        assert!(f.contains(":ID 7"), "{f}");
+    }
+}

@@ -1,0 +1,531 @@
+//! The `image` tools (`image-info`, `image-restart`, `image-interrupt`) and
+//! the one place where the Lisp-backed tool families talk to the image:
+//! building calls to the helpers in `lisp/` (package `CL-MCP`), running
+//! them, and reading the plists they return.
+//!
+//! Two kinds of calls exist. Evaluations (`evaluate-lisp`) are serialised per
+//! session in arrival order and can be interrupted; everything else
+//! (introspection, builds, status polls, interrupts) runs on a fresh Swank
+//! thread so it never waits behind a running evaluation.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use lisp_syntax::data::Value;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::{tool, Annotations, ToolContext, ToolDef, ToolGroup, ToolOutput};
+use crate::image::{Image, ImageMode, ImageReply, RexOutcome, Thread};
+
+// ---------------------------------------------------------------------------
+// Building helper calls and reading their results.
+
+/// The form `(CL-MCP:NAME ARG... :KEY VALUE...)`, printed so that the Lisp
+/// reader reads every argument back exactly (strings are escaped by the data
+/// printer; no caller splices raw text into a form).
+pub fn helper_form(name: &str, args: Vec<Value>, keys: Vec<(&str, Value)>) -> String {
+    let mut items = Vec::with_capacity(1 + args.len() + 2 * keys.len());
+    items.push(Value::symbol_named(Some("CL-MCP"), &name.to_uppercase()));
+    items.extend(args);
+    for (k, v) in keys {
+        items.push(Value::keyword(k));
+        items.push(v);
+    }
+    Value::list(items).to_string()
+}
+
+/// A string value of a plist, `None` when absent or not a string.
+pub fn plist_str(v: &Value, key: &str) -> Option<String> {
+    v.plist_get(key)
+        .and_then(|x| x.as_str())
+        .map(str::to_string)
+}
+
+/// An integer value of a plist.
+pub fn plist_i64(v: &Value, key: &str) -> Option<i64> {
+    v.plist_get(key).and_then(Value::as_i64)
+}
+
+/// True when the key is present and not `nil`.
+pub fn plist_bool(v: &Value, key: &str) -> bool {
+    v.plist_get(key).is_some_and(|x| !x.is_nil())
+}
+
+/// A non-empty list value of a plist (`None` for absent or `nil`).
+pub fn plist_list<'a>(v: &'a Value, key: &str) -> Option<&'a [Value]> {
+    v.plist_get(key)
+        .and_then(Value::as_list)
+        .filter(|l| !l.is_empty())
+}
+
+/// The strings of a list value of a plist (non-strings skipped).
+pub fn plist_strings(v: &Value, key: &str) -> Vec<String> {
+    plist_list(v, key)
+        .unwrap_or(&[])
+        .iter()
+        .filter_map(|x| x.as_str().map(str::to_string))
+        .collect()
+}
+
+/// The `(:error MESSAGE)` a helper returns for a bad name or argument.
+pub fn helper_error(v: &Value) -> Option<String> {
+    plist_str(v, "error")
+}
+
+// ---------------------------------------------------------------------------
+// Per-session evaluation state: the FIFO turn and the running evaluation.
+
+/// What one session needs to serialise evaluations and to interrupt its own
+/// (and only its own) running evaluation.
+#[derive(Default)]
+struct EvalSlot {
+    /// Held while an evaluation runs; tokio's mutex is fair, so waiting
+    /// evaluations run in arrival order.
+    turn: tokio::sync::Mutex<()>,
+    /// The id of the evaluation running now, if any.
+    running: Mutex<Option<u64>>,
+    /// The image's one-time "state was lost" notice, until a result shows it.
+    notice: Mutex<Option<String>>,
+}
+
+fn eval_slot(ctx: &ToolContext) -> Arc<EvalSlot> {
+    static SLOTS: OnceLock<Mutex<HashMap<usize, Arc<EvalSlot>>>> = OnceLock::new();
+    let key = Arc::as_ptr(&ctx.session) as usize;
+    SLOTS
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap()
+        .entry(key)
+        .or_default()
+        .clone()
+}
+
+/// A name for the session inside the image (`:session` of
+/// `cl-mcp:eval-request`), so sessions sharing an attached image keep their
+/// own current package.
+pub fn session_key(ctx: &ToolContext) -> String {
+    format!("session-{:x}", Arc::as_ptr(&ctx.session) as usize)
+}
+
+/// Why the server stopped an evaluation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StopCause {
+    Timeout,
+    Cancelled,
+}
+
+/// How an evaluation ended, as far as the server is concerned.
+pub struct EvalRun {
+    /// The plist `cl-mcp:eval-request` returned.
+    pub value: Value,
+    /// Set when the server interrupted it (timeout or cancellation).
+    pub cause: Option<StopCause>,
+}
+
+/// Status polls start only after this long: short evaluations never pay
+/// for them.
+const STATUS_DELAY: Duration = Duration::from_millis(1000);
+
+/// Runs an `eval-request` form: waits for the session's turn, then runs it
+/// on the image's evaluation worker, interrupting it (through
+/// `cl-mcp:interrupt-evaluation` on another Swank thread) on timeout or
+/// cancellation, and refreshing the status line from `cl-mcp:eval-status`
+/// every `poll` while it runs.
+pub async fn run_evaluation(
+    ctx: &ToolContext,
+    id: u64,
+    form: String,
+    timeout: Duration,
+    poll: Duration,
+    grace: Duration,
+) -> Result<EvalRun, String> {
+    let slot = eval_slot(ctx);
+    let _turn = tokio::select! {
+        t = slot.turn.lock() => t,
+        _ = ctx.cancel.cancelled() => {
+            return Err("Cancelled before the evaluation started (an earlier evaluation of this session was still running).".into())
+        }
+    };
+    *slot.running.lock().unwrap() = Some(id);
+    let result = drive_evaluation(ctx, id, &form, timeout, poll, grace).await;
+    *slot.running.lock().unwrap() = None;
+    result.map(|(value, cause)| EvalRun { value, cause })
+}
+
+async fn drive_evaluation(
+    ctx: &ToolContext,
+    id: u64,
+    form: &str,
+    timeout: Duration,
+    poll: Duration,
+    grace: Duration,
+) -> Result<(Value, Option<StopCause>), String> {
+    let started = Instant::now();
+    let eval = eval_on_worker(ctx, form);
+    tokio::pin!(eval);
+    let deadline = tokio::time::sleep(timeout);
+    tokio::pin!(deadline);
+    let mut ticker = tokio::time::interval_at(tokio::time::Instant::now() + STATUS_DELAY, poll);
+    let mut cause: Option<StopCause> = None;
+    let mut gave_up_at: Option<tokio::time::Instant> = None;
+    loop {
+        tokio::select! {
+            r = &mut eval => return r.map(|v| (v, cause)),
+            _ = &mut deadline, if cause.is_none() => {
+                cause = Some(StopCause::Timeout);
+                interrupt_evaluation(ctx, Some(id)).await;
+                gave_up_at = Some(tokio::time::Instant::now() + grace);
+            }
+            _ = ctx.cancel.cancelled(), if cause.is_none() => {
+                cause = Some(StopCause::Cancelled);
+                interrupt_evaluation(ctx, Some(id)).await;
+                gave_up_at = Some(tokio::time::Instant::now() + grace);
+            }
+            _ = ticker.tick(), if cause.is_none() => {
+                let status = helper_form("eval-status", vec![Value::Integer(id as i64)], vec![]);
+                if let Ok(v) = call_fresh(ctx, &status).await {
+                    match plist_str(&v, "line") {
+                        Some(line) => ctx.set_status(line),
+                        None => ctx.set_status(format!("evaluating ({} s)", started.elapsed().as_secs())),
+                    }
+                }
+            }
+            _ = sleep_until_opt(gave_up_at) => {
+                return Err(format!(
+                    "The evaluation did not stop within {} s of being interrupted (it may be \
+                     running without interrupts, e.g. inside WITHOUT-INTERRUPTS or foreign \
+                     code). The image is still busy; use image-restart to start a fresh one.",
+                    grace.as_secs()
+                ));
+            }
+        }
+    }
+}
+
+async fn sleep_until_opt(at: Option<tokio::time::Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Interrupts the evaluation `id` (every evaluation of the image when
+/// `None`); returns the ids the image interrupted.
+async fn interrupt_evaluation(ctx: &ToolContext, id: Option<u64>) -> Vec<i64> {
+    let args = id
+        .map(|n| vec![Value::Integer(n as i64)])
+        .unwrap_or_default();
+    let form = helper_form("interrupt-evaluation", args, vec![]);
+    match call_fresh(ctx, &form).await {
+        Ok(v) => plist_list(&v, "interrupted")
+            .unwrap_or(&[])
+            .iter()
+            .filter_map(Value::as_i64)
+            .collect(),
+        Err(_) => Vec::new(),
+    }
+}
+
+/// Calls a quick helper (introspection, listing) on a fresh Swank thread.
+pub async fn call_helper(ctx: &ToolContext, form: &str) -> Result<Value, String> {
+    call_fresh(ctx, form).await
+}
+
+/// Calls a long-running helper (compiling, loading, testing) on a fresh
+/// Swank thread, interrupting it when the request is cancelled.
+pub async fn call_build(ctx: &ToolContext, form: &str) -> Result<Value, String> {
+    // Builds run on their own thread: they do not take the evaluation turn,
+    // but they can be cancelled like evaluations through their id.
+    static NEXT_BUILD_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1 << 40);
+    let id = NEXT_BUILD_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let form = add_id(form, id);
+    let call = call_fresh(ctx, &form);
+    tokio::pin!(call);
+    tokio::select! {
+        r = &mut call => r,
+        _ = ctx.cancel.cancelled() => {
+            interrupt_evaluation(ctx, Some(id)).await;
+            call.await
+        }
+    }
+}
+
+/// Appends `:id ID` to a helper form (all build helpers take it).
+fn add_id(form: &str, id: u64) -> String {
+    let body = form.strip_suffix(')').unwrap_or(form);
+    format!("{body} :ID {id})")
+}
+
+// ---------------------------------------------------------------------------
+// Talking to the image.
+
+/// The buffer package Swank reads our forms in; every symbol in them is
+/// package-qualified, so any existing package would do.
+const BUFFER_PACKAGE: &str = "COMMON-LISP-USER";
+
+/// Turns an image reply into the helper's value, keeping the one-time
+/// notice for [`finish`].
+fn unpack(
+    ctx: &ToolContext,
+    reply: Result<ImageReply, crate::image::ImageError>,
+) -> Result<Value, String> {
+    let reply = reply.map_err(|e| e.to_string())?;
+    if let Some(n) = reply.state_lost {
+        *eval_slot(ctx).notice.lock().unwrap() = Some(n);
+    }
+    match reply.outcome {
+        RexOutcome::Ok(v) => Ok(v),
+        RexOutcome::Abort(reason) => Err(format!(
+            "The image aborted the request{}. This is a problem in the server's Lisp helpers \
+             or the image's state, not in your code; image-info shows the image, image-restart \
+             starts a fresh one.",
+            reason.map(|r| format!(" ({r})")).unwrap_or_default()
+        )),
+    }
+}
+
+/// Runs `form` where evaluations run (the image's evaluation worker).
+async fn eval_on_worker(ctx: &ToolContext, form: &str) -> Result<Value, String> {
+    let image = ctx.session.image();
+    unpack(ctx, image.eval(form, BUFFER_PACKAGE).await)
+}
+
+/// Runs `form` on a fresh Swank thread (never waits behind an evaluation).
+async fn call_fresh(ctx: &ToolContext, form: &str) -> Result<Value, String> {
+    let image = ctx.session.image();
+    unpack(ctx, image.rex(form, BUFFER_PACKAGE, Thread::T).await)
+}
+
+/// Puts the image's one-time "state was lost" notice (if one is due) in
+/// front of a tool's result. Every Lisp-backed tool's result passes here.
+pub fn finish(ctx: &ToolContext, mut out: ToolOutput) -> ToolOutput {
+    if let Some(n) = eval_slot(ctx).notice.lock().unwrap().take() {
+        out.text = format!("[NOTICE] {n}\n\n{}", out.text);
+    }
+    out
+}
+
+// ---------------------------------------------------------------------------
+// image-info, image-restart, image-interrupt
+
+#[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct NoArgs {}
+
+/// `structuredContent` of `image-info`.
+#[derive(Serialize, JsonSchema, Default)]
+#[serde(rename_all = "camelCase")]
+struct InfoOutput {
+    /// `local` (started by this server) or `attached` (the user's image).
+    mode: String,
+    implementation: String,
+    version: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pid: Option<i64>,
+    /// Seconds since this image was started (or attached to).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    uptime_seconds: Option<u64>,
+    /// 1 for the first image, +1 per restart.
+    generation: u64,
+    swank_version: String,
+    /// The session's current package.
+    package: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    asdf_version: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    loaded_systems: Option<i64>,
+    features: Vec<String>,
+    /// The cached core the image started from, if any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    core: Option<String>,
+    machine: String,
+}
+
+fn info_output(image: &Image, v: &Value) -> InfoOutput {
+    let info = image.info();
+    InfoOutput {
+        mode: info.mode.to_string(),
+        implementation: plist_str(v, "implementation").unwrap_or_default(),
+        version: plist_str(v, "version").unwrap_or_default(),
+        pid: plist_i64(v, "pid").or(info.pid.map(i64::from)),
+        uptime_seconds: info
+            .started_at
+            .and_then(|t| t.elapsed().ok())
+            .map(|d| d.as_secs()),
+        generation: info.generation,
+        swank_version: plist_str(v, "swank-version").unwrap_or_default(),
+        package: plist_str(v, "package").unwrap_or_default(),
+        asdf_version: plist_str(v, "asdf-version"),
+        loaded_systems: plist_i64(v, "loaded-systems"),
+        features: plist_strings(v, "features"),
+        core: info.core.map(|p| p.display().to_string()),
+        machine: plist_str(v, "machine").unwrap_or_default(),
+    }
+}
+
+fn render_info(o: &InfoOutput) -> String {
+    let mut text = format!(
+        "{} {} ({} image, generation {})",
+        o.implementation, o.version, o.mode, o.generation
+    );
+    if let Some(pid) = o.pid {
+        text.push_str(&format!("\nPID: {pid}"));
+    }
+    if let Some(up) = o.uptime_seconds {
+        text.push_str(&format!("\nUptime: {up} s"));
+    }
+    text.push_str(&format!("\nSwank: {}", o.swank_version));
+    text.push_str(&format!("\nCurrent package: {}", o.package));
+    if let Some(a) = &o.asdf_version {
+        text.push_str(&format!("\nASDF: {a}"));
+    }
+    if let Some(n) = o.loaded_systems {
+        text.push_str(&format!("\nLoaded ASDF systems: {n}"));
+    }
+    if let Some(c) = &o.core {
+        text.push_str(&format!("\nCore: {c}"));
+    }
+    text.push_str(&format!("\nMachine: {}", o.machine));
+    text.push_str(&format!("\nFeatures: {}", o.features.join(" ")));
+    text
+}
+
+async fn image_info(_a: NoArgs, ctx: ToolContext) -> ToolOutput {
+    let form = helper_form("image-info", vec![Value::string(session_key(&ctx))], vec![]);
+    let v = match call_fresh(&ctx, &form).await {
+        Ok(v) => v,
+        Err(e) => return ToolOutput::error(e),
+    };
+    let out = info_output(&ctx.session.image(), &v);
+    ToolOutput::structured(
+        render_info(&out),
+        serde_json::to_value(&out).unwrap_or_default(),
+    )
+}
+
+async fn image_restart(_a: NoArgs, ctx: ToolContext) -> ToolOutput {
+    let image = ctx.session.image();
+    if image.mode() == ImageMode::Attached {
+        return ToolOutput::error(
+            "image-restart is refused in attach mode: the image belongs to your own Lisp \
+             session (--swank). Restart it from there, or run the server without --swank to \
+             let it manage its own image.",
+        );
+    }
+    // A stale notice about an earlier crash would only confuse: the
+    // restart is explicit.
+    eval_slot(&ctx).notice.lock().unwrap().take();
+    match image.restart().await {
+        Ok(info) => {
+            let text = format!(
+                "Started a fresh image (generation {}{}). All previous state (definitions, \
+                 global variables, loaded systems) is gone.",
+                info.generation,
+                info.pid.map(|p| format!(", PID {p}")).unwrap_or_default()
+            );
+            ToolOutput::structured(
+                text,
+                serde_json::json!({"generation": info.generation, "pid": info.pid}),
+            )
+        }
+        Err(e) => ToolOutput::error(format!("Could not restart the image: {e}")),
+    }
+}
+
+async fn image_interrupt(_a: NoArgs, ctx: ToolContext) -> ToolOutput {
+    let running = *eval_slot(&ctx).running.lock().unwrap();
+    let Some(id) = running else {
+        return ToolOutput::structured(
+            "No evaluation of this session is running; nothing to interrupt.",
+            serde_json::json!({"interrupted": false}),
+        );
+    };
+    let ids = interrupt_evaluation(&ctx, Some(id)).await;
+    if ids.is_empty() {
+        ToolOutput::structured(
+            "The evaluation had already finished; nothing was interrupted.",
+            serde_json::json!({"interrupted": false}),
+        )
+    } else {
+        ToolOutput::structured(
+            "Interrupted the running evaluation: its evaluate-lisp call returns [INTERRUPTED] \
+             with where it was. The image's state is intact.",
+            serde_json::json!({"interrupted": true}),
+        )
+    }
+}
+
+/// The tools of the `image` group.
+pub fn tools() -> Vec<ToolDef> {
+    vec![
+        tool(
+            "image-info",
+            ToolGroup::Image,
+            "Image information",
+            "The Lisp image behind this session: implementation and version, PID, uptime, \
+             mode (local/attached), Swank version, current package, ASDF and loaded systems, \
+             features.",
+            Annotations::READ_ONLY,
+            |a: NoArgs, ctx: ToolContext| async move {
+                let c = ctx.clone();
+                finish(&c, image_info(a, ctx).await)
+            },
+        )
+        .with_output_schema::<InfoOutput>(),
+        tool(
+            "image-restart",
+            ToolGroup::Image,
+            "Restart the image",
+            "Kill this session's local Lisp image and start a fresh one (all state is lost). \
+             Refused when attached to the user's image.",
+            Annotations::DESTRUCTIVE,
+            image_restart,
+        ),
+        tool(
+            "image-interrupt",
+            ToolGroup::Image,
+            "Interrupt evaluation",
+            "Interrupt this session's running evaluation (for clients that cannot cancel a \
+             request). The evaluation returns with where it was; state is kept.",
+            Annotations::MUTATING,
+            image_interrupt,
+        ),
+    ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use lisp_syntax::data;
+
+    #[test]
+    fn helper_form_reads_back() {
+        let f = helper_form(
+            "describe-symbol",
+            vec![Value::string("foo:\"bar\"")],
+            vec![
+                ("package", Value::string("CL-USER")),
+                ("max-output", Value::Integer(5)),
+            ],
+        );
+        assert_eq!(
+            f,
+            "(CL-MCP::DESCRIBE-SYMBOL \"foo:\\\"bar\\\"\" :PACKAGE \"CL-USER\" :MAX-OUTPUT 5)"
+        );
+        assert!(data::read(&f).is_ok());
+    }
+
+    #[test]
+    fn plist_accessors() {
+        let v = data::read(r#"(:a "x" :n 3 :flag t :none nil :l ("p" 1 "q"))"#).unwrap();
+        assert_eq!(plist_str(&v, "a").as_deref(), Some("x"));
+        assert_eq!(plist_i64(&v, "n"), Some(3));
+        assert!(plist_bool(&v, "flag"));
+        assert!(!plist_bool(&v, "none"));
+        assert!(!plist_bool(&v, "missing"));
+        assert!(plist_list(&v, "none").is_none());
+        assert_eq!(plist_strings(&v, "l"), vec!["p", "q"]);
+    }
+}
