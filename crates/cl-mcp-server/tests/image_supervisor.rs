@@ -426,3 +426,38 @@ async fn a_lisp_that_cannot_start_is_reported_and_not_retried_forever() {
     let err = image.ready().await.unwrap_err();
     assert!(matches!(err, ImageError::CrashLoop(_)), "{err:?}");
 }
+
+#[tokio::test]
+async fn interrupt_unwinds_the_worker_and_a_lost_worker_is_replaced() {
+    let image = Image::new(config());
+    value(&image, "(cl:defparameter cl-user::*state* :kept)").await;
+    let worker = image.eval_thread().await.unwrap();
+    let im2 = image.clone();
+    let looping = tokio::spawn(async move { im2.eval("(cl:loop)", "COMMON-LISP-USER").await });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    image.interrupt(worker).await.unwrap();
+    // Nobody subscribed to debugger events: the supervisor unwinds it.
+    let r = timeout(Duration::from_secs(10), looping)
+        .await
+        .expect("interrupted")
+        .unwrap()
+        .unwrap();
+    assert!(matches!(r.outcome, RexOutcome::Abort(_)), "{r:?}");
+    // Same worker, same image, global state intact.
+    assert_eq!(image.eval_thread().await.unwrap(), worker);
+    assert!(value(&image, "cl-user::*state*").await.is_keyword("kept"));
+
+    // If the worker thread is killed, the next evaluation gets a new one.
+    let Thread::Id(id) = worker else {
+        panic!("{worker:?}")
+    };
+    let kill = format!("(sb-thread:terminate-thread (swank::find-thread {id}))");
+    image
+        .rex(&kill, "COMMON-LISP-USER", Thread::T)
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(value(&image, "(cl:+ 1 1)").await, Value::Integer(2));
+    assert_ne!(image.eval_thread().await.unwrap(), worker);
+    image.shutdown().await;
+}

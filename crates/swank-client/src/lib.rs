@@ -28,6 +28,9 @@ use tokio::sync::{mpsc, oneshot};
 
 pub use lisp_syntax::data::lisp_string;
 
+/// Prefix of the `:background-message` a worker thread sends when it exits.
+const WORKER_EXIT: &str = "swank-client: worker exited ";
+
 /// Largest payload the six-hex-digit header can describe.
 pub const MAX_MESSAGE_BYTES: usize = 0xFF_FFFF;
 
@@ -75,6 +78,8 @@ pub enum SwankError {
     Protocol(String),
     /// The message would not fit in Swank's 24-bit length header.
     MessageTooLarge(usize),
+    /// The worker thread with this id has exited; its requests end here.
+    ThreadGone(i64),
 }
 
 impl fmt::Display for SwankError {
@@ -83,6 +88,10 @@ impl fmt::Display for SwankError {
             SwankError::Io(e) => write!(f, "Swank connection I/O error: {e}"),
             SwankError::Disconnected(why) => write!(f, "Swank connection closed: {why}"),
             SwankError::Protocol(e) => write!(f, "Swank protocol error: {e}"),
+            SwankError::ThreadGone(n) => write!(
+                f,
+                "Swank worker thread {n} has exited; its requests cannot be answered"
+            ),
             SwankError::MessageTooLarge(n) => write!(
                 f,
                 "message of {n} bytes exceeds Swank's limit of {MAX_MESSAGE_BYTES} bytes"
@@ -179,6 +188,13 @@ pub enum SwankEvent {
     NewFeatures(Value),
     /// `(:indentation-update INFO)`.
     IndentationUpdate(Value),
+    /// A worker thread started by [`SwankClient::spawn_worker_thread`]
+    /// exited (e.g. its code called `abort-thread`). Requests sent to it
+    /// have failed with [`SwankError::ThreadGone`].
+    WorkerExited {
+        /// Swank thread id.
+        thread: i64,
+    },
     /// Any other message, as read.
     Raw(Value),
     /// The connection ended (EOF or error); no more events follow.
@@ -186,7 +202,10 @@ pub enum SwankEvent {
 }
 
 struct Pending {
-    calls: HashMap<u64, oneshot::Sender<Result<RexOutcome>>>,
+    calls: HashMap<u64, (Thread, oneshot::Sender<Result<RexOutcome>>)>,
+    /// Worker threads (from [`SwankClient::spawn_worker_thread`]) known to
+    /// have exited: requests to them would never be answered.
+    gone_threads: std::collections::HashSet<i64>,
     /// Set once the connection is gone, so later calls fail at once.
     closed: Option<String>,
 }
@@ -265,6 +284,7 @@ impl SwankClient {
             writer: tokio::sync::Mutex::new(wr),
             pending: Mutex::new(Pending {
                 calls: HashMap::new(),
+                gone_threads: Default::default(),
                 closed: None,
             }),
             next_id: AtomicU64::new(1),
@@ -292,7 +312,12 @@ impl SwankClient {
             if let Some(why) = &p.closed {
                 return Err(SwankError::Disconnected(why.clone()));
             }
-            p.calls.insert(id, tx);
+            if let Thread::Id(n) = thread {
+                if p.gone_threads.contains(&n) {
+                    return Err(SwankError::ThreadGone(n));
+                }
+            }
+            p.calls.insert(id, (thread, tx));
         }
         let msg = format!("(:emacs-rex {form} {} {thread} {id})", lisp_string(package));
         if let Err(e) = self.send_raw(&msg).await {
@@ -337,11 +362,17 @@ impl SwankClient {
     /// thread, so debugger, interrupts and output behave as on any worker.
     pub async fn spawn_worker_thread(&self, name: &str) -> Result<i64> {
         // Swank reads requests in its I/O package, which uses no other
-        // package: every symbol is qualified.
+        // package: every symbol is qualified. When the thread ends, it says
+        // so through a message Swank passes on verbatim
+        // (`:background-message`), so its requests can be failed.
         let form = format!(
             "(swank/backend:thread-id (cl:let ((c swank::*emacs-connection*)) \
-             (swank/backend:spawn (cl:lambda () (swank::with-bindings \
-             swank::*default-worker-thread-bindings* (swank::handle-requests c))) \
+             (swank/backend:spawn (cl:lambda () (cl:unwind-protect \
+             (swank::with-bindings swank::*default-worker-thread-bindings* \
+             (swank::handle-requests c)) \
+             (cl:ignore-errors (swank::with-connection (c) (swank::send-to-emacs \
+             (cl:list :background-message (cl:format cl:nil \"{WORKER_EXIT}~D\" \
+             (swank::current-thread-id)))))))) \
              :name {})))",
             lisp_string(name)
         );
@@ -456,7 +487,7 @@ async fn read_loop(
             p.closed = Some(why.clone());
             std::mem::take(&mut p.calls)
         };
-        for (_, tx) in calls {
+        for (_, (_, tx)) in calls {
             let _ = tx.send(Err(SwankError::Disconnected(why.clone())));
         }
     }
@@ -464,7 +495,13 @@ async fn read_loop(
 }
 
 fn complete(shared: &Shared, id: u64, r: Result<RexOutcome>) {
-    let tx = shared.pending.lock().unwrap().calls.remove(&id);
+    let tx = shared
+        .pending
+        .lock()
+        .unwrap()
+        .calls
+        .remove(&id)
+        .map(|(_, tx)| tx);
     match tx {
         Some(tx) => {
             let _ = tx.send(r);
@@ -585,6 +622,30 @@ async fn handle_message(shared: &Shared, msg: Value, events: &mpsc::UnboundedSen
                 );
             }
             SwankEvent::InvalidRpc { id, message }
+        }
+        "BACKGROUND-MESSAGE" if text(items.get(1)).starts_with(WORKER_EXIT) => {
+            let note = text(items.get(1));
+            let Ok(thread) = note[WORKER_EXIT.len()..].trim().parse::<i64>() else {
+                let _ = events.send(SwankEvent::Raw(msg.clone()));
+                return;
+            };
+            let failed: Vec<_> = {
+                let mut p = shared.pending.lock().unwrap();
+                p.gone_threads.insert(thread);
+                let ids: Vec<u64> = p
+                    .calls
+                    .iter()
+                    .filter(|(_, (t, _))| *t == Thread::Id(thread))
+                    .map(|(id, _)| *id)
+                    .collect();
+                ids.into_iter()
+                    .filter_map(|id| p.calls.remove(&id))
+                    .collect()
+            };
+            for (_, tx) in failed {
+                let _ = tx.send(Err(SwankError::ThreadGone(thread)));
+            }
+            SwankEvent::WorkerExited { thread }
         }
         "NEW-FEATURES" => SwankEvent::NewFeatures(items.get(1).cloned().unwrap_or_else(Value::nil)),
         "INDENTATION-UPDATE" => {

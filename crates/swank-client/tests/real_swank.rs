@@ -294,3 +294,46 @@ async fn every_character_comes_back_readable() {
         Value::Unreadable("#\\LATIN_SMALL_LETTER_E_WITH_ACUTE".into())
     );
 }
+
+#[tokio::test]
+async fn requests_to_an_exited_worker_fail() {
+    let lisp = Lisp::start(None);
+    let (c, mut ev) = lisp.connect().await;
+    let worker = c.spawn_worker_thread("short-lived").await.unwrap();
+    let c2 = c.clone();
+    // The worker ends itself while serving this request.
+    let dying = tokio::spawn(async move {
+        c2.rex(
+            "(sb-thread:abort-thread)",
+            "COMMON-LISP-USER",
+            Thread::Id(worker),
+        )
+        .await
+    });
+    let r = timeout(Duration::from_secs(10), dying)
+        .await
+        .expect("no hang")
+        .unwrap();
+    // Unwinding answers the running request (abort); requests still queued
+    // behind it would get `ThreadGone`.
+    assert!(
+        matches!(r, Ok(RexOutcome::Abort(_)) | Err(SwankError::ThreadGone(_))),
+        "{r:?}"
+    );
+    let exited = timeout(Duration::from_secs(5), async {
+        while let Some(e) = ev.recv().await {
+            if let SwankEvent::WorkerExited { thread } = e {
+                return thread;
+            }
+        }
+        panic!("no exit event")
+    })
+    .await
+    .unwrap();
+    assert_eq!(exited, worker);
+    // Later requests to it fail at once instead of waiting forever.
+    let r = c
+        .rex("(cl:+ 1 1)", "COMMON-LISP-USER", Thread::Id(worker))
+        .await;
+    assert!(matches!(r, Err(SwankError::ThreadGone(_))), "{r:?}");
+}

@@ -196,8 +196,13 @@ impl Image {
         let live = self.live().await?;
         let thread = self.worker_of(&live).await?;
         let r = live.client.rex(form, package, thread).await;
-        if let (Err(SwankError::Protocol(m)), Thread::Id(_)) = (&r, thread) {
-            if m.contains("Thread not found") {
+        let gone = match &r {
+            Err(SwankError::ThreadGone(_)) => true,
+            Err(SwankError::Protocol(m)) => m.contains("Thread not found"),
+            _ => false,
+        };
+        if let (true, Thread::Id(_)) = (gone, thread) {
+            {
                 // Someone ended the worker (e.g. its thread's abort restart):
                 // start another and run the request there.
                 *live.worker.lock().unwrap() = None;
