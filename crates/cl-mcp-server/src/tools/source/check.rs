@@ -318,6 +318,16 @@ mod tests {
             msg.contains("(defun c` starts at column 1 of line 4"),
             "{msg}"
         );
+        let (out, _) = check_text("(λ))", 0, 0);
+        assert_eq!(
+            out.position,
+            Some(Position {
+                offset: 3,
+                line: 1,
+                column: 4
+            }),
+            "offsets and columns count characters"
+        );
         let (out, _) = check_text("(a))", 10, 100);
         assert_eq!(
             out.position,

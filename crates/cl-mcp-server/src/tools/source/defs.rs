@@ -126,9 +126,18 @@ fn collect(
     if depth > 8 {
         return;
     }
-    if let Some((_, guarded)) = scan::conditional_parts(src, span.clone()) {
-        collect(src, item, unit, guarded, depth, out);
-        return;
+    // Reader conditionals (`#+a #-b (defun ...)`) are unwrapped in a loop:
+    // a hostile chain of them must not recurse.
+    let mut span = span;
+    let mut start = span.start;
+    while let Some(g) = scan::guarded_start(src, start) {
+        start = g;
+    }
+    if start != span.start {
+        match scan::form_end(src, start) {
+            Some(end) if end <= span.end => span = start..end,
+            _ => return,
+        }
     }
     let Some(head) = head_of(src, span.clone()) else {
         return;
@@ -349,6 +358,14 @@ mod tests {
     fn defs(src: &str) -> Vec<Definition> {
         let s = scan::scan(src);
         definitions(src, s.forms())
+    }
+
+    #[test]
+    fn long_conditional_chains_do_not_recurse() {
+        let src = format!("{}(defun deep () 1)", "#+a ".repeat(200_000));
+        let d = defs(&src);
+        assert_eq!(d.len(), 1);
+        assert_eq!(d[0].name, "deep");
     }
 
     #[test]

@@ -302,6 +302,26 @@ pub fn conditional_parts(src: &str, span: Range<usize>) -> Option<(Range<usize>,
     (g1 <= span.end && g0 < g1).then_some((f0..f1, g0..g1))
 }
 
+/// If a reader conditional starts at `start`, where its guarded form
+/// starts (without finding where that form ends: unwrapping a chain of
+/// conditionals stays linear).
+pub fn guarded_start(src: &str, start: usize) -> Option<usize> {
+    let b = src.as_bytes();
+    if b.len() < start + 2 || b[start] != b'#' || !matches!(b[start + 1], b'+' | b'-') {
+        return None;
+    }
+    let mut s = Scanner::new(src);
+    let f0 = s.skip_trivia(start + 2);
+    let f1 = s.skip_form(f0).ok()?;
+    let g0 = s.skip_trivia(f1);
+    (g0 < b.len()).then_some(g0)
+}
+
+/// The end of the form starting at `start`, if it reads to its end.
+pub fn form_end(src: &str, start: usize) -> Option<usize> {
+    Scanner::new(src).skip_form(start).ok()
+}
+
 /// The scanning machinery, reusable across calls.
 pub struct Scanner<'a> {
     b: &'a [u8],
