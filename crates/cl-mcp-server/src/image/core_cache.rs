@@ -119,7 +119,9 @@ impl CoreCache {
         for s in [
             "--noinform",
             "--disable-ldb",
-            "--lose-on-corruption",
+            // No --lose-on-corruption: it makes control stack exhaustion
+            // (deep recursion) fatal, and evaluate-lisp must return it as an
+            // error with the image alive (CONTRACT §5).
             "--end-runtime-options",
             "--no-sysinit",
             "--no-userinit",
