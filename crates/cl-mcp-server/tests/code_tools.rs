@@ -1,0 +1,289 @@
+//! The `code` and `asdf` tools through the built binary against a real SBCL
+//! image, on a small ASDF project the test writes into a temporary project
+//! root (package, functions calling each other, a macro, a generic function
+//! with a method, a class, a FiveAM test system from Debian's cl-fiveam),
+//! plus a file with a deliberate warning and one with a read error.
+
+mod common;
+mod eval_support;
+
+use std::path::Path;
+
+use eval_support::{call, eval, lisp_server};
+use serde_json::json;
+
+const FIXTURE: &[(&str, &str)] = &[
+    (
+        "mcpdemo.asd",
+        include_str!("../lisp/tests/fixture/mcpdemo.asd"),
+    ),
+    (
+        "package.lisp",
+        include_str!("../lisp/tests/fixture/package.lisp"),
+    ),
+    ("main.lisp", include_str!("../lisp/tests/fixture/main.lisp")),
+    (
+        "tests.lisp",
+        include_str!("../lisp/tests/fixture/tests.lisp"),
+    ),
+    ("warn.lisp", include_str!("../lisp/tests/fixture/warn.lisp")),
+    (
+        "readerr.lisp",
+        include_str!("../lisp/tests/fixture/readerr.lisp"),
+    ),
+];
+
+fn write_project(dir: &Path) {
+    for (name, text) in FIXTURE {
+        std::fs::write(dir.join(name), text).unwrap();
+    }
+}
+
+#[test]
+fn introspection_builds_and_tests_on_a_real_project() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().canonicalize().unwrap();
+    write_project(&root);
+    let root_s = root.to_string_lossy().into_owned();
+    let mut s = lisp_server(&["--project-root", &root_s]);
+
+    // Let ASDF find the project.
+    let r = eval(
+        &mut s,
+        1,
+        &format!("(progn (push #p\"{}/\" asdf:*central-registry*) t)", root_s),
+    );
+    assert_eq!(r.text, "=> T");
+
+    // asdf-system-info / asdf-list-systems
+    let r = call(&mut s, 2, "asdf-system-info", json!({"system": "mcpdemo"}));
+    assert!(!r.is_error, "{}", r.text);
+    assert_eq!(r.structured["version"], "0.1.0");
+    assert_eq!(r.structured["author"], "Test Author");
+    assert_eq!(r.structured["license"], "MIT");
+    assert_eq!(r.structured["loaded"], false);
+    let r = call(
+        &mut s,
+        3,
+        "asdf-system-info",
+        json!({"system": "no-such-system-xyz"}),
+    );
+    assert!(r.is_error, "{}", r.text);
+
+    // asdf-load-system
+    let r = call(
+        &mut s,
+        4,
+        "asdf-load-system",
+        json!({"system": "mcpdemo", "force": true}),
+    );
+    assert!(!r.is_error, "{}", r.text);
+    assert_eq!(r.structured["success"], true);
+    assert!(r.text.starts_with("Loaded system mcpdemo"), "{}", r.text);
+    let r = call(&mut s, 5, "asdf-list-systems", json!({"filter": "mcpdemo"}));
+    assert!(r.text.contains("mcpdemo (loaded)"), "{}", r.text);
+
+    // code-find: path relative to the root, 1-based line and column.
+    let r = call(&mut s, 6, "code-find", json!({"symbol": "mcpdemo:add"}));
+    assert!(!r.is_error, "{}", r.text);
+    assert_eq!(r.structured["definitions"][0]["path"], "main.lisp");
+    assert_eq!(r.structured["definitions"][0]["line"], 6);
+    assert_eq!(r.structured["definitions"][0]["column"], 1);
+    assert_eq!(r.structured["definitions"][0]["kind"], "function");
+    assert!(r.text.contains("main.lisp:6:1: function"), "{}", r.text);
+    let r = call(
+        &mut s,
+        7,
+        "code-find",
+        json!({"symbol": "area", "package": "MCPDEMO"}),
+    );
+    let kinds: Vec<&str> = r.structured["definitions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["kind"].as_str().unwrap())
+        .collect();
+    assert!(
+        kinds.contains(&"generic-function") && kinds.contains(&"method"),
+        "{kinds:?}"
+    );
+    let r = call(&mut s, 8, "code-find", json!({"symbol": "nopkg:foo"}));
+    assert!(r.is_error && r.text.contains("nopkg"), "{}", r.text);
+
+    // code-describe
+    let r = call(
+        &mut s,
+        9,
+        "code-describe",
+        json!({"symbol": "mcpdemo:with-doubled"}),
+    );
+    assert_eq!(r.structured["kinds"], json!(["macro"]));
+    assert_eq!(r.structured["arglist"], "((var x) &body body)");
+    assert!(r.text.contains("Bind VAR to twice X"), "{}", r.text);
+    let r = call(
+        &mut s,
+        10,
+        "code-describe",
+        json!({"symbol": "MCPDEMO:CIRCLE"}),
+    );
+    assert_eq!(r.structured["kinds"], json!(["class"]));
+    let r = call(
+        &mut s,
+        11,
+        "code-describe",
+        json!({"symbol": "mcpdemo:*counter*"}),
+    );
+    assert_eq!(r.structured["kinds"], json!(["variable"]));
+
+    // code-find-references
+    let r = call(
+        &mut s,
+        12,
+        "code-find-references",
+        json!({"symbol": "mcpdemo:add"}),
+    );
+    assert!(!r.is_error, "{}", r.text);
+    assert_eq!(r.structured["refs"][0]["path"], "main.lisp");
+    assert_eq!(r.structured["refs"][0]["line"], 11);
+    assert_eq!(r.structured["refs"][0]["name"], "MCPDEMO:TWICE");
+    assert!(r.text.contains("main.lisp:11: MCPDEMO:TWICE"), "{}", r.text);
+    let r = call(
+        &mut s,
+        13,
+        "code-find-references",
+        json!({"symbol": "mcpdemo:*counter*", "kind": "sets"}),
+    );
+    assert_eq!(r.structured["count"], 1, "{}", r.text);
+    let r = call(
+        &mut s,
+        14,
+        "code-find-references",
+        json!({"symbol": "mcpdemo:with-doubled", "kind": "macroexpands"}),
+    );
+    assert_eq!(
+        r.structured["refs"][0]["name"], "MCPDEMO::USE-MACRO",
+        "{}",
+        r.text
+    );
+    let r = call(
+        &mut s,
+        15,
+        "code-find-references",
+        json!({"symbol": "mcpdemo:circle", "kind": "specializes"}),
+    );
+    assert!(r.text.contains("AREA"), "{}", r.text);
+    // A caller compiled from outside the project root is left out by default.
+    let elsewhere = tempfile::tempdir().unwrap();
+    let other = elsewhere.path().join("other.lisp");
+    std::fs::write(
+        &other,
+        "(defun cl-user::other-caller () (mcpdemo:add 1 2))\n",
+    )
+    .unwrap();
+    let r = eval(
+        &mut s,
+        16,
+        &format!("(load (compile-file \"{}\"))", other.display()),
+    );
+    assert!(!r.is_error, "{}", r.text);
+    let r = call(
+        &mut s,
+        17,
+        "code-find-references",
+        json!({"symbol": "mcpdemo:add"}),
+    );
+    assert_eq!(r.structured["count"], 1, "{}", r.text);
+    assert_eq!(r.structured["outsideProject"], 1, "{}", r.text);
+    assert!(r.text.contains("projectOnly=false"), "{}", r.text);
+    let r = call(
+        &mut s,
+        27,
+        "code-find-references",
+        json!({"symbol": "mcpdemo:add", "projectOnly": false}),
+    );
+    assert_eq!(r.structured["count"], 2, "{}", r.text);
+    assert!(r.text.contains("OTHER-CALLER"), "{}", r.text);
+
+    // code-apropos, code-macroexpand
+    let r = call(
+        &mut s,
+        18,
+        "code-apropos",
+        json!({"query": "TWIC", "package": "mcpdemo"}),
+    );
+    assert!(r.text.contains("MCPDEMO:TWICE (function)"), "{}", r.text);
+    let r = call(
+        &mut s,
+        19,
+        "code-macroexpand",
+        json!({"form": "(with-doubled (z 3) z)", "package": "mcpdemo", "mode": "1"}),
+    );
+    assert_eq!(r.text, "(let ((z (twice 3)))\n  z)");
+    let r = call(
+        &mut s,
+        20,
+        "code-macroexpand",
+        json!({"form": "(with-doubled (z 3) (when z z))", "package": "mcpdemo"}),
+    );
+    assert!(!r.text.contains("when"), "{}", r.text);
+
+    // asdf-test-system with FiveAM (from Debian's cl-fiveam)
+    let r = call(&mut s, 21, "asdf-test-system", json!({"system": "mcpdemo"}));
+    assert!(r.is_error, "a test fails on purpose: {}", r.text);
+    assert_eq!(r.structured["summary"]["framework"], "fiveam", "{}", r.text);
+    assert_eq!(r.structured["summary"]["passed"], 2);
+    assert_eq!(r.structured["summary"]["failed"], 1);
+    assert!(r.text.contains("FAILS-ON-PURPOSE"), "{}", r.text);
+
+    // lisp-compile-file: a warning (still loads) and a read error.
+    let r = call(
+        &mut s,
+        22,
+        "lisp-compile-file",
+        json!({"path": "warn.lisp"}),
+    );
+    assert!(!r.is_error, "{}", r.text);
+    assert!(
+        r.text.contains("warn.lisp:5:5: warning: Constant"),
+        "{}",
+        r.text
+    );
+    assert!(
+        r.text.contains("warn.lisp:4:9: style-warning:"),
+        "{}",
+        r.text
+    );
+    assert_eq!(r.structured["success"], true);
+    let r = eval(&mut s, 23, "(not (null (fboundp 'warns-on-purpose)))");
+    assert_eq!(r.text, "=> T", "loaded");
+    let r = call(
+        &mut s,
+        24,
+        "lisp-compile-file",
+        json!({"path": "readerr.lisp"}),
+    );
+    assert!(r.is_error, "{}", r.text);
+    assert!(r.text.contains("readerr.lisp:6:"), "{}", r.text);
+    assert!(r.text.contains("error: READ error"), "{}", r.text);
+    let r = call(
+        &mut s,
+        25,
+        "lisp-compile-file",
+        json!({"path": "../outside.lisp"}),
+    );
+    assert!(r.is_error, "{}", r.text);
+
+    // Definitions compiled by lisp-compile-file keep their locations.
+    let r = call(
+        &mut s,
+        26,
+        "code-find",
+        json!({"symbol": "cl-user::warns-on-purpose"}),
+    );
+    assert_eq!(
+        r.structured["definitions"][0]["path"], "warn.lisp",
+        "{}",
+        r.text
+    );
+    assert_eq!(r.structured["definitions"][0]["line"], 3);
+}

@@ -1,0 +1,230 @@
+//! `evaluate-lisp` through the built binary against a real SBCL image
+//! (CONTRACT §4, §5): values, packages, errors, timeouts, input, output caps,
+//! deep recursion, Unicode, warnings, cancellation.
+
+mod common;
+mod eval_support;
+
+use std::time::{Duration, Instant};
+
+use eval_support::{eval, eval_with, lisp_server};
+use serde_json::json;
+
+#[test]
+fn values_packages_and_structured_content() {
+    let mut s = lisp_server(&[]);
+    let r = eval(&mut s, 1, "(+ 1 2)");
+    assert_eq!(r.text, "=> 3");
+    assert!(!r.is_error);
+    assert_eq!(r.structured["values"], json!(["3"]));
+    assert_eq!(r.structured["package"], "COMMON-LISP-USER");
+    assert!(r.structured["elapsedMs"].is_number());
+
+    let r = eval(&mut s, 2, "(values 1 :two \"three\")");
+    assert_eq!(r.text, "=> 1\n=> :TWO\n=> \"three\"");
+
+    let r = eval(&mut s, 3, "(values)");
+    assert_eq!(r.text, "=> ; No values");
+
+    let r = eval(
+        &mut s,
+        4,
+        "(defpackage :eval-test (:use :cl)) (in-package :eval-test) (defun here () (package-name *package*)) (here)",
+    );
+    assert_eq!(r.text, "=> \"EVAL-TEST\"", "in-package affects later forms");
+    assert_eq!(r.structured["package"], "EVAL-TEST");
+    let r = eval(&mut s, 5, "(here)");
+    assert_eq!(
+        r.text, "=> \"EVAL-TEST\"",
+        "*package* persists between calls"
+    );
+    let r = eval_with(
+        &mut s,
+        6,
+        "(package-name *package*)",
+        json!({"package": "cl-user"}),
+    );
+    assert_eq!(r.text, "=> \"COMMON-LISP-USER\"");
+
+    let r = eval(
+        &mut s,
+        7,
+        "(progn (princ \"out\") (format *error-output* \"e1~%e2\") 5)",
+    );
+    assert_eq!(r.text, "out\n[stderr] e1\n[stderr] e2\n=> 5");
+    assert_eq!(r.structured["stdout"], "out");
+
+    let r = eval_with(&mut s, 8, "(list 1 2 3 4 5)", json!({"printLength": 2}));
+    assert_eq!(r.text, "=> (1 2 ...)");
+}
+
+#[test]
+fn errors_have_type_message_backtrace_and_restarts() {
+    let mut s = lisp_server(&[]);
+    let r = eval(&mut s, 1, "(/ 1 0)");
+    assert!(r.is_error);
+    assert!(
+        r.text.starts_with("[ERROR] DIVISION-BY-ZERO\n"),
+        "{}",
+        r.text
+    );
+    assert!(r.text.contains("\n\n[Backtrace]\n0: (/ 1 0)"), "{}", r.text);
+    assert_eq!(r.structured["error"]["type"], "DIVISION-BY-ZERO");
+    assert_eq!(r.structured["error"]["backtrace"][0]["frame"], "(/ 1 0)");
+    assert!(!r.text.contains("SWANK"), "no Swank frames: {}", r.text);
+
+    let r = eval(
+        &mut s,
+        2,
+        "(defun outer (x) (1+ (inner x))) (defun inner (x) (cerror \"Use 0.\" \"bad ~a\" x) x) (outer 7)",
+    );
+    assert!(
+        r.text.starts_with("[ERROR] SIMPLE-ERROR\nbad 7"),
+        "{}",
+        r.text
+    );
+    assert!(r.text.contains("0: (INNER 7)\n1: (OUTER 7)"), "{}", r.text);
+    assert!(
+        r.text.contains("[Restarts]\n0: CONTINUE: Use 0."),
+        "{}",
+        r.text
+    );
+
+    let r = eval(&mut s, 3, "(+ 1 2");
+    assert!(r.is_error);
+    assert!(r.text.contains("END-OF-FILE"), "{}", r.text);
+
+    let r = eval_with(&mut s, 4, "#.(+ 1 2)", json!({"safeRead": true}));
+    assert!(r.is_error && r.text.contains("READ-EVAL"), "{}", r.text);
+
+    let r = eval(&mut s, 5, "(defun uses-missing () (no-such-function-xyz))");
+    assert!(
+        r.text.contains("[WARNING] ") && r.text.contains("NO-SUCH-FUNCTION-XYZ"),
+        "{}",
+        r.text
+    );
+    assert!(r.text.ends_with("=> USES-MISSING"), "{}", r.text);
+}
+
+#[test]
+fn timeout_interrupts_and_keeps_state() {
+    let mut s = lisp_server(&[]);
+    eval(&mut s, 1, "(defvar *kept* 42)");
+    let t = Instant::now();
+    let r = eval_with(
+        &mut s,
+        2,
+        "(progn (format t \"started~%\") (loop))",
+        json!({"timeoutSeconds": 2}),
+    );
+    assert!(
+        t.elapsed() < Duration::from_secs(20),
+        "took {:?}",
+        t.elapsed()
+    );
+    assert!(r.is_error);
+    assert!(r.text.contains("started\n[TIMEOUT]"), "{}", r.text);
+    assert!(r.text.contains("intact"), "{}", r.text);
+    assert_eq!(r.structured["interrupted"], true);
+    let r = eval(&mut s, 3, "*kept*");
+    assert_eq!(r.text, "=> 42", "state survives the timeout");
+}
+
+#[test]
+fn input_never_waits_and_stdin_is_used() {
+    let mut s = lisp_server(&[]);
+    eval(&mut s, 1, "1");
+    let t = Instant::now();
+    let r = eval_with(&mut s, 2, "(read)", json!({"timeoutSeconds": 60}));
+    assert!(
+        t.elapsed() < Duration::from_secs(10),
+        "(read) waited {:?}",
+        t.elapsed()
+    );
+    assert!(r.is_error && r.text.contains("END-OF-FILE"), "{}", r.text);
+    let r = eval(&mut s, 3, "(y-or-n-p \"sure?\")");
+    assert!(r.is_error, "{}", r.text);
+    let r = eval(&mut s, 4, "(break)");
+    assert!(r.is_error, "{}", r.text);
+    let r = eval_with(
+        &mut s,
+        5,
+        "(list (read-line) (read))",
+        json!({"stdin": "hello\n(1 2)"}),
+    );
+    assert_eq!(r.text, "=> (\"hello\" (1 2))");
+}
+
+#[test]
+fn huge_output_is_capped_and_deep_recursion_survived() {
+    let mut s = lisp_server(&[]);
+    let r = eval(
+        &mut s,
+        1,
+        "(progn (dotimes (i 2000000) (write-string \"0123456789\")) :done)",
+    );
+    assert!(
+        r.text.contains("[truncated 19950000 characters]"),
+        "{}",
+        &r.text[r.text.len().saturating_sub(200)..]
+    );
+    assert!(r.text.len() < 60_000, "text is {} bytes", r.text.len());
+    assert!(r.text.ends_with("=> :DONE"));
+
+    let r = eval_with(
+        &mut s,
+        2,
+        "(princ (make-string 100 :initial-element #\\x))",
+        json!({"maxOutputLength": 10}),
+    );
+    assert!(
+        r.text.starts_with("xxxxxxxxxx\n[truncated 90 characters]"),
+        "{}",
+        r.text
+    );
+
+    let r = eval(&mut s, 3, "(defun down (n) (1+ (down (1+ n)))) (down 0)");
+    assert!(r.is_error);
+    assert!(r.text.contains("CONTROL-STACK-EXHAUSTED"), "{}", r.text);
+    assert!(r.text.contains("(DOWN "), "{}", r.text);
+    let r = eval(&mut s, 4, "(+ 2 2)");
+    assert_eq!(r.text, "=> 4", "the image lives on");
+}
+
+#[test]
+fn unicode_round_trips() {
+    let mut s = lisp_server(&[]);
+    let r = eval(
+        &mut s,
+        1,
+        "(progn (princ \"ünï λ 🎉\") (concatenate 'string \"héllo \" \"λ 🎉 \" (string (code-char 0)) \"x\"))",
+    );
+    assert!(
+        r.text.starts_with("ünï λ 🎉\n=> \"héllo λ 🎉 "),
+        "{}",
+        r.text
+    );
+    let r = eval(&mut s, 2, "(length \"日本語\")");
+    assert_eq!(r.text, "=> 3");
+}
+
+#[test]
+fn cancellation_interrupts_the_evaluation() {
+    let mut s = lisp_server(&[]);
+    eval(&mut s, 1, "(defvar *alive* :yes)");
+    s.send(&json!({"jsonrpc":"2.0","id":2,"method":"tools/call",
+        "params":{"name":"evaluate-lisp","arguments":{"code":"(sleep 120)"}}}));
+    std::thread::sleep(Duration::from_millis(1500));
+    s.send(&json!({"jsonrpc":"2.0","method":"notifications/cancelled",
+        "params":{"requestId":2,"reason":"test"}}));
+    // Evaluations run one at a time: this one only runs once the sleep
+    // was interrupted.
+    let t = Instant::now();
+    let r = eval(&mut s, 3, "*alive*");
+    assert_eq!(r.text, "=> :YES");
+    assert!(
+        t.elapsed() < Duration::from_secs(20),
+        "took {:?}",
+        t.elapsed()
+    );
+}

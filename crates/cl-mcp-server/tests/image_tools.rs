@@ -1,0 +1,79 @@
+//! `image-info`, `image-interrupt`, `image-restart` and crash recovery
+//! through the built binary against a real SBCL image.
+
+mod common;
+mod eval_support;
+
+use std::time::Duration;
+
+use eval_support::{call, eval, lisp_server, reply_of};
+use serde_json::json;
+
+#[test]
+fn info_reports_the_image() {
+    let mut s = lisp_server(&[]);
+    eval(&mut s, 1, "(in-package :cl-user)");
+    let r = call(&mut s, 2, "image-info", json!({}));
+    assert!(!r.is_error, "{}", r.text);
+    assert_eq!(r.structured["implementation"], "SBCL");
+    assert_eq!(r.structured["mode"], "local");
+    assert!(r.structured["pid"].as_i64().unwrap() > 0);
+    assert_eq!(r.structured["package"], "COMMON-LISP-USER");
+    assert_eq!(r.structured["swankVersion"], "2.27");
+    assert!(r.text.contains("local image"), "{}", r.text);
+}
+
+#[test]
+fn interrupt_stops_the_running_evaluation() {
+    let mut s = lisp_server(&[]);
+    eval(&mut s, 1, "(defvar *n* 1)");
+    s.send(&json!({"jsonrpc":"2.0","id":2,"method":"tools/call",
+        "params":{"name":"evaluate-lisp","arguments":{"code":"(sleep 120)","timeoutSeconds":300}}}));
+    std::thread::sleep(Duration::from_millis(1500));
+    s.send(&json!({"jsonrpc":"2.0","id":3,"method":"tools/call",
+        "params":{"name":"image-interrupt","arguments":{}}}));
+    // The two responses may come in either order.
+    let seen = std::cell::RefCell::new(std::collections::HashMap::new());
+    s.collect_until(Duration::from_secs(60), |m| {
+        let mut seen = seen.borrow_mut();
+        if let Some(id) = m.get("id").and_then(|i| i.as_i64()) {
+            if m.get("result").is_some() {
+                seen.insert(id, m.clone());
+            }
+        }
+        seen.contains_key(&2) && seen.contains_key(&3)
+    });
+    let seen = seen.into_inner();
+    let r = reply_of(&seen[&3]);
+    assert!(r.text.contains("Interrupted"), "{}", r.text);
+    let r = reply_of(&seen[&2]);
+    assert!(r.is_error);
+    assert!(r.text.contains("[INTERRUPTED]"), "{}", r.text);
+    assert!(r.text.contains("SLEEP"), "says where it was: {}", r.text);
+    let r = call(&mut s, 4, "image-interrupt", json!({}));
+    assert!(r.text.contains("nothing to interrupt"), "{}", r.text);
+    assert_eq!(eval(&mut s, 5, "*n*").text, "=> 1");
+}
+
+#[test]
+fn restart_and_crash_recovery() {
+    let mut s = lisp_server(&[]);
+    eval(&mut s, 1, "(defvar *gone* 1)");
+    let r = call(&mut s, 2, "image-restart", json!({}));
+    assert!(!r.is_error, "{}", r.text);
+    let r = eval(&mut s, 3, "(boundp '*gone*)");
+    assert_eq!(r.text, "=> NIL", "a restart starts a fresh image");
+
+    let r = eval(&mut s, 4, "(sb-ext:exit :abort t)");
+    assert!(r.is_error, "{}", r.text);
+    assert!(r.text.to_lowercase().contains("died"), "{}", r.text);
+    let r = eval(&mut s, 5, "(+ 1 1)");
+    assert!(
+        r.text.starts_with("[NOTICE] "),
+        "one-time notice: {}",
+        r.text
+    );
+    assert!(r.text.ends_with("=> 2"), "{}", r.text);
+    let r = eval(&mut s, 6, "(+ 1 1)");
+    assert_eq!(r.text, "=> 2", "the notice comes once");
+}
