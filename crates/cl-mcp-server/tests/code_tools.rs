@@ -273,6 +273,36 @@ fn introspection_builds_and_tests_on_a_real_project() {
     );
     assert!(r.is_error, "{}", r.text);
 
+    // A test run that never ends is interrupted by its timeout; one that
+    // reads standard input gets end-of-file instead of waiting.
+    std::fs::write(
+        root.join("mcploop.asd"),
+        "(defsystem \"mcploop\" :perform (test-op (o c) (loop)))\n\
+         (defsystem \"mcpread\" :perform (test-op (o c) (print (read-line))))\n",
+    )
+    .unwrap();
+    let t = std::time::Instant::now();
+    let r = call(
+        &mut s,
+        28,
+        "asdf-test-system",
+        json!({"system": "mcploop", "timeoutSeconds": 2}),
+    );
+    assert!(r.is_error, "{}", r.text);
+    assert!(
+        r.text
+            .contains("[TIMEOUT] The test run did not finish within 2 seconds"),
+        "{}",
+        r.text
+    );
+    assert!(
+        t.elapsed() < std::time::Duration::from_secs(30),
+        "{:?}",
+        t.elapsed()
+    );
+    let r = call(&mut s, 29, "asdf-test-system", json!({"system": "mcpread"}));
+    assert!(r.is_error && r.text.contains("END-OF-FILE"), "{}", r.text);
+
     // Definitions compiled by lisp-compile-file keep their locations.
     let r = call(
         &mut s,

@@ -6,7 +6,10 @@ use lisp_syntax::data::Value;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::code::{render_build_error, render_build_output, render_diagnostics, BuildOutput};
+use super::code::{
+    build_timeout, render_build_error, render_build_output, render_diagnostics,
+    render_interruption, BuildOutput,
+};
 use super::image::{
     self, helper_error, helper_form, plist_bool, plist_i64, plist_list, plist_str, plist_strings,
 };
@@ -21,15 +24,21 @@ struct LoadArgs {
     /// Recompile and reload the system even if it is up to date (plain ASDF,
     /// no Quicklisp).
     force: Option<bool>,
+    /// Interrupt loading after this many seconds (default 600).
+    timeout_seconds: Option<f64>,
 }
 
 async fn asdf_load_system(a: LoadArgs, ctx: ToolContext) -> ToolOutput {
+    let timeout = match build_timeout(a.timeout_seconds) {
+        Ok(t) => t,
+        Err(e) => return ToolOutput::error(e),
+    };
     let mut keys = vec![("max-output", Value::Integer(DEFAULT_MAX_OUTPUT as i64))];
     if a.force == Some(true) {
         keys.push(("force", Value::t()));
     }
     let form = helper_form("load-system", vec![Value::string(a.system.clone())], keys);
-    let v = match image::call_build(&ctx, &form).await {
+    let v = match image::call_build(&ctx, &form, timeout).await {
         Ok(v) => v,
         Err(e) => return ToolOutput::error(e),
     };
@@ -58,8 +67,8 @@ async fn asdf_load_system(a: LoadArgs, ctx: ToolContext) -> ToolOutput {
     if let Some(e) = render_build_error(&v) {
         text.push_str(&format!("\n\n{e}"));
     }
-    if plist_bool(&v, "interrupted") {
-        text.push_str("\n\n[INTERRUPTED] Loading was interrupted.");
+    if let Some(t) = render_interruption(&v, "Loading", timeout) {
+        text.push_str(&format!("\n\n{t}"));
     }
     if !out.success {
         text.push_str(&render_build_output(&v));
@@ -73,6 +82,8 @@ async fn asdf_load_system(a: LoadArgs, ctx: ToolContext) -> ToolOutput {
 struct TestArgs {
     /// The system whose tests to run (`asdf:test-system`).
     system: String,
+    /// Interrupt the test run after this many seconds (default 600).
+    timeout_seconds: Option<f64>,
 }
 
 /// Pass/fail counts read from the test framework's summary.
@@ -104,12 +115,16 @@ struct TestOutput {
 }
 
 async fn asdf_test_system(a: TestArgs, ctx: ToolContext) -> ToolOutput {
+    let timeout = match build_timeout(a.timeout_seconds) {
+        Ok(t) => t,
+        Err(e) => return ToolOutput::error(e),
+    };
     let form = helper_form(
         "test-system",
         vec![Value::string(a.system.clone())],
         vec![("max-output", Value::Integer(DEFAULT_MAX_OUTPUT as i64))],
     );
-    let v = match image::call_build(&ctx, &form).await {
+    let v = match image::call_build(&ctx, &form, timeout).await {
         Ok(v) => v,
         Err(e) => return ToolOutput::error(e),
     };
@@ -167,8 +182,8 @@ async fn asdf_test_system(a: TestArgs, ctx: ToolContext) -> ToolOutput {
     if let Some(e) = render_build_error(&v) {
         text.push_str(&format!("\n\n{e}"));
     }
-    if plist_bool(&v, "interrupted") {
-        text.push_str("\n\n[INTERRUPTED] The test run was interrupted.");
+    if let Some(t) = render_interruption(&v, "The test run", timeout) {
+        text.push_str(&format!("\n\n{t}"));
     }
     if !out.stdout.trim().is_empty() {
         text.push_str(&format!(

@@ -119,6 +119,43 @@ pub fn render_build_error(v: &Value) -> Option<String> {
     Some(text)
 }
 
+/// Default `timeoutSeconds` of the build tools (compile, load, test).
+pub const BUILD_TIMEOUT_SECONDS: f64 = 600.0;
+
+/// The validated timeout of a build tool call.
+pub fn build_timeout(seconds: Option<f64>) -> Result<std::time::Duration, String> {
+    let s = seconds.unwrap_or(BUILD_TIMEOUT_SECONDS);
+    if s > 0.0 && s.is_finite() {
+        Ok(std::time::Duration::from_secs_f64(s.min(1.0e7)))
+    } else {
+        Err("timeoutSeconds must be a positive number of seconds.".into())
+    }
+}
+
+/// The `[TIMEOUT]`/`[INTERRUPTED]` line of a build that was stopped, if it was.
+pub fn render_interruption(v: &Value, what: &str, timeout: std::time::Duration) -> Option<String> {
+    if !plist_bool(v, "interrupted") {
+        return None;
+    }
+    let mut text = if plist_bool(v, "timed-out") {
+        format!(
+            "[TIMEOUT] {what} did not finish within {} seconds (timeoutSeconds) and was interrupted.",
+            timeout.as_secs_f64()
+        )
+    } else {
+        format!("[INTERRUPTED] {what} was interrupted.")
+    };
+    let frames = plist_strings(v, "where");
+    if !frames.is_empty() {
+        text.push_str("\nIt was in:");
+        for f in frames {
+            text.push_str(&format!("\n  {f}"));
+        }
+    }
+    text.push_str("\nThe image is still running; its state is intact.");
+    Some(text)
+}
+
 /// `[stdout]`/`[stderr]` sections of a build's captured output, if any.
 pub fn render_build_output(v: &Value) -> String {
     let mut text = String::new();
@@ -592,6 +629,8 @@ struct CompileArgs {
     path: String,
     /// Load the compiled file (default true).
     load: Option<bool>,
+    /// Interrupt the compilation after this many seconds (default 600).
+    timeout_seconds: Option<f64>,
 }
 
 /// `structuredContent` of `lisp-compile-file` and `asdf-load-system`.
@@ -655,6 +694,10 @@ async fn lisp_compile_file(a: CompileArgs, ctx: ToolContext) -> ToolOutput {
         return ToolOutput::error(format!("No such file: {}", resolved.display));
     }
     let load = a.load.unwrap_or(true);
+    let timeout = match build_timeout(a.timeout_seconds) {
+        Ok(t) => t,
+        Err(e) => return ToolOutput::error(e),
+    };
     let form = helper_form(
         "compile-file-with-diagnostics",
         vec![Value::string(resolved.path.display().to_string())],
@@ -663,7 +706,7 @@ async fn lisp_compile_file(a: CompileArgs, ctx: ToolContext) -> ToolOutput {
             ("max-output", Value::Integer(DEFAULT_MAX_OUTPUT as i64)),
         ],
     );
-    let v = match image::call_build(&ctx, &form).await {
+    let v = match image::call_build(&ctx, &form, timeout).await {
         Ok(v) => v,
         Err(e) => return ToolOutput::error(e),
     };
@@ -688,8 +731,8 @@ async fn lisp_compile_file(a: CompileArgs, ctx: ToolContext) -> ToolOutput {
     if let Some(e) = render_build_error(&v) {
         text.push_str(&format!("\n\n{e}"));
     }
-    if plist_bool(&v, "interrupted") {
-        text.push_str("\n\n[INTERRUPTED] The compilation was interrupted.");
+    if let Some(t) = render_interruption(&v, "The compilation", timeout) {
+        text.push_str(&format!("\n\n{t}"));
     }
     if !out.success {
         text.push_str(&render_build_output(&v));

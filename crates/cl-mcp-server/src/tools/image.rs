@@ -234,22 +234,37 @@ pub async fn call_helper(ctx: &ToolContext, form: &str) -> Result<Value, String>
 }
 
 /// Calls a long-running helper (compiling, loading, testing) on a fresh
-/// Swank thread, interrupting it when the request is cancelled.
-pub async fn call_build(ctx: &ToolContext, form: &str) -> Result<Value, String> {
+/// Swank thread, interrupting it when the request is cancelled or after
+/// `timeout`. A timed-out result gets `:timed-out t` added to its plist.
+pub async fn call_build(ctx: &ToolContext, form: &str, timeout: Duration) -> Result<Value, String> {
     // Builds run on their own thread: they do not take the evaluation turn,
-    // but they can be cancelled like evaluations through their id.
+    // but they are interrupted like evaluations, through their id.
     static NEXT_BUILD_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1 << 40);
     let id = NEXT_BUILD_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let form = add_id(form, id);
     let call = call_fresh(ctx, &form);
     tokio::pin!(call);
-    tokio::select! {
-        r = &mut call => r,
-        _ = ctx.cancel.cancelled() => {
-            interrupt_evaluation(ctx, Some(id)).await;
-            call.await
+    let timed_out = tokio::select! {
+        r = &mut call => return r,
+        _ = ctx.cancel.cancelled() => false,
+        _ = tokio::time::sleep(timeout) => true,
+    };
+    interrupt_evaluation(ctx, Some(id)).await;
+    let grace = Duration::from_secs(10);
+    let mut v = tokio::time::timeout(grace, call).await.map_err(|_| {
+        format!(
+            "The operation did not stop within {} s of being interrupted; the image is still \
+             busy. Use image-restart to start a fresh one.",
+            grace.as_secs()
+        )
+    })??;
+    if timed_out {
+        if let Value::List(items, None) = &mut v {
+            items.push(Value::keyword("timed-out"));
+            items.push(Value::t());
         }
     }
+    Ok(v)
 }
 
 /// Appends `:id ID` to a helper form (all build helpers take it).
