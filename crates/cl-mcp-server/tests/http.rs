@@ -10,6 +10,13 @@ const BIN: &str = env!("CARGO_BIN_EXE_cl-mcp-server");
 struct HttpServer {
     child: Child,
     url: String,
+    log: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+}
+
+impl HttpServer {
+    fn log_contains(&self, needle: &str) -> bool {
+        self.log.lock().unwrap().iter().any(|l| l.contains(needle))
+    }
 }
 
 impl Drop for HttpServer {
@@ -44,9 +51,15 @@ fn start(extra: &[&str]) -> HttpServer {
         url.starts_with("http://127.0.0.1:"),
         "address announced: {url}"
     );
-    // Keep draining stderr so the server never blocks on it.
-    std::thread::spawn(move || for _ in err.lines() {});
-    HttpServer { child, url }
+    // Keep draining stderr (the JSON log) so the server never blocks on it.
+    let log = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let sink = log.clone();
+    std::thread::spawn(move || {
+        for line in err.lines().map_while(Result::ok) {
+            sink.lock().unwrap().push(line);
+        }
+    });
+    HttpServer { child, url, log }
 }
 
 fn client() -> reqwest::Client {
@@ -209,17 +222,34 @@ async fn origin_host_and_token_guards() {
     assert_eq!(r.status(), 403);
 }
 
+fn modern(method: &str, id: i64, mut params: Value) -> Value {
+    params["_meta"] = json!({
+        "io.modelcontextprotocol/protocolVersion":"2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities":{}});
+    json!({"jsonrpc":"2.0","id":id,"method":method,"params":params})
+}
+
+fn modern_post(s: &HttpServer, body: &Value) -> reqwest::RequestBuilder {
+    let mut r = client()
+        .post(&s.url)
+        .header("accept", ACCEPT)
+        .header("mcp-protocol-version", "2026-07-28")
+        .header("mcp-method", body["method"].as_str().unwrap());
+    if let Some(name) = body["params"]["name"]
+        .as_str()
+        .or(body["params"]["uri"].as_str())
+    {
+        r = r.header("mcp-name", name);
+    }
+    r.json(body)
+}
+
 #[tokio::test]
 async fn stateless_posts_need_no_session() {
     let s = start(&[]);
-    let r = client()
-        .post(&s.url)
-        .header("accept", ACCEPT)
-        .json(
-            &json!({"jsonrpc":"2.0","id":1,"method":"server/discover","params":{"_meta":{
-            "io.modelcontextprotocol/protocolVersion":"2026-07-28",
-            "io.modelcontextprotocol/clientCapabilities":{}}}}),
-        )
+    let body = modern("server/discover", 1, json!({}));
+    let r = modern_post(&s, &body)
+        .header("mcp-session-id", "stale-and-ignored")
         .send()
         .await
         .unwrap();
@@ -227,6 +257,191 @@ async fn stateless_posts_need_no_session() {
     assert!(!r.headers().contains_key("mcp-session-id"));
     let v: Value = r.json().await.unwrap();
     assert_eq!(v["result"]["resultType"], "complete");
+    let body = modern(
+        "tools/call",
+        2,
+        json!({"name":"test-sleep","arguments":{"seconds":0}}),
+    );
+    let r = modern_post(&s, &body).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["result"]["content"][0]["text"], "slept 0s");
+}
+
+#[tokio::test]
+async fn stateless_routing_headers_and_status_codes() {
+    let s = start(&[]);
+    let body = modern("tools/list", 1, json!({}));
+    // Headers missing or disagreeing with the body: 400 with -32020.
+    let r = client()
+        .post(&s.url)
+        .header("accept", ACCEPT)
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 400);
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["error"]["code"], -32020);
+    assert_eq!(v["id"], 1);
+    // A second, different MCP-Protocol-Version: routing headers must be unique.
+    let r = modern_post(&s, &body)
+        .header("mcp-protocol-version", "2025-06-18")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 400);
+    let r = client()
+        .post(&s.url)
+        .header("mcp-protocol-version", "2025-06-18")
+        .header("mcp-method", "tools/list")
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 400, "header version differs from _meta's");
+    let r = client()
+        .post(&s.url)
+        .header("mcp-protocol-version", "2026-07-28")
+        .header("mcp-method", "ping")
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 400);
+    let call = modern(
+        "tools/call",
+        2,
+        json!({"name":"test-sleep","arguments":{"seconds":0}}),
+    );
+    let r = modern_post(&s, &call)
+        .header("mcp-name", "other-tool")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 400, "Mcp-Name must match params.name");
+    // Mcp-Name may come base64-wrapped.
+    let r = client()
+        .post(&s.url)
+        .header("mcp-protocol-version", "2026-07-28")
+        .header("mcp-method", "tools/call")
+        .header("mcp-name", "=?base64?dGVzdC1zbGVlcA==?=")
+        .json(&call)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    // Unknown method: 404 with -32601. Unsupported version: 400 with -32022.
+    let r = modern_post(&s, &modern("frobnicate", 3, json!({})))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 404);
+    let mut old = modern("tools/list", 4, json!({}));
+    old["params"]["_meta"]["io.modelcontextprotocol/protocolVersion"] = json!("2099-01-01");
+    let r = client()
+        .post(&s.url)
+        .header("mcp-protocol-version", "2099-01-01")
+        .header("mcp-method", "tools/list")
+        .json(&old)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 400);
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["error"]["code"], -32022);
+    // A stateless request in a batch: 400.
+    let r = client()
+        .post(&s.url)
+        .json(&json!([body]))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 400);
+    // A stateless initialize does not create a session.
+    let mut init = init_body();
+    init["params"]["_meta"] = modern("x", 0, json!({}))["params"]["_meta"].clone();
+    let r = modern_post(&s, &init).send().await.unwrap();
+    assert_eq!(r.status(), 404);
+    assert!(!r.headers().contains_key("mcp-session-id"));
+}
+
+#[tokio::test]
+async fn closing_a_stateless_stream_cancels_the_request() {
+    let s = start(&[]);
+    let call = modern(
+        "tools/call",
+        7,
+        json!({"name":"test-sleep","arguments":{"seconds":20}}),
+    );
+    let req = modern_post(&s, &call)
+        .timeout(std::time::Duration::from_millis(500))
+        .send();
+    assert!(req.await.is_err(), "the client gave up");
+    for _ in 0..50 {
+        if s.log_contains("cancelling it") {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    panic!(
+        "the server did not cancel the abandoned request: {:?}",
+        s.log.lock().unwrap()
+    );
+}
+
+#[tokio::test]
+async fn elicitation_travels_on_the_requests_stream() {
+    use futures::StreamExt;
+    let s = start(&["--require-approval", "test-sleep"]);
+    let r = client()
+        .post(&s.url)
+        .header("accept", ACCEPT)
+        .json(
+            &json!({"jsonrpc":"2.0","id":1,"method":"initialize","params":{
+            "protocolVersion":"2025-11-25","capabilities":{"elicitation":{}}}}),
+        )
+        .send()
+        .await
+        .unwrap();
+    let id = r.headers()["mcp-session-id"].to_str().unwrap().to_string();
+    let r = client()
+        .post(&s.url)
+        .header("accept", ACCEPT)
+        .header("mcp-session-id", &id)
+        .json(&json!({"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"test-sleep","arguments":{"seconds":0}}}))
+        .send()
+        .await
+        .unwrap();
+    assert!(r.headers()["content-type"]
+        .to_str()
+        .unwrap()
+        .starts_with("text/event-stream"));
+    let mut stream = r.bytes_stream();
+    let mut buf = String::new();
+    let mut answered = false;
+    while let Some(chunk) = stream.next().await {
+        buf.push_str(&String::from_utf8_lossy(&chunk.unwrap()));
+        if !answered {
+            if let Some(line) = buf.lines().find(|l| l.contains("elicitation/create")) {
+                let ask: Value =
+                    serde_json::from_str(line.trim_start_matches("data:").trim()).unwrap();
+                let r = client()
+                    .post(&s.url)
+                    .header("mcp-session-id", &id)
+                    .json(&json!({"jsonrpc":"2.0","id":ask["id"],"result":{"action":"accept","content":{"approve":true}}}))
+                    .send()
+                    .await
+                    .unwrap();
+                assert_eq!(r.status(), 202);
+                answered = true;
+            }
+        }
+        if buf.contains("slept 0s") {
+            return;
+        }
+    }
+    panic!("no tool result after the approval: {buf}");
 }
 
 #[tokio::test]

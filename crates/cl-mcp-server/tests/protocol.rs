@@ -714,8 +714,9 @@ fn approval_tokens_when_the_client_cannot_elicit() {
     let token = sc["approvalToken"].as_str().unwrap().to_string();
     assert!(tool_text(&r).contains(&token));
 
-    // The same call with the token runs; the token then is used up.
-    let r = s.call_tool(3, "test-sleep", json!({"seconds":0,"approvalToken":token}));
+    // The same call with the token runs (however it is spelled); the token
+    // then is used up.
+    let r = s.call_tool(3, "test-sleep", json!({"seconds":0,"approval_token":token}));
     assert!(!tool_is_error(&r), "{r}");
     assert_eq!(tool_text(&r), "slept 0s");
     let r = s.call_tool(4, "test-sleep", json!({"seconds":0,"approvalToken":token}));
@@ -804,4 +805,114 @@ fn project_documents_are_file_resources() {
         json!({"jsonrpc":"2.0","id":4,"method":"resources/read","params":{"uri":"http://x"}}),
     );
     assert_eq!(error_of(&r).0, -32602);
+}
+
+#[test]
+fn stdin_eof_does_not_wait_for_the_clients_answers() {
+    let mut s = Server::start(&[]);
+    s.request(
+        json!({"jsonrpc":"2.0","id":1,"method":"initialize","params":{
+        "protocolVersion":"2025-11-25","capabilities":{"roots":{}}}}),
+    );
+    s.send(&json!({"jsonrpc":"2.0","method":"notifications/initialized"}));
+    assert_eq!(s.recv()["method"], "roots/list");
+    let t0 = Instant::now();
+    let (status, _) = s.close();
+    assert!(status.success());
+    assert!(
+        t0.elapsed() < Duration::from_secs(5),
+        "exit took {:?}",
+        t0.elapsed()
+    );
+}
+
+#[test]
+fn tool_calls_wait_for_the_clients_roots() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().canonicalize().unwrap();
+    let mut s = Server::start(&[]);
+    s.request(
+        json!({"jsonrpc":"2.0","id":1,"method":"initialize","params":{
+        "protocolVersion":"2025-11-25","capabilities":{"roots":{}}}}),
+    );
+    s.send(&json!({"jsonrpc":"2.0","method":"notifications/initialized"}));
+    s.send(&json!({"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"fs-get-project-info","arguments":{}}}));
+    let ask = s.recv();
+    assert_eq!(ask["method"], "roots/list");
+    std::thread::sleep(Duration::from_millis(300));
+    s.send(&json!({"jsonrpc":"2.0","id":ask["id"],"result":{"roots":[{"uri":format!("file://{}", root.display())}]}}));
+    let r = s.recv();
+    assert_eq!(r["id"], 2);
+    assert_eq!(
+        r["result"]["structuredContent"]["projectRoot"],
+        root.to_str().unwrap()
+    );
+}
+
+#[test]
+fn oversized_last_line_without_newline_is_answered() {
+    use std::io::Write;
+    let mut child = std::process::Command::new(common::BIN)
+        .args(["--max-message-bytes", "1024"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    stdin.write_all("x".repeat(2048).as_bytes()).unwrap();
+    drop(stdin);
+    let out = child.wait_with_output().unwrap();
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.contains("-32700") && text.contains("1024"), "{text}");
+}
+
+#[test]
+fn modern_resource_reads_carry_cache_fields_and_missing_is_invalid_params() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().canonicalize().unwrap();
+    std::fs::write(root.join("a.lisp"), "(x)").unwrap();
+    let mut s = Server::start(&["--project-root", root.to_str().unwrap()]);
+    let uri = format!("file://{}/a.lisp", root.display());
+    let r = s.request(json!({"jsonrpc":"2.0","id":1,"method":"resources/read","params":{"uri":uri,"_meta":modern_meta()}}));
+    assert_eq!(r["result"]["cacheScope"], "private");
+    assert!(r["result"]["ttlMs"].is_u64());
+    let missing = format!("file://{}/nope.lisp", root.display());
+    let r = s.request(json!({"jsonrpc":"2.0","id":2,"method":"resources/read","params":{"uri":missing,"_meta":modern_meta()}}));
+    assert_eq!(error_of(&r).0, -32602);
+    let mut s = Server::initialized(&["--project-root", root.to_str().unwrap()]);
+    let r = s.request(
+        json!({"jsonrpc":"2.0","id":3,"method":"resources/read","params":{"uri":missing}}),
+    );
+    assert_eq!(error_of(&r).0, -32002, "legacy keeps -32002");
+    // A non-string version is a shape error; -32022 lists every version.
+    let r = s.request(json!({"jsonrpc":"2.0","id":4,"method":"tools/list","params":{"_meta":{
+        "io.modelcontextprotocol/protocolVersion":5,"io.modelcontextprotocol/clientCapabilities":{}}}}));
+    assert_eq!(error_of(&r).0, -32602);
+    let r = s.request(json!({"jsonrpc":"2.0","id":5,"method":"tools/list","params":{"_meta":{
+        "io.modelcontextprotocol/protocolVersion":"2099-01-01","io.modelcontextprotocol/clientCapabilities":{}}}}));
+    assert!(error_of(&r).2["supported"]
+        .as_array()
+        .unwrap()
+        .contains(&json!("2025-11-25")));
+}
+
+#[test]
+fn schemas_use_only_standard_formats() {
+    let mut s = Server::initialized(&[]);
+    let r = s.request(json!({"jsonrpc":"2.0","id":1,"method":"tools/list"}));
+    let text = r.to_string();
+    for f in [
+        "\"format\":\"uint",
+        "\"format\":\"double\"",
+        "\"format\":\"int",
+    ] {
+        assert!(!text.contains(f), "non-standard {f} in the schemas");
+    }
+    for t in r["result"]["tools"].as_array().unwrap() {
+        assert!(
+            t["inputSchema"].get("title").is_none(),
+            "no Rust type names as titles: {t}"
+        );
+    }
 }

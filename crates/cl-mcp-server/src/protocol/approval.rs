@@ -9,7 +9,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Map, Value};
 
-use super::engine::ConnState;
+use super::engine::{ConnState, Outbound};
+use super::mcp::Era;
 use crate::tools::ToolOutput;
 
 /// How long an approval token stays valid.
@@ -48,10 +49,18 @@ fn new_token() -> String {
 }
 
 /// Decides whether `tool` may run with `arguments` now.
-pub(crate) async fn check(conn: &ConnState, tool: &str, arguments: Value) -> Verdict {
-    let Value::Object(mut args) = arguments else {
+pub(crate) async fn check(
+    conn: &ConnState,
+    out: &Outbound,
+    era: Era,
+    tool: &str,
+    arguments: Value,
+) -> Verdict {
+    let Value::Object(args) = arguments else {
         return Verdict::Run(arguments);
     };
+    // The same call spelled in snake_case is the same call.
+    let mut args = crate::tools::camel_case_keys(args);
     let given = args
         .remove(TOKEN_ARG)
         .or_else(|| args.remove("approval_token"));
@@ -74,9 +83,14 @@ pub(crate) async fn check(conn: &ConnState, tool: &str, arguments: Value) -> Ver
         };
     }
 
-    let can_elicit = {
+    // Form elicitation needs a legacy session whose client supports forms
+    // (`elicitation: {}` or `{form: ...}`; a URL-only client cannot answer).
+    let can_elicit = era == Era::Legacy && {
         let lc = conn.lifecycle.lock().unwrap();
-        lc.legacy_version.is_some() && lc.client_capabilities.get("elicitation").is_some()
+        match lc.client_capabilities.get("elicitation") {
+            Some(Value::Object(e)) => e.is_empty() || e.contains_key("form"),
+            _ => false,
+        }
     };
     let shown_args = serde_json::to_string_pretty(&Value::Object(args.clone())).unwrap_or_default();
     if can_elicit {
@@ -88,7 +102,7 @@ pub(crate) async fn check(conn: &ConnState, tool: &str, arguments: Value) -> Ver
                 "required": ["approve"]
             }
         });
-        match conn.request_client("elicitation/create", params).await {
+        match conn.request_client(out, "elicitation/create", params).await {
             Ok(r) => {
                 let accepted = r.get("action").and_then(Value::as_str) == Some("accept")
                     && r.pointer("/content/approve").and_then(Value::as_bool) != Some(false);

@@ -42,15 +42,23 @@ impl Engine {
     /// Opens one MCP session (a stdio stream, a TCP connection, an HTTP
     /// session). `notify` receives messages not tied to a request.
     pub fn connect(self: &Arc<Self>, notify: Outbound) -> Connection {
+        self.connect_to(Session::new(self.config.clone()), notify)
+    }
+
+    /// Opens a connection on an existing session (stateless HTTP requests
+    /// share one session but each gets its own connection, so their ids and
+    /// cancellations never mix).
+    pub fn connect_to(self: &Arc<Self>, session: Arc<Session>, notify: Outbound) -> Connection {
         Connection {
             inner: Arc::new(ConnState {
                 engine: self.clone(),
-                session: Session::new(self.config.clone()),
+                session,
                 lifecycle: Mutex::new(Lifecycle::default()),
                 inflight: Mutex::new(HashMap::new()),
                 tasks: TaskTracker::new(),
                 approvals: Default::default(),
                 client_requests: Mutex::new(HashMap::new()),
+                roots_settled: tokio::sync::watch::channel(true).0,
                 next_client_request: AtomicU64::new(1),
                 notify,
             }),
@@ -82,6 +90,9 @@ pub(crate) struct ConnState {
     pub(crate) approvals: super::approval::ApprovalTokens,
     /// Requests this server sent to the client, waiting for its response.
     client_requests: Mutex<HashMap<String, oneshot::Sender<Result<Value, Value>>>>,
+    /// False while the client's roots are being fetched: tool calls wait
+    /// (briefly) so they run under the right project root.
+    pub(crate) roots_settled: tokio::sync::watch::Sender<bool>,
     next_client_request: AtomicU64,
     /// Messages not tied to a request (our requests to the client).
     pub(crate) notify: Outbound,
@@ -91,6 +102,7 @@ impl ConnState {
     /// Sends a request to the client and waits (bounded) for its answer.
     pub(crate) async fn request_client(
         &self,
+        out: &Outbound,
         method: &str,
         params: Value,
     ) -> Result<Value, String> {
@@ -102,7 +114,7 @@ impl ConnState {
             .unwrap()
             .insert(format!("s:{id}"), tx);
         let msg = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
-        if self.notify.send(msg.to_string()).is_err() {
+        if out.send(msg.to_string()).is_err() {
             self.client_requests
                 .lock()
                 .unwrap()
@@ -151,7 +163,10 @@ impl ConnState {
     /// Asks the client for its roots and adopts the first `file://` one as the
     /// project root.
     async fn adopt_client_roots(self: Arc<Self>) {
-        match self.request_client("roots/list", json!({})).await {
+        let result = self
+            .request_client(&self.notify, "roots/list", json!({}))
+            .await;
+        match result {
             Ok(result) => {
                 let first = result
                     .get("roots")
@@ -169,6 +184,7 @@ impl ConnState {
             }
             Err(e) => tracing::info!(error = %e, "no roots from the client"),
         }
+        self.roots_settled.send_replace(true);
     }
 }
 
@@ -187,6 +203,11 @@ impl Connection {
     /// The session behind this connection.
     pub fn session(&self) -> &Arc<Session> {
         &self.inner.session
+    }
+
+    /// The legacy protocol version agreed in `initialize`, once it happened.
+    pub fn protocol_version(&self) -> Option<String> {
+        self.inner.lifecycle.lock().unwrap().legacy_version.clone()
     }
 
     /// True once a legacy `initialize` has been answered.
@@ -373,6 +394,7 @@ impl Connection {
                     lc.legacy_version.is_some() && lc.client_capabilities.get("roots").is_some()
                 };
                 if wants_roots && !self.inner.session.root_is_fixed() {
+                    self.inner.roots_settled.send_replace(false);
                     let conn = self.inner.clone();
                     self.inner
                         .tasks
@@ -386,6 +408,8 @@ impl Connection {
     /// Waits until every started request has been answered (used when the
     /// input ends: in-flight responses are still written).
     pub async fn drain(&self) {
+        // The client is gone: requests to it will never be answered.
+        self.inner.client_requests.lock().unwrap().clear();
         self.inner.tasks.close();
         self.inner.tasks.wait().await;
     }
@@ -439,7 +463,9 @@ impl RequestCtx {
         let token = self.progress_token.clone()?;
         let out = self.out.clone();
         let started = self.started;
-        let stop = CancellationToken::new();
+        // A child of the request's token: stops with the guard, or as soon as
+        // the request is cancelled.
+        let stop = self.cancel.child_token();
         let stopped = stop.clone();
         tokio::spawn(async move {
             let first = started + Duration::from_secs(1);

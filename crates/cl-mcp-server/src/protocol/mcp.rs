@@ -33,6 +33,14 @@ lisp-edit-form (structural, keeps the file readable) and verify with lisp-compil
 asdf-load-system/asdf-test-system. Read Lisp files with lisp-read-file (collapsed view first) and \
 search them with clgrep-search. Long evaluations can be cancelled; timeouts never lose the image's state.";
 
+/// Every version this server speaks, newest first (the stateless one, then
+/// the handshake-era ones a dual-era client can fall back to).
+pub fn supported_versions() -> Vec<&'static str> {
+    let mut v = vec![MODERN_VERSION];
+    v.extend(LEGACY_VERSIONS.iter().rev());
+    v
+}
+
 /// Which protocol era a request belongs to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Era {
@@ -71,11 +79,16 @@ pub fn request_era(msg: &Message) -> Result<Era, McpError> {
     let Some(version) = meta.and_then(|m| m.get(META_VERSION)) else {
         return Ok(Era::Legacy);
     };
-    if version.as_str() != Some(MODERN_VERSION) {
+    let Some(version) = version.as_str() else {
+        return Err(McpError::invalid_params(format!(
+            "_meta `{META_VERSION}` must be a string such as \"{MODERN_VERSION}\""
+        )));
+    };
+    if version != MODERN_VERSION {
         return Err(McpError {
             code: jsonrpc::UNSUPPORTED_PROTOCOL_VERSION,
             message: "Unsupported protocol version",
-            data: json!({ "supported": [MODERN_VERSION], "requested": version }),
+            data: json!({ "supported": supported_versions(), "requested": version }),
         });
     }
     let meta = meta.unwrap();
@@ -115,7 +128,16 @@ stateless by putting `{META_VERSION}: \"{MODERN_VERSION}\"` and `{META_CAPABILIT
 }
 
 /// The legacy handshake.
-pub(crate) fn initialize(conn: &ConnState, msg: &Message, _era: Era) -> Result<Value, McpError> {
+pub(crate) fn initialize(conn: &ConnState, msg: &Message, era: Era) -> Result<Value, McpError> {
+    if era != Era::Legacy {
+        return Err(McpError {
+            code: jsonrpc::METHOD_NOT_FOUND,
+            message: "Method not found",
+            data: json!(format!(
+                "initialize is not part of protocol {MODERN_VERSION}: send requests with their _meta directly (server/discover tells what this server supports)"
+            )),
+        });
+    }
     let params = msg.params.as_ref().and_then(Value::as_object);
     let requested = match params.and_then(|p| p.get("protocolVersion")) {
         Some(Value::String(v)) => v.clone(),
@@ -223,10 +245,8 @@ pub(crate) async fn dispatch(req: RequestCtx, msg: Message) -> Result<Value, Mcp
     let mut result = match msg.method.as_str() {
         "ping" => json!({}),
         "server/discover" => {
-            let mut versions: Vec<&str> = vec![MODERN_VERSION];
-            versions.extend(LEGACY_VERSIONS.iter().rev());
             json!({
-                "supportedVersions": versions,
+                "supportedVersions": supported_versions(),
                 "capabilities": capabilities(),
                 "serverInfo": server_info(),
                 "instructions": INSTRUCTIONS,
@@ -309,17 +329,26 @@ pub(crate) async fn dispatch(req: RequestCtx, msg: Message) -> Result<Value, Mcp
                 Some(_) => return Err(McpError::invalid_params("uri must be a string")),
                 None => return Err(McpError::invalid_params("Missing required field: uri")),
             };
-            crate::resources::read_file_uri(&req.conn.session, &uri).map_err(|(code, msg)| {
-                McpError {
-                    code,
-                    message: if code == crate::resources::RESOURCE_NOT_FOUND {
-                        "Resource not found"
+            let modern = matches!(req.era, Era::Modern { .. });
+            let mut r = crate::resources::read_file_uri(&req.conn.session, &uri).map_err(
+                |(code, msg)| {
+                    // 2026-07-28 answers a missing resource with -32602.
+                    if code == crate::resources::RESOURCE_NOT_FOUND && !modern {
+                        McpError {
+                            code,
+                            message: "Resource not found",
+                            data: Value::String(msg),
+                        }
                     } else {
-                        "Invalid params"
-                    },
-                    data: Value::String(msg),
-                }
-            })?
+                        McpError::invalid_params(msg)
+                    }
+                },
+            )?;
+            if modern {
+                r["ttlMs"] = json!(0);
+                r["cacheScope"] = json!("private");
+            }
+            r
         }
         "logging/setLevel" => {
             let level = params
@@ -412,6 +441,13 @@ async fn call_tool(req: &RequestCtx, params: Value) -> Result<Value, McpError> {
     let Some(tool) = req.conn.engine.tools.get(&name) else {
         return Err(McpError::invalid_params(format!("Unknown tool: {name}")));
     };
+    // Right after the handshake the client's roots may still be on their way.
+    let mut settled = req.conn.roots_settled.subscribe();
+    let _ = tokio::time::timeout(
+        std::time::Duration::from_secs(3),
+        settled.wait_for(|done| *done),
+    )
+    .await;
     let arguments = if req
         .conn
         .engine
@@ -420,7 +456,7 @@ async fn call_tool(req: &RequestCtx, params: Value) -> Result<Value, McpError> {
         .iter()
         .any(|t| t == &name)
     {
-        match approval::check(&req.conn, &name, arguments).await {
+        match approval::check(&req.conn, &req.out, req.era, &name, arguments).await {
             approval::Verdict::Run(args) => args,
             approval::Verdict::Answer(out) => return Ok(out.into_result()),
         }

@@ -356,13 +356,55 @@ pub fn schema_of<T: JsonSchema>() -> Value {
         .into_generator();
     let schema = generator.into_root_schema_for::<T>();
     let mut v = serde_json::to_value(schema).unwrap_or_else(|_| json!({"type": "object"}));
+    strip_nonstandard_formats(&mut v);
     if let Value::Object(m) = &mut v {
-        // An argument-less tool still needs an object schema.
+        // An argument-less tool still needs an object schema; the Rust type
+        // name is no title for a user.
         if m.get("type").is_none() {
             m.insert("type".into(), json!("object"));
         }
+        m.remove("title");
     }
     v
+}
+
+/// Removes `format`s that are not JSON Schema's (schemars writes `uint`,
+/// `double`, ...); some model front-ends reject unknown formats.
+fn strip_nonstandard_formats(v: &mut Value) {
+    const STANDARD: &[&str] = &[
+        "date-time",
+        "date",
+        "time",
+        "duration",
+        "email",
+        "idn-email",
+        "hostname",
+        "idn-hostname",
+        "ipv4",
+        "ipv6",
+        "uri",
+        "uri-reference",
+        "iri",
+        "iri-reference",
+        "uuid",
+        "uri-template",
+        "json-pointer",
+        "relative-json-pointer",
+        "regex",
+    ];
+    match v {
+        Value::Object(m) => {
+            if m.get("format")
+                .and_then(Value::as_str)
+                .is_some_and(|f| !STANDARD.contains(&f))
+            {
+                m.remove("format");
+            }
+            m.values_mut().for_each(strip_nonstandard_formats);
+        }
+        Value::Array(a) => a.iter_mut().for_each(strip_nonstandard_formats),
+        _ => {}
+    }
 }
 
 /// Deserializes tool arguments, accepting snake_case spellings of camelCase
@@ -391,7 +433,8 @@ fn parse_arguments<A: DeserializeOwned>(tool: &str, args: Value) -> Result<A, St
     })
 }
 
-fn camel_case_keys(m: Map<String, Value>) -> Map<String, Value> {
+/// Renames snake_case keys to camelCase (unless the camelCase key is there).
+pub(crate) fn camel_case_keys(m: Map<String, Value>) -> Map<String, Value> {
     let mut out = Map::with_capacity(m.len());
     let mut snake = Vec::new();
     for (k, v) in m {

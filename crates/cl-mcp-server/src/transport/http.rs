@@ -23,13 +23,14 @@ use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::any;
 use axum::Router;
-use futures::stream::{self, StreamExt};
+use futures::stream;
 use serde_json::Value;
 use tokio::sync::mpsc;
 
 use crate::protocol::jsonrpc;
 use crate::protocol::mcp::{LEGACY_VERSIONS, MODERN_VERSION};
 use crate::protocol::{Connection, Engine};
+use crate::session::Session;
 
 /// Settings of the HTTP transport.
 #[derive(Clone, Debug)]
@@ -54,7 +55,8 @@ struct HttpState {
     engine: Arc<Engine>,
     options: HttpOptions,
     sessions: Mutex<Sessions>,
-    stateless: Connection,
+    /// The one session stateless requests share (project root, image).
+    stateless: Arc<Session>,
 }
 
 /// Serves `/mcp` until the process ends.
@@ -63,8 +65,7 @@ pub async fn serve(
     options: HttpOptions,
     listener: tokio::net::TcpListener,
 ) -> std::io::Result<()> {
-    let (notify, _rx) = mpsc::unbounded_channel();
-    let stateless = engine.connect(notify);
+    let stateless = Session::new(engine.config.clone());
     let state = Arc::new(HttpState {
         engine,
         options,
@@ -235,9 +236,16 @@ fn session_not_found(id: &str) -> Response {
 
 /// What kind of messages a POST body holds.
 struct BodyShape {
+    /// Something in it will be answered: a request, or an invalid message.
     has_requests: bool,
     is_initialize: bool,
-    is_modern: bool,
+    /// Some message carries the stateless era's `_meta`.
+    any_modern: bool,
+}
+
+fn is_modern(m: &Value) -> bool {
+    m.pointer("/params/_meta/io.modelcontextprotocol~1protocolVersion")
+        .is_some()
 }
 
 fn shape_of(value: &Value) -> BodyShape {
@@ -246,71 +254,291 @@ fn shape_of(value: &Value) -> BodyShape {
         v => vec![v],
     };
     let mut shape = BodyShape {
-        has_requests: false,
+        has_requests: matches!(value, Value::Array(a) if a.is_empty()),
         is_initialize: false,
-        is_modern: false,
+        any_modern: false,
     };
     for m in items {
-        let has_method = m.get("method").is_some();
-        if m.get("id").is_some() || !has_method {
-            // Requests, and anything invalid (it gets an error response).
+        let method = m.get("method");
+        let is_response =
+            method.is_none() && (m.get("result").is_some() || m.get("error").is_some());
+        // Requests, and invalid messages (they get an error response).
+        if !is_response && (m.get("id").is_some() || !method.is_some_and(Value::is_string)) {
             shape.has_requests = true;
         }
-        if m.get("method").and_then(Value::as_str) == Some("initialize") {
+        if method.and_then(Value::as_str) == Some("initialize") {
             shape.is_initialize = true;
         }
-        if m.pointer("/params/_meta/io.modelcontextprotocol~1protocolVersion")
-            .is_some()
-        {
-            shape.is_modern = true;
-        }
-    }
-    if matches!(value, Value::Array(a) if a.is_empty()) {
-        shape.has_requests = true;
+        shape.any_modern |= is_modern(m);
     }
     shape
 }
 
-async fn post(state: Arc<HttpState>, headers: HeaderMap, body: Body) -> Response {
+async fn read_body(state: &HttpState, body: Body) -> Result<(String, Value), Response> {
     let limit = state.engine.config.max_message_bytes;
-    let bytes: Bytes = match axum::body::to_bytes(body, limit).await {
+    let bytes: Bytes = axum::body::to_bytes(body, limit).await.map_err(|_| {
+        rpc_error_response(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            jsonrpc::PARSE_ERROR,
+            "Parse error",
+            &format!("Message exceeds the {limit}-byte limit"),
+        )
+    })?;
+    let text = String::from_utf8(bytes.to_vec()).map_err(|e| {
+        rpc_error_response(
+            StatusCode::BAD_REQUEST,
+            jsonrpc::PARSE_ERROR,
+            "Parse error",
+            &format!("Message is not valid UTF-8: {e}"),
+        )
+    })?;
+    let value: Value = serde_json::from_str(&text).map_err(|e| {
+        rpc_error_response(
+            StatusCode::BAD_REQUEST,
+            jsonrpc::PARSE_ERROR,
+            "Parse error",
+            &e.to_string(),
+        )
+    })?;
+    Ok((text, value))
+}
+
+async fn post(state: Arc<HttpState>, headers: HeaderMap, body: Body) -> Response {
+    let (text, value) = match read_body(&state, body).await {
         Ok(b) => b,
-        Err(_) => {
-            return rpc_error_response(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                jsonrpc::PARSE_ERROR,
-                "Parse error",
-                &format!("Message exceeds the {limit}-byte limit"),
-            )
-        }
-    };
-    let text = match std::str::from_utf8(&bytes) {
-        Ok(t) => t,
-        Err(e) => {
-            return rpc_error_response(
-                StatusCode::BAD_REQUEST,
-                jsonrpc::PARSE_ERROR,
-                "Parse error",
-                &format!("Message is not valid UTF-8: {e}"),
-            )
-        }
-    };
-    let value: Value = match serde_json::from_str(text) {
-        Ok(v) => v,
-        Err(e) => {
-            return rpc_error_response(
-                StatusCode::BAD_REQUEST,
-                jsonrpc::PARSE_ERROR,
-                "Parse error",
-                &e.to_string(),
-            )
-        }
+        Err(r) => return r,
     };
     let shape = shape_of(&value);
-    let session_header = header_str(&headers, "mcp-session-id").map(str::to_string);
+    if shape.any_modern {
+        if value.is_array() {
+            return rpc_error_response(
+                StatusCode::BAD_REQUEST,
+                jsonrpc::INVALID_REQUEST,
+                "Invalid Request",
+                &format!("A {MODERN_VERSION} request must be posted alone, not in a batch"),
+            );
+        }
+        return post_modern(state, headers, text, value).await;
+    }
+    post_legacy(state, headers, text, shape).await
+}
 
-    if let Some(v) = header_str(&headers, "mcp-protocol-version") {
-        if v != MODERN_VERSION && !LEGACY_VERSIONS.contains(&v) {
+/// The stateless era: validate the routing headers against the body, run
+/// the request on a connection of its own (over the shared stateless
+/// session), and cancel it if the client goes away before the answer.
+async fn post_modern(
+    state: Arc<HttpState>,
+    headers: HeaderMap,
+    text: String,
+    value: Value,
+) -> Response {
+    if let Err(problem) = check_modern_headers(&headers, &value) {
+        let id = value.get("id").cloned().unwrap_or(Value::Null);
+        let body = serde_json::json!({"jsonrpc": "2.0", "id": id, "error": {
+            "code": HEADER_MISMATCH, "message": "Header mismatch", "data": problem}});
+        return (
+            StatusCode::BAD_REQUEST,
+            [(header::CONTENT_TYPE, "application/json")],
+            body.to_string(),
+        )
+            .into_response();
+    }
+    let (notify, _) = mpsc::unbounded_channel();
+    let conn = state.engine.connect_to(state.stateless.clone(), notify);
+    let (tx, mut rx) = mpsc::unbounded_channel::<String>();
+    conn.handle_text(&text, &tx);
+    drop(tx);
+    let mut guard = CancelOnDrop(Some(conn));
+    let Some(first) = rx.recv().await else {
+        guard.disarm();
+        return StatusCode::ACCEPTED.into_response();
+    };
+    if is_final(&first) {
+        guard.disarm();
+        let status = status_for(&first);
+        return (status, [(header::CONTENT_TYPE, "application/json")], first).into_response();
+    }
+    sse_until_final(first, rx, guard)
+}
+
+/// HTTP status for a JSON-RPC answer in the stateless era.
+fn status_for(message: &str) -> StatusCode {
+    let code = serde_json::from_str::<Value>(message)
+        .ok()
+        .and_then(|v| v.pointer("/error/code").and_then(Value::as_i64));
+    match code {
+        Some(jsonrpc::METHOD_NOT_FOUND) => StatusCode::NOT_FOUND,
+        Some(
+            jsonrpc::PARSE_ERROR
+            | jsonrpc::INVALID_REQUEST
+            | jsonrpc::INVALID_PARAMS
+            | jsonrpc::UNSUPPORTED_PROTOCOL_VERSION
+            | HEADER_MISMATCH,
+        ) => StatusCode::BAD_REQUEST,
+        _ => StatusCode::OK,
+    }
+}
+
+/// JSON-RPC error code for routing headers that disagree with the body.
+const HEADER_MISMATCH: i64 = -32020;
+
+/// `MCP-Protocol-Version`, `Mcp-Method` and (for named methods) `Mcp-Name`
+/// must repeat what the body says.
+fn check_modern_headers(headers: &HeaderMap, body: &Value) -> Result<(), String> {
+    for name in ["mcp-protocol-version", "mcp-method", "mcp-name"] {
+        if headers.get_all(name).iter().count() > 1 {
+            return Err(format!("The {name} header appears more than once"));
+        }
+    }
+    let meta_version = body
+        .pointer("/params/_meta/io.modelcontextprotocol~1protocolVersion")
+        .and_then(Value::as_str);
+    let header_version = header_str(headers, "mcp-protocol-version");
+    if header_version.is_none() || header_version != meta_version {
+        return Err(format!(
+            "The MCP-Protocol-Version header ({}) must equal _meta's io.modelcontextprotocol/protocolVersion ({})",
+            header_version.unwrap_or("missing"),
+            meta_version.unwrap_or("missing")
+        ));
+    }
+    let method = body.get("method").and_then(Value::as_str);
+    if header_str(headers, "mcp-method") != method {
+        return Err(format!(
+            "The Mcp-Method header ({}) must equal the body's method ({})",
+            header_str(headers, "mcp-method").unwrap_or("missing"),
+            method.unwrap_or("missing")
+        ));
+    }
+    let name_key = match method {
+        Some("tools/call" | "prompts/get") => Some("name"),
+        Some("resources/read") => Some("uri"),
+        _ => None,
+    };
+    if let Some(key) = name_key {
+        if let Some(expected) = body
+            .pointer(&format!("/params/{key}"))
+            .and_then(Value::as_str)
+        {
+            let given = header_str(headers, "mcp-name").and_then(decode_header_value);
+            if given.as_deref() != Some(expected) {
+                return Err(format!(
+                    "The Mcp-Name header must equal the body's params.{key} ({expected})"
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A header value, decoding the `=?base64?...?=` form used for values that
+/// are not plain visible ASCII.
+fn decode_header_value(v: &str) -> Option<String> {
+    match v
+        .strip_prefix("=?base64?")
+        .and_then(|r| r.strip_suffix("?="))
+    {
+        None => Some(v.to_string()),
+        Some(payload) => String::from_utf8(base64_decode(payload)?).ok(),
+    }
+}
+
+fn base64_decode(s: &str) -> Option<Vec<u8>> {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let s = s.trim_end_matches('=');
+    let mut out = Vec::with_capacity(s.len() * 3 / 4);
+    let (mut acc, mut bits) = (0u32, 0u32);
+    for c in s.bytes() {
+        let v = ALPHABET.iter().position(|&a| a == c)? as u32;
+        acc = (acc << 6) | v;
+        bits += 6;
+        if bits >= 8 {
+            bits -= 8;
+            out.push((acc >> bits) as u8);
+            acc &= (1 << bits) - 1;
+        }
+    }
+    Some(out)
+}
+
+/// Cancels the connection's requests unless disarmed: dropped with the
+/// response (the client went away) before the final answer was sent.
+struct CancelOnDrop(Option<Connection>);
+
+impl CancelOnDrop {
+    fn disarm(&mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        if let Some(conn) = self.0.take() {
+            tracing::info!("client closed the request's stream; cancelling it");
+            conn.cancel_all();
+        }
+    }
+}
+
+/// An SSE response: `first`, then messages from `rx`, ending after the
+/// final answer; `guard` cancels the request if the stream is dropped early.
+fn sse_until_final(
+    first: String,
+    rx: mpsc::UnboundedReceiver<String>,
+    guard: CancelOnDrop,
+) -> Response {
+    struct StreamState {
+        pending: Option<String>,
+        rx: mpsc::UnboundedReceiver<String>,
+        guard: CancelOnDrop,
+        done: bool,
+    }
+    let state = StreamState {
+        pending: Some(first),
+        rx,
+        guard,
+        done: false,
+    };
+    let events = stream::unfold(state, |mut st| async move {
+        if st.done {
+            return None;
+        }
+        let message = match st.pending.take() {
+            Some(m) => m,
+            None => match st.rx.recv().await {
+                Some(m) => m,
+                None => {
+                    st.guard.disarm();
+                    return None;
+                }
+            },
+        };
+        if is_final(&message) {
+            st.done = true;
+            st.guard.disarm();
+        }
+        let event = Event::default().event("message").data(message);
+        Some((Ok::<_, std::convert::Infallible>(event), st))
+    });
+    let mut response = Sse::new(events)
+        .keep_alive(KeepAlive::new().interval(Duration::from_secs(15)))
+        .into_response();
+    response
+        .headers_mut()
+        .insert("x-accel-buffering", HeaderValue::from_static("no"));
+    response
+}
+
+/// The handshake era: sessions keyed by `Mcp-Session-Id`.
+async fn post_legacy(
+    state: Arc<HttpState>,
+    headers: HeaderMap,
+    text: String,
+    shape: BodyShape,
+) -> Response {
+    let session_header = header_str(&headers, "mcp-session-id").map(str::to_string);
+    let header_version = header_str(&headers, "mcp-protocol-version").map(str::to_string);
+    if let Some(v) = &header_version {
+        if !LEGACY_VERSIONS.contains(&v.as_str()) {
             return rpc_error_response(
                 StatusCode::BAD_REQUEST,
                 jsonrpc::INVALID_REQUEST,
@@ -321,13 +549,10 @@ async fn post(state: Arc<HttpState>, headers: HeaderMap, body: Body) -> Response
     }
 
     let mut new_session: Option<String> = None;
-    let conn = if shape.is_modern && session_header.is_none() {
-        state.stateless.clone()
-    } else if shape.is_initialize && session_header.is_none() {
+    let conn = if shape.is_initialize && session_header.is_none() {
         let (notify, _rx) = mpsc::unbounded_channel();
-        let conn = state.engine.connect(notify);
         new_session = Some(new_session_id());
-        conn
+        state.engine.connect(notify)
     } else {
         match &session_header {
             None => {
@@ -344,9 +569,19 @@ async fn post(state: Arc<HttpState>, headers: HeaderMap, body: Body) -> Response
             },
         }
     };
+    if let (Some(v), Some(agreed)) = (&header_version, conn.protocol_version()) {
+        if *v != agreed {
+            return rpc_error_response(
+                StatusCode::BAD_REQUEST,
+                jsonrpc::INVALID_REQUEST,
+                "Invalid Request",
+                &format!("MCP-Protocol-Version header '{v}' differs from the version this session agreed on ({agreed})"),
+            );
+        }
+    }
 
     let (tx, mut rx) = mpsc::unbounded_channel::<String>();
-    conn.handle_text(text, &tx);
+    conn.handle_text(&text, &tx);
     drop(tx);
 
     if let Some(id) = &new_session {
@@ -371,41 +606,26 @@ async fn post(state: Arc<HttpState>, headers: HeaderMap, body: Body) -> Response
 
     let accepts_sse =
         header_str(&headers, "accept").is_some_and(|a| a.contains("text/event-stream"));
-    let Some(first) = rx.recv().await else {
-        let mut r = StatusCode::ACCEPTED.into_response();
-        add_session_header(&mut r, new_session.as_deref());
-        return r;
-    };
-    // Only one message (the response): plain JSON.
-    let second = if is_final(&first) {
-        None
-    } else {
-        rx.recv().await
-    };
-    let mut response = match second {
-        None => json_response(first),
-        Some(second) if !accepts_sse => {
+    let mut response = match rx.recv().await {
+        // Every request was cancelled: an empty stream ends the POST.
+        None => {
+            Sse::new(stream::empty::<Result<Event, std::convert::Infallible>>()).into_response()
+        }
+        Some(first) if is_final(&first) => json_response(first),
+        Some(first) if accepts_sse => sse_until_final(first, rx, CancelOnDrop(None)),
+        Some(_) => {
             // The client cannot read a stream: answer with the response only.
-            let mut last = second;
-            if !is_final(&last) {
-                while let Some(m) = rx.recv().await {
-                    last = m;
-                    if is_final(&last) {
-                        break;
-                    }
+            let mut last = None;
+            while let Some(m) = rx.recv().await {
+                if is_final(&m) {
+                    last = Some(m);
+                    break;
                 }
             }
-            json_response(last)
-        }
-        Some(second) => {
-            let head = stream::iter(vec![first, second]);
-            let tail = stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|m| (m, rx)) });
-            let events = head.chain(tail).map(|m| {
-                Ok::<_, std::convert::Infallible>(Event::default().event("message").data(m))
-            });
-            Sse::new(events)
-                .keep_alive(KeepAlive::new().interval(Duration::from_secs(15)))
-                .into_response()
+            match last {
+                Some(m) => json_response(m),
+                None => StatusCode::ACCEPTED.into_response(),
+            }
         }
     };
     add_session_header(&mut response, new_session.as_deref());

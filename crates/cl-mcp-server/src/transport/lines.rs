@@ -7,8 +7,8 @@ use tokio::sync::mpsc;
 
 use crate::protocol::{Connection, Outbound};
 
-/// Reads lines from `input` and hands each to `conn` until the input ends,
-/// then waits until every started request has been answered.
+/// Reads lines from `input` and hands each to `conn` until the input ends.
+/// The caller decides what happens to requests still running then.
 pub async fn serve_lines<R>(mut input: R, conn: &Connection, out: &Outbound, max_bytes: usize)
 where
     R: AsyncBufRead + Unpin,
@@ -25,7 +25,12 @@ where
         };
         if buf.is_empty() {
             // End of input: a last line without newline still counts.
-            if !oversized && !line.is_empty() {
+            if oversized {
+                conn.reject_unreadable(
+                    &format!("Message exceeds the {max_bytes}-byte line limit; it was skipped"),
+                    out,
+                );
+            } else if !line.is_empty() {
                 deliver(&line, conn, out);
             }
             break;

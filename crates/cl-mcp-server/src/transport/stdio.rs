@@ -17,6 +17,8 @@ pub async fn serve(engine: Arc<Engine>, stdout: tokio::fs::File) {
     let conn = engine.connect(tx.clone());
     let input = BufReader::with_capacity(256 * 1024, tokio::io::stdin());
     serve_lines(input, &conn, &tx, engine.config.max_message_bytes).await;
+    // stdin closed: answer what is in flight, then exit.
+    conn.drain().await;
     drop(conn);
     drop(tx);
     let _ = writer.await;

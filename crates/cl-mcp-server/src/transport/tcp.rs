@@ -29,6 +29,9 @@ pub async fn serve(engine: Arc<Engine>, listener: TcpListener) -> std::io::Resul
                 engine.config.max_message_bytes,
             )
             .await;
+            // The peer hung up: nobody will read answers, so stop the work.
+            conn.cancel_all();
+            conn.drain().await;
             drop(conn);
             drop(tx);
             let _ = writer.await;

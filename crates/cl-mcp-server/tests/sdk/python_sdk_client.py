@@ -1,7 +1,8 @@
-"""Connects the official MCP Python SDK to cl-mcp-server over stdio, in both
-protocol eras, lists tools and calls one. Exits non-zero on any failure.
+"""Connects the official MCP Python SDK to cl-mcp-server over stdio (and,
+given a URL, over Streamable HTTP), in both protocol eras, lists tools and
+calls one. Exits non-zero on any failure.
 
-Usage: python3 python_sdk_client.py /path/to/cl-mcp-server [project-root]
+Usage: python3 python_sdk_client.py /path/to/cl-mcp-server [project-root [http-url]]
 """
 
 import asyncio
@@ -10,9 +11,8 @@ import sys
 from mcp import Client, StdioServerParameters
 
 
-async def run(binary: str, root: str, mode: str) -> None:
-    params = StdioServerParameters(command=binary, args=["--project-root", root])
-    async with Client(params, mode=mode, read_timeout_seconds=60) as client:
+async def run(target, label: str, mode: str) -> None:
+    async with Client(target, mode=mode, read_timeout_seconds=60) as client:
         version = client.protocol_version
         info = client.server_info
         assert info is not None and info.name == "cl-mcp-server", info
@@ -30,15 +30,20 @@ async def run(binary: str, root: str, mode: str) -> None:
         assert not result.is_error, result
         text = result.content[0].text
         assert text, result
-        await client.send_ping()
-        print(f"{mode}: protocol {version}, {len(names)} tools, {target} -> {text[:60]!r}")
+        if mode == "legacy":
+            await client.send_ping()
+        print(f"{label} {mode}: protocol {version}, {len(names)} tools, {target} -> {text[:60]!r}")
 
 
 async def main() -> None:
     binary = sys.argv[1]
     root = sys.argv[2] if len(sys.argv) > 2 else "."
-    await run(binary, root, "auto")  # probes server/discover: the stateless era
-    await run(binary, root, "legacy")  # the initialize handshake
+    stdio = StdioServerParameters(command=binary, args=["--project-root", root])
+    await run(stdio, "stdio", "auto")  # probes server/discover: the stateless era
+    await run(stdio, "stdio", "legacy")  # the initialize handshake
+    if len(sys.argv) > 3:
+        await run(sys.argv[3], "http", "auto")
+        await run(sys.argv[3], "http", "legacy")
 
 
 asyncio.run(main())
