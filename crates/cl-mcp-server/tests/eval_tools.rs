@@ -228,3 +228,32 @@ fn cancellation_interrupts_the_evaluation() {
         t.elapsed()
     );
 }
+
+#[test]
+fn progress_shows_the_latest_output_line() {
+    let mut s = lisp_server(&[]);
+    eval(&mut s, 1, "1");
+    s.send(
+        &json!({"jsonrpc":"2.0","id":2,"method":"tools/call","params":{
+        "_meta":{"progressToken":"p1"},
+        "name":"evaluate-lisp",
+        "arguments":{"code":"(dotimes (i 3) (format t \"step ~a~%\" i) (sleep 1))"}}}),
+    );
+    let msgs = s.collect_until(Duration::from_secs(60), |m| m.get("id") == Some(&json!(2)));
+    let progress: Vec<String> = msgs
+        .iter()
+        .filter(|m| m["method"] == "notifications/progress")
+        .filter_map(|m| m["params"]["message"].as_str().map(str::to_string))
+        .collect();
+    assert!(
+        progress
+            .iter()
+            .any(|p| p.contains("step 1") || p.contains("step 2")),
+        "{progress:?}"
+    );
+    let last = msgs.last().unwrap();
+    assert_eq!(
+        last["result"]["content"][0]["text"],
+        "step 0\nstep 1\nstep 2\n=> NIL"
+    );
+}
