@@ -121,6 +121,15 @@ T-or-NIL :via \"asdf\"|\"quicklisp\" :diagnostics (...) :stdout S :stderr S
   (let* ((name (string-downcase (string name)))
          (via (if (and (quicklisp-available-p) (not force)) "quicklisp" "asdf"))
          (notes '()))
+    ;; Without Quicklisp to fetch it, an unknown system is a plain answer,
+    ;; not an error with ASDF's internals as a backtrace.
+    (when (and (string= via "asdf") (null (ignore-errors (asdf:find-system name nil))))
+      (return-from load-system
+        (list :system name :success nil :via via :diagnostics nil :stdout "" :stderr ""
+              :elapsed-ms 0
+              :error (list :type "ASDF/FIND-COMPONENT:MISSING-COMPONENT"
+                           :message (format nil "ASDF cannot find a system named ~S. Check its name, or make its .asd file findable (e.g. push its directory onto ASDF:*CENTRAL-REGISTRY*)." name)
+                           :restarts nil :backtrace nil))))
     (let ((result
             (run-captured
              (lambda ()

@@ -231,6 +231,12 @@ async fn code_find(a: FindArgs, ctx: ToolContext) -> ToolOutput {
     } else {
         format!("{} definition(s) of {symbol}:", defs.len())
     };
+    if defs.iter().any(|d| d.error.is_some()) {
+        text.push_str(
+            "\n(Definitions made with evaluate-lisp have no source file; compile files with \
+             lisp-compile-file or load them through ASDF to get locations.)",
+        );
+    }
     for d in &defs {
         match &d.error {
             Some(e) => text.push_str(&format!(
