@@ -53,6 +53,8 @@ pub enum Command {
         #[arg(long, env = "CL_MCP_SESSION_IDLE_SECS", default_value_t = 3600)]
         session_idle_secs: u64,
     },
+    /// Check the Lisp, Swank, the core cache and a live image; print each check with its fix.
+    Doctor,
     /// Run one tool once and print its result (scripting, smoke tests).
     Call {
         /// The tool's name, e.g. lisp-check-parens.
@@ -86,6 +88,49 @@ pub struct ServerOptions {
         value_delimiter = ','
     )]
     pub require_approval: Vec<String>,
+    /// The Lisp to run (default: `sbcl` on PATH).
+    #[arg(long, env = "CL_MCP_LISP", global = true, value_name = "PATH")]
+    pub lisp: Option<PathBuf>,
+    /// Swank's swank-loader.lisp (default: Debian's cl-swank, then ASDF, then Quicklisp).
+    #[arg(long, env = "SWANK_LOADER", global = true, value_name = "PATH")]
+    pub swank_loader: Option<PathBuf>,
+    /// Attach to the Swank server of an image you already run (SLIME/SLY) instead of starting one.
+    #[arg(
+        long = "swank",
+        env = "CL_MCP_SWANK",
+        global = true,
+        value_name = "HOST:PORT"
+    )]
+    pub swank: Option<String>,
+    /// File holding the attached Swank's secret (its first line), if it uses one (~/.slime-secret).
+    #[arg(
+        long,
+        env = "CL_MCP_SWANK_SECRET_FILE",
+        global = true,
+        value_name = "FILE"
+    )]
+    pub swank_secret_file: Option<PathBuf>,
+    /// All sessions share one image (default: each session has its own).
+    #[arg(long, env = "CL_MCP_SHARED_IMAGE", global = true)]
+    pub shared_image: bool,
+    /// Start a session's image only when a tool first needs it (default: at the handshake, in the background).
+    #[arg(long, env = "CL_MCP_LAZY_IMAGE", global = true)]
+    pub lazy_image: bool,
+    /// Never build or use the cached core: always load Swank and the helpers from source.
+    #[arg(long, env = "CL_MCP_NO_CORE_CACHE", global = true)]
+    pub no_core_cache: bool,
+    /// Directory of the core cache (default: $XDG_CACHE_HOME/cl-mcp-server or ~/.cache/cl-mcp-server).
+    #[arg(long, env = "CL_MCP_CACHE_DIR", global = true, value_name = "DIR")]
+    pub cache_dir: Option<PathBuf>,
+    /// Extra runtime argument for the Lisp, e.g. --lisp-arg=--dynamic-space-size --lisp-arg=4096. Repeatable.
+    #[arg(
+        long = "lisp-arg",
+        env = "CL_MCP_LISP_ARGS",
+        global = true,
+        value_delimiter = ' ',
+        allow_hyphen_values = true
+    )]
+    pub lisp_args: Vec<String>,
     /// Longest accepted message line, in bytes.
     #[arg(long, env = "CL_MCP_MAX_MESSAGE_BYTES", global = true, default_value_t = 16 * 1024 * 1024)]
     pub max_message_bytes: usize,
@@ -121,6 +166,37 @@ impl ServerOptions {
             return Err("--max-message-bytes must be at least 1024".into());
         }
         config.max_message_bytes = self.max_message_bytes;
+        if self
+            .swank
+            .as_deref()
+            .is_some_and(|addr| !addr.contains(':'))
+        {
+            return Err(format!(
+                "--swank {}: expected HOST:PORT, e.g. 127.0.0.1:4005",
+                self.swank.as_deref().unwrap_or_default()
+            ));
+        }
+        if self.swank.is_none() && self.swank_secret_file.is_some() {
+            return Err("--swank-secret-file only makes sense with --swank HOST:PORT".into());
+        }
+        let image = crate::image::ImageConfig {
+            lisp: self.lisp.clone(),
+            swank_loader: self.swank_loader.clone(),
+            attach: self.swank.clone(),
+            attach_secret_file: self.swank_secret_file.clone(),
+            use_core_cache: !self.no_core_cache,
+            cache_dir: self.cache_dir.clone(),
+            lisp_runtime_args: self
+                .lisp_args
+                .iter()
+                .filter(|a| !a.is_empty())
+                .cloned()
+                .collect(),
+            ..crate::image::ImageConfig::default()
+        };
+        config.image = image;
+        config.shared_image = self.shared_image;
+        config.eager_image = !self.lazy_image;
         config.require_approval = self
             .require_approval
             .iter()

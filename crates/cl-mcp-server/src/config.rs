@@ -15,6 +15,11 @@ pub struct ServerConfig {
     pub max_message_bytes: usize,
     /// `--require-approval`: tools that ask the user before running.
     pub require_approval: Vec<String>,
+    /// `--shared-image`: every session uses one image.
+    pub shared_image: bool,
+    /// Start a session's image as soon as the session starts (not at the
+    /// first tool call that needs it).
+    pub eager_image: bool,
     /// How sessions find, start or attach to their Lisp image.
     pub image: crate::image::ImageConfig,
 }
@@ -26,6 +31,8 @@ impl Default for ServerConfig {
             tool_groups: ToolGroup::ALL.to_vec(),
             max_message_bytes: 16 * 1024 * 1024,
             require_approval: Vec::new(),
+            shared_image: false,
+            eager_image: true,
             image: crate::image::ImageConfig::from_env(),
         }
     }

@@ -5,6 +5,7 @@
 
 pub mod cli;
 pub mod config;
+pub mod doctor;
 pub mod image;
 pub mod logging;
 pub mod prompts;

@@ -8,7 +8,6 @@ use serde_json::{Map, Value};
 
 use cl_mcp_server::cli::{tcp_addr, Cli, Command};
 use cl_mcp_server::protocol::Engine;
-use cl_mcp_server::session::Session;
 use cl_mcp_server::tools::ToolContext;
 use cl_mcp_server::transport;
 
@@ -109,6 +108,7 @@ fn main() -> ExitCode {
             }
             ExitCode::SUCCESS
         }),
+        Command::Doctor => runtime.block_on(cl_mcp_server::doctor::run(Engine::new(config))),
         Command::Call { tool, args, json } => {
             runtime.block_on(call(config, &tool, &args, json.as_deref()))
         }
@@ -175,7 +175,7 @@ async fn call(
         );
         return ExitCode::from(2);
     };
-    let session = Session::new(engine.config.clone());
+    let session = engine.new_session();
     let ctx = ToolContext::new(session, tokio_util::sync::CancellationToken::new());
     let out = def.call(Value::Object(arguments), ctx).await;
     println!("{}", out.text);

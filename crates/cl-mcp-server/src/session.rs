@@ -13,18 +13,42 @@ pub struct Session {
     pub config: Arc<ServerConfig>,
     root: RwLock<PathBuf>,
     root_fixed: bool,
-    image: OnceLock<Image>,
+    image: ImageSlot,
+}
+
+/// Where a session's image lives: its own, or the one all sessions share
+/// (`--shared-image`). Either is created on first use.
+pub enum ImageSlot {
+    Own(OnceLock<Image>),
+    Shared(Arc<OnceLock<Image>>),
+}
+
+impl ImageSlot {
+    fn get_or_start(&self, config: &ServerConfig) -> Image {
+        let cell = match self {
+            ImageSlot::Own(c) => c,
+            ImageSlot::Shared(c) => c.as_ref(),
+        };
+        cell.get_or_init(|| Image::new(config.image.clone()))
+            .clone()
+    }
 }
 
 impl Session {
+    /// A session with an image of its own.
     pub fn new(config: Arc<ServerConfig>) -> Arc<Self> {
+        Session::with_image(config, ImageSlot::Own(OnceLock::new()))
+    }
+
+    /// A session whose image lives in `image`.
+    pub fn with_image(config: Arc<ServerConfig>, image: ImageSlot) -> Arc<Self> {
         let root = config.initial_project_root();
         let explicit = config.project_root.is_some();
         Arc::new(Session {
             config,
             root: RwLock::new(root),
             root_fixed: explicit,
-            image: OnceLock::new(),
+            image,
         })
     }
 
@@ -32,9 +56,22 @@ impl Session {
     /// and started in the background; calls wait for it. Must be called
     /// inside the Tokio runtime. Dropping the session stops a local image.
     pub fn image(&self) -> Image {
-        self.image
-            .get_or_init(|| Image::new(self.config.image.clone()))
-            .clone()
+        self.image.get_or_start(&self.config)
+    }
+
+    /// Starts the image in the background now (when the session offers tools
+    /// that need one), so the first evaluation does not wait for it.
+    pub fn warm_up(&self) {
+        use crate::tools::ToolGroup;
+        let needs_image = self.config.tool_groups.iter().any(|g| {
+            matches!(
+                g,
+                ToolGroup::Eval | ToolGroup::Image | ToolGroup::Code | ToolGroup::Asdf
+            )
+        });
+        if needs_image && self.config.eager_image {
+            let _ = self.image();
+        }
     }
 
     /// The project root: file tools resolve paths against it and refuse to

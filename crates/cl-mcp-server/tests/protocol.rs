@@ -916,3 +916,30 @@ fn schemas_use_only_standard_formats() {
         );
     }
 }
+
+#[test]
+fn doctor_checks_everything_and_says_how_to_fix_failures() {
+    let out = std::process::Command::new(common::BIN)
+        .arg("doctor")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    for check in ["lisp", "swank", "core cache", "image", "eval"] {
+        assert!(
+            text.contains(&format!("[ok  ] {check}")),
+            "{check} in:\n{text}"
+        );
+    }
+    assert!(text.contains("(+ 1 2) => 3"));
+    let out = std::process::Command::new(common::BIN)
+        .args(["doctor", "--lisp", "/nonexistent/sbcl"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(!out.status.success());
+    assert!(
+        text.contains("[FAIL] lisp") && text.contains("fix:"),
+        "{text}"
+    );
+}

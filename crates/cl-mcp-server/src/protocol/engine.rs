@@ -17,7 +17,7 @@ use tokio_util::task::TaskTracker;
 use super::jsonrpc::{self, Message, RequestId};
 use super::mcp::{self, Era};
 use crate::config::ServerConfig;
-use crate::session::Session;
+use crate::session::{ImageSlot, Session};
 use crate::tools::{LogLevel, ToolRegistry};
 
 /// Where a connection's outgoing messages go: one JSON text per item, without
@@ -28,6 +28,8 @@ pub type Outbound = mpsc::UnboundedSender<String>;
 pub struct Engine {
     pub config: Arc<ServerConfig>,
     pub tools: Arc<ToolRegistry>,
+    /// The image all sessions use with `--shared-image`.
+    shared_image: Arc<std::sync::OnceLock<crate::image::Image>>,
 }
 
 impl Engine {
@@ -36,13 +38,24 @@ impl Engine {
         Arc::new(Engine {
             config: Arc::new(config),
             tools,
+            shared_image: Arc::new(std::sync::OnceLock::new()),
         })
     }
 
     /// Opens one MCP session (a stdio stream, a TCP connection, an HTTP
     /// session). `notify` receives messages not tied to a request.
     pub fn connect(self: &Arc<Self>, notify: Outbound) -> Connection {
-        self.connect_to(Session::new(self.config.clone()), notify)
+        self.connect_to(self.new_session(), notify)
+    }
+
+    /// A new session: with its own image, or the shared one.
+    pub fn new_session(&self) -> Arc<Session> {
+        let slot = if self.config.shared_image {
+            ImageSlot::Shared(self.shared_image.clone())
+        } else {
+            ImageSlot::Own(std::sync::OnceLock::new())
+        };
+        Session::with_image(self.config.clone(), slot)
     }
 
     /// Opens a connection on an existing session (stateless HTTP requests

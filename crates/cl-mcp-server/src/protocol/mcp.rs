@@ -174,6 +174,8 @@ pub(crate) fn initialize(conn: &ConnState, msg: &Message, era: Era) -> Result<Va
     if let Some(root) = params.and_then(client_root) {
         conn.session.adopt_client_root(&root);
     }
+    // The image starts in the background; the handshake never waits for it.
+    conn.session.warm_up();
     tracing::info!(protocol = %version, "initialized");
     Ok(json!({
         "protocolVersion": version,
@@ -245,6 +247,7 @@ pub(crate) async fn dispatch(req: RequestCtx, msg: Message) -> Result<Value, Mcp
     let mut result = match msg.method.as_str() {
         "ping" => json!({}),
         "server/discover" => {
+            req.conn.session.warm_up();
             json!({
                 "supportedVersions": supported_versions(),
                 "capabilities": capabilities(),

@@ -65,7 +65,7 @@ pub async fn serve(
     options: HttpOptions,
     listener: tokio::net::TcpListener,
 ) -> std::io::Result<()> {
-    let stateless = Session::new(engine.config.clone());
+    let stateless = engine.new_session();
     let state = Arc::new(HttpState {
         engine,
         options,

@@ -1,0 +1,168 @@
+//! `cl-mcp-server doctor`: checks, one by one, what the server needs — the
+//! Lisp, Swank, the core cache, a live image — and says how to fix what fails.
+
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+use crate::image::core_cache::{default_cache_dir, CoreCache};
+use crate::image::locate;
+use crate::protocol::Engine;
+use crate::tools::ToolContext;
+
+/// One line of the report.
+fn report(ok: bool, what: &str, detail: &str, fix: Option<&str>) {
+    let mark = if ok { "ok  " } else { "FAIL" };
+    println!("[{mark}] {what:<11} {detail}");
+    if let (false, Some(fix)) = (ok, fix) {
+        println!("       fix: {fix}");
+    }
+}
+
+/// Runs every check; exit status 0 when all pass.
+pub async fn run(engine: Arc<Engine>) -> ExitCode {
+    let config = &engine.config.image;
+    let mut all_ok = true;
+
+    if let Some(addr) = &config.attach {
+        report(true, "mode", &format!("attach to Swank at {addr}"), None);
+    } else {
+        let lisp = match locate::find_lisp(config) {
+            Ok(l) => l,
+            Err(e) => {
+                report(
+                    false,
+                    "lisp",
+                    &e.to_string(),
+                    Some("apt-get install sbcl, or pass --lisp PATH (CL_MCP_LISP)"),
+                );
+                return ExitCode::FAILURE;
+            }
+        };
+        let version = std::process::Command::new(&lisp)
+            .arg("--version")
+            .output()
+            .ok()
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+            .unwrap_or_default();
+        report(
+            true,
+            "lisp",
+            &format!("{} ({version})", lisp.display()),
+            None,
+        );
+        let swank = match locate::find_swank(config, || locate::asdf_finds_swank(&lisp)) {
+            Ok(s) => s,
+            Err(e) => {
+                report(
+                    false,
+                    "swank",
+                    &e.to_string(),
+                    Some("apt-get install cl-swank, or pass --swank-loader PATH (SWANK_LOADER)"),
+                );
+                return ExitCode::FAILURE;
+            }
+        };
+        let source = match &swank {
+            locate::SwankSource::Loader(p) => format!("{} (swank-loader)", p.display()),
+            locate::SwankSource::Asdf => "the ASDF system swank".to_string(),
+            locate::SwankSource::Quicklisp(p) => format!("Quicklisp ({})", p.display()),
+        };
+        report(true, "swank", &source, None);
+        if config.use_core_cache {
+            let dir = config.cache_dir.clone().unwrap_or_else(default_cache_dir);
+            let quicklisp = config.load_quicklisp.then(locate::find_quicklisp).flatten();
+            let core = CoreCache::new(dir, lisp, swank, quicklisp).core_path();
+            let detail = if core.is_file() {
+                format!("{} (cached)", core.display())
+            } else {
+                format!("{} (built on the first start)", core.display())
+            };
+            report(true, "core cache", &detail, None);
+        } else {
+            report(
+                true,
+                "core cache",
+                "off (--no-core-cache): loading from source",
+                None,
+            );
+        }
+    }
+
+    let session = engine.new_session();
+    let started = Instant::now();
+    let image = session.image();
+    match tokio::time::timeout(Duration::from_secs(180), image.ready()).await {
+        Ok(Ok(())) => {
+            let info = image.info();
+            let pid = info.pid.map(|p| format!(", pid {p}")).unwrap_or_default();
+            report(
+                true,
+                "image",
+                &format!(
+                    "{} image ready in {} ms{pid}",
+                    info.mode,
+                    started.elapsed().as_millis()
+                ),
+                None,
+            );
+        }
+        Ok(Err(e)) => {
+            all_ok = false;
+            report(
+                false,
+                "image",
+                &e.to_string(),
+                Some("run with MCP_LOG_LEVEL=debug to see the Lisp's own output"),
+            );
+        }
+        Err(_) => {
+            all_ok = false;
+            report(
+                false,
+                "image",
+                "not ready after 180 s",
+                Some("run with MCP_LOG_LEVEL=debug"),
+            );
+        }
+    }
+    if all_ok {
+        match engine.tools.get("evaluate-lisp") {
+            None => report(
+                true,
+                "eval",
+                "skipped (the eval tools are not enabled)",
+                None,
+            ),
+            Some(tool) => {
+                let t = Instant::now();
+                let ctx = ToolContext::new(session.clone(), CancellationToken::new());
+                let out = tool.call(json!({"code": "(+ 1 2)"}), ctx).await;
+                let ok = !out.is_error && out.text.trim_end().ends_with("=> 3");
+                all_ok &= ok;
+                report(
+                    ok,
+                    "eval",
+                    &format!(
+                        "(+ 1 2) {} in {:.1} ms",
+                        out.text.trim(),
+                        t.elapsed().as_secs_f64() * 1e3
+                    ),
+                    Some("the image answers but evaluation fails: run with MCP_LOG_LEVEL=debug"),
+                );
+            }
+        }
+    }
+    if session.image().mode() == crate::image::ImageMode::Local {
+        session.image().shutdown().await;
+    }
+    if all_ok {
+        println!("All checks passed.");
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
