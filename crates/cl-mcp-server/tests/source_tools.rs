@@ -446,3 +446,26 @@ fn signatures_list_every_definition() {
     assert_eq!(r.structured["definitions"][3]["name"], "(setf thing)");
     assert_eq!(r.structured["definitions"][0]["type"], "defun");
 }
+
+/// Many hits inside one huge form cost one pass over the form, not one
+/// per hit (this took minutes when each hit re-read the form).
+#[test]
+fn many_hits_in_one_huge_form_stay_linear() {
+    let (_d, root) = project();
+    let rows: String = (0..20_000).map(|i| format!("   ({i} #x{i:x})\n")).collect();
+    std::fs::write(
+        root.join("table.lisp"),
+        format!("(define-table +t+\n  (\n{rows}  ))\n"),
+    )
+    .unwrap();
+    let mut s = Server::start(&root);
+    let t = std::time::Instant::now();
+    let r = s.ok(
+        "clgrep-search",
+        json!({"pattern": "#x", "formTypes": ["define-table"], "limit": 1}),
+    );
+    assert!(t.elapsed().as_secs() < 10, "took {:?}", t.elapsed());
+    assert_eq!(r.structured["totalHits"], 20_000);
+    assert_eq!(r.structured["hits"][0]["formName"], "+t+");
+    assert_eq!(r.structured["hits"][0]["formLine"], 1);
+}

@@ -318,8 +318,9 @@ fn place_hits(hits: &mut [Hit]) {
         if let Ok(bytes) = std::fs::read(&hits[i].file) {
             if let Ok(text) = std::str::from_utf8(&bytes) {
                 let s = scan::scan(text);
+                let mut placer = Placer::new(text, &s);
                 for h in &mut hits[i..j] {
-                    place(text, &s, h);
+                    placer.place(h);
                 }
             }
         }
@@ -327,14 +328,107 @@ fn place_hits(hits: &mut [Hit]) {
     }
 }
 
-/// Sets the enclosing form of one hit.
-fn place(text: &str, s: &scan::Scan, hit: &mut Hit) {
-    let ls = hit.line_offset;
-    let le = memchr::memchr(b'\n', &text.as_bytes()[ls..]).map_or(text.len(), |i| ls + i);
-    if let Some((kind, name, start)) = enclosing(text, s, ls, le) {
-        hit.form_line = Some(1 + memchr::memchr_iter(b'\n', &text.as_bytes()[..start]).count());
-        hit.form_type = Some(kind);
-        hit.form_name = name;
+/// Places the hits of one file in their enclosing forms. Hits must come in
+/// text order: the definitions of the current top-level form are kept, and
+/// line numbers are counted incrementally, so a file with many hits in one
+/// huge form costs one pass, not one pass per hit.
+struct Placer<'a> {
+    text: &'a str,
+    scan: &'a scan::Scan,
+    /// Byte offset and 1-based line of the last line count.
+    counted: (usize, usize),
+    cached: Option<PlacedItem>,
+}
+
+/// What the [`Placer`] keeps about the current top-level form.
+struct PlacedItem {
+    /// Index in the scan's items.
+    index: usize,
+    /// Its definitions, each with the line it starts on.
+    defs: Vec<(Definition, usize)>,
+    /// Its head and line, for forms that define nothing.
+    head: Option<(String, usize)>,
+}
+
+impl<'a> Placer<'a> {
+    fn new(text: &'a str, scan: &'a scan::Scan) -> Placer<'a> {
+        Placer {
+            text,
+            scan,
+            counted: (0, 1),
+            cached: None,
+        }
+    }
+
+    /// The 1-based line of `offset`; offsets must not go backwards much
+    /// (a backward step recounts from the start).
+    fn line_of(&mut self, offset: usize) -> usize {
+        if offset < self.counted.0 {
+            self.counted = (0, 1);
+        }
+        let (from, line) = self.counted;
+        let n = memchr::memchr_iter(b'\n', &self.text.as_bytes()[from..offset]).count();
+        self.counted = (offset, line + n);
+        line + n
+    }
+
+    /// Sets the enclosing form of one hit.
+    fn place(&mut self, hit: &mut Hit) {
+        let text = self.text;
+        let ls = hit.line_offset;
+        let le = memchr::memchr(b'\n', &text.as_bytes()[ls..]).map_or(text.len(), |i| ls + i);
+        let items = &self.scan.items;
+        // The last form starting at or before the line's end...
+        let end = items.partition_point(|it| it.span.start <= le.max(ls));
+        let Some(index) = items[..end]
+            .iter()
+            .rposition(|it| it.kind == scan::ItemKind::Form)
+        else {
+            return;
+        };
+        let item = &items[index];
+        // ...that also ends after the line's start.
+        if item.span.end <= ls {
+            return;
+        }
+        if self.cached.as_ref().is_none_or(|c| c.index != index) {
+            let ds = defs::definitions(text, std::iter::once(&item.span));
+            let mut with_lines = Vec::with_capacity(ds.len());
+            for d in ds {
+                let l = self.line_of(d.unit_span.start);
+                with_lines.push((d, l));
+            }
+            let head = if with_lines.is_empty() {
+                defs::head_of(text, item.span.clone())
+                    .or_else(|| {
+                        scan::conditional_parts(text, item.span.clone())
+                            .and_then(|(_, g)| defs::head_of(text, g))
+                    })
+                    .map(|h| (text[h].to_lowercase(), self.line_of(item.span.start)))
+            } else {
+                None
+            };
+            self.cached = Some(PlacedItem {
+                index,
+                defs: with_lines,
+                head,
+            });
+        }
+        let PlacedItem { defs: ds, head, .. } = self.cached.as_ref().unwrap();
+        // The innermost definition containing the line, else the only one,
+        // else the form's head.
+        let found = ds
+            .iter()
+            .find(|(d, _)| d.unit_span.start <= le && d.span.end > ls)
+            .or_else(|| ds.first().filter(|_| ds.len() == 1));
+        if let Some((d, line)) = found {
+            hit.form_type = Some(d.kind.clone());
+            hit.form_name = Some(d.full_name());
+            hit.form_line = Some(*line);
+        } else if let Some((h, line)) = head {
+            hit.form_type = Some(h.clone());
+            hit.form_line = Some(*line);
+        }
     }
 }
 
@@ -377,6 +471,7 @@ fn search_bytes(bytes: &[u8], re: &Regex, types: Option<&[String]>, placed: bool
     } else {
         None
     };
+    let mut placer = scanned.as_ref().map(|(t, s)| Placer::new(t, s));
     for (ls, n) in matched {
         let le = memchr::memchr(b'\n', &bytes[ls..]).map_or(bytes.len(), |i| ls + i);
         let mut hit = Hit {
@@ -389,8 +484,8 @@ fn search_bytes(bytes: &[u8], re: &Regex, types: Option<&[String]>, placed: bool
             line_offset: ls,
             file: PathBuf::new(),
         };
-        if let Some((t, s)) = &scanned {
-            place(t, s, &mut hit);
+        if let Some(p) = placer.as_mut() {
+            p.place(&mut hit);
         }
         if let Some(types) = types {
             let key = hit
@@ -412,44 +507,6 @@ fn search_bytes(bytes: &[u8], re: &Regex, types: Option<&[String]>, placed: bool
         out.push(hit);
     }
     out
-}
-
-/// The definition (or top-level form) enclosing the line `ls..le`: type,
-/// name, start offset.
-fn enclosing(
-    text: &str,
-    s: &scan::Scan,
-    ls: usize,
-    le: usize,
-) -> Option<(String, Option<String>, usize)> {
-    let items = &s.items;
-    // The last form starting at or before the line's end that also ends
-    // after the line's start.
-    let i = items.partition_point(|it| it.span.start <= le.max(ls));
-    let item = items[..i]
-        .iter()
-        .rev()
-        .find(|it| it.kind == scan::ItemKind::Form)?;
-    if item.span.end <= ls {
-        return None;
-    }
-    let ds = defs::definitions(text, std::iter::once(&item.span));
-    // Innermost definition containing the line, else the form's head.
-    if let Some(d) = ds
-        .iter()
-        .find(|d| d.unit_span.start <= le && d.span.end > ls)
-        .or_else(|| ds.first().filter(|_| ds.len() == 1))
-    {
-        return Some((d.kind.clone(), Some(d.full_name()), d.unit_span.start));
-    }
-    let head = defs::head_of(text, item.span.clone())
-        .map(|h| text[h].to_lowercase())
-        .or_else(|| {
-            scan::conditional_parts(text, item.span.clone())
-                .and_then(|(_, g)| defs::head_of(text, g))
-                .map(|h| text[h].to_lowercase())
-        })?;
-    Some((head, None, item.span.start))
 }
 
 fn run_signatures(a: SignaturesArgs, ctx: &ToolContext) -> ToolOutput {
