@@ -148,6 +148,9 @@ pub async fn run_evaluation(
             return Err("Cancelled before the evaluation started (an earlier evaluation of this session was still running).".into())
         }
     };
+    // The timeout is for the evaluation, not for starting the image (a cold
+    // start may build the core first).
+    ensure_ready(ctx).await?;
     *slot.running.lock().unwrap() = Some(id);
     let result = drive_evaluation(ctx, id, &form, timeout, poll, grace).await;
     *slot.running.lock().unwrap() = None;
@@ -242,6 +245,7 @@ pub async fn call_build(ctx: &ToolContext, form: &str, timeout: Duration) -> Res
     static NEXT_BUILD_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1 << 40);
     let id = NEXT_BUILD_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let form = add_id(form, id);
+    ensure_ready(ctx).await?;
     let call = call_fresh(ctx, &form);
     tokio::pin!(call);
     let timed_out = tokio::select! {
@@ -298,6 +302,16 @@ fn unpack(
              starts a fresh one.",
             reason.map(|r| format!(" ({r})")).unwrap_or_default()
         )),
+    }
+}
+
+/// Waits until the session's image is up (starting it if needed), unless
+/// the request is cancelled first.
+async fn ensure_ready(ctx: &ToolContext) -> Result<(), String> {
+    let image = ctx.session.image();
+    tokio::select! {
+        r = image.ready() => r.map_err(|e| e.to_string()),
+        _ = ctx.cancel.cancelled() => Err("Cancelled while the Lisp image was starting.".into()),
     }
 }
 
