@@ -77,3 +77,96 @@ fn restart_and_crash_recovery() {
     let r = eval(&mut s, 6, "(+ 1 1)");
     assert_eq!(r.text, "=> 2", "the notice comes once");
 }
+
+/// A Lisp with Swank the way a SLIME user runs it, for attach mode.
+struct UserLisp {
+    child: std::process::Child,
+    port: u16,
+}
+
+impl UserLisp {
+    fn start() -> UserLisp {
+        use std::io::{BufRead, BufReader};
+        let mut child = std::process::Command::new("sbcl")
+            .args(["--noinform", "--no-userinit", "--no-sysinit"])
+            .args([
+                "--eval",
+                "(load \"/usr/share/common-lisp/source/slime/swank-loader.lisp\")",
+                "--eval",
+                "(swank-loader:init)",
+                "--eval",
+                "(progn (defvar cl-user::*user-state* :mine) \
+                 (format t \"~&USER-SWANK-PORT ~D~%\" (swank:create-server :port 0 :dont-close t)) \
+                 (finish-output))",
+                "--eval",
+                "(loop (sleep 1))",
+            ])
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("start sbcl");
+        let stdout = child.stdout.take().unwrap();
+        let mut lines = BufReader::new(stdout).lines();
+        let port = loop {
+            let line = lines
+                .next()
+                .expect("the user's Lisp printed its Swank port")
+                .unwrap();
+            if let Some(p) = line.trim().strip_prefix("USER-SWANK-PORT ") {
+                break p.parse().unwrap();
+            }
+        };
+        // Keep draining its output so it never blocks on a full pipe.
+        std::thread::spawn(move || for _ in lines {});
+        UserLisp { child, port }
+    }
+}
+
+impl Drop for UserLisp {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn attached_image_is_used_but_never_restarted() {
+    let mut user = UserLisp::start();
+    let addr = format!("127.0.0.1:{}", user.port);
+    let mut s = lisp_server(&["--swank", &addr]);
+    let r = eval(&mut s, 1, "cl-user::*user-state*");
+    assert_eq!(r.text, "=> :MINE", "evaluates in the user's image");
+    let r = eval(
+        &mut s,
+        2,
+        "(defpackage :shared-work (:use :cl)) (in-package :shared-work)",
+    );
+    assert!(!r.is_error, "{}", r.text);
+    assert_eq!(
+        eval(&mut s, 3, "(package-name *package*)").text,
+        "=> \"SHARED-WORK\""
+    );
+    let r = call(&mut s, 4, "image-info", json!({}));
+    assert_eq!(r.structured["mode"], "attached", "{}", r.text);
+    let r = call(&mut s, 5, "image-restart", json!({}));
+    assert!(r.is_error && r.text.contains("attach"), "{}", r.text);
+    let r = eval_with_timeout(&mut s, 6, "(loop)", 1);
+    assert!(r.text.contains("[TIMEOUT]"), "{}", r.text);
+    assert_eq!(eval(&mut s, 7, "(+ 1 2)").text, "=> 3");
+    drop(s);
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(
+        user.child.try_wait().unwrap().is_none(),
+        "the user's image outlives the server"
+    );
+}
+
+fn eval_with_timeout(
+    s: &mut common::Server,
+    id: i64,
+    code: &str,
+    seconds: u64,
+) -> eval_support::Reply {
+    eval_support::eval_with(s, id, code, json!({ "timeoutSeconds": seconds }))
+}
