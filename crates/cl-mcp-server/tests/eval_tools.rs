@@ -257,3 +257,25 @@ fn progress_shows_the_latest_output_line() {
         "step 0\nstep 1\nstep 2\n=> NIL"
     );
 }
+
+#[test]
+fn other_tools_do_not_wait_behind_a_running_evaluation() {
+    let mut s = lisp_server(&[]);
+    eval(&mut s, 1, "1");
+    s.send(&json!({"jsonrpc":"2.0","id":2,"method":"tools/call",
+        "params":{"name":"evaluate-lisp","arguments":{"code":"(progn (sleep 8) :slept)"}}}));
+    std::thread::sleep(Duration::from_millis(500));
+    let t = Instant::now();
+    let r = eval_support::call(&mut s, 3, "code-describe", json!({"symbol": "cl:car"}));
+    assert!(r.text.contains("function"), "{}", r.text);
+    assert!(
+        t.elapsed() < Duration::from_secs(5),
+        "code-describe waited {:?} behind the evaluation",
+        t.elapsed()
+    );
+    let msgs = s.collect_until(Duration::from_secs(60), |m| m.get("id") == Some(&json!(2)));
+    assert_eq!(
+        msgs.last().unwrap()["result"]["content"][0]["text"],
+        "=> :SLEPT"
+    );
+}
