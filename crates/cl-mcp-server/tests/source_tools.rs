@@ -149,6 +149,27 @@ fn collapsed_read_shows_signatures_with_lines() {
     assert_eq!(r.structured["meta"]["totalForms"], 8);
     assert_eq!(r.structured["meta"]["totalLines"], 29);
 
+    // Paging the collapsed view: `limit` output lines, then where to go on.
+    let r = s.ok(
+        "lisp-read-file",
+        json!({"path": "src/nasty.lisp", "limit": 3}),
+    );
+    assert_eq!(
+        r.text,
+        "src/nasty.lisp [lisp-collapsed]\n\
+         \x201: ;;;; nasty.lisp --- a file full of traps  [+1 comment lines]\n\
+         \x204: (in-package :cl-user)\n\
+         \x206: #| block comment with ( and #| nested ) |# still |#\n\
+         [window ends at line 7 of 29; next: offset=7]\n"
+    );
+    let r = s.ok(
+        "lisp-read-file",
+        json!({"path": "src/nasty.lisp", "offset": 7, "limit": 1}),
+    );
+    assert_eq!(
+        r.text,
+        "src/nasty.lisp [lisp-collapsed]\n 8: (defun paren-string (x) ...)\n[window ends at line 11 of 29; next: offset=11]\n"
+    );
     let r = s.ok(
         "lisp-read-file",
         json!({"path": "src/nasty.lisp", "namePattern": "^PAREN-"}),

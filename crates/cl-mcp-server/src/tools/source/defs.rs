@@ -211,10 +211,28 @@ fn definition_at(
             }
         }
         _ => {
-            // Lambda list, superclasses, or whatever list follows the name.
+            // Lambda list, superclasses, or whatever list follows the name:
+            // for forms not known to take one, only a short list (a data
+            // table after the name is not a signature).
             if let Some(e) = els.next() {
                 let t = &src[e.clone()];
-                if t.starts_with('(') || t == "nil" || t == "NIL" || t == "()" {
+                let known = matches!(
+                    kind_key.as_str(),
+                    "defun"
+                        | "defmacro"
+                        | "defgeneric"
+                        | "deftype"
+                        | "defclass"
+                        | "define-condition"
+                        | "define-compiler-macro"
+                        | "define-modify-macro"
+                        | "define-setf-expander"
+                        | "defsetf"
+                        | "define-method-combination"
+                );
+                if (t.starts_with('(') && (known || t.len() <= 200))
+                    || t.eq_ignore_ascii_case("nil")
+                {
                     sig_end = e.end;
                 }
             }

@@ -19,6 +19,8 @@ use crate::tools::fs::to_json;
 use crate::tools::{tool, Annotations, ToolContext, ToolDef, ToolGroup, ToolOutput};
 
 const DEFAULT_LIMIT: usize = 2000;
+/// Most lines the collapsed view shows of one signature.
+const MAX_SIGNATURE_LINES: usize = 8;
 /// Longest line (bytes) the collapsed view prints before cutting it.
 const MAX_SHOWN_LINE: usize = 200;
 
@@ -36,9 +38,10 @@ struct ReadArgs {
     /// Regex on form text: matching forms are shown whole. For non-Lisp
     /// files: show matching lines with 5 lines of context.
     content_pattern: Option<String>,
-    /// First line of the window, 0-based (default 0).
+    /// First line to show, 0-based (default 0).
     offset: Option<usize>,
-    /// Lines in the window (default 2000).
+    /// Most lines to show (default 2000): source lines in the raw view,
+    /// output lines in the collapsed view.
     limit: Option<usize>,
 }
 
@@ -83,7 +86,8 @@ pub fn tool_def() -> ToolDef {
          with line numbers; `in-package`/`defpackage` whole; comments brief. `namePattern` \
          (regex, case-insensitive) expands definitions whose name matches; `contentPattern` \
          expands forms whose text matches. `collapsed: false` shows the lines as they are. \
-         `offset`/`limit` (lines, default 0/2000) select a window. Non-Lisp files: line view; \
+         `offset`/`limit` (lines, default 0/2000) page through long files (the note at the end \
+         gives the next `offset`). Non-Lisp files: line view; \
          with `contentPattern`, matching lines with context.",
         Annotations::READ_ONLY,
         |a: ReadArgs, ctx: ToolContext| async move {
@@ -163,6 +167,8 @@ struct Printer<'a> {
     /// Lines longer than this (bytes) are cut, with a note.
     max_line: usize,
     out: String,
+    /// Lines printed so far.
+    count: usize,
 }
 
 impl Printer<'_> {
@@ -180,6 +186,7 @@ impl Printer<'_> {
         } else {
             body.to_string()
         };
+        self.count += 1;
         let _ = writeln!(self.out, "{n:>w$}: {body}", w = self.width);
     }
 
@@ -215,14 +222,17 @@ pub fn collapsed_view(
     let lines = LineIndex::new(text);
     let s = scan::scan(text);
     let total_lines = human_line_count(text, &lines);
-    let (wstart, wend) = line_window(text, &lines, window.offset, window.limit);
+    // `offset` is the first source line; `limit` caps the lines shown.
+    let (wstart, _) = line_window(text, &lines, window.offset, 1);
     let mut p = Printer {
         text,
         lines: &lines,
         width: total_lines.to_string().len(),
         max_line: MAX_SHOWN_LINE,
         out: String::new(),
+        count: 0,
     };
+    let mut stopped_at: Option<usize> = None;
     let mut total_forms = 0;
     let mut shown = 0;
     let mut expanded = 0;
@@ -233,7 +243,10 @@ pub fn collapsed_view(
         if item.kind == ItemKind::Form {
             total_forms += 1;
         }
-        if item.span.start < wstart || item.span.start >= wend {
+        if stopped_at.is_none() && item.span.start >= wstart && p.count >= window.limit {
+            stopped_at = Some(lines.line_col(item.span.start).0 - 1);
+        }
+        if item.span.start < wstart || stopped_at.is_some() {
             i += 1;
             continue;
         }
@@ -289,9 +302,8 @@ pub fn collapsed_view(
         }
         i += 1;
     }
-    let truncated = wstart > 0 || wend < text.len();
-    let next_offset =
-        (wend < text.len()).then(|| window.offset.saturating_add(window.limit).min(total_lines));
+    let truncated = wstart > 0 || stopped_at.is_some();
+    let next_offset = stopped_at;
     let meta = ReadMeta {
         total_lines,
         total_forms: Some(total_forms),
@@ -379,8 +391,19 @@ fn show_definition(p: &mut Printer<'_>, text: &str, d: &Definition) {
         .get(d.sig_end..d.span.end.saturating_sub(1))
         .unwrap_or("");
     let one_line = p.lines.line_col(d.unit_span.start).0 == p.lines.line_col(d.span.end).0;
-    if rest.trim().is_empty() || one_line {
+    if one_line || (rest.trim().is_empty() && d.span.len() <= 400) {
         p.span(d.unit_span.start..d.span.end, "");
+        return;
+    }
+    // A signature is a few lines; a longer one is cut.
+    let first = p.lines.line_col(d.unit_span.start).0;
+    let last = p.lines.line_col(d.sig_end).0;
+    if last - first >= MAX_SIGNATURE_LINES {
+        let cut = p
+            .lines
+            .line_end(first + MAX_SIGNATURE_LINES - 1)
+            .unwrap_or(d.sig_end);
+        p.span(d.unit_span.start..cut, " ...");
     } else {
         p.span(d.unit_span.start..d.sig_end, " ...)");
     }
@@ -398,6 +421,7 @@ pub fn raw_view(text: &str, window: Window) -> (String, ReadMeta) {
         // The raw view shows lines whole.
         max_line: usize::MAX,
         out: String::new(),
+        count: 0,
     };
     if end > start {
         p.span(start..end, "");
