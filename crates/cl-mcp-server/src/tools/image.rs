@@ -79,11 +79,12 @@ pub fn helper_error(v: &Value) -> Option<String> {
 
 /// What one session needs to serialise evaluations and to interrupt its own
 /// (and only its own) running evaluation.
-#[derive(Default)]
 struct EvalSlot {
     /// Held while an evaluation runs; tokio's mutex is fair, so waiting
-    /// evaluations run in arrival order.
-    turn: tokio::sync::Mutex<()>,
+    /// evaluations run in arrival order. Sessions sharing one image
+    /// (`--shared-image`) share the turn too, so an evaluation's timeout
+    /// never runs while it waits in the image's queue.
+    turn: Arc<tokio::sync::Mutex<()>>,
     /// The id of the evaluation running now, if any.
     running: Mutex<Option<u64>>,
     /// The image's one-time "state was lost" notice, until a result shows it.
@@ -92,13 +93,25 @@ struct EvalSlot {
 
 fn eval_slot(ctx: &ToolContext) -> Arc<EvalSlot> {
     static SLOTS: OnceLock<Mutex<HashMap<usize, Arc<EvalSlot>>>> = OnceLock::new();
+    static SHARED_TURN: OnceLock<Arc<tokio::sync::Mutex<()>>> = OnceLock::new();
     let key = Arc::as_ptr(&ctx.session) as usize;
+    let shared = ctx.session.config.shared_image;
     SLOTS
         .get_or_init(Default::default)
         .lock()
         .unwrap()
         .entry(key)
-        .or_default()
+        .or_insert_with(|| {
+            Arc::new(EvalSlot {
+                turn: if shared {
+                    SHARED_TURN.get_or_init(Default::default).clone()
+                } else {
+                    Default::default()
+                },
+                running: Mutex::new(None),
+                notice: Mutex::new(None),
+            })
+        })
         .clone()
 }
 
