@@ -140,6 +140,10 @@ pub struct EvalRun {
 /// Status polls start only after this long: short evaluations never pay
 /// for them.
 const STATUS_DELAY: Duration = Duration::from_millis(1000);
+/// Longest wait for one status poll.
+const STATUS_POLL_LIMIT: Duration = Duration::from_millis(1000);
+/// Longest wait for the image to take an interrupt request.
+const INTERRUPT_CALL_LIMIT: Duration = Duration::from_secs(5);
 
 /// Runs an `eval-request` form: waits for the session's turn, then runs it
 /// on the image's evaluation worker, interrupting it (through
@@ -201,7 +205,10 @@ async fn drive_evaluation(
             }
             _ = ticker.tick(), if cause.is_none() => {
                 let status = helper_form("eval-status", vec![Value::Integer(id as i64)], vec![]);
-                if let Ok(v) = call_fresh(ctx, &status).await {
+                // A poll must never hold up the loop (and the timeout) when
+                // the image is slow to answer.
+                let polled = tokio::time::timeout(STATUS_POLL_LIMIT, call_fresh(ctx, &status)).await;
+                if let Ok(Ok(v)) = polled {
                     match plist_str(&v, "line") {
                         Some(line) => ctx.set_status(line),
                         None => ctx.set_status(format!("evaluating ({} s)", started.elapsed().as_secs())),
@@ -234,13 +241,13 @@ async fn interrupt_evaluation(ctx: &ToolContext, id: Option<u64>) -> Vec<i64> {
         .map(|n| vec![Value::Integer(n as i64)])
         .unwrap_or_default();
     let form = helper_form("interrupt-evaluation", args, vec![]);
-    match call_fresh(ctx, &form).await {
-        Ok(v) => plist_list(&v, "interrupted")
+    match tokio::time::timeout(INTERRUPT_CALL_LIMIT, call_fresh(ctx, &form)).await {
+        Ok(Ok(v)) => plist_list(&v, "interrupted")
             .unwrap_or(&[])
             .iter()
             .filter_map(Value::as_i64)
             .collect(),
-        Err(_) => Vec::new(),
+        _ => Vec::new(),
     }
 }
 
