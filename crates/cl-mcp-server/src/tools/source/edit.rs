@@ -324,6 +324,14 @@ fn find_target(
                     " The file has no {type_key} forms (use clgrep-signatures to list its definitions)."
                 );
             }
+            if let Some(problem) = &s.problem {
+                let (l, c) = lines.line_col(problem.offset());
+                let _ = write!(
+                    msg,
+                    " Note: the file does not read cleanly (a delimiter problem at line {l}, \
+                     column {c}), so forms after it may be hidden; see lisp-check-parens."
+                );
+            }
             Err(msg)
         }
         _ => {
@@ -455,5 +463,12 @@ mod tests {
         let d = find_target(src, "defun", "b", None).unwrap();
         let out = splice(src, &d, Operation::Delete, "");
         assert_eq!(out, "(defun a () 1)\r\n\r\n(defun c () 3)\r\n");
+    }
+
+    #[test]
+    fn a_broken_file_is_named_as_the_likely_reason_for_a_miss() {
+        let e =
+            find_target("(defun a ()\n  (b)\n(defun c () 1)\n", "defun", "c", None).unwrap_err();
+        assert!(e.contains("a delimiter problem at line 1, column 1"), "{e}");
     }
 }
