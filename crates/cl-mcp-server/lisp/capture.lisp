@@ -19,12 +19,23 @@
    (line :initform (make-array 0 :element-type 'character
                                   :adjustable t :fill-pointer 0))
    (last-line :initform nil)
+   ;; When non-NIL: after this many dropped characters, writing throws to
+   ;; CAPTURE-FULL, so printing an endless (circular) structure ends.
+   (stop-after :initarg :stop-after :initform nil)
+   (stopped :initform nil)
    (lock :initform (swank/backend:make-lock :name "cl-mcp capture"))))
 
 (defconstant +status-line-limit+ 500)
 
-(defun make-capture-stream (limit)
-  (make-instance 'capture-stream :limit limit))
+(defun make-capture-stream (limit &key stop-after)
+  (make-instance 'capture-stream :limit limit :stop-after stop-after))
+
+(defun check-stop (stream)
+  "Throw to CAPTURE-FULL when STREAM has dropped more than it may."
+  (with-slots (stop-after dropped stopped) stream
+    (when (and stop-after (> dropped stop-after))
+      (setf stopped t)
+      (throw 'capture-full nil))))
 
 (defun note-text (stream string start end)
   "Accept STRING[start,end) into STREAM's buffer up to its limit and keep
@@ -61,6 +72,7 @@ its current and last complete line up to date. Called with the lock held."
   (swank/backend:call-with-lock-held
    (slot-value stream 'lock)
    (lambda () (note-text stream (string char) 0 1)))
+  (check-stop stream)
   char)
 
 (defmethod swank/gray:stream-write-string ((stream capture-stream) string
@@ -70,6 +82,7 @@ its current and last complete line up to date. Called with the lock held."
     (swank/backend:call-with-lock-held
      (slot-value stream 'lock)
      (lambda () (note-text stream string start end))))
+  (check-stop stream)
   string)
 
 (defmethod swank/gray:stream-line-column ((stream capture-stream))
@@ -84,14 +97,17 @@ its current and last complete line up to date. Called with the lock held."
   (swank/backend:call-with-lock-held
    (slot-value stream 'lock)
    (lambda ()
-     (with-slots (buffer dropped) stream
+     (with-slots (buffer dropped stopped) stream
        (let ((text (get-output-stream-string buffer)))
          ;; GET-OUTPUT-STREAM-STRING empties the buffer: put it back so a
          ;; second call sees the same text.
          (write-string text buffer)
-         (if (plusp dropped)
-             (format nil "~A~%[truncated ~D characters]" text dropped)
-             text))))))
+         (cond (stopped
+                (format nil "~A~%[truncated at least ~D characters: printing stopped]"
+                        text dropped))
+               ((plusp dropped)
+                (format nil "~A~%[truncated ~D characters]" text dropped))
+               (t text)))))))
 
 (defun capture-status-line (stream)
   "The line being written, or the last complete non-blank line."

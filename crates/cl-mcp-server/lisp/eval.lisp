@@ -32,13 +32,15 @@ shown as #<error printing ...> instead of failing the call."
     (loop for value in values
           collect (if (<= budget 0)
                       "#<value not printed: output limit reached>"
-                      (let ((out (make-capture-stream (min max-output budget))))
+                      (let ((out (make-capture-stream (min max-output budget)
+                                                      :stop-after (* 10 max-output))))
                         (prog1
                             (handler-case
                                 (let ((*print-level* print-level)
                                       (*print-length* print-length)
                                       (*print-readably* print-readably))
-                                  (prin1 value out)
+                                  ;; A circular value would print forever.
+                                  (catch 'capture-full (prin1 value out))
                                   (capture-contents out))
                               (error (e)
                                 (format nil "#<error printing value of type ~A: ~A>"

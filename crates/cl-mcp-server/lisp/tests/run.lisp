@@ -138,6 +138,10 @@
   (check "and counted" (has "[truncated 19950000 characters]" (getf r :stdout)))
   (check "value after huge output" (equal (getf r :values) '(":DONE"))))
 
+(check "circular value prints and stops"
+       (has "printing stopped"
+            (first (getf (ev "(let ((l (list 1 2))) (setf (cdr (last l)) l) l)" :max-output 100)
+                         :values))))
 (check "print-length" (equal (getf (ev "(list 1 2 3 4 5)" :print-length 2) :values) '("(1 2 ...)")))
 (check "print-level" (equal (getf (ev "'(1 (2 (3)))" :print-level 1) :values) '("(1 #)")))
 (check "print-readably failure is reported, not fatal"
