@@ -100,7 +100,12 @@ pub fn tool_def() -> ToolDef {
     .with_output_schema::<EditOutput>()
 }
 
+/// Edits are read-modify-write: concurrent calls (clients may run tools in
+/// parallel) are serialized so no edit is lost. Each takes milliseconds.
+static EDIT_LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 fn edit(a: EditArgs, ctx: &ToolContext) -> ToolOutput {
+    let _serialized = EDIT_LOCK.lock().unwrap_or_else(|e| e.into_inner());
     let r = match resolve_for(&ctx.session, &a.path, Access::Write) {
         Ok(r) => r,
         Err(e) => return ToolOutput::error(e.0),
