@@ -7,9 +7,9 @@
 //! rules (strings, `;` and nested `#| |#` comments, `\` and `|...|` escapes,
 //! `#\x` characters, the extents of unknown dispatch macros such as `#?"..."`
 //! and `#[...]`) but keeps only a stack of open positions, so it runs at
-//! memory speed. `tests/source_scan_agrees.rs`-style checks (see the unit
-//! tests below) hold it to the CST: same top-level spans, same delimiter
-//! errors. The structural tools still read text with the CST where they
+//! memory speed. The unit tests below hold it to the CST on nasty snippets,
+//! 20,000 random texts and SBCL's sources: same top-level spans, same
+//! delimiter errors. The structural tools still read text with the CST where they
 //! need a tree (edit validation, names, lambda lists).
 
 use std::ops::Range;
