@@ -362,8 +362,21 @@ ON-WARNING, when given, is called with each warning first."
                                    (let ((r (find-restart 'muffle-warning w)))
                                      (when r (invoke-restart r))))))
                              (serious-condition #'fail))
-                          (list :value (multiple-value-list
-                                        (call-with-user-code thunk))))))))))
+                          ;; (abort) in user code ends this evaluation, not
+                          ;; Swank's request or its worker thread.
+                          (restart-case
+                              (progn
+                                ;; Restarts the user code establishes are
+                                ;; the ones worth listing.
+                                (setf outer-restarts (compute-restarts))
+                                (list :value (multiple-value-list
+                                              (call-with-user-code thunk))))
+                            (abort ()
+                              :report "Abandon this evaluation."
+                              (list :error
+                                    (list :type "ABORT"
+                                          :message "The code invoked the ABORT restart: the evaluation was abandoned."
+                                          :restarts nil :backtrace nil)))))))))))
       (unregister-evaluation evaluation))
     (append
      (cond ((eq (first outcome) :value) (list :value (second outcome)))

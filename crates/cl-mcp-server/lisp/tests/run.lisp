@@ -101,6 +101,11 @@
                          :backtrace))
            5))
 
+(check "(abort) ends only the evaluation"
+       (equal (getf (getf (ev "(abort)") :error) :type) "ABORT"))
+(check "our abort restart is not listed"
+       (equal (getf (getf (ev "(cerror \"Go on.\" \"stop\")") :error) :restarts)
+              '("CONTINUE: Go on.")))
 (check "(read) gets end-of-file at once"
        (equal (getf (getf (ev "(read)") :error) :type) "END-OF-FILE"))
 (check "stdin is read" (equal (getf (ev "(list (read-line) (read))" :stdin (format nil "hello~%42"))
