@@ -256,6 +256,23 @@ fn introspection_builds_and_tests_on_a_real_project() {
     assert_eq!(r.structured["success"], true);
     let r = eval(&mut s, 23, "(not (null (fboundp 'warns-on-purpose)))");
     assert_eq!(r.text, "=> T", "loaded");
+    let fasls: Vec<_> = std::fs::read_dir(&root)
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_name().to_string_lossy().ends_with(".fasl"))
+        .collect();
+    assert!(
+        fasls.is_empty(),
+        "compiling never writes into the project: {fasls:?}"
+    );
+    let r = call(
+        &mut s,
+        40,
+        "lisp-compile-file",
+        json!({"path": "warn.lisp", "load": false}),
+    );
+    assert!(r.text.starts_with("Compiled warn.lisp"), "{}", r.text);
+
     let r = call(
         &mut s,
         24,
