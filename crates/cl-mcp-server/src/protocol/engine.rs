@@ -2,6 +2,9 @@
 //! exactly once (or not at all when cancelled); notifications never answered.
 
 use std::collections::HashMap;
+use std::panic::AssertUnwindSafe;
+
+use futures::FutureExt;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -248,19 +251,9 @@ impl Connection {
             self.handle_batch(raw, out);
             return;
         }
-        match self.start(raw, out) {
-            Started::Done(Some(line)) => {
-                let _ = out.send(line);
-            }
-            Started::Done(None) => {}
-            Started::Running(handle) => {
-                let out = out.clone();
-                self.inner.tasks.spawn(async move {
-                    if let Ok(Some(line)) = handle.await {
-                        let _ = out.send(line);
-                    }
-                });
-            }
+        // A lone message's task sends its own response (no extra task).
+        if let Started::Done(Some(line)) = self.start(raw, out, true) {
+            let _ = out.send(line);
         }
     }
 
@@ -287,7 +280,10 @@ impl Connection {
             ));
             return;
         }
-        let started: Vec<Started> = elements.into_iter().map(|e| self.start(e, out)).collect();
+        let started: Vec<Started> = elements
+            .into_iter()
+            .map(|e| self.start(e, out, false))
+            .collect();
         let out = out.clone();
         self.inner.tasks.spawn(async move {
             let mut lines = Vec::new();
@@ -309,8 +305,9 @@ impl Connection {
     }
 
     /// Validates and starts one message. Quick lifecycle decisions happen here,
-    /// in arrival order; real work runs as a task.
-    fn start(&self, raw: &RawValue, out: &Outbound) -> Started {
+    /// in arrival order; real work runs as a task, which sends its response
+    /// to `out` itself when `send_response` (else the task returns it).
+    fn start(&self, raw: &RawValue, out: &Outbound, send_response: bool) -> Started {
         if self.inner.take_client_response(raw) {
             return Started::Done(None);
         }
@@ -359,21 +356,21 @@ impl Connection {
             started: Instant::now(),
         };
         let conn = self.inner.clone();
+        let reply_to = send_response.then(|| out.clone());
         Started::Running(self.inner.tasks.spawn(async move {
-            let outcome = tokio::spawn(mcp::dispatch(request, msg)).await;
+            // A panicking handler becomes -32603; the connection lives on.
+            let outcome = AssertUnwindSafe(mcp::dispatch(request, msg))
+                .catch_unwind()
+                .await;
             conn.inflight.lock().unwrap().remove(&key);
             if cancel.is_cancelled() {
                 return None;
             }
-            Some(match outcome {
+            let line = match outcome {
                 Ok(Ok(v)) => jsonrpc::success(&id, &v),
                 Ok(Err(e)) => e.into_line(&id),
-                Err(join) => {
-                    let what = if join.is_panic() {
-                        panic_text(join.into_panic())
-                    } else {
-                        "the request was aborted".to_string()
-                    };
+                Err(panic) => {
+                    let what = panic_text(panic);
                     tracing::error!(error = %what, "request handler failed");
                     jsonrpc::error(
                         Some(&id),
@@ -382,7 +379,14 @@ impl Connection {
                         &Value::String(format!("The server failed on this request: {what}")),
                     )
                 }
-            })
+            };
+            match reply_to {
+                Some(out) => {
+                    let _ = out.send(line);
+                    None
+                }
+                None => Some(line),
+            }
         }))
     }
 

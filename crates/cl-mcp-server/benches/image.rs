@@ -1,0 +1,300 @@
+//! Image benchmark: `cargo bench -p cl-mcp-server --bench image`.
+//!
+//! Measures, with the built binary over stdio and a real SBCL:
+//! - process start → `initialize` answered;
+//! - process start → first `(+ 1 2)` result, with a warm core cache and a
+//!   cold one (a fresh cache directory: the core is built first);
+//! - warm `evaluate-lisp (+ 1 2)` round trip (median, p99);
+//! - the same evaluation sent straight to a Swank the benchmark starts
+//!   itself, on a fresh thread per call and on a persistent worker thread,
+//!   and through our Lisp helper's `eval-request` (capture, warnings,
+//!   printing) on a worker, so the server's own overhead is visible;
+//! - peak memory (VmHWM) of the server and of its image.
+//!
+//! Prints a table.
+
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use swank_client::{SwankClient, Thread};
+
+const BIN: &str = env!("CARGO_BIN_EXE_cl-mcp-server");
+const LOADER: &str = "/usr/share/common-lisp/source/slime/swank-loader.lisp";
+
+struct Server {
+    child: Child,
+    stdin: ChildStdin,
+    stdout: BufReader<std::process::ChildStdout>,
+}
+
+impl Server {
+    fn spawn(extra: &[&str]) -> Server {
+        let mut child = Command::new(BIN)
+            .args(["--log-level", "error"])
+            .args(extra)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn cl-mcp-server");
+        let stdin = child.stdin.take().unwrap();
+        let stdout = BufReader::new(child.stdout.take().unwrap());
+        Server {
+            child,
+            stdin,
+            stdout,
+        }
+    }
+
+    fn roundtrip(&mut self, msg: &str) -> String {
+        self.stdin.write_all(msg.as_bytes()).unwrap();
+        self.stdin.write_all(b"\n").unwrap();
+        self.stdin.flush().unwrap();
+        let mut line = String::new();
+        self.stdout.read_line(&mut line).unwrap();
+        line
+    }
+
+    fn initialize(&mut self) -> String {
+        let r = self.roundtrip(r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{}}}"#);
+        self.stdin
+            .write_all(b"{\"jsonrpc\":\"2.0\",\"method\":\"notifications/initialized\"}\n")
+            .unwrap();
+        r
+    }
+
+    fn eval(&mut self, id: u64, code: &str) -> String {
+        let msg = serde_json::json!({"jsonrpc":"2.0","id":id,"method":"tools/call",
+            "params":{"name":"evaluate-lisp","arguments":{"code":code}}});
+        self.roundtrip(&msg.to_string())
+    }
+
+    /// Peak resident memory (KiB) of the server and of its image.
+    fn peak_memory(&self) -> (u64, u64) {
+        let pid = self.child.id();
+        let server = vm_hwm(pid);
+        let image = children(pid).into_iter().map(vm_hwm).max().unwrap_or(0);
+        (server, image)
+    }
+
+    fn stop(mut self) {
+        drop(self.stdin);
+        let _ = self.child.wait();
+    }
+}
+
+fn vm_hwm(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmHWM:"))
+                .and_then(|l| l.split_whitespace().nth(1).map(|v| v.parse().unwrap_or(0)))
+        })
+        .unwrap_or(0)
+}
+
+fn children(pid: u32) -> Vec<u32> {
+    let mut out = Vec::new();
+    if let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) {
+        for t in tasks.flatten() {
+            if let Ok(c) = std::fs::read_to_string(t.path().join("children")) {
+                out.extend(c.split_whitespace().filter_map(|p| p.parse::<u32>().ok()));
+            }
+        }
+    }
+    out
+}
+
+fn stats(mut v: Vec<Duration>) -> (f64, f64) {
+    v.sort();
+    let at = |p: f64| v[((v.len() as f64 - 1.0) * p).round() as usize].as_secs_f64() * 1e3;
+    (at(0.5), at(0.99))
+}
+
+/// Spawn → first `(+ 1 2)` result, in ms.
+fn first_result(extra: &[&str]) -> f64 {
+    let t = Instant::now();
+    let mut s = Server::spawn(extra);
+    s.initialize();
+    let r = s.eval(1, "(+ 1 2)");
+    let ms = t.elapsed().as_secs_f64() * 1e3;
+    assert!(r.contains("=> 3"), "{r}");
+    s.stop();
+    ms
+}
+
+/// An SBCL with Swank on a port of its choosing, for the raw baseline.
+fn start_raw_swank() -> (Child, u16) {
+    // Our Lisp helpers too, so the helper's own cost can be measured apart.
+    let lisp_dir = concat!(env!("CARGO_MANIFEST_DIR"), "/lisp");
+    let order = std::fs::read_to_string(format!("{lisp_dir}/ORDER")).unwrap();
+    let mut cmd = Command::new("sbcl");
+    cmd.args([
+        "--noinform",
+        "--non-interactive",
+        "--no-userinit",
+        "--load",
+        LOADER,
+    ])
+    .args(["--eval", "(swank-loader:init)"]);
+    for file in order
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+    {
+        cmd.args(["--load", &format!("{lisp_dir}/{file}")]);
+    }
+    let mut child = cmd
+        .args([
+            "--eval",
+            "(format t \"~&SWANK-PORT ~D~%\" (swank:create-server :port 0 :dont-close t))",
+        ])
+        .args(["--eval", "(finish-output)", "--eval", "(loop (sleep 60))"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("sbcl on PATH");
+    let out = child.stdout.take().unwrap();
+    for line in BufReader::new(out).lines() {
+        let line = line.unwrap();
+        if let Some(p) = line.strip_prefix("SWANK-PORT ") {
+            return (child, p.trim().parse().unwrap());
+        }
+    }
+    panic!("Swank did not announce its port");
+}
+
+fn main() {
+    let mut rows: Vec<(String, String)> = Vec::new();
+
+    // Warm the core cache once so "warm" means warm.
+    first_result(&[]);
+
+    let init: Vec<Duration> = (0..10)
+        .map(|_| {
+            let t = Instant::now();
+            let mut s = Server::spawn(&[]);
+            let r = s.initialize();
+            let d = t.elapsed();
+            assert!(r.contains("protocolVersion"));
+            s.stop();
+            d
+        })
+        .collect();
+    let (med, p99) = stats(init);
+    rows.push((
+        "spawn → initialize answered".into(),
+        format!("median {med:8.2} ms   p99 {p99:8.2} ms"),
+    ));
+
+    let warm: Vec<Duration> = (0..5)
+        .map(|_| Duration::from_secs_f64(first_result(&[]) / 1e3))
+        .collect();
+    let (med, _) = stats(warm);
+    rows.push((
+        "spawn → first (+ 1 2), warm core".into(),
+        format!("median {med:8.1} ms"),
+    ));
+
+    let cold_dir = tempfile::tempdir().unwrap();
+    let cold = first_result(&["--cache-dir", cold_dir.path().to_str().unwrap()]);
+    rows.push((
+        "spawn → first (+ 1 2), cold core".into(),
+        format!("{cold:8.0} ms (builds the core)"),
+    ));
+
+    // Warm round trips through the server.
+    let mut s = Server::spawn(&[]);
+    s.initialize();
+    s.eval(1, "(+ 1 2)");
+    let n = 2000;
+    let times: Vec<Duration> = (0..n)
+        .map(|i| {
+            let t = Instant::now();
+            let r = s.eval(10 + i, "(+ 1 2)");
+            let d = t.elapsed();
+            debug_assert!(r.contains("=> 3"));
+            d
+        })
+        .collect();
+    let (med, p99) = stats(times);
+    rows.push((
+        format!("evaluate-lisp (+ 1 2) over stdio (n={n})"),
+        format!("median {:8.3} ms   p99 {:8.3} ms", med, p99),
+    ));
+    let (server_kib, image_kib) = s.peak_memory();
+    s.stop();
+
+    // The same evaluation straight on Swank, measured here.
+    let (mut lisp, port) = start_raw_swank();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let (fresh, worker, helper) = rt.block_on(async {
+        let (client, _events) = SwankClient::connect(("127.0.0.1", port), None)
+            .await
+            .unwrap();
+        let form = "(swank:eval-and-grab-output \"(+ 1 2)\")";
+        for _ in 0..50 {
+            client.rex(form, "CL-USER", Thread::T).await.unwrap();
+        }
+        let mut fresh = Vec::new();
+        for _ in 0..n {
+            let t = Instant::now();
+            client.rex(form, "CL-USER", Thread::T).await.unwrap();
+            fresh.push(t.elapsed());
+        }
+        let id = client.spawn_worker_thread("bench").await.unwrap();
+        let mut worker = Vec::new();
+        for _ in 0..n {
+            let t = Instant::now();
+            client.rex(form, "CL-USER", Thread::Id(id)).await.unwrap();
+            worker.push(t.elapsed());
+        }
+        let ours = "(cl-mcp:eval-request \"(+ 1 2)\")";
+        let mut helper = Vec::new();
+        for _ in 0..n {
+            let t = Instant::now();
+            client.rex(ours, "CL-USER", Thread::Id(id)).await.unwrap();
+            helper.push(t.elapsed());
+        }
+        (fresh, worker, helper)
+    });
+    let _ = lisp.kill();
+    let _ = lisp.wait();
+    let (med, p99) = stats(fresh);
+    rows.push((
+        format!("raw Swank eval, fresh thread (n={n})"),
+        format!("median {:8.3} ms   p99 {:8.3} ms", med, p99),
+    ));
+    let (med, p99) = stats(worker);
+    rows.push((
+        format!("raw Swank eval, worker thread (n={n})"),
+        format!("median {:8.3} ms   p99 {:8.3} ms", med, p99),
+    ));
+    let (med, p99) = stats(helper);
+    rows.push((
+        format!("raw Swank cl-mcp:eval-request, worker (n={n})"),
+        format!("median {:8.3} ms   p99 {:8.3} ms", med, p99),
+    ));
+    rows.push((
+        "peak memory: server + image".into(),
+        format!(
+            "{:6.1} MiB + {:6.1} MiB = {:6.1} MiB",
+            server_kib as f64 / 1024.0,
+            image_kib as f64 / 1024.0,
+            (server_kib + image_kib) as f64 / 1024.0
+        ),
+    ));
+
+    println!("\ncl-mcp-server image benchmark (stdio, SBCL via Swank)");
+    println!("{:-<86}", "");
+    for (k, v) in &rows {
+        println!("{k:<42} {v}");
+    }
+    println!("{:-<86}", "");
+}
