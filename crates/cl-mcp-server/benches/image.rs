@@ -125,7 +125,9 @@ fn first_result(extra: &[&str]) -> f64 {
     ms
 }
 
-/// An SBCL with Swank on a port of its choosing, for the raw baseline.
+/// An SBCL with Swank on a port of its choosing, for the raw baseline (the
+/// caller kills and waits for it).
+#[allow(clippy::zombie_processes)]
 fn start_raw_swank() -> (Child, u16) {
     // Our Lisp helpers too, so the helper's own cost can be measured apart.
     let lisp_dir = concat!(env!("CARGO_MANIFEST_DIR"), "/lisp");
