@@ -10,7 +10,12 @@ fn lisp_helpers_pass_their_own_tests() {
     let lisp_dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("lisp");
     let sbcl = std::env::var("CL_MCP_LISP").unwrap_or_else(|_| "sbcl".to_string());
     let output = Command::new(&sbcl)
-        .args(["--non-interactive", "--no-userinit", "--no-sysinit", "--load"])
+        .args([
+            "--non-interactive",
+            "--no-userinit",
+            "--no-sysinit",
+            "--load",
+        ])
         .arg(lisp_dir.join("tests/load.lisp"))
         .arg("--load")
         .arg(lisp_dir.join("tests/run.lisp"))

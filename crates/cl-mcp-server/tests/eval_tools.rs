@@ -91,8 +91,16 @@ fn errors_have_type_message_backtrace_and_restarts() {
     );
 
     let r = eval(&mut s, 30, "(abort)");
-    assert!(r.is_error && r.text.starts_with("[ERROR] ABORT"), "{}", r.text);
-    assert_eq!(eval(&mut s, 31, "(+ 1 1)").text, "=> 2", "the worker lives on");
+    assert!(
+        r.is_error && r.text.starts_with("[ERROR] ABORT"),
+        "{}",
+        r.text
+    );
+    assert_eq!(
+        eval(&mut s, 31, "(+ 1 1)").text,
+        "=> 2",
+        "the worker lives on"
+    );
 
     let r = eval(&mut s, 3, "(+ 1 2");
     assert!(r.is_error);

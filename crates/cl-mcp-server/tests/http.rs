@@ -1,65 +1,32 @@
 //! Black-box tests of the Streamable HTTP transport (CONTRACT §3).
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
+mod common;
 
+use common::Listening;
 use serde_json::{json, Value};
 
-const BIN: &str = env!("CARGO_BIN_EXE_cl-mcp-server");
-
+/// An HTTP server on a free port; `url` is its `/mcp` endpoint.
 struct HttpServer {
-    child: Child,
+    server: Listening,
     url: String,
-    log: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
 }
 
 impl HttpServer {
     fn log_contains(&self, needle: &str) -> bool {
-        self.log.lock().unwrap().iter().any(|l| l.contains(needle))
-    }
-}
-
-impl Drop for HttpServer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        self.server.log_contains(needle)
     }
 }
 
 fn start(extra: &[&str]) -> HttpServer {
-    let mut child = Command::new(BIN)
-        .args(["http", "--bind", "127.0.0.1:0"])
-        .args(extra)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut err = BufReader::new(child.stderr.take().unwrap());
-    let mut url = String::new();
-    for _ in 0..50 {
-        let mut line = String::new();
-        if err.read_line(&mut line).unwrap() == 0 {
-            break;
-        }
-        if let Some(u) = line.trim().strip_prefix("cl-mcp-server: listening on ") {
-            url = u.to_string();
-            break;
-        }
-    }
+    let mut args = vec!["http", "--bind", "127.0.0.1:0"];
+    args.extend_from_slice(extra);
+    let server = Listening::start(&args);
+    let url = server.address.clone();
     assert!(
         url.starts_with("http://127.0.0.1:"),
         "address announced: {url}"
     );
-    // Keep draining stderr (the JSON log) so the server never blocks on it.
-    let log = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
-    let sink = log.clone();
-    std::thread::spawn(move || {
-        for line in err.lines().map_while(Result::ok) {
-            sink.lock().unwrap().push(line);
-        }
-    });
-    HttpServer { child, url, log }
+    HttpServer { server, url }
 }
 
 fn client() -> reqwest::Client {
@@ -386,7 +353,7 @@ async fn closing_a_stateless_stream_cancels_the_request() {
     }
     panic!(
         "the server did not cancel the abandoned request: {:?}",
-        s.log.lock().unwrap()
+        s.server.log.lock().unwrap()
     );
 }
 

@@ -585,26 +585,12 @@ fn help_lists_options_with_environment_variables() {
 #[test]
 fn tcp_transport_serves_the_same_protocol() {
     use std::io::{BufRead, BufReader, Write};
-    let mut child = std::process::Command::new(common::BIN)
-        .args(["tcp", "--port", "0"])
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut err = BufReader::new(child.stderr.take().unwrap());
-    let mut addr = String::new();
-    for _ in 0..50 {
-        let mut line = String::new();
-        if err.read_line(&mut line).unwrap() == 0 {
-            break;
-        }
-        if let Some(a) = line.trim().strip_prefix("cl-mcp-server: listening on tcp ") {
-            addr = a.to_string();
-            break;
-        }
-    }
-    assert!(!addr.is_empty(), "the chosen port is announced on stderr");
+    let server = common::Listening::start(&["tcp", "--port", "0"]);
+    let addr = server
+        .address
+        .strip_prefix("tcp ")
+        .expect("tcp address")
+        .to_string();
     let stream = std::net::TcpStream::connect(&addr).unwrap();
     let mut w = stream.try_clone().unwrap();
     let mut r = BufReader::new(stream);
@@ -617,8 +603,6 @@ fn tcp_transport_serves_the_same_protocol() {
     r.read_line(&mut line).unwrap();
     let v: Value = serde_json::from_str(&line).unwrap();
     assert!(v["result"]["tools"].is_array());
-    let _ = child.kill();
-    let _ = child.wait();
 }
 
 #[test]

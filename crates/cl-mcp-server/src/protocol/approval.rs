@@ -39,15 +39,6 @@ fn fingerprint(tool: &str, args: &Map<String, Value>) -> String {
     format!("{tool}\u{0}{}", Value::Object(args.clone()))
 }
 
-fn new_token() -> String {
-    use std::io::Read;
-    let mut bytes = [0u8; 16];
-    std::fs::File::open("/dev/urandom")
-        .and_then(|mut f| f.read_exact(&mut bytes))
-        .expect("/dev/urandom is readable");
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
 /// Decides whether `tool` may run with `arguments` now.
 pub(crate) async fn check(
     conn: &ConnState,
@@ -117,7 +108,7 @@ pub(crate) async fn check(
             Err(e) => tracing::info!(error = %e, "elicitation failed; falling back to a token"),
         }
     }
-    let token = new_token();
+    let token = super::random_token();
     conn.approvals
         .tokens
         .lock()

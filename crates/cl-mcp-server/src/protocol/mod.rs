@@ -8,3 +8,13 @@ pub mod jsonrpc;
 pub mod mcp;
 
 pub use engine::{Connection, Engine, Outbound};
+
+/// 128 random bits from the OS as hex: session ids, approval tokens.
+pub fn random_token() -> String {
+    use std::io::Read;
+    let mut bytes = [0u8; 16];
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut bytes))
+        .expect("/dev/urandom is readable");
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}

@@ -7,11 +7,11 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::code::{
-    build_timeout, render_build_error, render_build_output, render_diagnostics,
-    render_interruption, BuildOutput,
+    build_result, build_timeout, render_build_error, render_diagnostics, render_interruption,
+    BuildOutput,
 };
 use super::image::{
-    self, helper_error, helper_form, plist_bool, plist_i64, plist_list, plist_str, plist_strings,
+    self, helper_form, plist_bool, plist_i64, plist_list, plist_str, plist_strings,
 };
 use super::output::DEFAULT_MAX_OUTPUT;
 use super::{cap_output, tool, Annotations, ToolContext, ToolDef, ToolGroup, ToolOutput};
@@ -45,7 +45,7 @@ async fn asdf_load_system(a: LoadArgs, ctx: ToolContext) -> ToolOutput {
     let root = ctx.session.project_root();
     let out = BuildOutput::from_plist(&v, &root);
     let via = plist_str(&v, "via").unwrap_or_else(|| "asdf".into());
-    let mut text = if out.success {
+    let headline = if out.success {
         format!(
             "Loaded system {} ({via}) in {} ms: {}",
             a.system,
@@ -60,21 +60,7 @@ async fn asdf_load_system(a: LoadArgs, ctx: ToolContext) -> ToolOutput {
             out.summary()
         )
     };
-    if !out.diagnostics.is_empty() {
-        text.push('\n');
-        text.push_str(&render_diagnostics(&out.diagnostics));
-    }
-    if let Some(e) = render_build_error(&v) {
-        text.push_str(&format!("\n\n{e}"));
-    }
-    if let Some(t) = render_interruption(&v, "Loading", timeout) {
-        text.push_str(&format!("\n\n{t}"));
-    }
-    if !out.success {
-        text.push_str(&render_build_output(&v));
-    }
-    let is_error = !out.success;
-    ToolOutput::structured(text, serde_json::to_value(out).unwrap_or_default()).with_error(is_error)
+    build_result(headline, out, &v, "Loading", timeout)
 }
 
 #[derive(Deserialize, JsonSchema)]
@@ -231,13 +217,10 @@ async fn asdf_list_systems(a: ListArgs, ctx: ToolContext) -> ToolOutput {
         keys.push(("loaded-only", Value::t()));
     }
     let form = helper_form("list-systems", vec![], keys);
-    let v = match image::call_helper(&ctx, &form).await {
+    let v = match image::call_lookup(&ctx, &form).await {
         Ok(v) => v,
         Err(e) => return ToolOutput::error(e),
     };
-    if let Some(e) = helper_error(&v) {
-        return ToolOutput::error(e);
-    }
     let out = ListOutput {
         count: plist_i64(&v, "count").unwrap_or(0),
         systems: plist_list(&v, "systems")
@@ -297,13 +280,10 @@ struct InfoOutput {
 
 async fn asdf_system_info(a: InfoArgs, ctx: ToolContext) -> ToolOutput {
     let form = helper_form("system-info", vec![Value::string(a.system.clone())], vec![]);
-    let v = match image::call_helper(&ctx, &form).await {
+    let v = match image::call_lookup(&ctx, &form).await {
         Ok(v) => v,
         Err(e) => return ToolOutput::error(e),
     };
-    if let Some(e) = helper_error(&v) {
-        return ToolOutput::error(e);
-    }
     let out = InfoOutput {
         name: plist_str(&v, "name").unwrap_or_default(),
         version: plist_str(&v, "version"),

@@ -14,7 +14,7 @@ use serde_json::json;
 
 use super::fs_paths::{self, Access};
 use super::image::{
-    self, helper_error, helper_form, plist_bool, plist_i64, plist_list, plist_str, plist_strings,
+    self, helper_form, plist_bool, plist_i64, plist_list, plist_str, plist_strings,
 };
 use super::output::DEFAULT_MAX_OUTPUT;
 use super::{tool, Annotations, ToolContext, ToolDef, ToolGroup, ToolOutput};
@@ -207,13 +207,10 @@ async fn code_find(a: FindArgs, ctx: ToolContext) -> ToolOutput {
         vec![Value::string(a.symbol.clone())],
         package_key(&a.package),
     );
-    let v = match image::call_helper(&ctx, &form).await {
+    let v = match image::call_lookup(&ctx, &form).await {
         Ok(v) => v,
         Err(e) => return ToolOutput::error(e),
     };
-    if let Some(e) = helper_error(&v) {
-        return ToolOutput::error(e);
-    }
     let root = ctx.session.project_root();
     let symbol = plist_str(&v, "symbol").unwrap_or_default();
     let defs: Vec<Definition> = plist_list(&v, "definitions")
@@ -307,13 +304,10 @@ async fn code_describe(a: DescribeArgs, ctx: ToolContext) -> ToolOutput {
         vec![Value::string(a.symbol.clone())],
         keys,
     );
-    let v = match image::call_helper(&ctx, &form).await {
+    let v = match image::call_lookup(&ctx, &form).await {
         Ok(v) => v,
         Err(e) => return ToolOutput::error(e),
     };
-    if let Some(e) = helper_error(&v) {
-        return ToolOutput::error(e);
-    }
     let out = DescribeOutput {
         symbol: plist_str(&v, "symbol").unwrap_or_default(),
         kinds: plist_strings(&v, "kinds"),
@@ -431,13 +425,10 @@ async fn code_find_references(a: RefsArgs, ctx: ToolContext) -> ToolOutput {
         vec![Value::keyword(kind.name()), Value::string(a.symbol.clone())],
         package_key(&a.package),
     );
-    let v = match image::call_helper(&ctx, &form).await {
+    let v = match image::call_lookup(&ctx, &form).await {
         Ok(v) => v,
         Err(e) => return ToolOutput::error(e),
     };
-    if let Some(e) = helper_error(&v) {
-        return ToolOutput::error(e);
-    }
     let root = ctx.session.project_root();
     let project_only = a.project_only.unwrap_or(true);
     let symbol = plist_str(&v, "symbol").unwrap_or_default();
@@ -540,13 +531,10 @@ async fn code_apropos(a: AproposArgs, ctx: ToolContext) -> ToolOutput {
         vec![Value::string(a.query.clone())],
         keys,
     );
-    let v = match image::call_helper(&ctx, &form).await {
+    let v = match image::call_lookup(&ctx, &form).await {
         Ok(v) => v,
         Err(e) => return ToolOutput::error(e),
     };
-    if let Some(e) = helper_error(&v) {
-        return ToolOutput::error(e);
-    }
     let out = AproposOutput {
         count: plist_i64(&v, "count").unwrap_or(0),
         symbols: plist_list(&v, "symbols")
@@ -608,13 +596,10 @@ async fn code_macroexpand(a: MacroexpandArgs, ctx: ToolContext) -> ToolOutput {
         vec![Value::string(a.form.clone())],
         keys,
     );
-    let v = match image::call_helper(&ctx, &form).await {
+    let v = match image::call_lookup(&ctx, &form).await {
         Ok(v) => v,
         Err(e) => return ToolOutput::error(e),
     };
-    if let Some(e) = helper_error(&v) {
-        return ToolOutput::error(e);
-    }
     let expansion = plist_str(&v, "expansion").unwrap_or_default();
     let expanded = plist_bool(&v, "expanded");
     let text = if expanded {
@@ -724,24 +709,38 @@ async fn lisp_compile_file(a: CompileArgs, ctx: ToolContext) -> ToolOutput {
     } else {
         "Compilation failed for"
     };
-    let mut text = format!(
+    let headline = format!(
         "{verb} {} in {} ms: {}",
         resolved.display,
         out.elapsed_ms,
         out.summary()
     );
+    build_result(headline, out, &v, "The compilation", timeout)
+}
+
+/// The result of a compile or load: the headline, then the diagnostics as
+/// `path:line:column: severity: message`, any build error or interruption,
+/// and the captured output when it failed.
+pub fn build_result(
+    headline: String,
+    out: BuildOutput,
+    v: &Value,
+    what: &str,
+    timeout: std::time::Duration,
+) -> ToolOutput {
+    let mut text = headline;
     if !out.diagnostics.is_empty() {
         text.push('\n');
         text.push_str(&render_diagnostics(&out.diagnostics));
     }
-    if let Some(e) = render_build_error(&v) {
+    if let Some(e) = render_build_error(v) {
         text.push_str(&format!("\n\n{e}"));
     }
-    if let Some(t) = render_interruption(&v, "The compilation", timeout) {
+    if let Some(t) = render_interruption(v, what, timeout) {
         text.push_str(&format!("\n\n{t}"));
     }
     if !out.success {
-        text.push_str(&render_build_output(&v));
+        text.push_str(&render_build_output(v));
     }
     let is_error = !out.success;
     ToolOutput::structured(text, serde_json::to_value(out).unwrap_or_default()).with_error(is_error)

@@ -70,7 +70,7 @@ pub fn plist_strings(v: &Value, key: &str) -> Vec<String> {
 }
 
 /// The `(:error MESSAGE)` a helper returns for a bad name or argument.
-pub fn helper_error(v: &Value) -> Option<String> {
+fn helper_error(v: &Value) -> Option<String> {
     plist_str(v, "error")
 }
 
@@ -251,9 +251,14 @@ async fn interrupt_evaluation(ctx: &ToolContext, id: Option<u64>) -> Vec<i64> {
     }
 }
 
-/// Calls a quick helper (introspection, listing) on a fresh Swank thread.
-pub async fn call_helper(ctx: &ToolContext, form: &str) -> Result<Value, String> {
-    call_fresh(ctx, form).await
+/// Calls a lookup helper on a fresh Swank thread; a name that did not
+/// resolve (the helper's `(:error "...")`) is an error too.
+pub async fn call_lookup(ctx: &ToolContext, form: &str) -> Result<Value, String> {
+    let v = call_fresh(ctx, form).await?;
+    match helper_error(&v) {
+        Some(e) => Err(e),
+        None => Ok(v),
+    }
 }
 
 /// Calls a long-running helper (compiling, loading, testing) on a fresh

@@ -551,7 +551,7 @@ async fn post_legacy(
     let mut new_session: Option<String> = None;
     let conn = if shape.is_initialize && session_header.is_none() {
         let (notify, _rx) = mpsc::unbounded_channel();
-        new_session = Some(new_session_id());
+        new_session = Some(crate::protocol::random_token());
         state.engine.connect(notify)
     } else {
         match &session_header {
@@ -653,14 +653,4 @@ fn add_session_header(r: &mut Response, id: Option<&str>) {
     if let Some(id) = id.and_then(|i| HeaderValue::from_str(i).ok()) {
         r.headers_mut().insert("mcp-session-id", id);
     }
-}
-
-/// A session id no one can guess: 128 random bits from the OS.
-fn new_session_id() -> String {
-    use std::io::Read;
-    let mut bytes = [0u8; 16];
-    std::fs::File::open("/dev/urandom")
-        .and_then(|mut f| f.read_exact(&mut bytes))
-        .expect("/dev/urandom is readable");
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }

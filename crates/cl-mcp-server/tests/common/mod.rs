@@ -185,3 +185,63 @@ pub fn tool_is_error(resp: &Value) -> bool {
         .as_bool()
         .unwrap_or_else(|| panic!("no isError in {resp}"))
 }
+
+/// A server listening on a socket (`http`/`tcp` with port 0), its announced
+/// address, and its stderr log lines; killed on drop.
+pub struct Listening {
+    pub child: Child,
+    /// What followed `cl-mcp-server: listening on ` (e.g. `http://127.0.0.1:PORT/mcp`).
+    pub address: String,
+    pub log: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+}
+
+impl Listening {
+    /// Starts `cl-mcp-server ARGS` and waits for its "listening on" line.
+    pub fn start(args: &[&str]) -> Listening {
+        let mut child = Command::new(BIN)
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn cl-mcp-server");
+        let mut err = BufReader::new(child.stderr.take().unwrap());
+        let mut address = None;
+        let mut line = String::new();
+        while address.is_none() {
+            line.clear();
+            if err.read_line(&mut line).unwrap_or(0) == 0 {
+                let status = child.wait();
+                panic!("cl-mcp-server {args:?} exited before listening: {status:?}");
+            }
+            address = line
+                .trim()
+                .strip_prefix("cl-mcp-server: listening on ")
+                .map(str::to_string);
+        }
+        // Keep draining stderr (the JSON log) so the server never blocks on it.
+        let log = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let sink = log.clone();
+        std::thread::spawn(move || {
+            for line in err.lines().map_while(Result::ok) {
+                sink.lock().unwrap().push(line);
+            }
+        });
+        Listening {
+            child,
+            address: address.unwrap(),
+            log,
+        }
+    }
+
+    pub fn log_contains(&self, needle: &str) -> bool {
+        self.log.lock().unwrap().iter().any(|l| l.contains(needle))
+    }
+}
+
+impl Drop for Listening {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
