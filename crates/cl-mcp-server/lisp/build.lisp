@@ -317,3 +317,14 @@ at most LIMIT entries; FILTER keeps names containing it (any case)."
                 :source-file (text (asdf:system-source-file system))
                 :source-directory (text (asdf:system-source-directory system))
                 :loaded (and (asdf:component-loaded-p system) t))))))
+
+(defun source-directories ()
+  "The source directories of the ASDF systems the image has registered:
+(:directories (PATH...)). File tools may read there (code-find points into
+them)."
+  (list :directories
+        (remove-duplicates
+         (loop for name in (asdf:registered-systems)
+               for dir = (ignore-errors (asdf:system-source-directory name))
+               when dir collect (namestring dir))
+         :test #'string=)))

@@ -28,4 +28,5 @@
    #:test-system
    #:list-systems
    #:system-info
+   #:source-directories
    #:summarize-test-output))

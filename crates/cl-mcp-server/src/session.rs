@@ -14,6 +14,9 @@ pub struct Session {
     root: RwLock<PathBuf>,
     root_fixed: bool,
     image: ImageSlot,
+    /// Source directories of the image's ASDF systems: file tools may read
+    /// there too. Refreshed from the image (see `tools::image`).
+    read_roots: RwLock<Vec<PathBuf>>,
 }
 
 /// Where a session's image lives: its own, or the one all sessions share
@@ -49,6 +52,7 @@ impl Session {
             root: RwLock::new(root),
             root_fixed: explicit,
             image,
+            read_roots: RwLock::new(Vec::new()),
         })
     }
 
@@ -72,6 +76,24 @@ impl Session {
         if needs_image && self.config.eager_image {
             let _ = self.image();
         }
+    }
+
+    /// Directories besides the project root that file tools may read.
+    pub fn read_roots(&self) -> Vec<PathBuf> {
+        self.read_roots.read().unwrap().clone()
+    }
+
+    /// Replaces the extra read roots (canonical directories; `/` is never
+    /// accepted as one).
+    pub fn set_read_roots(&self, roots: Vec<PathBuf>) {
+        let mut roots: Vec<PathBuf> = roots
+            .into_iter()
+            .filter_map(|r| r.canonicalize().ok())
+            .filter(|r| r.is_dir() && r.parent().is_some())
+            .collect();
+        roots.sort();
+        roots.dedup();
+        *self.read_roots.write().unwrap() = roots;
     }
 
     /// The project root: file tools resolve paths against it and refuse to

@@ -42,6 +42,7 @@ async fn asdf_load_system(a: LoadArgs, ctx: ToolContext) -> ToolOutput {
         Ok(v) => v,
         Err(e) => return ToolOutput::error(e),
     };
+    image::refresh_read_roots(&ctx).await;
     let root = ctx.session.project_root();
     let out = BuildOutput::from_plist(&v, &root);
     let via = plist_str(&v, "via").unwrap_or_else(|| "asdf".into());

@@ -211,6 +211,8 @@ async fn code_find(a: FindArgs, ctx: ToolContext) -> ToolOutput {
         Ok(v) => v,
         Err(e) => return ToolOutput::error(e),
     };
+    // The files found may be read next: make their systems' directories readable.
+    image::refresh_read_roots(&ctx).await;
     let root = ctx.session.project_root();
     let symbol = plist_str(&v, "symbol").unwrap_or_default();
     let defs: Vec<Definition> = plist_list(&v, "definitions")

@@ -53,15 +53,12 @@ impl fmt::Display for PathError {
 impl std::error::Error for PathError {}
 
 /// Extra directories reads may come from besides the project root: the
-/// source directories of the ASDF systems the session's image knows.
-///
-/// Hook for the image layer: today no image is consulted and the list is
-/// empty; when the image owner feeds system source directories in (e.g. a
-/// cached list on the session), return them here and every read tool
+/// source directories of the ASDF systems the session's image has
+/// registered, as last refreshed from the image. Every read tool
 /// (`fs-read-file`, `fs-list-directory`, `lisp-read-file`,
 /// `lisp-check-parens`, `clgrep-*`) allows them.
-pub fn asdf_source_roots(_session: &Session) -> Vec<PathBuf> {
-    Vec::new()
+pub fn asdf_source_roots(session: &Session) -> Vec<PathBuf> {
+    session.read_roots()
 }
 
 /// Resolves `user_path` (relative to `root`, or absolute) and checks it

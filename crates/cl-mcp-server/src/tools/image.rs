@@ -261,6 +261,20 @@ pub async fn call_lookup(ctx: &ToolContext, form: &str) -> Result<Value, String>
     }
 }
 
+/// Refreshes the session's extra read roots from the image's registered ASDF
+/// systems (after loading systems, and when code-find points at files).
+pub async fn refresh_read_roots(ctx: &ToolContext) {
+    let form = helper_form("source-directories", vec![], vec![]);
+    if let Ok(v) = call_fresh(ctx, &form).await {
+        let dirs = plist_list(&v, "directories")
+            .unwrap_or(&[])
+            .iter()
+            .filter_map(|d| d.as_str().map(std::path::PathBuf::from))
+            .collect();
+        ctx.session.set_read_roots(dirs);
+    }
+}
+
 /// Calls a long-running helper (compiling, loading, testing) on a fresh
 /// Swank thread, interrupting it when the request is cancelled or after
 /// `timeout`. A timed-out result gets `:timed-out t` added to its plist.
