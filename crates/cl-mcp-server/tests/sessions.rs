@@ -1,0 +1,104 @@
+//! Each MCP session has its own image by default; `--shared-image` makes
+//! them share one (CONTRACT §3). Two HTTP sessions of one server are used.
+
+mod common;
+
+use common::Listening;
+use serde_json::{json, Value};
+
+struct Http {
+    server: Listening,
+}
+
+impl Http {
+    async fn post(&self, session: Option<&str>, body: Value) -> (Option<String>, Value) {
+        let mut r = reqwest::Client::new()
+            .post(&self.server.address)
+            .header("accept", "application/json, text/event-stream");
+        if let Some(id) = session {
+            r = r.header("mcp-session-id", id);
+        }
+        let resp = r.json(&body).send().await.unwrap();
+        let id = resp
+            .headers()
+            .get("mcp-session-id")
+            .map(|v| v.to_str().unwrap().to_string());
+        let text = resp.text().await.unwrap();
+        // JSON, or SSE whose last data line is the response.
+        let json_text = text
+            .lines()
+            .filter_map(|l| l.strip_prefix("data:"))
+            .last()
+            .unwrap_or(&text)
+            .trim()
+            .to_string();
+        (id, serde_json::from_str(&json_text).unwrap())
+    }
+
+    async fn session(&self) -> String {
+        let (id, v) = self
+            .post(
+                None,
+                json!({"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{}}}),
+            )
+            .await;
+        assert!(v["result"].is_object(), "{v}");
+        id.unwrap()
+    }
+
+    async fn eval(&self, session: &str, code: &str) -> String {
+        let (_, v) = self
+            .post(
+                Some(session),
+                json!({"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"evaluate-lisp","arguments":{"code":code}}}),
+            )
+            .await;
+        v["result"]["content"][0]["text"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    }
+
+    async fn image_pid(&self, session: &str) -> u64 {
+        let (_, v) = self
+            .post(
+                Some(session),
+                json!({"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"image-info","arguments":{}}}),
+            )
+            .await;
+        v["result"]["structuredContent"]["pid"]
+            .as_u64()
+            .unwrap_or_else(|| panic!("{v}"))
+    }
+}
+
+#[tokio::test]
+async fn sessions_have_their_own_images() {
+    let http = Http {
+        server: Listening::start(&["http", "--bind", "127.0.0.1:0"]),
+    };
+    let a = http.session().await;
+    let b = http.session().await;
+    assert_eq!(http.eval(&a, "(defvar *who* :a)").await, "=> *WHO*");
+    assert_eq!(http.eval(&b, "(boundp '*who*)").await, "=> NIL");
+    assert_ne!(http.image_pid(&a).await, http.image_pid(&b).await);
+}
+
+#[tokio::test]
+async fn shared_image_is_shared() {
+    let http = Http {
+        server: Listening::start(&["http", "--bind", "127.0.0.1:0", "--shared-image"]),
+    };
+    let a = http.session().await;
+    let b = http.session().await;
+    assert_eq!(http.eval(&a, "(defvar *who* :a)").await, "=> *WHO*");
+    assert_eq!(http.eval(&b, "*who*").await, "=> :A");
+    assert_eq!(http.image_pid(&a).await, http.image_pid(&b).await);
+    // Each session keeps its own current package even in a shared image.
+    http.eval(&a, "(defpackage :sess-a (:use :cl)) (in-package :sess-a)")
+        .await;
+    assert_eq!(
+        http.eval(&b, "(package-name *package*)").await,
+        "=> \"COMMON-LISP-USER\""
+    );
+}
