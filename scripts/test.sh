@@ -1,7 +1,15 @@
 #!/usr/bin/env bash
-# Sets up and runs the whole test suite.
+# Sets up and runs the whole test suite, then prints one summary line
+# ("tests: N passed, N failed") over every test binary cargo ran.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
 export PYTHON="$PWD/target/sdk-venv/bin/python"
-cargo test --workspace --all-features "$@"
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+status=0
+cargo test --workspace --all-features "$@" 2>&1 | tee "$log" || status=$?
+echo
+awk '/^test result:/ { for (i = 1; i < NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i } }
+     END { printf "tests: %d passed, %d failed\n", p, f }' "$log"
+exit "$status"
