@@ -328,3 +328,32 @@ them)."
                for dir = (ignore-errors (asdf:system-source-directory name))
                when dir collect (namestring dir))
          :test #'string=)))
+
+(defun complete-names (kind prefix &key package (limit 100))
+  "Names of KIND (\"package\", \"symbol\" or \"system\") starting with
+PREFIX (any case), sorted: (:values (S...) :total N). Symbols are those
+accessible in PACKAGE (default CL-USER); system names come from ASDF."
+  (let* ((prefix (or prefix ""))
+         (names
+           (cond
+             ((string-equal kind "package")
+              (loop for p in (list-all-packages)
+                    append (cons (package-name p) (package-nicknames p))))
+             ((string-equal kind "symbol")
+              (multiple-value-bind (pkg err) (resolve-package (or package "CL-USER"))
+                (when err (return-from complete-names (list :error err)))
+                (let ((acc '()))
+                  (do-symbols (s pkg) (push (symbol-name s) acc))
+                  acc)))
+             ((string-equal kind "system") (findable-system-names))
+             (t (return-from complete-names
+                  (list :error (format nil "Unknown kind ~S." kind))))))
+         (matching (sort (remove-duplicates
+                          (remove-if-not (lambda (n)
+                                           (and (>= (length n) (length prefix))
+                                                (string-equal prefix n :end2 (length prefix))))
+                                         names)
+                          :test #'string=)
+                         #'string<)))
+    (list :values (subseq matching 0 (min limit (length matching)))
+          :total (length matching))))

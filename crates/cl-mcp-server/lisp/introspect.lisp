@@ -209,3 +209,22 @@ Returns (:expansion S :expanded T-or-NIL) or (:error MESSAGE)."
                   :expanded (not (equal form expansion))))
         (error (e)
           (list :error (format nil "~A: ~A" (type-name e) (princ-to-string* e))))))))
+
+(defun package-info (name &key (limit 500))
+  "Facts about the package NAME: (:name S :nicknames (S...) :use (S...)
+:used-by (S...) :documentation S-or-NIL :external-count N :externals (S...))
+with at most LIMIT external symbol names, sorted; or (:error MESSAGE)."
+  (multiple-value-bind (package err) (resolve-package name)
+    (cond (err (list :error err))
+          ((null package) (list :error "Name a package."))
+          (t
+           (let ((externals '()))
+             (do-external-symbols (s package) (push (symbol-name s) externals))
+             (setf externals (sort externals #'string<))
+             (list :name (package-name package)
+                   :nicknames (package-nicknames package)
+                   :use (mapcar #'package-name (package-use-list package))
+                   :used-by (mapcar #'package-name (package-used-by-list package))
+                   :documentation (documentation package t)
+                   :external-count (length externals)
+                   :externals (subseq externals 0 (min limit (length externals)))))))))

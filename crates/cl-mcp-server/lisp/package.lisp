@@ -29,4 +29,6 @@
    #:list-systems
    #:system-info
    #:source-directories
+   #:package-info
+   #:complete-names
    #:summarize-test-output))

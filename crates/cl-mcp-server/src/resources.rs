@@ -1,14 +1,20 @@
 //! MCP resources: the project's documents as `file://` resources (text files
-//! under the project root, `.gitignore` respected). The image's own
-//! resources (`lisp://…`) join them through [`LispResources`] when an image
-//! layer provides one.
+//! under the project root, `.gitignore` respected), and the live image as
+//! `lisp://` resources: `lisp://image/info`, and the templates
+//! `lisp://package/{name}`, `lisp://symbol/{package}/{name}`,
+//! `lisp://system/{name}` (read through the same code as the tools, with
+//! completion of their variables from the image).
 
 use std::path::Path;
+use std::sync::{Arc, OnceLock};
 
 use serde_json::{json, Value};
+use tokio_util::sync::CancellationToken;
 
 use crate::session::Session;
 use crate::tools::fs::{read_text_capped, resolve_existing_file};
+use crate::tools::image::{call_lookup, helper_form, plist_i64, plist_str, plist_strings};
+use crate::tools::{ToolContext, ToolGroup, ToolRegistry};
 
 /// Most resources one `resources/list` page holds.
 pub const PAGE: usize = 500;
@@ -69,20 +75,21 @@ pub fn list(session: &Session, cursor: Option<&str>) -> Result<Value, String> {
         .collect();
     files.sort();
     let total = files.len();
-    let resources: Vec<Value> = files
-        .iter()
-        .skip(start)
-        .take(PAGE)
-        .map(|p| {
-            let rel = p
-                .strip_prefix(&root)
-                .unwrap_or(p)
-                .to_string_lossy()
-                .into_owned();
-            let size = std::fs::metadata(p).map(|m| m.len()).unwrap_or(0);
-            json!({"uri": file_uri(p), "name": rel, "mimeType": mime_of(p), "size": size})
-        })
-        .collect();
+    let mut resources: Vec<Value> = Vec::new();
+    if start == 0 {
+        resources.push(json!({"uri": "lisp://image/info", "name": "Lisp image",
+            "description": "The session's Lisp image: implementation, version, pid, uptime, features, loaded systems.",
+            "mimeType": "text/plain"}));
+    }
+    resources.extend(files.iter().skip(start).take(PAGE).map(|p| {
+        let rel = p
+            .strip_prefix(&root)
+            .unwrap_or(p)
+            .to_string_lossy()
+            .into_owned();
+        let size = std::fs::metadata(p).map(|m| m.len()).unwrap_or(0);
+        json!({"uri": file_uri(p), "name": rel, "mimeType": mime_of(p), "size": size})
+    }));
     let mut result = json!({ "resources": resources });
     if start + PAGE < total {
         result["nextCursor"] = json!((start + PAGE).to_string());
@@ -104,4 +111,152 @@ pub fn read_file_uri(session: &Session, uri: &str) -> Result<Value, (i64, String
     let text = read_text_capped(&resolved.path, &resolved.display)
         .map_err(|e| (crate::protocol::jsonrpc::INVALID_PARAMS, e))?;
     Ok(json!({ "contents": [{ "uri": uri, "mimeType": mime_of(&resolved.path), "text": text }] }))
+}
+
+/// The `lisp://` resource templates.
+pub fn templates() -> Value {
+    json!([
+        {"uriTemplate": "lisp://package/{name}", "name": "Lisp package",
+         "description": "A package of the live image: nicknames, used packages, documentation, external symbols.",
+         "mimeType": "text/plain"},
+        {"uriTemplate": "lisp://symbol/{package}/{name}", "name": "Lisp symbol",
+         "description": "What a symbol names in the live image: kinds, arglist, documentation, describe text.",
+         "mimeType": "text/plain"},
+        {"uriTemplate": "lisp://system/{name}", "name": "ASDF system",
+         "description": "An ASDF system: version, description, author, license, dependencies, source file, loaded.",
+         "mimeType": "text/plain"},
+    ])
+}
+
+/// Every tool, whatever `--tools` offers: resources read through them.
+fn all_tools() -> &'static ToolRegistry {
+    static ALL: OnceLock<ToolRegistry> = OnceLock::new();
+    ALL.get_or_init(|| ToolRegistry::standard(&ToolGroup::ALL))
+}
+
+fn uri_part(s: &str) -> String {
+    crate::protocol::mcp::percent_decode(s)
+}
+
+/// `resources/read` of a `lisp://` URI. `Err((code, message))` on failure.
+pub async fn read_lisp_uri(session: Arc<Session>, uri: &str) -> Result<Value, (i64, String)> {
+    let invalid = |m: String| (crate::protocol::jsonrpc::INVALID_PARAMS, m);
+    let path = uri
+        .strip_prefix("lisp://")
+        .ok_or_else(|| invalid(format!("Not a lisp:// URI: {uri}")))?;
+    let parts: Vec<&str> = path.split('/').collect();
+    let ctx = ToolContext::new(session, CancellationToken::new());
+    let via_tool = |name: &'static str, args: Value| {
+        let ctx = ctx.clone();
+        async move {
+            let tool = all_tools().get(name).expect("built-in tool");
+            tool.call(args, ctx).await
+        }
+    };
+    let out = match parts.as_slice() {
+        ["image", "info"] => via_tool("image-info", json!({})).await,
+        ["symbol", package, name] if !name.is_empty() => {
+            via_tool(
+                "code-describe",
+                json!({"symbol": uri_part(name), "package": uri_part(package)}),
+            )
+            .await
+        }
+        ["system", name] if !name.is_empty() => {
+            via_tool("asdf-system-info", json!({"system": uri_part(name)})).await
+        }
+        ["package", name] if !name.is_empty() => {
+            let form = helper_form(
+                "package-info",
+                vec![lisp_syntax::data::Value::string(uri_part(name))],
+                vec![],
+            );
+            match call_lookup(&ctx, &form).await {
+                Ok(v) => crate::tools::ToolOutput::text(render_package(&v)),
+                Err(e) => crate::tools::ToolOutput::error(e),
+            }
+        }
+        _ => {
+            return Err(invalid(format!(
+                "Unknown lisp:// resource {uri}: use lisp://image/info, lisp://package/NAME, \
+                 lisp://symbol/PACKAGE/NAME or lisp://system/NAME"
+            )))
+        }
+    };
+    if out.is_error {
+        return Err((RESOURCE_NOT_FOUND, out.text));
+    }
+    Ok(json!({ "contents": [{ "uri": uri, "mimeType": "text/plain", "text": out.text }] }))
+}
+
+fn render_package(v: &lisp_syntax::data::Value) -> String {
+    let list = |k: &str| {
+        let items = plist_strings(v, k);
+        if items.is_empty() {
+            "-".to_string()
+        } else {
+            items.join(" ")
+        }
+    };
+    let mut text = format!(
+        "Package {}\nNicknames: {}\nUses: {}\nUsed by: {}\n",
+        plist_str(v, "name").unwrap_or_default(),
+        list("nicknames"),
+        list("use"),
+        list("used-by")
+    );
+    if let Some(doc) = plist_str(v, "documentation") {
+        text.push_str(&format!("Documentation: {doc}\n"));
+    }
+    let externals = plist_strings(v, "externals");
+    let count = plist_i64(v, "external-count").unwrap_or(externals.len() as i64);
+    text.push_str(&format!("External symbols ({count}):"));
+    for name in &externals {
+        text.push_str(&format!("\n  {name}"));
+    }
+    if (externals.len() as i64) < count {
+        text.push_str(&format!(
+            "\n  ... and {} more",
+            count - externals.len() as i64
+        ));
+    }
+    text
+}
+
+/// Completion values for a `lisp://` template variable, from the image.
+pub async fn complete_template(
+    session: Arc<Session>,
+    template: &str,
+    argument: &str,
+    typed: &str,
+    context: &Value,
+) -> Result<Vec<String>, String> {
+    let kind = match (template, argument) {
+        ("lisp://package/{name}", "name") | ("lisp://symbol/{package}/{name}", "package") => {
+            "package"
+        }
+        ("lisp://symbol/{package}/{name}", "name") => "symbol",
+        ("lisp://system/{name}", "name") => "system",
+        _ => return Ok(Vec::new()),
+    };
+    let mut keys = vec![];
+    if kind == "symbol" {
+        if let Some(p) = context
+            .pointer("/arguments/package")
+            .and_then(Value::as_str)
+        {
+            keys.push(("package", lisp_syntax::data::Value::string(p)));
+        }
+    }
+    let form = helper_form(
+        "complete-names",
+        vec![
+            lisp_syntax::data::Value::string(kind),
+            lisp_syntax::data::Value::string(typed),
+        ],
+        keys,
+    );
+    let ctx = ToolContext::new(session, CancellationToken::new());
+    let v = call_lookup(&ctx, &form).await?;
+    Ok(plist_strings(&v, "values"))
 }

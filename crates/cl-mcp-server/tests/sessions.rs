@@ -27,8 +27,8 @@ impl Http {
         // JSON, or SSE whose last data line is the response.
         let json_text = text
             .lines()
-            .filter_map(|l| l.strip_prefix("data:"))
-            .last()
+            .rev()
+            .find_map(|l| l.strip_prefix("data:"))
             .unwrap_or(&text)
             .trim()
             .to_string();

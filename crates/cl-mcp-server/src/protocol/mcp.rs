@@ -209,7 +209,7 @@ fn client_root(params: &Map<String, Value>) -> Option<PathBuf> {
         .map(PathBuf::from)
 }
 
-fn percent_decode(s: &str) -> String {
+pub(crate) fn percent_decode(s: &str) -> String {
     let bytes = s.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;
@@ -307,7 +307,7 @@ pub(crate) async fn dispatch(req: RequestCtx, msg: Message) -> Result<Value, Mcp
             };
             prompt.get(&args).map_err(McpError::invalid_params)?
         }
-        "completion/complete" => complete(&params)?,
+        "completion/complete" => complete(&req, &params).await?,
         "resources/list" => {
             let cursor = params.get("cursor").and_then(Value::as_str);
             let mut r = crate::resources::list(&req.conn.session, cursor)
@@ -319,7 +319,7 @@ pub(crate) async fn dispatch(req: RequestCtx, msg: Message) -> Result<Value, Mcp
             r
         }
         "resources/templates/list" => {
-            let mut r = json!({ "resourceTemplates": [] });
+            let mut r = json!({ "resourceTemplates": crate::resources::templates() });
             if matches!(req.era, Era::Modern { .. }) {
                 r["ttlMs"] = json!(3_600_000);
                 r["cacheScope"] = json!("public");
@@ -333,20 +333,23 @@ pub(crate) async fn dispatch(req: RequestCtx, msg: Message) -> Result<Value, Mcp
                 None => return Err(McpError::invalid_params("Missing required field: uri")),
             };
             let modern = matches!(req.era, Era::Modern { .. });
-            let mut r = crate::resources::read_file_uri(&req.conn.session, &uri).map_err(
-                |(code, msg)| {
-                    // 2026-07-28 answers a missing resource with -32602.
-                    if code == crate::resources::RESOURCE_NOT_FOUND && !modern {
-                        McpError {
-                            code,
-                            message: "Resource not found",
-                            data: Value::String(msg),
-                        }
-                    } else {
-                        McpError::invalid_params(msg)
+            let read = if uri.starts_with("lisp://") {
+                crate::resources::read_lisp_uri(req.conn.session.clone(), &uri).await
+            } else {
+                crate::resources::read_file_uri(&req.conn.session, &uri)
+            };
+            let mut r = read.map_err(|(code, msg)| {
+                // 2026-07-28 answers a missing resource with -32602.
+                if code == crate::resources::RESOURCE_NOT_FOUND && !modern {
+                    McpError {
+                        code,
+                        message: "Resource not found",
+                        data: Value::String(msg),
                     }
-                },
-            )?;
+                } else {
+                    McpError::invalid_params(msg)
+                }
+            })?;
             if modern {
                 r["ttlMs"] = json!(0);
                 r["cacheScope"] = json!("private");
@@ -389,7 +392,7 @@ pub(crate) async fn dispatch(req: RequestCtx, msg: Message) -> Result<Value, Mcp
 
 /// `completion/complete`: values for a prompt argument (or a resource
 /// template variable) starting with what the user typed.
-fn complete(params: &Value) -> Result<Value, McpError> {
+async fn complete(req: &RequestCtx, params: &Value) -> Result<Value, McpError> {
     let reference = params
         .get("ref")
         .ok_or_else(|| McpError::invalid_params("Missing required field: ref"))?;
@@ -398,18 +401,33 @@ fn complete(params: &Value) -> Result<Value, McpError> {
         .ok_or_else(|| McpError::invalid_params("Missing required field: argument"))?;
     let arg_name = argument.get("name").and_then(Value::as_str).unwrap_or("");
     let typed = argument.get("value").and_then(Value::as_str).unwrap_or("");
-    let candidates: Vec<&str> = match reference.get("type").and_then(Value::as_str) {
+    let candidates: Vec<String> = match reference.get("type").and_then(Value::as_str) {
         Some("ref/prompt") => {
             let name = reference.get("name").and_then(Value::as_str).unwrap_or("");
             if crate::prompts::find(name).is_none() {
                 return Err(McpError::invalid_params(format!("Unknown prompt: {name}")));
             }
             match (name, arg_name) {
-                ("add-tests", "framework") => crate::prompts::FRAMEWORKS.to_vec(),
+                ("add-tests", "framework") => crate::prompts::FRAMEWORKS
+                    .iter()
+                    .map(|s| s.to_string())
+                    .collect(),
                 _ => Vec::new(),
             }
         }
-        Some("ref/resource") => Vec::new(),
+        Some("ref/resource") => {
+            let template = reference.get("uri").and_then(Value::as_str).unwrap_or("");
+            let context = params.get("context").cloned().unwrap_or(Value::Null);
+            crate::resources::complete_template(
+                req.conn.session.clone(),
+                template,
+                arg_name,
+                typed,
+                &context,
+            )
+            .await
+            .map_err(McpError::invalid_params)?
+        }
         _ => {
             return Err(McpError::invalid_params(
                 "ref.type must be \"ref/prompt\" or \"ref/resource\"",
@@ -417,7 +435,7 @@ fn complete(params: &Value) -> Result<Value, McpError> {
         }
     };
     let lower = typed.to_lowercase();
-    let values: Vec<&str> = candidates
+    let values: Vec<String> = candidates
         .into_iter()
         .filter(|c| c.to_lowercase().starts_with(&lower))
         .take(100)
