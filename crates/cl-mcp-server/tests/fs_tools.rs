@@ -1,6 +1,7 @@
 //! Black-box tests of the fs tools and the path policy: the built server
 //! over stdio, a real temporary project, real symlinks.
 
+mod common;
 mod source_support;
 
 use std::os::unix::fs::{symlink, PermissionsExt};

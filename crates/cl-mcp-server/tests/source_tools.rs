@@ -2,6 +2,7 @@
 //! syntax: strings with parens, `#\(`, nested `#| |#`, `|a)b|`, reader
 //! conditionals, cl-interpol's `#?"..."`.
 
+mod common;
 mod source_support;
 
 use serde_json::json;

@@ -3,20 +3,18 @@
 
 #![allow(dead_code)]
 
-use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
-use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 
 use serde_json::{json, Value};
 
+use crate::common;
+
 /// The binary under test.
-pub const BIN: &str = env!("CARGO_BIN_EXE_cl-mcp-server");
+pub const BIN: &str = common::BIN;
 
 /// A running server with an initialized MCP session.
 pub struct Server {
-    child: Child,
-    stdin: ChildStdin,
-    stdout: BufReader<ChildStdout>,
+    inner: common::Server,
     next_id: u64,
 }
 
@@ -33,22 +31,9 @@ pub struct CallResult {
 impl Server {
     /// Starts the server with `root` as its project root and initializes.
     pub fn start(root: &Path) -> Server {
-        let mut child = Command::new(BIN)
-            .arg("--project-root")
-            .arg(root)
-            .arg("--log-level")
-            .arg("error")
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("spawn cl-mcp-server");
-        let stdin = child.stdin.take().unwrap();
-        let stdout = BufReader::new(child.stdout.take().unwrap());
+        let root = root.to_str().expect("UTF-8 temp path");
         let mut s = Server {
-            child,
-            stdin,
-            stdout,
+            inner: common::Server::start(&["--project-root", root, "--log-level", "error"]),
             next_id: 1,
         };
         let r = s.request(
@@ -57,15 +42,9 @@ impl Server {
                    "clientInfo": {"name": "source-tests", "version": "1"}}),
         );
         assert!(r.get("result").is_some(), "initialize failed: {r}");
-        s.send(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+        s.inner
+            .send(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
         s
-    }
-
-    fn send(&mut self, msg: &Value) {
-        let mut line = serde_json::to_string(msg).unwrap();
-        line.push('\n');
-        self.stdin.write_all(line.as_bytes()).unwrap();
-        self.stdin.flush().unwrap();
     }
 
     /// Sends a request and returns the response with the same id (skipping
@@ -73,19 +52,8 @@ impl Server {
     pub fn request(&mut self, method: &str, params: Value) -> Value {
         let id = self.next_id;
         self.next_id += 1;
-        self.send(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}));
-        loop {
-            let mut line = String::new();
-            let n = self.stdout.read_line(&mut line).unwrap();
-            assert!(
-                n > 0,
-                "server closed stdout while waiting for response {id}"
-            );
-            let v: Value = serde_json::from_str(&line).expect("stdout line is JSON");
-            if v.get("id") == Some(&json!(id)) {
-                return v;
-            }
-        }
+        self.inner
+            .request(json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}))
     }
 
     /// Calls a tool and returns what the user would see.
@@ -123,13 +91,6 @@ impl Server {
             r.text
         );
         r
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 
