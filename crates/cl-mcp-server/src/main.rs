@@ -118,7 +118,7 @@ fn main() -> ExitCode {
 /// Takes fd 1 for the protocol and points fd 1 at stderr, so nothing else in
 /// this process (a library's println!, a child that inherits stdout) can put
 /// non-protocol text on the protocol stream.
-fn protocol_stdout() -> std::io::Result<tokio::fs::File> {
+fn protocol_stdout() -> std::io::Result<std::fs::File> {
     use std::os::fd::FromRawFd;
     std::io::stdout().flush()?;
     // SAFETY: plain fd duplication on fds this process owns.
@@ -134,7 +134,7 @@ fn protocol_stdout() -> std::io::Result<tokio::fs::File> {
     }
     // SAFETY: `private` is a fresh fd we own exclusively.
     let file = unsafe { std::fs::File::from_raw_fd(private) };
-    Ok(tokio::fs::File::from_std(file))
+    Ok(file)
 }
 
 async fn call(

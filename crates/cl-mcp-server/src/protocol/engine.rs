@@ -31,6 +31,8 @@ pub type Outbound = mpsc::UnboundedSender<String>;
 pub struct Engine {
     pub config: Arc<ServerConfig>,
     pub tools: Arc<ToolRegistry>,
+    /// `tools/list`'s array, described once.
+    pub(crate) tools_list: Value,
     /// The image all sessions use with `--shared-image`.
     shared_image: Arc<std::sync::OnceLock<crate::image::Image>>,
 }
@@ -38,7 +40,9 @@ pub struct Engine {
 impl Engine {
     pub fn new(config: ServerConfig) -> Arc<Engine> {
         let tools = Arc::new(ToolRegistry::standard(&config.tool_groups));
+        let tools_list = mcp::describe_tools(&tools, &config.require_approval);
         Arc::new(Engine {
+            tools_list,
             config: Arc::new(config),
             tools,
             shared_image: Arc::new(std::sync::OnceLock::new()),

@@ -241,6 +241,26 @@ fn server_info() -> Value {
     json!({ "name": "cl-mcp-server", "version": env!("CARGO_PKG_VERSION") })
 }
 
+/// The `tools` array of `tools/list`: every offered tool, with
+/// `approvalToken` in the schemas of tools that need approval. Computed once.
+pub(crate) fn describe_tools(
+    tools: &crate::tools::ToolRegistry,
+    require_approval: &[String],
+) -> Value {
+    Value::Array(
+        tools
+            .list()
+            .map(|t| {
+                let mut d = t.describe();
+                if require_approval.iter().any(|a| a == t.name) {
+                    d["inputSchema"] = approval::schema_with_token(d["inputSchema"].take());
+                }
+                d
+            })
+            .collect(),
+    )
+}
+
 /// Runs one request to its result.
 pub(crate) async fn dispatch(req: RequestCtx, msg: Message) -> Result<Value, McpError> {
     let params = msg.params.unwrap_or(Value::Null);
@@ -258,20 +278,7 @@ pub(crate) async fn dispatch(req: RequestCtx, msg: Message) -> Result<Value, Mcp
             })
         }
         "tools/list" => {
-            let approval = &req.conn.engine.config.require_approval;
-            let tools: Vec<Value> = req
-                .conn
-                .engine
-                .tools
-                .list()
-                .map(|t| {
-                    let mut d = t.describe();
-                    if approval.iter().any(|a| a == t.name) {
-                        d["inputSchema"] = approval::schema_with_token(d["inputSchema"].take());
-                    }
-                    d
-                })
-                .collect();
+            let tools = req.conn.engine.tools_list.clone();
             let mut r = json!({ "tools": tools });
             if matches!(req.era, Era::Modern { .. }) {
                 r["ttlMs"] = json!(3_600_000);

@@ -1,25 +1,91 @@
 //! MCP over stdin/stdout.
+//!
+//! Both ends are served by plain threads doing blocking I/O: a reader that
+//! hands stdin's bytes to the engine, and a writer that writes each outgoing
+//! message as one line and flushes when no more are queued. (Tokio's own
+//! stdin/stdout pay a blocking-pool hand-off per read and per write, which
+//! showed up in every round trip.)
 
+use std::io::{Read, Write};
 use std::sync::Arc;
 
-use tokio::io::BufReader;
+use bytes::Bytes;
 use tokio::sync::mpsc;
+use tokio_util::io::StreamReader;
 
-use super::lines::{serve_lines, write_lines};
+use super::lines::serve_lines;
 use crate::protocol::Engine;
 
 /// Serves one MCP session on stdin/stdout until stdin closes. `stdout` is the
 /// protocol's private handle (fd 1 itself is pointed at stderr at start, so
 /// nothing else can write protocol-breaking text there).
-pub async fn serve(engine: Arc<Engine>, stdout: tokio::fs::File) {
-    let (tx, rx) = mpsc::unbounded_channel();
-    let writer = tokio::spawn(write_lines(tokio::io::BufWriter::new(stdout), rx));
+pub async fn serve(engine: Arc<Engine>, stdout: std::fs::File) {
+    let (tx, rx) = mpsc::unbounded_channel::<String>();
+    let writer = std::thread::Builder::new()
+        .name("stdout".into())
+        .spawn(move || write_lines(stdout, rx))
+        .expect("spawn the stdout thread");
     let conn = engine.connect(tx.clone());
-    let input = BufReader::with_capacity(256 * 1024, tokio::io::stdin());
-    serve_lines(input, &conn, &tx, engine.config.max_message_bytes).await;
+    serve_lines(stdin_reader(), &conn, &tx, engine.config.max_message_bytes).await;
     // stdin closed: answer what is in flight, then exit.
     conn.drain().await;
     drop(conn);
     drop(tx);
-    let _ = writer.await;
+    let _ = tokio::task::spawn_blocking(move || writer.join()).await;
+}
+
+/// stdin as an async buffered reader, fed by a thread doing blocking reads.
+fn stdin_reader() -> impl tokio::io::AsyncBufRead + Unpin {
+    let (chunks, rx) = mpsc::channel::<std::io::Result<Bytes>>(16);
+    std::thread::Builder::new()
+        .name("stdin".into())
+        .spawn(move || {
+            let mut stdin = std::io::stdin().lock();
+            let mut buf = vec![0u8; 256 * 1024];
+            loop {
+                match stdin.read(&mut buf) {
+                    Ok(0) => break,
+                    Ok(n) => {
+                        if chunks
+                            .blocking_send(Ok(Bytes::copy_from_slice(&buf[..n])))
+                            .is_err()
+                        {
+                            break;
+                        }
+                    }
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                    Err(e) => {
+                        let _ = chunks.blocking_send(Err(e));
+                        break;
+                    }
+                }
+            }
+        })
+        .expect("spawn the stdin thread");
+    let stream = futures::stream::unfold(rx, |mut rx| async move {
+        rx.recv().await.map(|chunk| (chunk, rx))
+    });
+    StreamReader::new(Box::pin(stream))
+}
+
+/// Writes each message as one line; flushes when the queue is empty.
+fn write_lines(stdout: std::fs::File, mut rx: mpsc::UnboundedReceiver<String>) {
+    let mut out = std::io::BufWriter::with_capacity(64 * 1024, stdout);
+    while let Some(msg) = rx.blocking_recv() {
+        let mut ok = write_line(&mut out, &msg);
+        while ok {
+            match rx.try_recv() {
+                Ok(m) => ok = write_line(&mut out, &m),
+                Err(_) => break,
+            }
+        }
+        if !ok || out.flush().is_err() {
+            tracing::warn!("stdout closed; dropping further messages");
+            break;
+        }
+    }
+}
+
+fn write_line(out: &mut impl Write, msg: &str) -> bool {
+    out.write_all(msg.as_bytes()).is_ok() && out.write_all(b"\n").is_ok()
 }
