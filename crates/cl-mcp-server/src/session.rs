@@ -17,25 +17,49 @@ pub struct Session {
     /// Source directories of the image's ASDF systems: file tools may read
     /// there too. Refreshed from the image (see `tools::image`).
     read_roots: RwLock<Vec<PathBuf>>,
+    /// Unique in this process: names the session inside a (shared) image.
+    pub id: u64,
+    /// Evaluation bookkeeping.
+    pub eval: EvalState,
 }
 
 /// Where a session's image lives: its own, or the one all sessions share
-/// (`--shared-image`). Either is created on first use.
+/// (`--shared-image`), with the turn its evaluations queue on. The image is
+/// created on first use.
 pub enum ImageSlot {
     Own(OnceLock<Image>),
-    Shared(Arc<OnceLock<Image>>),
+    Shared {
+        image: Arc<OnceLock<Image>>,
+        turn: Arc<tokio::sync::Mutex<()>>,
+    },
 }
 
 impl ImageSlot {
     fn get_or_start(&self, config: &ServerConfig) -> Image {
         let cell = match self {
             ImageSlot::Own(c) => c,
-            ImageSlot::Shared(c) => c.as_ref(),
+            ImageSlot::Shared { image, .. } => image.as_ref(),
         };
         cell.get_or_init(|| Image::new(config.image.clone()))
             .clone()
     }
 }
+
+/// A session's evaluation bookkeeping (see `tools::image`).
+pub struct EvalState {
+    /// Held while an evaluation runs; tokio's mutex is fair, so waiting
+    /// evaluations run in arrival order. Sessions sharing one image share the
+    /// turn, so an evaluation's timeout never runs while it waits in the
+    /// image's queue.
+    pub turn: Arc<tokio::sync::Mutex<()>>,
+    /// The id of the evaluation running now, if any.
+    pub running: std::sync::Mutex<Option<u64>>,
+    /// The image's one-time "state was lost" notice, until a result shows it.
+    pub notice: std::sync::Mutex<Option<String>>,
+}
+
+/// Sessions are numbered for the image (each keeps its own current package).
+static NEXT_SESSION: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
 impl Session {
     /// A session with an image of its own.
@@ -47,12 +71,22 @@ impl Session {
     pub fn with_image(config: Arc<ServerConfig>, image: ImageSlot) -> Arc<Self> {
         let root = config.initial_project_root();
         let explicit = config.project_root.is_some();
+        let turn = match &image {
+            ImageSlot::Shared { turn, .. } => turn.clone(),
+            ImageSlot::Own(_) => Default::default(),
+        };
         Arc::new(Session {
             config,
             root: RwLock::new(root),
             root_fixed: explicit,
             image,
             read_roots: RwLock::new(Vec::new()),
+            id: NEXT_SESSION.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+            eval: EvalState {
+                turn,
+                running: Default::default(),
+                notice: Default::default(),
+            },
         })
     }
 

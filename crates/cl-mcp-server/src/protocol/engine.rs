@@ -35,6 +35,8 @@ pub struct Engine {
     pub(crate) tools_list: Value,
     /// The image all sessions use with `--shared-image`.
     shared_image: Arc<std::sync::OnceLock<crate::image::Image>>,
+    /// The evaluation turn of the shared image.
+    shared_turn: Arc<tokio::sync::Mutex<()>>,
 }
 
 impl Engine {
@@ -46,6 +48,7 @@ impl Engine {
             config: Arc::new(config),
             tools,
             shared_image: Arc::new(std::sync::OnceLock::new()),
+            shared_turn: Default::default(),
         })
     }
 
@@ -58,7 +61,10 @@ impl Engine {
     /// A new session: with its own image, or the shared one.
     pub fn new_session(&self) -> Arc<Session> {
         let slot = if self.config.shared_image {
-            ImageSlot::Shared(self.shared_image.clone())
+            ImageSlot::Shared {
+                image: self.shared_image.clone(),
+                turn: self.shared_turn.clone(),
+            }
         } else {
             ImageSlot::Own(std::sync::OnceLock::new())
         };

@@ -8,8 +8,6 @@
 //! (introspection, builds, status polls, interrupts) runs on a fresh Swank
 //! thread so it never waits behind a running evaluation.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use lisp_syntax::data::Value;
@@ -77,49 +75,17 @@ fn helper_error(v: &Value) -> Option<String> {
 // ---------------------------------------------------------------------------
 // Per-session evaluation state: the FIFO turn and the running evaluation.
 
-/// What one session needs to serialise evaluations and to interrupt its own
-/// (and only its own) running evaluation.
-struct EvalSlot {
-    /// Held while an evaluation runs; tokio's mutex is fair, so waiting
-    /// evaluations run in arrival order. Sessions sharing one image
-    /// (`--shared-image`) share the turn too, so an evaluation's timeout
-    /// never runs while it waits in the image's queue.
-    turn: Arc<tokio::sync::Mutex<()>>,
-    /// The id of the evaluation running now, if any.
-    running: Mutex<Option<u64>>,
-    /// The image's one-time "state was lost" notice, until a result shows it.
-    notice: Mutex<Option<String>>,
-}
-
-fn eval_slot(ctx: &ToolContext) -> Arc<EvalSlot> {
-    static SLOTS: OnceLock<Mutex<HashMap<usize, Arc<EvalSlot>>>> = OnceLock::new();
-    static SHARED_TURN: OnceLock<Arc<tokio::sync::Mutex<()>>> = OnceLock::new();
-    let key = Arc::as_ptr(&ctx.session) as usize;
-    let shared = ctx.session.config.shared_image;
-    SLOTS
-        .get_or_init(Default::default)
-        .lock()
-        .unwrap()
-        .entry(key)
-        .or_insert_with(|| {
-            Arc::new(EvalSlot {
-                turn: if shared {
-                    SHARED_TURN.get_or_init(Default::default).clone()
-                } else {
-                    Default::default()
-                },
-                running: Mutex::new(None),
-                notice: Mutex::new(None),
-            })
-        })
-        .clone()
+/// The session's evaluation bookkeeping (its turn, running evaluation and
+/// pending notice).
+fn eval_slot(ctx: &ToolContext) -> &crate::session::EvalState {
+    &ctx.session.eval
 }
 
 /// A name for the session inside the image (`:session` of
 /// `cl-mcp:eval-request`), so sessions sharing an attached image keep their
 /// own current package.
 pub fn session_key(ctx: &ToolContext) -> String {
-    format!("session-{:x}", Arc::as_ptr(&ctx.session) as usize)
+    format!("session-{}", ctx.session.id)
 }
 
 /// Why the server stopped an evaluation.
