@@ -255,6 +255,14 @@ the run signalled an error or the summary shows failures."
 
 ;;; Listing and describing systems.
 
+;; ASDF >= 3.3 has REGISTERED-SYSTEM; older ones (ECL's bundled ASDF) do
+;; not, and FIND-SYSTEM with ERROR-P NIL is the next best lookup.
+(defun registered-system* (name)
+  (let ((fn (find-symbol "REGISTERED-SYSTEM" "ASDF")))
+    (if (and fn (fboundp fn))
+        (funcall fn name)
+        (asdf:find-system name nil))))
+
 (defun findable-system-names ()
   "Names of systems ASDF can find: registered ones and those its source
 registry knows."
@@ -276,7 +284,7 @@ at most LIMIT entries; FILTER keeps names containing it (any case)."
                     (remove-if-not (lambda (n) (search filter n :test #'char-equal)) names)
                     names))
          (entries (loop for n in names
-                        for loaded = (ignore-errors (let ((s (asdf:registered-system n)))
+                        for loaded = (ignore-errors (let ((s (registered-system* n)))
                                                       (and s (asdf:component-loaded-p s) t)))
                         when (or loaded (not loaded-only))
                           collect (list :name n :loaded loaded))))
