@@ -329,18 +329,6 @@ fn edit_form_refuses_bad_content_and_ambiguity() {
         "{}",
         e.text
     );
-    // Content that reads alone but breaks the file: its trailing comment
-    // would swallow the `)` of the eval-when that follows on the same line.
-    let e = s.err(
-        "lisp-edit-form",
-        json!({"path": "src/nasty.lisp", "formType": "defmacro", "formName": "with-thing",
-               "operation": "replace", "content": "(defmacro with-thing () nil) ; note"}),
-    );
-    assert!(
-        e.text.starts_with("Not written: after this edit src/nasty.lisp would not read: unclosed list: opened at line 22, column 1"),
-        "{}",
-        e.text
-    );
     assert_eq!(
         std::fs::read_to_string(&path).unwrap(),
         NASTY,
@@ -490,4 +478,199 @@ fn many_hits_in_one_huge_form_stay_linear() {
     assert_eq!(r.structured["totalHits"], 20_000);
     assert_eq!(r.structured["hits"][0]["formName"], "+t+");
     assert_eq!(r.structured["hits"][0]["formLine"], 1);
+}
+
+/// Writes `text` as `name` under a fresh project and starts a server.
+fn project_with(name: &str, text: &str) -> (tempfile::TempDir, std::path::PathBuf, Server) {
+    let (d, root) = project();
+    std::fs::write(root.join(name), text).unwrap();
+    let s = Server::start(&root);
+    (d, root, s)
+}
+
+/// A form that never closes runs to the end of the file: editing it (or
+/// inserting next to it) would rewrite or swallow every form after it.
+#[test]
+fn edit_form_refuses_a_form_that_is_not_closed() {
+    let src = "(defun a () 1)\n\n(defun b ()\n  (foo)\n\n(defun c () 3)\n";
+    let (_d, root, mut s) = project_with("open.lisp", src);
+    for (op, content) in [
+        ("replace", Some("(defun b () 2)")),
+        ("delete", None),
+        ("insert_after", Some("(defun d () 4)")),
+        ("insert_before", Some("(defun d () 4)")),
+    ] {
+        let mut args = json!({"path": "open.lisp", "formType": "defun", "formName": "b",
+                              "operation": op});
+        if let Some(c) = content {
+            args["content"] = json!(c);
+        }
+        let e = s.err("lisp-edit-form", args);
+        assert_eq!(
+            e.text,
+            "open.lisp: not edited: the form `defun b` (line 3) is not closed: it never ends, so \
+             it runs to the end of the file; `(defun c` starts at column 1 of line 6 inside it, \
+             so a `)` is probably missing before line 6. Nothing was changed: fix the \
+             parentheses first (lisp-check-parens shows where), then edit.",
+            "{op}"
+        );
+    }
+    assert_eq!(
+        std::fs::read_to_string(root.join("open.lisp")).unwrap(),
+        src
+    );
+    // Forms before the open one are closed and still editable.
+    s.ok(
+        "lisp-edit-form",
+        json!({"path": "open.lisp", "formType": "defun", "formName": "a",
+               "operation": "replace", "content": "(defun a () 11)"}),
+    );
+    assert_eq!(
+        std::fs::read_to_string(root.join("open.lisp")).unwrap(),
+        src.replace("(defun a () 1)", "(defun a () 11)")
+    );
+    // A definition inside an unclosed wrapper is refused too.
+    let src = "(let ((x 1))\n  (defun inner () x)\n\n(defun after () 2)\n";
+    std::fs::write(root.join("wrap.lisp"), src).unwrap();
+    let e = s.err(
+        "lisp-edit-form",
+        json!({"path": "wrap.lisp", "formType": "defun", "formName": "inner",
+               "operation": "delete"}),
+    );
+    assert!(
+        e.text.contains(
+            "the form `defun inner` (line 2) is not closed: the top-level form around it, \
+             opened at line 1, never ends"
+        ) && e.text.contains("line 4"),
+        "{}",
+        e.text
+    );
+    assert_eq!(
+        std::fs::read_to_string(root.join("wrap.lisp")).unwrap(),
+        src
+    );
+}
+
+/// A `;` comment at the end of `content` must not comment out code that
+/// follows on the same line.
+#[test]
+fn edit_form_content_ending_in_a_comment_keeps_the_code_after_it() {
+    let src = "(defun zeta () 2) (defun eta () 3)\n";
+    let (_d, root, mut s) = project_with("z.lisp", src);
+    let path = root.join("z.lisp");
+    s.ok(
+        "lisp-edit-form",
+        json!({"path": "z.lisp", "formType": "defun", "formName": "zeta",
+               "operation": "replace", "content": "(defun zeta () 22) ; now 22"}),
+    );
+    assert_eq!(
+        std::fs::read_to_string(&path).unwrap(),
+        "(defun zeta () 22) ; now 22\n (defun eta () 3)\n"
+    );
+    std::fs::write(&path, src).unwrap();
+    s.ok(
+        "lisp-edit-form",
+        json!({"path": "z.lisp", "formType": "defun", "formName": "zeta",
+               "operation": "insert_after", "content": "(defun z2 () 0) ; z2"}),
+    );
+    assert_eq!(
+        std::fs::read_to_string(&path).unwrap(),
+        "(defun zeta () 2)\n\n(defun z2 () 0) ; z2\n (defun eta () 3)\n"
+    );
+    let r = s.ok("clgrep-signatures", json!({"path": "z.lisp"}));
+    assert_eq!(r.structured["total"], 3, "{}", r.text);
+    // Inside a container the closing `)` of the container follows.
+    let (_d2, root2, mut s2) = setup();
+    s2.ok(
+        "lisp-edit-form",
+        json!({"path": "src/nasty.lisp", "formType": "defmacro", "formName": "with-thing",
+               "operation": "replace", "content": "(defmacro with-thing () nil) ; note"}),
+    );
+    let after = std::fs::read_to_string(root2.join("src/nasty.lisp")).unwrap();
+    assert!(
+        after.contains(
+            "(eval-when (:compile-toplevel :load-toplevel :execute)\n  \
+             (defmacro with-thing () nil) ; note\n  )\n\n(defvar"
+        ),
+        "{after}"
+    );
+}
+
+/// The comment lines directly above a definition and its trailing comment
+/// belong to it: delete takes them, insert_before goes above them.
+#[test]
+fn edit_form_keeps_comments_with_their_form() {
+    let src = ";;;; file header\n(defun alpha () 0)\n\n;;; About beta.\n;; More.\n\
+               (defun beta () 1)\n\n(defun epsilon () 1) ; trailing comment\n(defun omega () 9)\n";
+    let (_d, root, mut s) = project_with("c.lisp", src);
+    let path = root.join("c.lisp");
+    let edit = |s: &mut Server, name: &str, op: &str, content: Option<&str>| {
+        let mut args = json!({"path": "c.lisp", "formType": "defun", "formName": name,
+                              "operation": op});
+        if let Some(c) = content {
+            args["content"] = json!(c);
+        }
+        s.ok("lisp-edit-form", args);
+    };
+    edit(&mut s, "beta", "insert_before", Some("(defun new () 2)"));
+    assert_eq!(
+        std::fs::read_to_string(&path).unwrap(),
+        ";;;; file header\n(defun alpha () 0)\n\n(defun new () 2)\n\n;;; About beta.\n;; More.\n\
+         (defun beta () 1)\n\n(defun epsilon () 1) ; trailing comment\n(defun omega () 9)\n"
+    );
+    edit(&mut s, "beta", "delete", None);
+    assert_eq!(
+        std::fs::read_to_string(&path).unwrap(),
+        ";;;; file header\n(defun alpha () 0)\n\n(defun new () 2)\n\n\
+         (defun epsilon () 1) ; trailing comment\n(defun omega () 9)\n"
+    );
+    edit(&mut s, "epsilon", "insert_after", Some("(defun e2 () 2)"));
+    assert_eq!(
+        std::fs::read_to_string(&path).unwrap(),
+        ";;;; file header\n(defun alpha () 0)\n\n(defun new () 2)\n\n\
+         (defun epsilon () 1) ; trailing comment\n\n(defun e2 () 2)\n(defun omega () 9)\n"
+    );
+    edit(&mut s, "epsilon", "delete", None);
+    assert_eq!(
+        std::fs::read_to_string(&path).unwrap(),
+        ";;;; file header\n(defun alpha () 0)\n\n(defun new () 2)\n\n\
+         (defun e2 () 2)\n(defun omega () 9)\n"
+    );
+    // A `;;;;` heading stays: it is about the file, not the form below it.
+    edit(&mut s, "alpha", "delete", None);
+    assert_eq!(
+        std::fs::read_to_string(&path).unwrap(),
+        ";;;; file header\n\n(defun new () 2)\n\n(defun e2 () 2)\n(defun omega () 9)\n"
+    );
+}
+
+/// Replacing a guarded form with guarded content replaces the guard; plain
+/// content keeps it.
+#[test]
+fn edit_form_replace_and_reader_conditionals() {
+    let src = "(defun a () 1)\n\n#+sbcl\n(defun b () 2)\n";
+    let (_d, root, mut s) = project_with("g.lisp", src);
+    let path = root.join("g.lisp");
+    let replace = |s: &mut Server, content: &str| {
+        s.ok(
+            "lisp-edit-form",
+            json!({"path": "g.lisp", "formType": "defun", "formName": "b",
+                   "operation": "replace", "content": content}),
+        );
+    };
+    replace(&mut s, "#+sbcl\n(defun b () 22)");
+    assert_eq!(
+        std::fs::read_to_string(&path).unwrap(),
+        "(defun a () 1)\n\n#+sbcl\n(defun b () 22)\n"
+    );
+    replace(&mut s, "(defun b () 3)");
+    assert_eq!(
+        std::fs::read_to_string(&path).unwrap(),
+        "(defun a () 1)\n\n#+sbcl\n(defun b () 3)\n"
+    );
+    replace(&mut s, "#-ccl (defun b () 4)");
+    assert_eq!(
+        std::fs::read_to_string(&path).unwrap(),
+        "(defun a () 1)\n\n#-ccl (defun b () 4)\n"
+    );
 }

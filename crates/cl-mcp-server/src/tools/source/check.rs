@@ -294,7 +294,7 @@ pub fn check_text(text: &str, base_line: usize, base_offset: usize) -> (CheckOut
 }
 
 /// The first two words of a form, for a hint: `(defun foo`.
-fn first_words(text: &str) -> String {
+pub(super) fn first_words(text: &str) -> String {
     let line = text.lines().next().unwrap_or("");
     let mut words = line.split_whitespace();
     let mut s = words.next().unwrap_or("").to_string();

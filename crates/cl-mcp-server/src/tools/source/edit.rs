@@ -23,13 +23,16 @@ use crate::tools::{tool, Annotations, ToolContext, ToolDef, ToolGroup, ToolOutpu
 #[derive(Deserialize, JsonSchema, Clone, Copy, Debug, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]
 pub enum Operation {
-    /// Replace the form with `content`.
+    /// Replace the form with `content` (its `#+`/`#-` guard too when
+    /// `content` starts with one).
     Replace,
-    /// Insert `content` before the form (a blank line between).
+    /// Insert `content` before the form and the comment lines directly
+    /// above it (a blank line between).
     InsertBefore,
     /// Insert `content` after the form (a blank line between).
     InsertAfter,
-    /// Remove the form (and the line it stood on).
+    /// Remove the form (and the line it stood on, with the comment lines
+    /// directly above it and a trailing comment).
     Delete,
 }
 
@@ -92,8 +95,14 @@ pub fn tool_def() -> ToolDef {
         "Replaces, deletes, or inserts before/after one top-level definition found by `formType` \
          and `formName` (methods: `print-object :around (point t)`; setf functions: `(setf foo)`; \
          forms inside eval-when/progn count). Everything else in the file stays byte-identical. \
-         `content` must be complete forms; if the file would not read afterwards nothing is \
-         written. Returns a unified diff; `dryRun: true` only shows it. Writes are atomic.",
+         `content` must be complete forms; if the file would not read afterwards, or any other \
+         top-level form would change, nothing is written. A form that is not closed is not \
+         edited (fix it first; lisp-check-parens shows where). The comment lines directly above \
+         a form (not `;;;;` headings) and a trailing `;` comment go with it on delete, and \
+         insert_before/insert_after go outside them. A target under a reader conditional \
+         (`#+sbcl (defun ...)`) keeps its guard on replace, unless `content` starts with its own \
+         `#+`/`#-` guard, which then replaces the old one. Returns a unified diff; `dryRun: \
+         true` only shows it. Writes are atomic.",
         Annotations::DESTRUCTIVE,
         |a: EditArgs, ctx: ToolContext| async move { edit(a, &ctx) },
     )
@@ -139,12 +148,19 @@ fn edit(a: EditArgs, ctx: &ToolContext) -> ToolOutput {
     };
     let lines = LineIndex::new(&text);
     let line = lines.line_col(target.span.start).0;
-    let new_text = splice(&text, &target, a.operation, content);
+    if let Err(e) = check_closed(&text, &target) {
+        return ToolOutput::error(format!("{}: not edited: {e}", r.display));
+    }
+    let spliced = splice(&text, &target, a.operation, content);
+    let new_text = spliced.text;
     if let Err(e) = check_result(&text, &new_text) {
         return ToolOutput::error(format!(
             "Not written: after this edit {} would not read: {e}",
             r.display
         ));
+    }
+    if let Err(e) = check_outside(&text, &new_text, spliced.range, spliced.inserted) {
+        return ToolOutput::error(format!("Not written: {e} in {}.", r.display));
     }
     let diff = similar::TextDiff::from_lines(&text, &new_text)
         .unified_diff()
@@ -210,6 +226,110 @@ fn check_result(old: &str, new: &str) -> Result<(), String> {
         let lines = LineIndex::new(new);
         let e = &parse.errors[0];
         return Err(format!("{} (in the edited file)", e.message(&lines)));
+    }
+    Ok(())
+}
+
+/// The top-level item holding the target must close: an unclosed form
+/// runs to the end of the file, so editing "it" would rewrite (or insert
+/// into) everything after it.
+fn check_closed(text: &str, d: &Definition) -> Result<(), String> {
+    let item = d.item_span.clone();
+    let problem = match scan::Scanner::new(text).skip_form(item.start) {
+        Ok(end) if end == item.end => return Ok(()),
+        Ok(_) => None,
+        Err(p) => Some(p),
+    };
+    let lines = LineIndex::new(text);
+    let line = lines.line_col(d.span.start).0;
+    let item_line = lines.line_col(item.start).0;
+    let mut msg = format!(
+        "the form `{} {}` (line {line}) is not closed: ",
+        d.kind,
+        d.full_name()
+    );
+    if item_line != line {
+        let _ = write!(
+            msg,
+            "the top-level form around it, opened at line {item_line}, "
+        );
+    } else {
+        msg.push_str("it ");
+    }
+    msg.push_str("never ends, so it runs to the end of the file");
+    if let Some(scan::Problem::Unclosed {
+        suspect: Some(s), ..
+    }) = problem
+    {
+        let (sl, _) = lines.line_col(s);
+        let _ = write!(
+            msg,
+            "; `{}` starts at column 1 of line {sl} inside it, so a `)` is probably missing \
+             before line {sl}",
+            super::check::first_words(&text[s..])
+        );
+    }
+    msg.push_str(
+        ". Nothing was changed: fix the parentheses first (lisp-check-parens shows where), \
+         then edit.",
+    );
+    Err(msg)
+}
+
+/// Every top-level form and comment outside the edited range must be
+/// untouched by the edit: the same items, at the same places, before the
+/// range and (shifted by the size change) after it. This catches edits
+/// that read fine but re-nest the rest of the file (a comment swallowing
+/// the next form, a form absorbing what follows).
+fn check_outside(old: &str, new: &str, range: Range<usize>, inserted: usize) -> Result<(), String> {
+    let a = scan::scan(old);
+    let b = scan::scan(new);
+    let before = |s: &scan::Scan| -> Vec<scan::Item> {
+        s.items
+            .iter()
+            .filter(|i| i.span.end <= range.start)
+            .cloned()
+            .collect()
+    };
+    let new_end = range.start + inserted;
+    let after_old: Vec<(scan::ItemKind, Range<usize>)> = a
+        .items
+        .iter()
+        .filter(|i| i.span.start >= range.end)
+        .map(|i| (i.kind, i.span.start - range.end..i.span.end - range.end))
+        .collect();
+    let after_new: Vec<(scan::ItemKind, Range<usize>)> = b
+        .items
+        .iter()
+        .filter(|i| i.span.start >= new_end)
+        .map(|i| (i.kind, i.span.start - new_end..i.span.end - new_end))
+        .collect();
+    let lines = LineIndex::new(old);
+    let (ba, bb) = (before(&a), before(&b));
+    if ba != bb {
+        let i = ba.iter().zip(&bb).take_while(|(x, y)| x == y).count();
+        let at = ba.get(i).map_or(range.start, |it| it.span.start);
+        return Err(format!(
+            "this edit would change the code before the edited form (the top-level item at \
+             line {} would read differently)",
+            lines.line_col(at).0
+        ));
+    }
+    if after_old != after_new {
+        let i = after_old
+            .iter()
+            .zip(&after_new)
+            .take_while(|(x, y)| x == y)
+            .count();
+        let at = after_old
+            .get(i)
+            .map_or(range.end, |(_, r)| r.start + range.end);
+        return Err(format!(
+            "this edit would change the code after the edited form (the top-level item at \
+             line {} would no longer read as it does; a `;` comment or an unbalanced form in \
+             `content` can do that)",
+            lines.line_col(at).0
+        ));
     }
     Ok(())
 }
@@ -351,58 +471,147 @@ fn find_target(
     }
 }
 
+/// The result of [`splice`]: the new text, and the byte range of the old
+/// text that was replaced by `inserted` bytes.
+struct Spliced {
+    text: String,
+    range: Range<usize>,
+    inserted: usize,
+}
+
+/// Whether `content` (trimmed) ends inside a `;` comment, so that code
+/// following it on the same line would be commented out.
+fn ends_in_line_comment(content: &str) -> bool {
+    scan::scan(content)
+        .items
+        .last()
+        .is_some_and(|i| i.kind == scan::ItemKind::LineComment)
+}
+
+/// Start of the line holding `at`.
+fn line_start_of(text: &str, at: usize) -> usize {
+    text[..at].rfind('\n').map_or(0, |i| i + 1)
+}
+
+/// End of the line holding `at` (the position of its `\n`, or the end).
+fn line_end_of(text: &str, at: usize) -> usize {
+    text[at..].find('\n').map_or(text.len(), |i| at + i)
+}
+
+/// The run of whole-line `;` comments directly above the line starting at
+/// `line_start` (no blank line in between, nothing before `lower`): where
+/// its first comment starts. Such comments describe the form below them,
+/// so they go with it on delete and stay with it on insert_before.
+/// `;;;;` lines are file or section headings by convention and end the run.
+fn leading_comments(text: &str, line_start: usize, lower: usize) -> Option<usize> {
+    let mut first = None;
+    let mut ls = line_start;
+    while ls > lower && ls > 0 {
+        let prev = line_start_of(text, ls - 1);
+        if prev < lower {
+            break;
+        }
+        let line = &text[prev..ls - 1];
+        let body = line.trim_start();
+        if !body.starts_with(';') || body.starts_with(";;;;") {
+            break;
+        }
+        first = Some(prev + (line.len() - body.len()));
+        ls = prev;
+    }
+    first
+}
+
 /// The new text: `text` with the operation applied around `d`.
-fn splice(text: &str, d: &Definition, op: Operation, content: &str) -> String {
+fn splice(text: &str, d: &Definition, op: Operation, content: &str) -> Spliced {
     let nl = if text.contains("\r\n") { "\r\n" } else { "\n" };
     let content = content.trim();
-    let content = if nl == "\r\n" {
+    let mut content = if nl == "\r\n" {
         content.replace("\r\n", "\n").replace('\n', "\r\n")
     } else {
         content.to_string()
     };
+    let comment_at_end = ends_in_line_comment(&content);
     let unit = d.unit_span.clone();
-    let line_start = text[..unit.start].rfind('\n').map_or(0, |i| i + 1);
+    let line_start = line_start_of(text, unit.start);
     let before_on_line = &text[line_start..unit.start];
-    let indent: String = if before_on_line.trim().is_empty() {
+    let alone_on_line = before_on_line.trim().is_empty();
+    let indent: String = if alone_on_line {
         before_on_line.to_string()
     } else {
         String::new()
     };
+    // Leading comments count only when the form starts its line; they may
+    // not reach back into the previous top-level item.
+    let lower = scan::scan(&text[..line_start])
+        .items
+        .iter()
+        .rev()
+        .find(|i| i.kind != scan::ItemKind::LineComment)
+        .map_or(0, |i| i.span.end);
+    let comments = if alone_on_line {
+        leading_comments(text, line_start, lower)
+    } else {
+        None
+    };
+    // What follows the unit on its line: nothing, a trailing comment, or code.
+    let unit_line_end = line_end_of(text, unit.end);
+    let rest = text[unit.end..unit_line_end].trim();
+    let rest_is_trivia = rest.is_empty() || rest.starts_with(';');
     let replace = |range: Range<usize>, with: &str| {
         let mut s = String::with_capacity(text.len() + with.len());
         s.push_str(&text[..range.start]);
         s.push_str(with);
         s.push_str(&text[range.end..]);
-        s
+        Spliced {
+            text: s,
+            range,
+            inserted: with.len(),
+        }
     };
     match op {
-        Operation::Replace => replace(d.span.clone(), &content),
-        Operation::InsertBefore => replace(
-            unit.start..unit.start,
-            &format!("{content}{nl}{nl}{indent}"),
-        ),
+        Operation::Replace => {
+            // A guarded target (`#+sbcl (defun ...)`) replaced by content
+            // that carries its own guard: the old guard goes too.
+            let guarded_content = content.starts_with("#+") || content.starts_with("#-");
+            let range = if guarded_content && unit.start != d.span.start {
+                unit.start..d.span.end
+            } else {
+                d.span.clone()
+            };
+            let follows = text[range.end..line_end_of(text, range.end)].trim();
+            if comment_at_end && !follows.is_empty() {
+                content.push_str(nl);
+                content.push_str(&indent);
+            }
+            replace(range, &content)
+        }
+        Operation::InsertBefore => {
+            let at = comments.unwrap_or(unit.start);
+            let indent = &text[line_start_of(text, at)..at];
+            replace(at..at, &format!("{content}{nl}{nl}{indent}"))
+        }
         Operation::InsertAfter => {
             // After the form's line when only a comment or spaces follow it.
-            let line_end = text[unit.end..]
-                .find('\n')
-                .map_or(text.len(), |i| unit.end + i);
-            let rest = text[unit.end..line_end].trim();
-            let at = if rest.is_empty() || rest.starts_with(';') {
-                line_end - usize::from(text[..line_end].ends_with('\r'))
+            let at = if rest_is_trivia {
+                unit_line_end - usize::from(text[..unit_line_end].ends_with('\r'))
             } else {
                 unit.end
             };
+            if comment_at_end && !rest_is_trivia {
+                content.push_str(nl);
+                content.push_str(&indent);
+            }
             replace(at..at, &format!("{nl}{nl}{indent}{content}"))
         }
         Operation::Delete => {
             let mut start = unit.start;
             let mut end = unit.end;
-            if before_on_line.trim().is_empty() {
-                start = line_start;
+            if alone_on_line {
+                start = comments.map_or(line_start, |c| line_start_of(text, c));
             }
-            let line_end = text[end..].find('\n').map_or(text.len(), |i| end + i);
-            if text[end..line_end].trim().is_empty() && start == line_start {
-                end = (line_end + 1).min(text.len());
+            if rest_is_trivia && alone_on_line {
+                end = (unit_line_end + 1).min(text.len());
                 // Do not leave two blank lines where one separated forms.
                 let prev_blank =
                     text[..start].ends_with("\n\n") || text[..start].ends_with("\n\r\n");
@@ -444,15 +653,16 @@ mod tests {
     #[test]
     fn splices_keep_everything_else() {
         let d = find_target(SRC, "defun", "a", None).unwrap();
-        let out = splice(SRC, &d, Operation::Delete, "");
-        assert_eq!(out, ";; top\n\n(defmethod p ((o point) s) 1)\n(defmethod p :around ((o point) s) 2)\n\n(defun b () 'b) ; trailing\n");
+        let out = splice(SRC, &d, Operation::Delete, "").text;
+        // The comment directly above goes with the form.
+        assert_eq!(out, "(defmethod p ((o point) s) 1)\n(defmethod p :around ((o point) s) 2)\n\n(defun b () 'b) ; trailing\n");
         let d = find_target(SRC, "defun", "b", None).unwrap();
-        let out = splice(SRC, &d, Operation::InsertAfter, "(defun c () 'c)\n");
+        let out = splice(SRC, &d, Operation::InsertAfter, "(defun c () 'c)\n").text;
         assert!(
             out.ends_with("(defun b () 'b) ; trailing\n\n(defun c () 'c)\n"),
             "{out}"
         );
-        let out = splice(SRC, &d, Operation::Replace, "  (defun b () 'bb)  ");
+        let out = splice(SRC, &d, Operation::Replace, "  (defun b () 'bb)  ").text;
         assert!(out.ends_with("(defun b () 'bb) ; trailing\n"), "{out}");
     }
 
@@ -460,13 +670,13 @@ mod tests {
     fn crlf_files_stay_crlf_and_conditionals_go_with_their_form() {
         let src = "(defun a () 1)\r\n\r\n#+sbcl\r\n(defun b () 2)\r\n\r\n(defun c () 3)\r\n";
         let d = find_target(src, "defun", "a", None).unwrap();
-        let out = splice(src, &d, Operation::InsertAfter, "(defun a2 ()\n  4)");
+        let out = splice(src, &d, Operation::InsertAfter, "(defun a2 ()\n  4)").text;
         assert_eq!(
             out,
             "(defun a () 1)\r\n\r\n(defun a2 ()\r\n  4)\r\n\r\n#+sbcl\r\n(defun b () 2)\r\n\r\n(defun c () 3)\r\n"
         );
         let d = find_target(src, "defun", "b", None).unwrap();
-        let out = splice(src, &d, Operation::Delete, "");
+        let out = splice(src, &d, Operation::Delete, "").text;
         assert_eq!(out, "(defun a () 1)\r\n\r\n(defun c () 3)\r\n");
     }
 
@@ -475,5 +685,24 @@ mod tests {
         let e =
             find_target("(defun a ()\n  (b)\n(defun c () 1)\n", "defun", "c", None).unwrap_err();
         assert!(e.contains("a delimiter problem at line 1, column 1"), "{e}");
+    }
+
+    #[test]
+    fn edits_that_change_other_forms_are_refused() {
+        let old = "(defun zeta () 2) (defun eta () 3)\n";
+        // What splicing a trailing comment without a newline would give:
+        // it reads without errors, but `eta` is gone into the comment.
+        let new = "(defun zeta () 22) ; now 22 (defun eta () 3)\n";
+        assert!(check_result(old, new).is_ok());
+        let e = check_outside(old, new, 0..17, 27).unwrap_err();
+        assert!(
+            e.contains("after the edited form (the top-level item at line 1"),
+            "{e}"
+        );
+        let fine = "(defun zeta () 22) (defun eta () 3)\n";
+        assert!(check_outside(old, fine, 0..17, 18).is_ok());
+        // Content that glues onto the token before the range is caught too.
+        let e = check_outside("a (b)\n", "ac\n", 1..5, 1).unwrap_err();
+        assert!(e.contains("before the edited form"), "{e}");
     }
 }
