@@ -70,7 +70,9 @@ impl Definition {
             .unwrap_or("");
         if !rest.trim().is_empty() {
             s.push_str(" ...)");
-        } else if !s.ends_with(')') {
+        } else if self.sig_end < self.span.end && src.as_bytes()[self.span.end - 1] == b')' {
+            // Nothing but the form's own `)` after the signature part
+            // (which may itself end in `)`, as `(defgeneric f (x))` does).
             s.push(')');
         }
         s
