@@ -674,3 +674,108 @@ fn edit_form_replace_and_reader_conditionals() {
         "(defun a () 1)\n\n#-ccl (defun b () 4)\n"
     );
 }
+
+/// Search is line by line, like grep: `\s` cannot run over a newline, a
+/// comment's line is reported (not the blank line above it), and the
+/// empty text after the final newline is no line.
+#[test]
+fn search_matches_each_line_on_its_own() {
+    let src = "(in-package :x)\n\n(defun a ()\n  1)\n\n;; comment\n(defun b () 2)\n\n  \
+               (defun c () 3) ; a then z\n(list 'a\n 'z)\n";
+    let (_d, root, mut s) = project_with("l.lisp", src);
+    let r = s.ok("clgrep-search", json!({"pattern": r"^\s*\(defun"}));
+    assert_eq!(
+        r.text,
+        "l.lisp:3: [defun a] (defun a ()\n\
+         l.lisp:7: [defun b] (defun b () 2)\n\
+         l.lisp:9: [defun c]   (defun c () 3) ; a then z\n\
+         [3 hits in 1 Lisp files]\n"
+    );
+    let r = s.ok(
+        "clgrep-search",
+        json!({"pattern": r"^\s*\(defun", "formTypes": ["defun"]}),
+    );
+    assert_eq!(r.structured["totalHits"], 3, "{}", r.text);
+    let r = s.ok("clgrep-search", json!({"pattern": r"^\s*;"}));
+    assert_eq!(r.text, "l.lisp:6: ;; comment\n[1 hits in 1 Lisp files]\n");
+    // Totals equal grep's line counts, also for patterns whose whole-text
+    // matches would run over lines.
+    for pattern in [
+        r"^$",
+        r"^\s*\(defun",
+        r"^\s*;",
+        r"a[^z]*z",
+        r"\)\s*$",
+        r"\s",
+    ] {
+        let r = s.ok("clgrep-search", json!({"pattern": pattern}));
+        let out = std::process::Command::new("grep")
+            .args(["-cE", pattern])
+            .arg(root.join("l.lisp"))
+            .output()
+            .unwrap();
+        let grep: u64 = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap();
+        assert_eq!(r.structured["totalHits"], grep, "/{pattern}/: {}", r.text);
+    }
+    let r = s.ok("clgrep-search", json!({"pattern": "^$"}));
+    let lines: Vec<_> = r.structured["hits"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| h["line"].as_u64().unwrap())
+        .collect();
+    assert_eq!(lines, vec![2, 5, 8]);
+    let r = s.ok("clgrep-search", json!({"pattern": "a[^z]*z"}));
+    assert_eq!(r.structured["hits"][0]["line"], 9, "{}", r.text);
+    assert_eq!(r.structured["totalHits"], 1, "{}", r.text);
+}
+
+/// Signatures are balanced, also when the signature part ends in `)` and
+/// only the form's own `)` follows it.
+#[test]
+fn signatures_are_balanced() {
+    let src = "(defgeneric stream-fd (stream))\n\
+               (defstruct (mutex-recursive (:include mutex)))\n\
+               (defvar *v*)\n(defun f (x) x)\n(defclass c () ())\n";
+    let (_d, _root, mut s) = project_with("s.lisp", src);
+    let r = s.ok("clgrep-signatures", json!({"path": "s.lisp"}));
+    assert_eq!(
+        r.text,
+        "s.lisp:\n\
+         \x20    1: (defgeneric stream-fd (stream))\n\
+         \x20    2: (defstruct (mutex-recursive (:include mutex)))\n\
+         \x20    3: (defvar *v*)\n\
+         \x20    4: (defun f (x) ...)\n\
+         \x20    5: (defclass c () ...)\n\
+         [5 definitions in 1 Lisp files]\n"
+    );
+    // Every signature of SBCL's own sources reads as one balanced form
+    // (except those cut at 300 characters).
+    let sbcl = std::path::Path::new("/usr/share/sbcl-source/src/code");
+    if !sbcl.is_dir() {
+        eprintln!("sbcl-source not installed; corpus part skipped");
+        return;
+    }
+    let mut s = Server::start(sbcl);
+    let r = s.ok("clgrep-signatures", json!({"limit": 100000}));
+    let defs = r.structured["definitions"].as_array().unwrap();
+    assert!(defs.len() > 5000, "{}", defs.len());
+    let mut bad = Vec::new();
+    for d in defs {
+        let sig = d["signature"].as_str().unwrap();
+        if sig.len() >= 300 {
+            continue;
+        }
+        // `...` (all dots) is no valid token; read it as a symbol.
+        let parse = lisp_syntax::cst::parse(&sig.replace(" ...)", " etc)"));
+        if !parse.errors.is_empty() || parse.top_level_forms().count() != 1 {
+            bad.push(format!("{}:{}: {sig}", d["path"], d["line"]));
+        }
+    }
+    assert!(
+        bad.is_empty(),
+        "{} unbalanced: {:?}",
+        bad.len(),
+        &bad[..bad.len().min(10)]
+    );
+}

@@ -432,36 +432,68 @@ impl<'a> Placer<'a> {
     }
 }
 
-/// The hits in one file's bytes (`path` left empty), placed in their forms
-/// when `placed`.
-fn search_bytes(bytes: &[u8], re: &Regex, types: Option<&[String]>, placed: bool) -> Vec<Hit> {
-    let mut out = Vec::new();
+/// The (line start, 1-based line number) of each line of `bytes` that `re`
+/// matches, the way grep counts: each line on its own, so a match never
+/// spans lines (`\s` would otherwise run over a newline), and no empty
+/// "line" after the final newline.
+///
+/// Fast path: candidates come from searching the whole buffer (one regex
+/// pass, as fast as grep); a candidate within one line is a hit as it
+/// stands (with multi-line `^`/`$` the surrounding newlines are the same
+/// context the line alone gives), and only one that runs over a newline is
+/// checked again on its line alone.
+fn matching_lines(bytes: &[u8], re: &Regex) -> Vec<(usize, usize)> {
+    let mut matched = Vec::new();
     let mut line = 1usize;
     let mut counted_to = 0usize;
-    let mut last_line_start = usize::MAX;
     let mut pos = 0usize;
-    // (line start, line number) of each matching line.
-    let mut matched: Vec<(usize, usize)> = Vec::new();
-    while pos <= bytes.len() {
+    while pos < bytes.len() {
         let Some(m) = re.find_at(bytes, pos) else {
             break;
         };
         let ls = memchr::memrchr(b'\n', &bytes[..m.start()]).map_or(0, |i| i + 1);
-        if ls != last_line_start {
+        if ls >= bytes.len() {
+            // The empty text after the final newline is no line.
+            break;
+        }
+        let le = memchr::memchr(b'\n', &bytes[ls..]).map_or(bytes.len(), |i| ls + i);
+        let mut push = |ls: usize| {
             line += memchr::memchr_iter(b'\n', &bytes[counted_to..ls]).count();
             counted_to = ls;
             matched.push((ls, line));
-            last_line_start = ls;
-        }
-        // Next search starts on the following line: one hit per line.
-        pos = match memchr::memchr(b'\n', &bytes[m.start()..]) {
-            Some(n) => m.start() + n + 1,
-            None => break,
         };
-        if m.end() > pos {
-            pos = m.end();
+        if m.end() <= le {
+            push(ls);
+            // One hit per line: go on with the next line.
+            pos = le + 1;
+            continue;
         }
+        // The candidate runs over newlines: the lines it covers are
+        // checked one by one (so a long candidate is not searched again
+        // from each of its lines), then the search goes on from the line
+        // where it ended.
+        let last = m.end() - 1;
+        let resume = memchr::memrchr(b'\n', &bytes[..last])
+            .map_or(0, |i| i + 1)
+            .max(le + 1);
+        let mut s = ls;
+        while s < resume && s < bytes.len() {
+            let e = memchr::memchr(b'\n', &bytes[s..]).map_or(bytes.len(), |i| s + i);
+            if re.is_match(&bytes[s..e]) {
+                push(s);
+            }
+            s = e + 1;
+        }
+        pos = resume;
     }
+    matched
+}
+
+/// The hits in one file's bytes (`path` left empty), placed in their forms
+/// when `placed`.
+fn search_bytes(bytes: &[u8], re: &Regex, types: Option<&[String]>, placed: bool) -> Vec<Hit> {
+    let mut out = Vec::new();
+    let matched = matching_lines(bytes, re);
     if matched.is_empty() {
         return out;
     }
