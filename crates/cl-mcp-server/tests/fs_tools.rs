@@ -200,4 +200,110 @@ fn project_root_info_and_change() {
     assert_eq!(i.structured["projectRootSource"], "session");
     let e = s.err("fs-set-project-root", json!({"path": "f.txt"}));
     assert!(e.text.contains("not a directory"), "{}", e.text);
+    // An empty path is a mistake, not "keep the root".
+    for empty in ["", "  "] {
+        let e = s.err("fs-set-project-root", json!({"path": empty}));
+        assert!(e.text.starts_with("`path` is empty"), "{}", e.text);
+    }
+    let i = s.ok("fs-get-project-info", json!({}));
+    assert_eq!(i.structured["projectRoot"], other.display().to_string());
+}
+
+/// A named pipe would block a reader until some writer comes: the tools
+/// refuse it at once. (If one blocks anyway, the watchdog writes to the
+/// pipe after 20 s so the test fails instead of hanging.)
+#[test]
+fn fifos_are_refused_not_read() {
+    let (_d, root) = project();
+    let pipe = root.join("pipe.lisp");
+    let st = std::process::Command::new("mkfifo")
+        .arg(&pipe)
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let (done, wait) = std::sync::mpsc::channel::<()>();
+    let p = pipe.clone();
+    let watchdog = std::thread::spawn(move || {
+        if wait
+            .recv_timeout(std::time::Duration::from_secs(20))
+            .is_err()
+        {
+            // Unblock the reader (open for writing waits for it).
+            let _ = std::fs::write(&p, "(unblocked)\n");
+        }
+    });
+    let mut s = Server::start(&root);
+    for (tool, args) in [
+        ("fs-read-file", json!({"path": "pipe.lisp"})),
+        ("lisp-check-parens", json!({"path": "pipe.lisp"})),
+        ("lisp-read-file", json!({"path": "pipe.lisp"})),
+        (
+            "lisp-edit-form",
+            json!({"path": "pipe.lisp", "formType": "defun", "formName": "a",
+                   "operation": "delete"}),
+        ),
+    ] {
+        let e = s.err(tool, args);
+        assert!(
+            e.text.contains(
+                "'pipe.lisp' is a named pipe (FIFO); the file tools read and edit regular \
+                 files only."
+            ),
+            "{tool}: {}",
+            e.text
+        );
+    }
+    let _ = done.send(());
+    watchdog.join().unwrap();
+}
+
+/// A line longer than the 2 MB cap is paged inside the line with
+/// `byteOffset`, cut at character boundaries; nothing is lost.
+#[test]
+fn a_line_longer_than_the_cap_pages_by_bytes() {
+    let (_d, root) = project();
+    // 1 + 2 * 2.5M bytes of `é`: the 2 MB cut falls inside a character.
+    let body = format!("a{}\nend\n", "é".repeat(2_500_000));
+    std::fs::write(root.join("long.txt"), &body).unwrap();
+    let mut s = Server::start(&root);
+    let r = s.ok("fs-read-file", json!({"path": "long.txt"}));
+    assert_eq!(r.structured["nextOffset"], 0);
+    assert_eq!(r.structured["nextByteOffset"], 2_097_151);
+    assert_eq!(r.structured["lines"], 1);
+    assert!(
+        r.text.ends_with(
+            "[long.txt: showed bytes 0-2097151 of line 1, which is longer than the 2 MB \
+             per-call cap. Next page: offset=0, byteOffset=2097151]"
+        ),
+        "{}",
+        &r.text[r.text.len() - 200..]
+    );
+    let mut got = r.structured["content"].as_str().unwrap().to_string();
+    let mut pages = 1;
+    let mut next = (0u64, r.structured["nextByteOffset"].as_u64());
+    while let (offset, Some(byte_offset)) = next {
+        let r = s.ok(
+            "fs-read-file",
+            json!({"path": "long.txt", "offset": offset, "byteOffset": byte_offset}),
+        );
+        got.push_str(r.structured["content"].as_str().unwrap());
+        pages += 1;
+        if r.structured["hasMore"] == false {
+            break;
+        }
+        next = (
+            r.structured["nextOffset"].as_u64().unwrap(),
+            r.structured["nextByteOffset"].as_u64(),
+        );
+    }
+    assert_eq!(pages, 3);
+    assert!(got == body, "the pages put together are the file");
+    let e = s.err(
+        "fs-read-file",
+        json!({"path": "long.txt", "offset": 1, "byteOffset": 4}),
+    );
+    assert_eq!(
+        e.text,
+        "`byteOffset` 4 is past the end of line 2 of 'long.txt', which has 4 bytes."
+    );
 }

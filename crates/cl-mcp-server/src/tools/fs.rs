@@ -30,6 +30,10 @@ struct ReadArgs {
     offset: Option<usize>,
     /// Most lines to return (default: all, up to the 2 MB cap).
     limit: Option<usize>,
+    /// Byte position inside line `offset` to start at (default 0). Only
+    /// needed for a line longer than the 2 MB cap: its first page ends with
+    /// `nextOffset` (the same line) and `nextByteOffset` to pass here.
+    byte_offset: Option<usize>,
 }
 
 #[derive(Serialize, JsonSchema)]
@@ -47,6 +51,9 @@ struct ReadOutput {
     has_more: bool,
     /// The `offset` that reads the next page, when `hasMore`.
     next_offset: Option<usize>,
+    /// Set when the page ended inside a line longer than the 2 MB cap:
+    /// pass it as `byteOffset` (with `offset: nextOffset`) to read on.
+    next_byte_offset: Option<usize>,
 }
 
 #[derive(Deserialize, JsonSchema)]
@@ -145,7 +152,8 @@ pub fn tools() -> Vec<ToolDef> {
             "Read a file",
             "Reads a text file under the project root (or an ASDF system's source directory). \
              `offset`/`limit` select lines (0-based); at most 2 MB is returned per call, and a \
-             note gives the `offset` of the next page. For Lisp source prefer lisp-read-file.",
+             note gives the `offset` of the next page (and, inside a line longer than 2 MB, the \
+             `byteOffset` to continue that line from). For Lisp source prefer lisp-read-file.",
             Annotations::READ_ONLY,
             |a: ReadArgs, ctx: ToolContext| async move { read_file(a, &ctx.session) },
         )
@@ -223,12 +231,37 @@ pub fn resolve_existing_file(session: &Session, user_path: &str) -> Result<Resol
             "'{user_path}' is a directory; use fs-list-directory to see its entries."
         ));
     }
+    require_regular_file(&r.path, user_path)?;
     Ok(r)
+}
+
+/// Only regular files are read: opening a FIFO blocks until a writer
+/// comes (forever, in practice), and devices can be endless.
+pub fn require_regular_file(path: &Path, shown: &str) -> Result<(), String> {
+    let meta = std::fs::metadata(path).map_err(|e| format!("Cannot read '{shown}': {e}"))?;
+    if meta.is_file() {
+        return Ok(());
+    }
+    use std::os::unix::fs::FileTypeExt;
+    let t = meta.file_type();
+    let what = if t.is_fifo() {
+        "a named pipe (FIFO)"
+    } else if t.is_socket() {
+        "a socket"
+    } else if t.is_block_device() || t.is_char_device() {
+        "a device"
+    } else {
+        "not a regular file"
+    };
+    Err(format!(
+        "'{shown}' is {what}; the file tools read and edit regular files only."
+    ))
 }
 
 /// Reads a whole text file of at most [`READ_CAP_BYTES`] for the source
 /// tools, with errors a model can act on.
 pub fn read_text_capped(path: &Path, shown: &str) -> Result<String, String> {
+    require_regular_file(path, shown)?;
     let meta = std::fs::metadata(path).map_err(|e| format!("Cannot read '{shown}': {e}"))?;
     if meta.len() as usize > READ_CAP_BYTES {
         return Err(format!(
@@ -278,33 +311,58 @@ fn read_file(a: ReadArgs, session: &Session) -> ToolOutput {
             r.display
         ));
     }
+    // The rest of line `offset` from `byteOffset` on, when given.
+    let byte_offset = a.byte_offset.unwrap_or(0);
+    let mut pending: Option<Vec<u8>> = None;
+    if byte_offset > 0 {
+        line.clear();
+        if let Err(e) = reader.read_until(b'\n', &mut line) {
+            return ToolOutput::error(format!("Cannot read '{}': {e}", r.display));
+        }
+        if byte_offset >= line.len() {
+            return ToolOutput::error(format!(
+                "`byteOffset` {byte_offset} is past the end of line {} of '{}', which has {} \
+                 bytes.",
+                offset + 1,
+                r.display,
+                line.len()
+            ));
+        }
+        pending = Some(line[byte_offset..].to_vec());
+    }
     let mut content: Vec<u8> = Vec::new();
     let mut taken = 0usize;
     let mut capped = false;
+    // Where the page stopped inside a line too long for one page.
+    let mut stopped_in_line: Option<usize> = None;
     while taken < limit {
-        line.clear();
-        match reader.read_until(b'\n', &mut line) {
-            Ok(0) => break,
-            Ok(_) => {
-                if content.len() + line.len() > READ_CAP_BYTES {
-                    capped = true;
-                    if taken == 0 {
-                        // One giant line: return its first 2 MB, cut at a
-                        // character boundary.
-                        let mut cut = READ_CAP_BYTES;
-                        while cut > 0 && (line[cut] & 0xC0) == 0x80 {
-                            cut -= 1;
-                        }
-                        content.extend_from_slice(&line[..cut]);
-                        taken = 1;
-                    }
-                    break;
-                }
-                content.extend_from_slice(&line);
-                taken += 1;
+        let line_start_byte = if taken == 0 { byte_offset } else { 0 };
+        if let Some(p) = pending.take() {
+            line = p;
+        } else {
+            line.clear();
+            match reader.read_until(b'\n', &mut line) {
+                Ok(0) => break,
+                Ok(_) => {}
+                Err(e) => return ToolOutput::error(format!("Cannot read '{}': {e}", r.display)),
             }
-            Err(e) => return ToolOutput::error(format!("Cannot read '{}': {e}", r.display)),
         }
+        if content.len() + line.len() > READ_CAP_BYTES {
+            capped = true;
+            if taken == 0 {
+                // One giant line: return its next 2 MB, cut at a character
+                // boundary; the next page goes on inside the same line.
+                let mut cut = READ_CAP_BYTES;
+                while cut > 0 && (line[cut] & 0xC0) == 0x80 {
+                    cut -= 1;
+                }
+                content.extend_from_slice(&line[..cut]);
+                stopped_in_line = Some(line_start_byte + cut);
+            }
+            break;
+        }
+        content.extend_from_slice(&line);
+        taken += 1;
     }
     let has_more = capped || reader.fill_buf().map(|b| !b.is_empty()).unwrap_or(false);
     if content.iter().take(8192).any(|&b| b == 0) {
@@ -322,25 +380,37 @@ fn read_file(a: ReadArgs, session: &Session) -> ToolOutput {
         path: r.display.clone(),
         content: text.clone(),
         offset,
-        lines: taken,
+        lines: taken.max(usize::from(stopped_in_line.is_some())),
         has_more,
         next_offset,
+        next_byte_offset: stopped_in_line,
     };
     if let Some(next) = next_offset {
         if !text.ends_with('\n') && !text.is_empty() {
             text.push('\n');
         }
-        let why = if capped {
-            "the 2 MB per-call cap was reached"
-        } else {
-            "the line limit was reached"
+        let note = match stopped_in_line {
+            Some(end) => format!(
+                "[{}: showed bytes {}-{} of line {}, which is longer than the 2 MB per-call cap. \
+                 Next page: offset={next}, byteOffset={end}]",
+                r.display,
+                byte_offset,
+                end,
+                offset + 1
+            ),
+            None => format!(
+                "[{}: showed lines {}-{}; {}. Next page: offset={next}]",
+                r.display,
+                offset + 1,
+                offset + taken,
+                if capped {
+                    "the 2 MB per-call cap was reached"
+                } else {
+                    "the line limit was reached"
+                }
+            ),
         };
-        text.push_str(&format!(
-            "[{}: showed lines {}-{}; {why}. Next page: offset={next}]",
-            r.display,
-            offset + 1,
-            offset + taken
-        ));
+        text.push_str(&note);
     }
     ToolOutput::structured(text, to_json(&structured))
 }
@@ -505,6 +575,13 @@ fn project_info(session: &Session) -> ToolOutput {
 
 fn set_project_root(a: SetRootArgs, session: &Session) -> ToolOutput {
     let previous = session.project_root();
+    if a.path.trim().is_empty() {
+        return ToolOutput::error(format!(
+            "`path` is empty: give the new project root, an existing directory (absolute paths \
+             are safest). The root stays {}.",
+            previous.display()
+        ));
+    }
     let raw = PathBuf::from(a.path.trim());
     let raw = if raw.is_absolute() {
         raw
