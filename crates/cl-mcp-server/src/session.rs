@@ -30,7 +30,7 @@ pub enum ImageSlot {
     Own(OnceLock<Image>),
     Shared {
         image: Arc<OnceLock<Image>>,
-        turn: Arc<tokio::sync::Mutex<()>>,
+        turns: ImageTurns,
     },
 }
 
@@ -45,6 +45,14 @@ impl ImageSlot {
     }
 }
 
+/// What calls into one image queue on: evaluations in arrival order, and
+/// builds (compiling, ASDF: not thread-safe) one at a time.
+#[derive(Clone, Default)]
+pub struct ImageTurns {
+    pub eval: Arc<tokio::sync::Mutex<()>>,
+    pub build: Arc<tokio::sync::Mutex<()>>,
+}
+
 /// A session's evaluation bookkeeping (see `tools::image`).
 pub struct EvalState {
     /// Held while an evaluation runs; tokio's mutex is fair, so waiting
@@ -52,6 +60,8 @@ pub struct EvalState {
     /// turn, so an evaluation's timeout never runs while it waits in the
     /// image's queue.
     pub turn: Arc<tokio::sync::Mutex<()>>,
+    /// Held while a build (compile, load, test) runs in the image.
+    pub build_turn: Arc<tokio::sync::Mutex<()>>,
     /// The id of the evaluation running now, if any.
     pub running: std::sync::Mutex<Option<u64>>,
     /// The image's one-time "state was lost" notice, until a result shows it.
@@ -71,9 +81,9 @@ impl Session {
     pub fn with_image(config: Arc<ServerConfig>, image: ImageSlot) -> Arc<Self> {
         let root = config.initial_project_root();
         let explicit = config.project_root.is_some();
-        let turn = match &image {
-            ImageSlot::Shared { turn, .. } => turn.clone(),
-            ImageSlot::Own(_) => Default::default(),
+        let turns = match &image {
+            ImageSlot::Shared { turns, .. } => turns.clone(),
+            ImageSlot::Own(_) => ImageTurns::default(),
         };
         Arc::new(Session {
             config,
@@ -83,7 +93,8 @@ impl Session {
             read_roots: RwLock::new(Vec::new()),
             id: NEXT_SESSION.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
             eval: EvalState {
-                turn,
+                turn: turns.eval,
+                build_turn: turns.build,
                 running: Default::default(),
                 notice: Default::default(),
             },

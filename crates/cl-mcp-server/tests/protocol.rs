@@ -295,6 +295,10 @@ fn long_lines_up_to_16_mib_accepted_longer_skipped() {
         data.as_str().unwrap().contains("16777216"),
         "data says the limit: {r}"
     );
+    assert_eq!(
+        r["id"], 2,
+        "the id is read from the start of the line, so the call does not hang"
+    );
     s.send_raw(r#"{"jsonrpc":"2.0","id":3,"method":"ping"}"#);
     assert_eq!(s.recv()["id"], 3, "the next message is not lost");
 }
@@ -930,5 +934,20 @@ fn doctor_checks_everything_and_says_how_to_fix_failures() {
     assert!(
         text.contains("[FAIL] lisp") && text.contains("fix:"),
         "{text}"
+    );
+}
+
+#[test]
+fn stdin_eof_cancels_work_that_outlasts_the_grace_period() {
+    let mut s = Server::initialized(&[]);
+    s.send(&json!({"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"test-sleep","arguments":{"seconds":120}}}));
+    std::thread::sleep(Duration::from_millis(200));
+    let t0 = Instant::now();
+    let (status, _) = s.close();
+    assert!(status.success());
+    assert!(
+        t0.elapsed() < Duration::from_secs(20),
+        "the server gave up on the abandoned call after its grace period: {:?}",
+        t0.elapsed()
     );
 }

@@ -101,9 +101,25 @@ struct Live {
     /// How the process ended, once it has ("exit status 3", "signal 9").
     exit: watch::Receiver<Option<String>>,
     kill: Mutex<Option<oneshot::Sender<()>>>,
+    /// The last lines the process wrote on stderr (local images).
+    stderr_tail: Arc<Mutex<VecDeque<String>>>,
 }
 
 impl Live {
+    /// Why the process probably died, from its last words on stderr.
+    fn death_cause(&self) -> Option<&'static str> {
+        let tail = self.stderr_tail.lock().unwrap();
+        tail.iter().rev().find_map(|line| {
+            if line.contains("Heap exhausted") {
+                Some("heap exhausted: the image ran out of memory (give it more with --lisp-arg=--dynamic-space-size --lisp-arg=4096)")
+            } else if line.contains("Control stack exhausted") || line.contains("control stack guard page") {
+                Some("control stack exhausted")
+            } else {
+                None
+            }
+        })
+    }
+
     fn request_kill(&self) {
         if let Some(k) = self.kill.lock().unwrap().take() {
             let _ = k.send(());
@@ -395,10 +411,13 @@ impl Image {
         }
         match live.mode {
             ImageMode::Local => {
-                let status = live
+                let mut status = live
                     .exit_status(Duration::from_secs(2))
                     .await
                     .unwrap_or_else(|| "connection lost".into());
+                if let Some(cause) = live.death_cause() {
+                    status = format!("{status}, {cause}");
+                }
                 ImageError::Died(format!(
                     "the Lisp image died ({status}) while running this call: its state \
                      (definitions, loaded systems, variables) is lost. The next call starts a \
@@ -417,7 +436,12 @@ impl Image {
     async fn live(&self) -> Result<Arc<Live>, ImageError> {
         let mut slot = self.inner.slot.lock().await;
         if let Some(l) = slot.as_ref() {
-            if !l.dead.load(Ordering::SeqCst) {
+            // `dead` is set by the connection's end handler, which may not
+            // have run yet: a closed connection or an exited process is just
+            // as dead, and a call must not be sent to it.
+            let gone =
+                l.dead.load(Ordering::SeqCst) || l.client.is_closed() || l.exit.borrow().is_some();
+            if !gone {
                 return Ok(l.clone());
             }
         }
@@ -626,6 +650,7 @@ impl Image {
             stopped_on_purpose: AtomicBool::new(false),
             exit: exit_rx,
             kill: Mutex::new(Some(kill_tx)),
+            stderr_tail: tail.clone(),
         });
         self.spawn_monitor(&live, events);
         tracing::info!(
@@ -696,6 +721,7 @@ impl Image {
             stopped_on_purpose: AtomicBool::new(false),
             exit: exit_rx,
             kill: Mutex::new(None),
+            stderr_tail: Default::default(),
         });
         self.spawn_monitor(&live, events);
         load_helpers_into(&live.client).await?;

@@ -35,8 +35,8 @@ pub struct Engine {
     pub(crate) tools_list: Value,
     /// The image all sessions use with `--shared-image`.
     shared_image: Arc<std::sync::OnceLock<crate::image::Image>>,
-    /// The evaluation turn of the shared image.
-    shared_turn: Arc<tokio::sync::Mutex<()>>,
+    /// The queues of the shared image.
+    shared_turns: crate::session::ImageTurns,
 }
 
 impl Engine {
@@ -48,7 +48,7 @@ impl Engine {
             config: Arc::new(config),
             tools,
             shared_image: Arc::new(std::sync::OnceLock::new()),
-            shared_turn: Default::default(),
+            shared_turns: Default::default(),
         })
     }
 
@@ -63,7 +63,7 @@ impl Engine {
         let slot = if self.config.shared_image {
             ImageSlot::Shared {
                 image: self.shared_image.clone(),
-                turn: self.shared_turn.clone(),
+                turns: self.shared_turns.clone(),
             }
         } else {
             ImageSlot::Own(std::sync::OnceLock::new())
@@ -268,9 +268,16 @@ impl Connection {
     }
 
     /// Answers a message the transport could not even read as text (too long,
-    /// not UTF-8).
-    pub fn reject_unreadable(&self, detail: &str, out: &Outbound) {
-        let _ = out.send(jsonrpc::parse_error(detail));
+    /// not UTF-8). `prefix` is its first bytes: when they show the request's
+    /// id, the error carries it, so the client's call does not wait forever.
+    pub fn reject_unreadable(&self, detail: &str, prefix: &[u8], out: &Outbound) {
+        let id = jsonrpc::sniff_id(prefix);
+        let _ = out.send(jsonrpc::error(
+            id.as_ref(),
+            jsonrpc::PARSE_ERROR,
+            "Parse error",
+            &Value::String(detail.to_string()),
+        ));
     }
 
     fn handle_batch(&self, raw: &RawValue, out: &Outbound) {

@@ -25,6 +25,15 @@ impl RequestId {
         self.0.get()
     }
 
+    /// An id written as JSON text, if it is a string or a number.
+    pub fn from_json(text: &str) -> Option<RequestId> {
+        let raw: Box<RawValue> = serde_json::from_str(text.trim()).ok()?;
+        let t = raw.get();
+        let ok =
+            t.starts_with('"') || t.starts_with('-') || t.starts_with(|c: char| c.is_ascii_digit());
+        ok.then_some(RequestId(raw))
+    }
+
     /// A key under which `notifications/cancelled` can find this request.
     pub fn key(&self) -> String {
         id_key(&self.0)
@@ -209,6 +218,26 @@ pub fn notification(method: &str, params: &Value) -> String {
     serde_json::json!({ "jsonrpc": "2.0", "method": method, "params": params }).to_string()
 }
 
+/// The id of a message from the first bytes of its text (for a message too
+/// long to parse): the first `"id"` key before any `"params"`, when its value
+/// is a number or a simple string.
+pub fn sniff_id(prefix: &[u8]) -> Option<RequestId> {
+    let text = String::from_utf8_lossy(prefix);
+    let params_at = text.find("\"params\"").unwrap_or(text.len());
+    let at = text.find("\"id\"")?;
+    if at > params_at {
+        return None;
+    }
+    let rest = text[at + 4..].trim_start().strip_prefix(':')?.trim_start();
+    let end = if let Some(inner) = rest.strip_prefix('"') {
+        inner.find('"').map(|i| i + 2)?
+    } else {
+        rest.find(|c: char| !(c.is_ascii_digit() || "-+.eE".contains(c)))
+            .unwrap_or(rest.len())
+    };
+    RequestId::from_json(&rest[..end])
+}
+
 /// The answer to text that is not JSON at all.
 pub fn parse_error(detail: &str) -> String {
     error(
@@ -243,6 +272,17 @@ mod tests {
             line,
             r#"{"jsonrpc":"2.0","id":123456789012345678901234567890,"result":{}}"#
         );
+    }
+
+    #[test]
+    fn ids_are_sniffed_from_the_start_of_long_messages() {
+        let id =
+            sniff_id(br#"{"jsonrpc":"2.0","id":42,"method":"tools/call","params":{"x":"#).unwrap();
+        assert_eq!(id.json(), "42");
+        let id = sniff_id(br#"{"id": "a-1" ,"jsonrpc":"2.0""#).unwrap();
+        assert_eq!(id.json(), "\"a-1\"");
+        assert!(sniff_id(br#"{"jsonrpc":"2.0","params":{"id":3}"#).is_none());
+        assert!(sniff_id(br#"{"jsonrpc":"2.0","id":{"#).is_none());
     }
 
     #[test]

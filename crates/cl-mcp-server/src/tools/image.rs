@@ -250,6 +250,13 @@ pub async fn call_build(ctx: &ToolContext, form: &str, timeout: Duration) -> Res
     static NEXT_BUILD_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1 << 40);
     let id = NEXT_BUILD_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let form = add_id(form, id);
+    // ASDF and the compiler are not thread-safe: one build at a time per image.
+    let _build_turn = tokio::select! {
+        t = eval_slot(ctx).build_turn.lock() => t,
+        _ = ctx.cancel.cancelled() => {
+            return Err("Cancelled while waiting for another build in this image to finish.".into())
+        }
+    };
     ensure_ready(ctx).await?;
     let call = call_fresh(ctx, &form);
     tokio::pin!(call);

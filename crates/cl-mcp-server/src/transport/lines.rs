@@ -15,6 +15,9 @@ where
 {
     let mut line: Vec<u8> = Vec::with_capacity(8 * 1024);
     let mut oversized = false;
+    // The first bytes of an oversized line, to find its id for the error.
+    let mut prefix: Vec<u8> = Vec::new();
+    let too_long = format!("Message exceeds the {max_bytes}-byte line limit; it was skipped");
     loop {
         let buf = match input.fill_buf().await {
             Ok(b) => b,
@@ -26,10 +29,7 @@ where
         if buf.is_empty() {
             // End of input: a last line without newline still counts.
             if oversized {
-                conn.reject_unreadable(
-                    &format!("Message exceeds the {max_bytes}-byte line limit; it was skipped"),
-                    out,
-                );
+                conn.reject_unreadable(&too_long, &prefix, out);
             } else if !line.is_empty() {
                 deliver(&line, conn, out);
             }
@@ -43,6 +43,8 @@ where
         if !oversized {
             if line.len() + chunk.len() > max_bytes {
                 oversized = true;
+                line.extend_from_slice(&chunk[..chunk.len().min(4096)]);
+                prefix = line[..line.len().min(4096)].to_vec();
                 line.clear();
                 line.shrink_to(8 * 1024);
             } else {
@@ -52,18 +54,15 @@ where
         input.consume(consumed);
         if found_newline {
             if oversized {
-                conn.reject_unreadable(
-                    &format!("Message exceeds the {max_bytes}-byte line limit; it was skipped"),
-                    out,
-                );
+                conn.reject_unreadable(&too_long, &prefix, out);
                 oversized = false;
+                prefix.clear();
             } else {
                 deliver(&line, conn, out);
             }
             line.clear();
         }
     }
-    conn.drain().await;
 }
 
 fn memchr(needle: u8, hay: &[u8]) -> Option<usize> {
@@ -77,7 +76,7 @@ fn deliver(line: &[u8], conn: &Connection, out: &Outbound) {
     }
     match std::str::from_utf8(line) {
         Ok(text) => conn.handle_text(text, out),
-        Err(e) => conn.reject_unreadable(&format!("Message is not valid UTF-8: {e}"), out),
+        Err(e) => conn.reject_unreadable(&format!("Message is not valid UTF-8: {e}"), &[], out),
     }
 }
 

@@ -16,6 +16,9 @@ use tokio_util::io::StreamReader;
 use super::lines::serve_lines;
 use crate::protocol::Engine;
 
+/// How long in-flight requests may still run after stdin closes.
+const EOF_GRACE: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// Serves one MCP session on stdin/stdout until stdin closes. `stdout` is the
 /// protocol's private handle (fd 1 itself is pointed at stderr at start, so
 /// nothing else can write protocol-breaking text there).
@@ -27,8 +30,17 @@ pub async fn serve(engine: Arc<Engine>, stdout: std::fs::File) {
         .expect("spawn the stdout thread");
     let conn = engine.connect(tx.clone());
     serve_lines(stdin_reader(), &conn, &tx, engine.config.max_message_bytes).await;
-    // stdin closed: answer what is in flight, then exit.
-    conn.drain().await;
+    // stdin closed: answer what is in flight, then exit. The client is gone,
+    // so work that outlasts a grace period (a long build, a runaway
+    // evaluation) is cancelled rather than waited for.
+    tokio::select! {
+        _ = conn.drain() => {}
+        _ = tokio::time::sleep(EOF_GRACE) => {
+            tracing::info!("stdin closed; cancelling requests still running");
+            conn.cancel_all();
+            conn.drain().await;
+        }
+    }
     drop(conn);
     drop(tx);
     let _ = tokio::task::spawn_blocking(move || writer.join()).await;
