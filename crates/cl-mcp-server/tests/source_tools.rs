@@ -779,3 +779,62 @@ fn signatures_are_balanced() {
         &bad[..bad.len().min(10)]
     );
 }
+
+/// Paging never stands still: forms sharing the window's first line do
+/// not make the next window start on that same line.
+#[test]
+fn collapsed_paging_always_moves_on() {
+    let src = "(defun a () 1) (defun b () 2)\n(defun c () 3)\n(defun d () 4)\n";
+    let (_d, _root, mut s) = project_with("p.lisp", src);
+    let mut offset = 0u64;
+    let mut seen = String::new();
+    for _ in 0..10 {
+        let r = s.ok(
+            "lisp-read-file",
+            json!({"path": "p.lisp", "offset": offset, "limit": 1}),
+        );
+        seen.push_str(&r.text);
+        match r.structured["meta"]["nextOffset"].as_u64() {
+            Some(next) => {
+                assert!(
+                    next > offset,
+                    "next offset {next} after {offset}: {}",
+                    r.text
+                );
+                offset = next;
+            }
+            None => break,
+        }
+    }
+    for name in ["(defun a", "(defun b", "(defun c", "(defun d"] {
+        assert!(seen.contains(name), "{name} never shown: {seen}");
+    }
+}
+
+/// A line window must lie inside the file and hold at least one line.
+#[test]
+fn check_parens_windows_are_validated() {
+    let (_d, _root, mut s) = setup();
+    let e = s.err(
+        "lisp-check-parens",
+        json!({"path": "src/nasty.lisp", "offset": 100, "limit": 5}),
+    );
+    assert_eq!(
+        e.text,
+        "`offset` 100 is past the end of 'src/nasty.lisp', which has 29 lines (`offset` is \
+         0-based)."
+    );
+    let e = s.err(
+        "lisp-check-parens",
+        json!({"path": "src/nasty.lisp", "limit": 0}),
+    );
+    assert_eq!(e.text, "`limit` must be at least 1 (lines).");
+    let r = s.ok(
+        "lisp-check-parens",
+        json!({"path": "src/nasty.lisp", "offset": 27, "limit": 5}),
+    );
+    assert_eq!(
+        r.text,
+        "src/nasty.lisp lines 28-29: ok: all delimiters balanced (1 top-level forms)."
+    );
+}

@@ -139,8 +139,19 @@ fn windowed_file(
     if offset.is_none() && limit.is_none() {
         return Ok(Windowed::Text(text, 0, 0, r.display));
     }
+    if limit == Some(0) {
+        return Err("`limit` must be at least 1 (lines).".into());
+    }
     let lines = LineIndex::new(&text);
     let offset = offset.unwrap_or(0);
+    let human = super::human_line_count(&text, &lines);
+    if offset > 0 && offset >= human {
+        return Err(format!(
+            "`offset` {offset} is past the end of '{}', which has {human} lines (`offset` is \
+             0-based).",
+            r.display
+        ));
+    }
     let (start, end) = line_window(&text, &lines, offset, limit.unwrap_or(usize::MAX));
     let before = text[..start].chars().count();
     let label = format!(

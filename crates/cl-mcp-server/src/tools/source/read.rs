@@ -244,7 +244,16 @@ pub fn collapsed_view(
             total_forms += 1;
         }
         if stopped_at.is_none() && item.span.start >= wstart && p.count >= window.limit {
-            stopped_at = Some(lines.line_col(item.span.start).0 - 1);
+            // The next window starts at this item's line; never at the
+            // window's own first line (that would page in place forever) nor
+            // inside a line whose first item was shown (it would show again).
+            let line0 = lines.line_col(item.span.start).0 - 1;
+            let shares_line = i > 0
+                && lines.line_col(items[i - 1].span.start).0 == line0 + 1
+                && items[i - 1].span.start >= wstart;
+            if line0 > window.offset && !shares_line {
+                stopped_at = Some(line0);
+            }
         }
         if item.span.start < wstart || stopped_at.is_some() {
             i += 1;
