@@ -579,6 +579,17 @@ fn edit_form_content_ending_in_a_comment_keeps_the_code_after_it() {
     );
     let r = s.ok("clgrep-signatures", json!({"path": "z.lisp"}));
     assert_eq!(r.structured["total"], 3, "{}", r.text);
+    // Before a form that does not start its line: nothing is repeated.
+    std::fs::write(&path, src).unwrap();
+    s.ok(
+        "lisp-edit-form",
+        json!({"path": "z.lisp", "formType": "defun", "formName": "eta",
+               "operation": "insert_before", "content": "(defun e0 () 0)"}),
+    );
+    assert_eq!(
+        std::fs::read_to_string(&path).unwrap(),
+        "(defun zeta () 2) (defun e0 () 0)\n\n(defun eta () 3)\n"
+    );
     // Inside a container the closing `)` of the container follows.
     let (_d2, root2, mut s2) = setup();
     s2.ok(

@@ -587,8 +587,12 @@ fn splice(text: &str, d: &Definition, op: Operation, content: &str) -> Spliced {
             replace(range, &content)
         }
         Operation::InsertBefore => {
-            let at = comments.unwrap_or(unit.start);
-            let indent = &text[line_start_of(text, at)..at];
+            // Above the leading comments, indented as they are; when the
+            // form does not start its line, right before it.
+            let (at, indent) = match comments {
+                Some(c) => (c, &text[line_start_of(text, c)..c]),
+                None => (unit.start, indent.as_str()),
+            };
             replace(at..at, &format!("{content}{nl}{nl}{indent}"))
         }
         Operation::InsertAfter => {
