@@ -41,9 +41,42 @@ and the compiler's own report stays in the captured stderr)."
                    (funcall thunk)))))))
       ;; Swank's hooks may be nested (SWANK-COMPILE-FILE adds its own), so
       ;; one condition can be reported twice.
-      (values (remove-duplicates (remove nil (reverse notes))
-                                 :test #'equal :from-end t)
+      (values (cap-diagnostics (remove-duplicates (remove nil (reverse notes))
+                                                  :test #'equal :from-end t))
               values))))
+
+(defparameter *max-diagnostics* 300
+  "At most this many diagnostics are listed per build.")
+
+(defparameter *max-diagnostics-chars* 300000
+  "At most this many characters of diagnostic messages per build.")
+
+(defun cap-diagnostics (notes)
+  "NOTES cut to *MAX-DIAGNOSTICS* entries and *MAX-DIAGNOSTICS-CHARS*
+characters of messages, with a final note saying how many were left out,
+so a build with thousands of warnings cannot overflow the reply."
+  (let ((kept '()) (chars 0) (count 0) (dropped 0))
+    (dolist (n notes)
+      (let ((size (+ (length (or (getf n :message) ""))
+                     (length (or (getf n :context) "")))))
+        (if (or (>= count *max-diagnostics*)
+                (> (+ chars size) *max-diagnostics-chars*))
+            (incf dropped)
+            (progn (push n kept) (incf count) (incf chars size)))))
+    (when (plusp dropped)
+      (push (list :severity "note" :path nil
+                  :message (format nil "[~D more diagnostics]" dropped))
+            kept))
+    (nreverse kept)))
+
+(defun fit-build-output (result)
+  "RESULT (a RUN-CAPTURED plist) with :STDOUT and :STDERR cut to fit the
+reply byte budget next to the (capped) diagnostics."
+  (let ((fitted (fit-strings (list (getf result :stdout) (getf result :stderr))
+                             (floor *reply-byte-budget* 2))))
+    (setf (getf result :stdout) (first fitted)
+          (getf result :stderr) (second fitted))
+    result))
 
 (defun fasl-path-for (source)
   "Where the fasl of SOURCE goes: a mirror tree under the temporary
@@ -72,7 +105,7 @@ Returns (:success T-or-NIL :loaded T-or-NIL :diagnostics ((:severity S
                            :message (format nil "No such file: ~A" path)
                            :restarts nil :backtrace nil))))
     (let ((result
-            (run-captured
+            (fit-build-output (run-captured
              (lambda ()
                (let ((fasl (fasl-path-for path)))
                  (ensure-directories-exist fasl)
@@ -94,7 +127,7 @@ Returns (:success T-or-NIL :loaded T-or-NIL :diagnostics ((:severity S
                      (when (and success load)
                        (load output)
                        (setf loaded t))))))
-             :id id :max-output max-output :warnings :pass)))
+             :id id :max-output max-output :warnings :pass))))
       (list :success (and success (not (getf result :error)) (not (getf result :interrupted)))
             :loaded loaded
             :diagnostics notes
@@ -131,7 +164,7 @@ T-or-NIL :via \"asdf\"|\"quicklisp\" :diagnostics (...) :stdout S :stderr S
                            :message (format nil "ASDF cannot find a system named ~S. Check its name, or make its .asd file findable (e.g. push its directory onto ASDF:*CENTRAL-REGISTRY*)." name)
                            :restarts nil :backtrace nil))))
     (let ((result
-            (run-captured
+            (fit-build-output (run-captured
              (lambda ()
                (setf notes
                      (call-collecting-notes
@@ -140,7 +173,7 @@ T-or-NIL :via \"asdf\"|\"quicklisp\" :diagnostics (...) :stdout S :stderr S
                             (funcall (find-symbol "QUICKLOAD" "QUICKLISP-CLIENT")
                                      name :silent t)
                             (asdf:load-system name :force (and force t)))))))
-             :id id :max-output max-output :warnings :pass)))
+             :id id :max-output max-output :warnings :pass))))
       (list :system name
             :success (and (not (getf result :error)) (not (getf result :interrupted))
                           (system-loaded-p name))
@@ -233,11 +266,11 @@ the run signalled an error or the summary shows failures."
   (let* ((name (string-downcase (string name)))
          (notes '())
          (result
-           (run-captured
+           (fit-build-output (run-captured
             (lambda ()
               (setf notes (call-collecting-notes
                            (lambda () (asdf:test-system name)))))
-            :id id :max-output max-output :warnings :pass))
+            :id id :max-output max-output :warnings :pass)))
          (summary (summarize-test-output
                    (concatenate 'string (getf result :stdout) (string #\Newline)
                                 (getf result :stderr)))))

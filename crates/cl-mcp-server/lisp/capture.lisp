@@ -109,6 +109,103 @@ its current and last complete line up to date. Called with the lock held."
                 (format nil "~A~%[truncated ~D characters]" text dropped))
                (t text)))))))
 
+(defun shares-structure-p (object &optional (max-nodes 100000))
+  "True when OBJECT's conses and (non-string) arrays reach some cons or
+array twice, e.g. a circular list; checks at most MAX-NODES nodes. Used
+instead of *PRINT-CIRCLE* alone because SBCL's circularity pass runs
+PRINT-OBJECT methods to a null stream first, so an endless method (or
+report function) would loop there before any cap could stop it."
+  (let ((seen (make-hash-table :test 'eq)) (count 0))
+    (labels ((walk (x)
+               (when (or (consp x) (and (arrayp x) (not (stringp x))))
+                 (when (or (gethash x seen) (> (incf count) max-nodes))
+                   (return-from shares-structure-p (gethash x seen)))
+                 (setf (gethash x seen) t)
+                 (if (consp x)
+                     (progn (walk (car x)) (walk (cdr x)))
+                     (dotimes (i (array-total-size x))
+                       (walk (row-major-aref x i)))))))
+      (walk object)
+      nil)))
+
+(defun condition-arguments (object)
+  "What a condition's report prints: its format arguments, when known."
+  (if (typep object 'simple-condition)
+      (ignore-errors (simple-condition-format-arguments object))
+      object))
+
+(defun print-capped (object limit &key (escape nil) (length 1000) (level 20))
+  "OBJECT printed (PRINC, or PRIN1 when ESCAPE) into a capped stream: at
+most LIMIT characters with the truncation marker, *PRINT-CIRCLE* true and
+bounded *PRINT-LENGTH*/*PRINT-LEVEL*, and printing stops once LIMIT more
+characters were dropped, so a circular or huge object (in a condition's
+message, a restart's report) can never exhaust the heap. Never signals."
+  (let ((out (make-capture-stream limit :stop-after limit)))
+    (handler-case
+        (let ((*print-circle* (shares-structure-p (condition-arguments object)))
+              (*print-length* length) (*print-level* level)
+              (*print-readably* nil) (*print-pretty* nil))
+          (catch 'capture-full
+            (if escape (prin1 object out) (princ object out)))
+          (capture-contents out))
+      (error ()
+        (format nil "#<error printing object of type ~A>"
+                (ignore-errors (type-name object)))))))
+
+;;; Keeping a reply under Swank's message limit.
+;;;
+;;; Swank writes each message with a 6-hex-digit length header: a message
+;;; over 16 MiB of UTF-8 (after PRIN1 escaping) kills the connection. Every
+;;; reply is therefore fitted to a byte budget, whatever the caller's
+;;; character caps are.
+
+(defparameter *reply-byte-budget* (* 8 1024 1024)
+  "Bytes (UTF-8, escapes counted) that the strings of one reply may take.")
+
+(defun wire-size (string &key (start 0) (end (length string)))
+  "Bytes STRING[START,END) takes in a Swank message: UTF-8, plus one for
+each character PRIN1 escapes."
+  (loop for i from start below end
+        for code = (char-code (char string i))
+        sum (cond ((or (= code 34) (= code 92)) 2)
+                  ((< code #x80) 1)
+                  ((< code #x800) 2)
+                  ((< code #x10000) 3)
+                  (t 4))))
+
+(defun cut-to-wire-size (string budget)
+  "STRING, or its head with the [truncated N characters] marker, taking at
+most BUDGET bytes on the wire."
+  (if (<= (wire-size string) budget)
+      string
+      (let ((room (max 0 (- budget 64))) (used 0) (end 0))
+        (loop for i from 0 below (length string)
+              for size = (wire-size string :start i :end (1+ i))
+              while (<= (+ used size) room)
+              do (incf used size) (setf end (1+ i)))
+        (format nil "~A~%[truncated ~D characters]"
+                (subseq string 0 end) (- (length string) end)))))
+
+(defun fit-strings (strings budget)
+  "STRINGS (a list; NILs kept) cut so that together they take at most
+BUDGET bytes on the wire. Small strings are kept whole; the large ones
+share what is left equally."
+  (let* ((items (loop for s in strings for i from 0
+                      when (stringp s) collect (list i s (wire-size s))))
+         (result (coerce strings 'vector))
+         (remaining budget)
+         (left (length items)))
+    (dolist (item (sort items #'< :key #'third))
+      (destructuring-bind (i s size) item
+        (let ((share (floor (max 0 remaining) (max 1 left))))
+          (if (<= size share)
+              (decf remaining size)
+              (let ((cut (cut-to-wire-size s share)))
+                (setf (aref result i) cut)
+                (decf remaining (wire-size cut)))))
+        (decf left)))
+    (coerce result 'list)))
+
 (defun capture-status-line (stream)
   "The line being written, or the last complete non-blank line."
   (swank/backend:call-with-lock-held
@@ -230,9 +327,11 @@ interrupt may land inside SLEEP's internals; that is where it was)."
         (dolist (frame (swank/backend:compute-backtrace 0 count))
           (let ((text (handler-case
                           (let ((*print-length* 10) (*print-level* 4)
-                                (*print-readably* nil) (*print-pretty* nil))
-                            (with-output-to-string (s)
-                              (swank/backend:print-frame frame s)))
+                                (*print-readably* nil) (*print-pretty* nil)
+                                (s (make-capture-stream 400 :stop-after 400)))
+                            (catch 'capture-full
+                              (swank/backend:print-frame frame s))
+                            (capture-contents s))
                         (error () "#<frame>"))))
             (push (cons (frame-function-name frame)
                         (truncate-string (substitute #\Space #\Newline text) 400))
@@ -276,33 +375,32 @@ evaluator frames just above it."
     ;; Keeps this frame from being a tail call, so it stays on the stack.
     (values)))
 
-(defun restart-descriptions (restarts)
-  (loop for r in restarts
-        collect (let ((name (restart-name r))
-                      (report (handler-case (princ-to-string r) (error () ""))))
-                  (if name
-                      (format nil "~A: ~A" (type-name-of-symbol name) report)
-                      report))))
-
 (defun type-name-of-symbol (symbol)
   (let ((*package* (find-package "COMMON-LISP-USER")))
     (prin1-to-string* symbol)))
 
+(defun restart-descriptions (restarts)
+  (loop for r in restarts
+        for i from 0 below 50
+        collect (let ((name (restart-name r))
+                      (report (print-capped r 1000)))
+                  (if name
+                      (format nil "~A: ~A" (type-name-of-symbol name) report)
+                      report))))
+
 (defun condition-plist (condition &key backtrace restarts)
   (list :type (type-name condition)
-        :message (truncate-string
-                  (handler-case (princ-to-string condition)
-                    (error () (format nil "#<error printing condition of type ~A>"
-                                      (type-name condition))))
-                  20000)
+        :message (print-capped condition 20000)
         :restarts (restart-descriptions restarts)
         :backtrace backtrace))
 
 ;;; The runner.
 
-(defun format-warning (condition)
-  (format nil "~A: ~A" (type-name condition)
-          (truncate-string (princ-to-string* condition) 5000)))
+(defun format-warning (condition &optional (limit 5000))
+  (format nil "~A: ~A" (type-name condition) (print-capped condition limit)))
+
+(defparameter *max-warnings* 200
+  "At most this many warnings are listed per request.")
 
 (defun run-captured (thunk &key id (max-output 50000) stdin
                              (backtrace-limit 20) (warnings :collect)
@@ -323,6 +421,9 @@ ON-WARNING, when given, is called with each warning first."
          (evaluation (%make-evaluation :id id :thread (swank/backend:current-thread)
                                        :stdout stdout :stderr stderr))
          (collected '())
+         (warning-count 0)
+         (warning-chars 0)
+         (warnings-dropped 0)
          (outer-restarts (compute-restarts))
          (outcome nil))
     (register-evaluation evaluation)
@@ -358,7 +459,17 @@ ON-WARNING, when given, is called with each warning first."
                                  (unless (eq warnings :pass)
                                    (when (and (eq warnings :collect)
                                               (not (ignorable-warning-p w)))
-                                     (push (format-warning w) collected))
+                                     ;; Capped in count and characters:
+                                     ;; thousands of warnings must not
+                                     ;; swamp the reply.
+                                     (if (or (>= warning-count *max-warnings*)
+                                             (>= warning-chars max-output))
+                                         (incf warnings-dropped)
+                                         (let ((text (format-warning
+                                                      w (max 100 (min 5000 (- max-output warning-chars))))))
+                                           (incf warning-count)
+                                           (incf warning-chars (length text))
+                                           (push text collected))))
                                    (let ((r (find-restart 'muffle-warning w)))
                                      (when r (invoke-restart r))))))
                              (serious-condition #'fail))
@@ -387,7 +498,10 @@ ON-WARNING, when given, is called with each warning first."
                                  :restarts nil :backtrace nil))))
      (list :stdout (capture-contents stdout)
            :stderr (capture-contents stderr)
-           :warnings (reverse collected)
+           :warnings (if (plusp warnings-dropped)
+                         (reverse (cons (format nil "[~D more warnings]" warnings-dropped)
+                                        collected))
+                         (reverse collected))
            :elapsed-ms (milliseconds-since start)))))
 
 (defun interrupt-here (evaluation)

@@ -23,29 +23,48 @@ changes it, or when the remembered package was deleted)."
 
 (defun print-values (values &key print-level print-length print-readably
                               (max-output 50000))
-  "Each of VALUES printed with PRIN1 under the caller's print controls,
-capped at MAX-OUTPUT characters each; a value whose printing fails is
-shown as #<error printing ...> instead of failing the call."
-  ;; All values together stay within a few times the cap, so the reply
-  ;; never approaches Swank's message size limit.
-  (let ((budget (* 4 max-output)))
+  "Each of VALUES printed with PRIN1 under the caller's print controls, all
+of them together capped at MAX-OUTPUT characters; a value whose printing
+fails is shown as #<error printing ...> instead of failing the call.
+Without PRINT-LENGTH, *PRINT-CIRCLE* is true for a value whose conses or
+arrays share structure, so a circular value prints as #1=(1 2 . #1#)
+rather than until the cap."
+  (let ((budget max-output))
     (loop for value in values
           collect (if (<= budget 0)
                       "#<value not printed: output limit reached>"
-                      (let ((out (make-capture-stream (min max-output budget)
+                      (let ((out (make-capture-stream budget
                                                       :stop-after (* 10 max-output))))
                         (prog1
                             (handler-case
                                 (let ((*print-level* print-level)
                                       (*print-length* print-length)
-                                      (*print-readably* print-readably))
+                                      (*print-readably* print-readably)
+                                      (*print-circle* (and (null print-length)
+                                                           (shares-structure-p value))))
                                   ;; A circular value would print forever.
                                   (catch 'capture-full (prin1 value out))
                                   (capture-contents out))
                               (error (e)
                                 (format nil "#<error printing value of type ~A: ~A>"
-                                        (type-name value) (princ-to-string* e))))
+                                        (type-name value) (print-capped e 2000))))
                           (decf budget (slot-value out 'written))))))))
+
+(defun fit-eval-reply (values stdout stderr warnings error)
+  "VALUES, STDOUT, STDERR, WARNINGS and ERROR's message cut so that the
+reply stays within *REPLY-BYTE-BUDGET* bytes. Returns them as 5 values."
+  (let* ((message (and error (getf error :message)))
+         (fitted (fit-strings (append (list stdout stderr message) values warnings)
+                              *reply-byte-budget*))
+         (error (if message
+                    (let ((e (copy-list error)))
+                      (setf (getf e :message) (third fitted))
+                      e)
+                    error)))
+    (values (subseq fitted 3 (+ 3 (length values)))
+            (first fitted) (second fitted)
+            (nthcdr (+ 3 (length values)) fitted)
+            error)))
 
 (defun eval-request (code &key package session id print-level print-length
                             print-readably safe-read stdin (max-output 50000)
@@ -112,21 +131,25 @@ Returns (:values (STRING...) :stdout S :stderr S :warnings (S...)
           (when (equal (getf error :type) "END-OF-FILE")
             (setf (getf error :message)
                   "End of input inside a form: a closing parenthesis or string quote is missing.")))
+        (multiple-value-bind (values stdout stderr warnings error)
+            (fit-eval-reply (if (or error (getf result :interrupted))
+                                nil
+                                (print-values last-values :print-level print-level
+                                                          :print-length print-length
+                                                          :print-readably print-readably
+                                                          :max-output max-output))
+                            (getf result :stdout) (getf result :stderr)
+                            (getf result :warnings) error)
         (append
-         (list :values (if (or error (getf result :interrupted))
-                           nil
-                           (print-values last-values :print-level print-level
-                                                     :print-length print-length
-                                                     :print-readably print-readably
-                                                     :max-output max-output))
-               :stdout (getf result :stdout)
-               :stderr (getf result :stderr)
-               :warnings (getf result :warnings)
+         (list :values values
+               :stdout stdout
+               :stderr stderr
+               :warnings warnings
                :package (package-name current)
                :elapsed-ms (getf result :elapsed-ms)
                :error error)
          (when (getf result :interrupted)
-           (list :interrupted t :where (getf result :where))))))))
+           (list :interrupted t :where (getf result :where)))))))))
 
 (defun implementation-features ()
   (mapcar #'prin1-to-string* *features*))

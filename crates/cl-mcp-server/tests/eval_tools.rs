@@ -291,3 +291,79 @@ fn other_tools_do_not_wait_behind_a_running_evaluation() {
         "=> :SLEPT"
     );
 }
+
+/// A circular structure in an error's or warning's message used to print
+/// without end and exhaust the image's heap.
+#[test]
+fn circular_conditions_and_values_keep_the_image_alive() {
+    let mut s = lisp_server(&[]);
+    let r = eval(
+        &mut s,
+        1,
+        "(let ((l (list 1))) (setf (cdr l) l) (error \"bad ~a\" l))",
+    );
+    assert!(r.is_error);
+    assert!(
+        r.text.starts_with("[ERROR] SIMPLE-ERROR\nbad #1=(1 . #1#)"),
+        "{}",
+        r.text
+    );
+    let r = eval(
+        &mut s,
+        2,
+        "(let ((l (list 1))) (setf (cdr l) l) (warn \"careful ~a\" l) :ok)",
+    );
+    assert_eq!(
+        r.text,
+        "[WARNING] SIMPLE-WARNING: careful #1=(1 . #1#)\n=> :OK"
+    );
+    let r = eval(
+        &mut s,
+        3,
+        "(let ((l (list 1 2))) (setf (cdr (last l)) l) l)",
+    );
+    assert_eq!(r.text, "=> #1=(1 2 . #1#)");
+    let r = eval(&mut s, 4, "(+ 1 1)");
+    assert_eq!(r.text, "=> 2", "the image survived");
+}
+
+/// Thousands of warnings are capped, and even a reply at the largest caps
+/// stays under Swank's 16 MiB message limit (a bigger one killed the
+/// connection).
+#[test]
+fn replies_stay_within_the_output_budget() {
+    let mut s = lisp_server(&[]);
+    let r = eval(
+        &mut s,
+        1,
+        "(dotimes (i 5000) (warn (make-string 4000 :initial-element #\\w))) :done",
+    );
+    assert!(!r.is_error, "{}", &r.text[..r.text.len().min(300)]);
+    assert!(r.text.ends_with("=> :DONE"));
+    let warnings = r.structured["warnings"].as_array().unwrap();
+    assert!(warnings.len() <= 201, "{}", warnings.len());
+    assert!(
+        warnings
+            .last()
+            .unwrap()
+            .as_str()
+            .unwrap()
+            .contains("more warnings]"),
+        "{:?}",
+        warnings.last()
+    );
+    assert!(r.text.len() < 200_000, "{}", r.text.len());
+
+    let r = eval_with(
+        &mut s,
+        2,
+        "(let ((s (make-string 1000000 :initial-element (code-char #x1F389)))) \
+         (write-string s) (write-string s *error-output*) (values s s s s))",
+        json!({"maxOutputLength": 1_000_000}),
+    );
+    assert!(!r.is_error, "{}", &r.text[..r.text.len().min(300)]);
+    assert!(r.text.len() < 9 * 1024 * 1024, "{}", r.text.len());
+    assert_eq!(r.structured["values"].as_array().unwrap().len(), 4);
+    let r = eval(&mut s, 3, "(+ 2 2)");
+    assert_eq!(r.text, "=> 4", "the connection survived");
+}

@@ -143,10 +143,50 @@
   (check "and counted" (has "[truncated 19950000 characters]" (getf r :stdout)))
   (check "value after huge output" (equal (getf r :values) '(":DONE"))))
 
-(check "circular value prints and stops"
-       (has "printing stopped"
-            (first (getf (ev "(let ((l (list 1 2))) (setf (cdr (last l)) l) l)" :max-output 100)
+(check "circular value prints with #1= notation"
+       (equal (getf (ev "(let ((l (list 1 2))) (setf (cdr (last l)) l) l)") :values)
+              '("#1=(1 2 . #1#)")))
+(check "circular value with printLength still stops"
+       (has "..."
+            (first (getf (ev "(let ((l (list 1 2))) (setf (cdr (last l)) l) l)" :max-output 100
+                                                                          :print-length 5)
                          :values))))
+(check "endless (non-circular) printing stops"
+       (has "printing stopped"
+            (first (getf (ev "(defclass cl-mcp-endless () ()) (defmethod print-object ((o cl-mcp-endless) s) (loop (write-string \"xxxxxxxxxx\" s))) (make-instance 'cl-mcp-endless)" :max-output 100)
+                         :values))))
+;; A circular structure in a condition's message must not print forever
+;; (it exhausted the heap and killed the image).
+(let ((e (getf (ev "(let ((l (list 1))) (setf (cdr l) l) (error \"bad ~a\" l))") :error)))
+  (check "circular error message: error reported" (equal (getf e :type) "SIMPLE-ERROR"))
+  (check "circular error message: bounded" (< (length (getf e :message)) 25000))
+  (check "circular error message: printed with #1=" (has "bad #1=(1 . #1#)" (getf e :message))))
+(let ((r (ev "(let ((l (list 1))) (setf (cdr l) l) (warn \"careful ~a\" l) :ok)")))
+  (check "circular warning: evaluation goes on" (equal (getf r :values) '(":OK")))
+  (check "circular warning: bounded"
+         (equal (getf r :warnings) '("SIMPLE-WARNING: careful #1=(1 . #1#)"))))
+(check "circular restart report is bounded"
+       (has "use (2 2 2"
+            (first (getf (getf (ev "(let ((l (list 2))) (setf (cdr l) l) (restart-case (error \"x\") (go-on () :report (lambda (s) (format s \"use ~a\" l)) 1)))") :error)
+                         :restarts))))
+;; Output budget: warnings are capped in count and characters, and a whole
+;; reply stays far below Swank's 16 MiB message limit.
+(let* ((r (ev "(dotimes (i 3000) (warn (make-string 200 :initial-element #\\w))) :done"))
+       (w (getf r :warnings)))
+  (check "warnings capped in number" (<= (length w) 201))
+  (check "warnings capped in characters"
+         (<= (reduce #'+ (mapcar #'length w)) 60000))
+  (check "warnings say how many were left out" (has "more warnings]" (car (last w))))
+  (check "value after many warnings" (equal (getf r :values) '(":DONE"))))
+(let* ((r (ev "(let ((s (make-string 1000000 :initial-element (code-char #x1F389)))) (write-string s) (write-string s *error-output*) (values s s s s))"
+              :max-output 1000000))
+       (strings (append (list (getf r :stdout) (getf r :stderr)) (getf r :values) (getf r :warnings))))
+  (check "reply fits the byte budget"
+         (<= (reduce #'+ (mapcar #'cl-mcp::wire-size strings)) cl-mcp::*reply-byte-budget*))
+  (check "big reply still has every part" (and (has "🎉" (getf r :stdout)) (has "🎉" (getf r :stderr))
+                                               (= 4 (length (getf r :values)))))
+  (check "values capped as a whole"
+         (has "output limit reached" (fourth (getf r :values)))))
 (check "print-length" (equal (getf (ev "(list 1 2 3 4 5)" :print-length 2) :values) '("(1 2 ...)")))
 (check "print-level" (equal (getf (ev "'(1 (2 (3)))" :print-level 1) :values) '("(1 #)")))
 (check "print-readably failure is reported, not fatal"
@@ -206,6 +246,15 @@
                                    (has "NO-SUCH-PACKAGE-XYZ" (getf d :message))))
                   (getf r :diagnostics))))
 (check "missing file" (getf (cl-mcp:compile-file-with-diagnostics "/nonexistent/x.lisp") :error))
+(let ((path (format nil "/tmp/cl-mcp-many-warnings-~D.lisp" (sb-posix:getpid))))
+  (with-open-file (out path :direction :output :if-exists :supersede)
+    (dotimes (i 400)
+      (format out "(defun cl-mcp-many-~D () (+ 1 \"a\"))~%" i)))
+  (let ((d (getf (cl-mcp:compile-file-with-diagnostics path :load nil) :diagnostics)))
+    (check "diagnostics capped" (<= (length d) 301))
+    (check "diagnostics say how many were left out"
+           (has "more diagnostics]" (getf (car (last d)) :message))))
+  (delete-file path))
 
 (let ((r (cl-mcp:load-system "mcpdemo" :force t)))
   (check "load-system" (getf r :success))

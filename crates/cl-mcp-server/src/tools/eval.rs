@@ -20,8 +20,10 @@ use super::image::{
 use super::output::DEFAULT_MAX_OUTPUT;
 use super::{tool, Annotations, ToolContext, ToolDef, ToolGroup, ToolOutput};
 
-/// Largest `maxOutputLength` honoured: every stream and value is capped at
-/// it, and the whole reply must stay far below Swank's 16 MiB message limit.
+/// Largest `maxOutputLength` honoured. Each stream, the values together and
+/// the warnings are capped at it; independently the image fits the whole
+/// reply into 8 MiB of UTF-8 (`*reply-byte-budget*`), far below Swank's
+/// 16 MiB message limit, so even 4-byte characters at this cap are safe.
 const MAX_OUTPUT_CEILING: usize = 1_000_000;
 /// How often the status line (latest output line) is refreshed.
 const STATUS_POLL: Duration = Duration::from_millis(500);
@@ -47,8 +49,11 @@ struct EvalArgs {
     /// Interrupt the evaluation after this many seconds (default 30). The
     /// image and its state survive a timeout.
     timeout_seconds: Option<f64>,
-    /// Cap on each of stdout, stderr and each printed value, in characters
-    /// (default 50000).
+    /// Cap on each of stdout, stderr, all printed values together, and the
+    /// warnings, in characters (default 50000, at most 1000000). Whatever
+    /// the cap, the whole reply is kept under 8 MiB of UTF-8: the parts
+    /// share that budget and are cut with a `[truncated N characters]`
+    /// marker.
     max_output_length: Option<usize>,
     /// Read the code with `*read-eval*` false (`#.` refused).
     safe_read: Option<bool>,
