@@ -56,3 +56,11 @@ machinery around user code (signalling, evaluation, interrupts)."
   "True when SYMBOL is proclaimed special (DEFVAR without a value too)."
   #+sbcl (eq (sb-int:info :variable :kind symbol) :special)
   #-sbcl (boundp symbol))
+
+(defun definition-positions-in-octets-p ()
+  "True when the backend's definition and xref locations give file
+positions in octets rather than characters (SBCL's Swank takes them from
+FILE-POSITION, which counts bytes in a UTF-8 file). Compiler notes are
+character positions on every backend."
+  #+sbcl t
+  #-sbcl nil)

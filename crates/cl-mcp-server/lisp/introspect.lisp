@@ -43,13 +43,18 @@
 
 (defun definition-plist (dspec location)
   (append (list :dspec (dspec-string dspec) :kind (dspec-kind dspec))
-          (location-plist location)))
+          (location-plist location :octets t)))
 
-(defun find-definitions (designator &key package)
+(defun session-default (package session)
+  "The package a bare name means: PACKAGE when given, else SESSION's
+current package (where its evaluations left *PACKAGE*)."
+  (or package (package-name (session-package session))))
+
+(defun find-definitions (designator &key package session)
   "Where DESIGNATOR is defined: (:symbol \"PKG::NAME\" :definitions
 ((:dspec S :kind S :path P :offset N :line N :column N :context S :snippet S)
 ...)); a definition Swank cannot locate has :error instead of :path."
-  (with-resolved-symbol (symbol designator package)
+  (with-resolved-symbol (symbol designator (session-default package session))
     (with-file-cache ()
       (list :symbol (qualified-name symbol)
             :definitions
@@ -101,13 +106,13 @@
         for doc = (ignore-errors (documentation symbol type))
         when doc collect (list :kind label :text doc)))
 
-(defun describe-symbol (designator &key package (max-output 20000))
+(defun describe-symbol (designator &key package session (max-output 20000))
   "What DESIGNATOR names: (:symbol S :kinds (S...) :arglist S-or-NIL
 :documentation ((:kind S :text S)...) :value S-or-NIL :describe S).
 :kinds are among function, macro, generic-function, special-operator,
 setf-function, variable, constant, class, structure, condition,
 built-in-class, type, package, keyword."
-  (with-resolved-symbol (symbol designator package)
+  (with-resolved-symbol (symbol designator (session-default package session))
     (list :symbol (qualified-name symbol)
           :kinds (symbol-kinds symbol)
           :arglist (arglist-string symbol)
@@ -130,18 +135,27 @@ built-in-class, type, package, keyword."
     (:macroexpands . swank/backend:who-macroexpands)
     (:specializes . swank/backend:who-specializes)))
 
-(defun xref (kind designator &key package)
+(defun location-path (location)
+  "The file of a Swank location, or NIL."
+  (and (consp location) (eq (first location) :location)
+       (consp (second location)) (eq (first (second location)) :file)
+       (second (second location))))
+
+(defun xref (kind designator &key package session (limit 200) under)
   "Who KIND (one of :calls :references :binds :sets :macroexpands
 :specializes, or its name as a string) DESIGNATOR: (:symbol S :kind S
-:implemented T-or-NIL :refs ((:name S :path P :offset N :line N :column N
-:context S) ...)). :implemented NIL means this Lisp keeps no such data."
+:implemented T-or-NIL :count N :outside N :truncated T-or-NIL :refs ((:name S
+:path P :offset N :line N :column N :context S) ...)). :implemented NIL
+means this Lisp keeps no such data. With UNDER (a directory namestring),
+references in files elsewhere are left out and counted in :outside. At most
+LIMIT references are listed; :count is how many there are."
   (let* ((key (if (stringp kind) (intern (string-upcase kind) "KEYWORD") kind))
          (fn (cdr (assoc key *xref-kinds*))))
     (unless fn
       (return-from xref
         (list :error (format nil "Unknown xref kind ~A; use one of calls, references, binds, sets, macroexpands, specializes."
                              kind))))
-    (with-resolved-symbol (symbol designator package)
+    (with-resolved-symbol (symbol designator (session-default package session))
       (let* ((arg (if (eq key :specializes) (or (find-class symbol nil) symbol) symbol))
              (raw (handler-case (funcall fn arg)
                     (error (e) (return-from xref
@@ -149,13 +163,31 @@ built-in-class, type, package, keyword."
                                                       (princ-to-string* e))))))))
         (if (eq raw :not-implemented)
             (list :symbol (qualified-name symbol) :kind (string-downcase key)
-                  :implemented nil :refs nil)
-            (with-file-cache ()
-              (list :symbol (qualified-name symbol) :kind (string-downcase key)
-                    :implemented t
-                    :refs (loop for (dspec location) in raw
-                                collect (append (list :name (dspec-string dspec))
-                                                (location-plist location))))))))))
+                  :implemented nil :count 0 :outside 0 :truncated nil :refs nil)
+            (let* ((under (and under (if (and (plusp (length under))
+                                              (char= (char under (1- (length under))) #\/))
+                                         under
+                                         (concatenate 'string under "/"))))
+                   (inside (if under
+                               (remove-if-not
+                                (lambda (r)
+                                  (let ((path (location-path (second r))))
+                                    (and (stringp path)
+                                         (>= (length path) (length under))
+                                         (string= under path :end2 (length under)))))
+                                raw)
+                               raw))
+                   (count (length inside)))
+              (with-file-cache ()
+                (list :symbol (qualified-name symbol) :kind (string-downcase key)
+                      :implemented t
+                      :count count
+                      :outside (- (length raw) count)
+                      :truncated (> count limit)
+                      :refs (loop for (dspec location) in inside
+                                  for i from 0 below limit
+                                  collect (append (list :name (dspec-string dspec))
+                                                  (location-plist location :octets t)))))))))))
 
 (defun apropos-symbols (query &key package external-only (limit 200))
   "Symbols whose name contains QUERY (any case): (:count N :symbols
@@ -186,29 +218,63 @@ external symbols."
                              collect (list :symbol (qualified-name s)
                                            :kinds (symbol-kinds s))))))))
 
-(defun macroexpand-form (form-string &key package (mode :all))
-  "Macroexpand the form in FORM-STRING, read in PACKAGE: MODE :ONE (or
-\"1\") expands once (MACROEXPAND-1), :ALL expands every macro in the form.
-Returns (:expansion S :expanded T-or-NIL) or (:error MESSAGE)."
-  (multiple-value-bind (pkg err) (resolve-package (or package "COMMON-LISP-USER"))
+(defun present-symbols (package)
+  "The symbols present (internal or external) in PACKAGE, as an EQ set."
+  (let ((set (make-hash-table :test 'eq)))
+    (do-symbols (s package)
+      (when (eq (symbol-package s) package) (setf (gethash s set) t)))
+    set))
+
+(defun unintern-new-symbols (form package before)
+  "Unintern the symbols of FORM that reading interned into PACKAGE (those
+not in BEFORE), so expanding a form leaves no junk symbols behind."
+  (let ((seen (make-hash-table :test 'eq)) (count 0))
+    (labels ((walk (x)
+               (cond ((> (incf count) 100000))
+                     ((symbolp x)
+                      (when (and x (eq (symbol-package x) package)
+                                 (not (gethash x before)))
+                        (unintern x package)))
+                     ((consp x)
+                      (unless (gethash x seen)
+                        (setf (gethash x seen) t)
+                        (walk (car x)) (walk (cdr x))))
+                     ((and (arrayp x) (not (stringp x)))
+                      (dotimes (i (min 1000 (array-total-size x)))
+                        (walk (row-major-aref x i)))))))
+      (walk form))))
+
+(defun macroexpand-form (form-string &key package session (mode :all))
+  "Macroexpand the form in FORM-STRING, read in PACKAGE (default SESSION's
+current package): MODE :ONE (or \"1\") expands once (MACROEXPAND-1), :ALL
+expands every macro in the form. Symbols that reading interned are
+uninterned again afterwards. Returns (:expansion S :expanded T-or-NIL) or
+(:error MESSAGE)."
+  (multiple-value-bind (pkg err) (resolve-package (session-default package session))
     (when err (return-from macroexpand-form (list :error err)))
     (let ((*package* pkg)
+          (before (present-symbols pkg))
+          (form nil)
           (mode (if (stringp mode)
                     (if (string= mode "1") :one (intern (string-upcase mode) "KEYWORD"))
                     mode)))
-      (handler-case
-          (let* ((form (let ((*read-eval* nil)) (read-from-string form-string)))
-                 (expansion (if (member mode '(:one 1))
-                                (macroexpand-1 form)
-                                (swank/backend:macroexpand-all form))))
-            (list :expansion (let ((*print-case* :downcase)
-                                   (*print-pretty* t)
-                                   (*print-right-margin* 100)
-                                   (*print-circle* t))
-                               (prin1-to-string* expansion))
-                  :expanded (not (equal form expansion))))
-        (error (e)
-          (list :error (format nil "~A: ~A" (type-name e) (princ-to-string* e))))))))
+      (unwind-protect
+           (handler-case
+               (let* ((read (let ((*read-eval* nil)) (read-from-string form-string)))
+                      (expansion (progn
+                                   (setf form read)
+                                   (if (member mode '(:one 1))
+                                       (macroexpand-1 read)
+                                       (swank/backend:macroexpand-all read)))))
+                 (list :expansion (let ((*print-case* :downcase)
+                                        (*print-pretty* t)
+                                        (*print-right-margin* 100)
+                                        (*print-circle* t))
+                                    (prin1-to-string* expansion))
+                       :expanded (not (equal read expansion))))
+             (error (e)
+               (list :error (format nil "~A: ~A" (type-name e) (print-capped e 5000)))))
+        (when form (unintern-new-symbols form pkg before))))))
 
 (defun package-info (name &key (limit 500))
   "Facts about the package NAME: (:name S :nicknames (S...) :use (S...)

@@ -93,10 +93,22 @@ text of that line (without its newline)."
       (values line (1+ (- offset line-start))
               (subseq text line-start line-end)))))
 
-(defun location-plist (location)
+(defun octet-offset-to-char-offset (path octets)
+  "The character offset of the byte offset OCTETS in the (UTF-8) file PATH,
+or OCTETS itself when the file cannot be read or decoded."
+  (or (ignore-errors
+       (with-open-file (in path :element-type '(unsigned-byte 8))
+         (let* ((buffer (make-array octets :element-type '(unsigned-byte 8)))
+                (n (read-sequence buffer in)))
+           (length (swank/backend:utf8-to-string (subseq buffer 0 n))))))
+      octets))
+
+(defun location-plist (location &key octets)
   "A Swank location as a plist: (:path P :offset O :line L :column C
 :context LINE-TEXT :snippet S), or (:error MESSAGE) when Swank could not
-locate it. OFFSET is 0-based characters; LINE and COLUMN are 1-based."
+locate it. OFFSET is 0-based characters; LINE and COLUMN are 1-based.
+OCTETS means the location comes from definition data, whose positions
+are byte offsets on some backends (DEFINITION-POSITIONS-IN-OCTETS-P)."
   (cond
     ((and (consp location) (eq (first location) :error))
      (list :error (princ-to-string* (second location))))
@@ -112,6 +124,9 @@ locate it. OFFSET is 0-based characters; LINE and COLUMN are 1-based."
                                     (or (third position) 0)))
                         (t nil))))
             (offset (and pos (max 0 (1- pos))))
+            (offset (if (and offset path octets (definition-positions-in-octets-p))
+                        (octet-offset-to-char-offset path offset)
+                        offset))
             (snippet (and (consp hints) (getf hints :snippet)))
             (result (list :path path)))
        (when (and path offset)

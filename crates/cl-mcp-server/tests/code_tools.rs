@@ -334,3 +334,62 @@ fn introspection_builds_and_tests_on_a_real_project() {
     );
     assert_eq!(r.structured["definitions"][0]["line"], 3);
 }
+
+/// Bare names in the code tools resolve in the session's current package
+/// (where `evaluate-lisp` left `*package*`), and `code-macroexpand` leaves
+/// no symbols behind.
+#[test]
+fn code_tools_follow_the_session_package() {
+    let mut s = lisp_server(&[]);
+    let r = eval(
+        &mut s,
+        1,
+        "(defpackage :demo (:use :cl)) (in-package :demo) \
+         (defmacro uses-level (x) `(list ,x)) (defun uses-level-fn () 1)",
+    );
+    assert!(!r.is_error, "{}", r.text);
+    let r = call(&mut s, 2, "code-describe", json!({"symbol": "uses-level"}));
+    assert!(!r.is_error, "{}", r.text);
+    assert_eq!(r.structured["symbol"], "DEMO::USES-LEVEL", "{}", r.text);
+    let r = call(
+        &mut s,
+        3,
+        "code-macroexpand",
+        json!({"form": "(uses-level junk-symbol-zz)", "mode": "1"}),
+    );
+    assert_eq!(r.text, "(list junk-symbol-zz)");
+    let r = eval(
+        &mut s,
+        4,
+        "(list (find-symbol \"JUNK-SYMBOL-ZZ\" :demo) (find-symbol \"JUNK-SYMBOL-ZZ\" :cl-user))",
+    );
+    assert_eq!(r.text, "=> (NIL NIL)", "no junk interned");
+    let r = call(&mut s, 5, "code-find", json!({"symbol": "uses-level-fn"}));
+    assert!(!r.is_error, "{}", r.text);
+    assert_eq!(r.structured["symbol"], "DEMO::USES-LEVEL-FN");
+}
+
+/// `car` has thousands of callers: the list is capped with the total given.
+#[test]
+fn find_references_is_capped() {
+    let mut s = lisp_server(&[]);
+    let r = call(
+        &mut s,
+        1,
+        "code-find-references",
+        json!({"symbol": "car", "projectOnly": false, "limit": 10}),
+    );
+    assert!(!r.is_error, "{}", r.text);
+    assert_eq!(r.structured["refs"].as_array().unwrap().len(), 10);
+    assert!(r.structured["count"].as_u64().unwrap() > 10);
+    assert_eq!(r.structured["truncated"], true);
+    assert!(r.text.contains("the first 10 are listed"), "{}", r.text);
+    let r = call(
+        &mut s,
+        2,
+        "code-find-references",
+        json!({"symbol": "car", "projectOnly": false}),
+    );
+    assert_eq!(r.structured["refs"].as_array().unwrap().len(), 200);
+    assert!(r.text.len() < 100_000, "{}", r.text.len());
+}

@@ -307,6 +307,49 @@
   (check "who specializes" (some (lambda (n) (has "AREA" n)) (ref-names "specializes" "mcpdemo:circle")))
   (check "xref lines" (eql 11 (getf (first (getf (cl-mcp:xref :calls "mcpdemo:add") :refs)) :line))))
 (check "bad xref kind" (getf (cl-mcp:xref "nonsense" "mcpdemo:add") :error))
+(let ((r (cl-mcp:xref :calls "car" :limit 5)))
+  (check "xref limit" (= 5 (length (getf r :refs))))
+  (check "xref total count" (> (getf r :count) 5))
+  (check "xref truncated" (getf r :truncated)))
+(check "xref under a directory leaves the rest out"
+       (let ((r (cl-mcp:xref :calls "mcpdemo:add" :under (namestring *fixture*))))
+         (and (= 1 (getf r :count)) (zerop (getf r :outside)))))
+(check "xref under another directory"
+       (let ((r (cl-mcp:xref :calls "mcpdemo:add" :under "/nonexistent-dir/")))
+         (and (zerop (getf r :count)) (= 1 (getf r :outside)))))
+
+;; Definition positions after non-ASCII text: SBCL gives byte offsets.
+(let ((path (format nil "/tmp/cl-mcp-utf8-~D.lisp" (sb-posix:getpid))))
+  (with-open-file (out path :direction :output :if-exists :supersede
+                            :external-format :utf-8)
+    (format out ";; ~A~%(in-package :cl-user)~%(defun cl-mcp-after-accents () (cl-mcp-after-accents-2))~%(defun cl-mcp-after-accents-2 () 1)~%"
+            (make-string 43 :initial-element (code-char #xE9))))
+  (cl-mcp:compile-file-with-diagnostics path)
+  (let ((d (first (getf (cl-mcp:find-definitions "cl-user::cl-mcp-after-accents") :definitions))))
+    (check "definition line after non-ASCII text" (eql 3 (getf d :line)))
+    (check "definition column after non-ASCII text" (eql 1 (getf d :column)))
+    (check "definition context after non-ASCII text"
+           (has "(defun cl-mcp-after-accents ()" (getf d :context))))
+  (let ((ref (first (getf (cl-mcp:xref :calls "cl-user::cl-mcp-after-accents-2") :refs))))
+    (check "xref line after non-ASCII text" (eql 3 (getf ref :line))))
+  (delete-file path))
+
+;; Code tools default to the session's current package.
+(ev "(defpackage :cl-mcp-sess-demo (:use :cl)) (in-package :cl-mcp-sess-demo) (defmacro sess-mac (x) `(list ,x)) (defun sess-fn () 1)"
+    :session "code-session")
+(check "describe resolves in the session's package"
+       (equal (getf (cl-mcp:describe-symbol "sess-fn" :session "code-session") :symbol)
+              "CL-MCP-SESS-DEMO::SESS-FN"))
+(check "find-definitions resolves in the session's package"
+       (equal (getf (cl-mcp:find-definitions "sess-fn" :session "code-session") :symbol)
+              "CL-MCP-SESS-DEMO::SESS-FN"))
+(check "macroexpand reads in the session's package"
+       (equal (getf (cl-mcp:macroexpand-form "(sess-mac 1)" :session "code-session" :mode "1")
+                    :expansion)
+              "(list 1)"))
+(cl-mcp:macroexpand-form "(sess-mac cl-mcp-junk-symbol-xyz)" :session "code-session")
+(check "macroexpand leaves no junk symbols"
+       (null (find-symbol "CL-MCP-JUNK-SYMBOL-XYZ" "CL-MCP-SESS-DEMO")))
 
 (let ((r (cl-mcp:apropos-symbols "TWIC" :package "mcpdemo")))
   (check "apropos in package" (equal (getf r :symbols) '((:symbol "MCPDEMO:TWICE" :kinds ("function"))))))

@@ -176,7 +176,8 @@ struct FindArgs {
     /// The symbol: `pkg:name` (preferred), `pkg::name`, or a bare name
     /// looked up in `package`. Any case.
     symbol: String,
-    /// Package for a bare name (default CL-USER).
+    /// Package for a bare name (default: the session's current package,
+    /// where `evaluate-lisp` left `*package*`).
     package: Option<String>,
 }
 
@@ -205,7 +206,7 @@ async fn code_find(a: FindArgs, ctx: ToolContext) -> ToolOutput {
     let form = helper_form(
         "find-definitions",
         vec![Value::string(a.symbol.clone())],
-        package_key(&a.package),
+        package_key(&a.package, &ctx),
     );
     let v = match image::call_lookup(&ctx, &form).await {
         Ok(v) => v,
@@ -257,11 +258,15 @@ async fn code_find(a: FindArgs, ctx: ToolContext) -> ToolOutput {
     ToolOutput::structured(text, serde_json::to_value(out).unwrap_or_default())
 }
 
-fn package_key(package: &Option<String>) -> Vec<(&'static str, Value)> {
-    package
+/// `:package` when given, and always `:session`, so a bare name resolves in
+/// the package the session's evaluations left `*package*` in (CONTRACT §5).
+fn package_key(package: &Option<String>, ctx: &ToolContext) -> Vec<(&'static str, Value)> {
+    let mut keys: Vec<(&'static str, Value)> = package
         .iter()
         .map(|p| ("package", Value::string(p.clone())))
-        .collect()
+        .collect();
+    keys.push(("session", Value::string(image::session_key(ctx))));
+    keys
 }
 
 // ---------------------------------------------------------------------------
@@ -272,7 +277,8 @@ fn package_key(package: &Option<String>) -> Vec<(&'static str, Value)> {
 struct DescribeArgs {
     /// The symbol: `pkg:name` (preferred), `pkg::name`, or a bare name.
     symbol: String,
-    /// Package for a bare name (default CL-USER).
+    /// Package for a bare name (default: the session's current package,
+    /// where `evaluate-lisp` left `*package*`).
     package: Option<String>,
 }
 
@@ -299,7 +305,7 @@ struct DescribeOutput {
 }
 
 async fn code_describe(a: DescribeArgs, ctx: ToolContext) -> ToolOutput {
-    let mut keys = package_key(&a.package);
+    let mut keys = package_key(&a.package, &ctx);
     keys.push(("max-output", Value::Integer(DEFAULT_MAX_OUTPUT as i64)));
     let form = helper_form(
         "describe-symbol",
@@ -385,12 +391,16 @@ impl XrefKind {
 struct RefsArgs {
     /// The symbol: `pkg:name` (preferred), `pkg::name`, or a bare name.
     symbol: String,
-    /// Package for a bare name (default CL-USER).
+    /// Package for a bare name (default: the session's current package,
+    /// where `evaluate-lisp` left `*package*`).
     package: Option<String>,
     /// Which relation (default calls).
     kind: Option<XrefKind>,
     /// Only references in files under the project root (default true).
     project_only: Option<bool>,
+    /// At most this many references are listed (default 200); `count` says
+    /// how many there are.
+    limit: Option<u32>,
 }
 
 #[derive(Serialize, JsonSchema)]
@@ -413,7 +423,10 @@ struct RefsOutput {
     symbol: String,
     kind: String,
     refs: Vec<Reference>,
+    /// How many references there are (more than listed when `truncated`).
     count: usize,
+    /// True when `limit` cut the list.
+    truncated: bool,
     /// False when this Lisp keeps no cross-reference data of this kind.
     implemented: bool,
     /// References left out by `projectOnly`.
@@ -422,17 +435,24 @@ struct RefsOutput {
 
 async fn code_find_references(a: RefsArgs, ctx: ToolContext) -> ToolOutput {
     let kind = a.kind.unwrap_or_default();
+    let root = ctx.session.project_root();
+    let project_only = a.project_only.unwrap_or(true);
+    let limit = a.limit.unwrap_or(200);
+    let mut keys = package_key(&a.package, &ctx);
+    keys.push(("limit", Value::Integer(limit.into())));
+    if project_only {
+        // Filtered in the image, before the limit applies.
+        keys.push(("under", Value::string(root.to_string_lossy().into_owned())));
+    }
     let form = helper_form(
         "xref",
         vec![Value::keyword(kind.name()), Value::string(a.symbol.clone())],
-        package_key(&a.package),
+        keys,
     );
     let v = match image::call_lookup(&ctx, &form).await {
         Ok(v) => v,
         Err(e) => return ToolOutput::error(e),
     };
-    let root = ctx.session.project_root();
-    let project_only = a.project_only.unwrap_or(true);
     let symbol = plist_str(&v, "symbol").unwrap_or_default();
     let implemented = plist_bool(&v, "implemented");
     let all = plist_list(&v, "refs").unwrap_or(&[]);
@@ -449,11 +469,23 @@ async fn code_find_references(a: RefsArgs, ctx: ToolContext) -> ToolOutput {
             }
         })
         .collect();
-    let outside = all.len() - refs.len();
+    let outside = plist_i64(&v, "outside").unwrap_or(0).max(0) as usize + (all.len() - refs.len());
+    let count = plist_i64(&v, "count")
+        .map(|c| c.max(0) as usize)
+        .unwrap_or(refs.len())
+        .saturating_sub(all.len() - refs.len())
+        .max(refs.len());
+    let truncated = count > refs.len();
     let mut text = if !implemented {
         format!(
             "This Lisp keeps no cross-reference data for \"{}\"; no references can be listed.",
             kind.name()
+        )
+    } else if truncated {
+        format!(
+            "{count} reference(s) ({}) to {symbol}; the first {} are listed (raise limit to see more)",
+            kind.name(),
+            refs.len()
         )
     } else {
         format!("{} reference(s) ({}) to {symbol}", refs.len(), kind.name())
@@ -482,7 +514,8 @@ async fn code_find_references(a: RefsArgs, ctx: ToolContext) -> ToolOutput {
     let out = RefsOutput {
         symbol,
         kind: kind.name().to_string(),
-        count: refs.len(),
+        count,
+        truncated,
         refs,
         implemented,
         outside_project: outside,
@@ -523,7 +556,11 @@ async fn code_apropos(a: AproposArgs, ctx: ToolContext) -> ToolOutput {
     if a.query.is_empty() {
         return ToolOutput::error("query must not be empty.");
     }
-    let mut keys = package_key(&a.package);
+    let mut keys: Vec<(&'static str, Value)> = a
+        .package
+        .iter()
+        .map(|p| ("package", Value::string(p.clone())))
+        .collect();
     if a.external_only == Some(true) {
         keys.push(("external-only", Value::t()));
     }
@@ -580,14 +617,14 @@ enum ExpandMode {
 struct MacroexpandArgs {
     /// The form to expand, as text.
     form: String,
-    /// Package to read it in (default CL-USER).
+    /// Package to read it in (default: the session's current package).
     package: Option<String>,
     /// `1` expands once, `all` (default) expands every macro.
     mode: Option<ExpandMode>,
 }
 
 async fn code_macroexpand(a: MacroexpandArgs, ctx: ToolContext) -> ToolOutput {
-    let mut keys = package_key(&a.package);
+    let mut keys = package_key(&a.package, &ctx);
     let mode = match a.mode.unwrap_or(ExpandMode::All) {
         ExpandMode::One => "one",
         ExpandMode::All => "all",
