@@ -452,6 +452,8 @@ ON-WARNING, when given, is called with each warning first."
                         (declare (ignore hook))
                         (fail condition))
                       (lambda ()
+                       (call-without-outer-handlers
+                        (lambda ()
                         (handler-bind
                             ((warning
                                (lambda (w)
@@ -471,8 +473,12 @@ ON-WARNING, when given, is called with each warning first."
                                            (incf warning-chars (length text))
                                            (push text collected))))
                                    (let ((r (find-restart 'muffle-warning w)))
-                                     (when r (invoke-restart r))))))
-                             (serious-condition #'fail))
+                                     (when r (invoke-restart r)))))))
+                          ;; No handler for errors here: a condition that
+                          ;; is only SIGNALed (even an ERROR) and returns
+                          ;; is not a failure. What reaches the debugger
+                          ;; (ERROR, CERROR, INVOKE-DEBUGGER, stack
+                          ;; exhaustion) goes through the hooks above.
                           ;; (abort) in user code ends this evaluation, not
                           ;; Swank's request or its worker thread.
                           (restart-case
@@ -487,7 +493,8 @@ ON-WARNING, when given, is called with each warning first."
                               (list :error
                                     (list :type "ABORT"
                                           :message "The code invoked the ABORT restart: the evaluation was abandoned."
-                                          :restarts nil :backtrace nil)))))))))))
+                                          :restarts nil :backtrace nil))))))
+                        #'fail)))))))
       (unregister-evaluation evaluation))
     (append
      (cond ((eq (first outcome) :value) (list :value (second outcome)))

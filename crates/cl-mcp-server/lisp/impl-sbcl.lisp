@@ -64,3 +64,17 @@ FILE-POSITION, which counts bytes in a UTF-8 file). Compiler notes are
 character positions on every backend."
   #+sbcl t
   #-sbcl nil)
+
+(defun call-without-outer-handlers (thunk on-error)
+  "Call THUNK so that handlers established outside it (Swank's, a test
+harness's) never see its conditions: a condition that is only SIGNALed and
+declined by THUNK's own handlers just returns, and an ERROR nobody handles
+reaches the debugger (whose hook the caller has bound). On SBCL the handler
+stack is rebound empty. The portable fallback cannot tell SIGNAL from ERROR
+and calls ON-ERROR (a function of the condition) for every unhandled
+ERROR."
+  #+sbcl (progn on-error
+                (let ((sb-kernel:*handler-clusters* nil))
+                  (funcall thunk)))
+  #-sbcl (handler-bind ((error on-error))
+           (funcall thunk)))

@@ -367,3 +367,29 @@ fn replies_stay_within_the_output_budget() {
     let r = eval(&mut s, 3, "(+ 2 2)");
     assert_eq!(r.text, "=> 4", "the connection survived");
 }
+
+/// A condition that is only SIGNALed (even an ERROR) and returns is not a
+/// failure; an ERROR nobody handles still is.
+#[test]
+fn signalled_error_conditions_are_not_failures() {
+    let mut s = lisp_server(&[]);
+    let r = eval(
+        &mut s,
+        1,
+        "(handler-bind ((error (lambda (c) c (princ :saw)))) \
+         (signal 'simple-error :format-control \"note\")) :returned",
+    );
+    assert!(!r.is_error, "{}", r.text);
+    assert_eq!(r.text, "SAW\n=> :RETURNED");
+    let r = eval(
+        &mut s,
+        2,
+        "(handler-bind ((error (lambda (c) c nil))) (error \"still bad\"))",
+    );
+    assert!(r.is_error);
+    assert!(
+        r.text.starts_with("[ERROR] SIMPLE-ERROR\nstill bad"),
+        "{}",
+        r.text
+    );
+}

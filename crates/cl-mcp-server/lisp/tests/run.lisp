@@ -101,6 +101,14 @@
                          :backtrace))
            5))
 
+(let ((r (ev "(handler-bind ((error (lambda (c) c (princ :saw)))) (signal 'simple-error :format-control \"note\")) :returned")))
+  (check "signal of an error condition is not a failure" (null (getf r :error)))
+  (check "signal of an error condition: handlers run" (equal (getf r :stdout) "SAW"))
+  (check "signal of an error condition: evaluation goes on" (equal (getf r :values) '(":RETURNED"))))
+(check "unhandled error after a handler declined"
+       (equal (getf (getf (ev "(handler-bind ((error (lambda (c) c nil))) (error \"still bad\"))") :error)
+                    :message)
+              "still bad"))
 (check "(abort) ends only the evaluation"
        (equal (getf (getf (ev "(abort)") :error) :type) "ABORT"))
 (check "our abort restart is not listed"
