@@ -146,6 +146,13 @@ Returns (:success T-or-NIL :loaded T-or-NIL :diagnostics ((:severity S
   (let ((system (asdf:find-system name nil)))
     (and system (asdf:component-loaded-p system) t)))
 
+(defun missing-system-error (name)
+  "The error plist for a system ASDF cannot find: a plain answer, not an
+error with ASDF's internals as a backtrace."
+  (list :type "ASDF/FIND-COMPONENT:MISSING-COMPONENT"
+        :message (format nil "ASDF cannot find a system named ~S. Check its name, or make its .asd file findable (e.g. push its directory onto ASDF:*CENTRAL-REGISTRY*)." name)
+        :restarts nil :backtrace nil))
+
 (defun load-system (name &key force id (max-output 50000))
   "Load the ASDF system NAME (through Quicklisp when it is present and FORCE
 is false, so missing dependencies are fetched). Returns (:system S :success
@@ -159,10 +166,7 @@ T-or-NIL :via \"asdf\"|\"quicklisp\" :diagnostics (...) :stdout S :stderr S
     (when (and (string= via "asdf") (null (ignore-errors (asdf:find-system name nil))))
       (return-from load-system
         (list :system name :success nil :via via :diagnostics nil :stdout "" :stderr ""
-              :elapsed-ms 0
-              :error (list :type "ASDF/FIND-COMPONENT:MISSING-COMPONENT"
-                           :message (format nil "ASDF cannot find a system named ~S. Check its name, or make its .asd file findable (e.g. push its directory onto ASDF:*CENTRAL-REGISTRY*)." name)
-                           :restarts nil :backtrace nil))))
+              :elapsed-ms 0 :error (missing-system-error name))))
     (let ((result
             (fit-build-output (run-captured
              (lambda ()
@@ -263,6 +267,11 @@ end-of-file, so it never waits). Returns (:system S :success T-or-NIL
 :summary NIL-or-(:framework S :passed N :failed N :skipped N) :diagnostics
 (...) :stdout S :stderr S :elapsed-ms N :error ...). :success is NIL when
 the run signalled an error or the summary shows failures."
+  (when (null (ignore-errors (asdf:find-system (string-downcase (string name)) nil)))
+    (return-from test-system
+      (list :system (string-downcase (string name)) :success nil :summary nil
+            :diagnostics nil :stdout "" :stderr "" :elapsed-ms 0
+            :error (missing-system-error (string-downcase (string name))))))
   (let* ((name (string-downcase (string name)))
          (notes '())
          (result

@@ -393,3 +393,32 @@ fn find_references_is_capped() {
     assert_eq!(r.structured["refs"].as_array().unwrap().len(), 200);
     assert!(r.text.len() < 100_000, "{}", r.text.len());
 }
+
+/// Unknown systems and directories get plain answers, not Lisp errors with
+/// ASDF's or the compiler's internals.
+#[test]
+fn unknown_systems_and_directories_get_plain_answers() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().canonicalize().unwrap();
+    std::fs::create_dir(root.join("src")).unwrap();
+    let root_s = root.to_string_lossy().into_owned();
+    let mut s = lisp_server(&["--project-root", &root_s]);
+    let r = call(
+        &mut s,
+        1,
+        "asdf-test-system",
+        json!({"system": "cl-mcp-no-such-system-zz"}),
+    );
+    assert!(r.is_error, "{}", r.text);
+    assert!(
+        r.text
+            .contains("ASDF cannot find a system named \"cl-mcp-no-such-system-zz\""),
+        "{}",
+        r.text
+    );
+    assert!(!r.text.contains("[Backtrace]"), "{}", r.text);
+    let r = call(&mut s, 2, "lisp-compile-file", json!({"path": "src"}));
+    assert!(r.is_error, "{}", r.text);
+    assert!(r.text.contains("is a directory"), "{}", r.text);
+    assert!(!r.text.contains("NATIVE-NAMESTRING"), "{}", r.text);
+}

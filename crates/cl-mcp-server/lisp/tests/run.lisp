@@ -384,6 +384,10 @@
                                  '(:framework "fiveam" :passed 2 :failed 1 :skipped 0)))
   (check "failing test makes success nil" (not (getf r :success)))
   (check "test output captured" (has "FAILS-ON-PURPOSE" (getf r :stdout))))
+(let ((r (cl-mcp:test-system "cl-mcp-no-such-system")))
+  (check "test-system of an unknown system: plain message"
+         (has "ASDF cannot find a system named" (getf (getf r :error) :message)))
+  (check "test-system of an unknown system: no backtrace" (null (getf (getf r :error) :backtrace))))
 (let ((r (cl-mcp:system-info "mcpdemo")))
   (check "system version" (equal (getf r :version) "0.1.0"))
   (check "system author" (equal (getf r :author) "Test Author"))

@@ -723,6 +723,13 @@ async fn lisp_compile_file(a: CompileArgs, ctx: ToolContext) -> ToolOutput {
     if !resolved.exists {
         return ToolOutput::error(format!("No such file: {}", resolved.display));
     }
+    if resolved.path.is_dir() {
+        return ToolOutput::error(format!(
+            "{} is a directory: lisp-compile-file compiles one file (to build a system, use \
+             asdf-load-system).",
+            resolved.display
+        ));
+    }
     let load = a.load.unwrap_or(true);
     let timeout = match build_timeout(a.timeout_seconds) {
         Ok(t) => t,
