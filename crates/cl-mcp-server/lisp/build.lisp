@@ -96,7 +96,7 @@ Returns (:success T-or-NIL :loaded T-or-NIL :diagnostics ((:severity S
 :message S :path P :line N :column N :offset N :context S)...) :stdout S
 :stderr S :elapsed-ms N :error NIL-or-CONDITION-PLIST [:interrupted T
 :where (...)]). Definitions keep their source locations."
-  (let ((notes '()) (success nil) (loaded nil))
+  (let ((notes '()) (success nil) (loaded nil) (compile-error nil))
     (unless (probe-file path)
       (return-from compile-file-with-diagnostics
         (list :success nil :loaded nil :diagnostics nil :stdout "" :stderr ""
@@ -114,9 +114,31 @@ Returns (:success T-or-NIL :loaded T-or-NIL :diagnostics ((:severity S
                       (lambda ()
                         (let ((*compile-print* nil) (*compile-verbose* nil)
                               (*package* *package*) (*readtable* *readtable*))
-                          (swank/backend:swank-compile-file
-                           (truename path) fasl nil :default))))
-                   (setf notes collected)
+                          (block compiling
+                            ;; An error the compiler lets through (e.g.
+                            ;; IN-PACKAGE of a missing package) ends the
+                            ;; compilation as a located diagnostic, not as a
+                            ;; Lisp error with compiler-internal frames.
+                            (handler-bind
+                                ((error
+                                   (lambda (c)
+                                     (multiple-value-bind (file offset)
+                                         (compiling-form-position)
+                                       (when offset
+                                         (setf compile-error
+                                               (append
+                                                (list :severity "error"
+                                                      :message (print-capped c 5000))
+                                                (location-plist
+                                                 (list :location (list :file file)
+                                                       (list :position (1+ offset))
+                                                       nil))))
+                                         (return-from compiling nil))))))
+                              (swank/backend:swank-compile-file
+                               (truename path) fasl nil :default))))))
+                   (setf notes (if compile-error
+                                   (append collected (list compile-error))
+                                   collected))
                    (destructuring-bind (&optional output warnings-p failure-p) values
                      (declare (ignore warnings-p failure-p))
                      ;; SBCL's FAILURE-P is also true for full WARNINGs; the

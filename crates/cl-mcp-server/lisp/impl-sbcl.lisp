@@ -78,3 +78,17 @@ ERROR."
                   (funcall thunk)))
   #-sbcl (handler-bind ((error on-error))
            (funcall thunk)))
+
+(defun compiling-form-position ()
+  "While COMPILE-FILE processes a top-level form: (values PATH OFFSET), the
+file and the 0-based character offset where that form starts; NIL when
+unknown. Lets an error the compiler does not catch itself (an IN-PACKAGE
+of a missing package) be reported as a located diagnostic."
+  #+sbcl (ignore-errors
+          (let* ((info sb-c::*source-info*)
+                 (stream (and info (sb-c::source-info-stream info))))
+            (when (and stream (sb-impl::form-tracking-stream-p stream))
+              (let ((pos (sb-impl::form-tracking-stream-form-start-char-pos stream)))
+                (when pos
+                  (values (namestring (truename stream)) pos))))))
+  #-sbcl nil)

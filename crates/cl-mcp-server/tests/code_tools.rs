@@ -421,4 +421,29 @@ fn unknown_systems_and_directories_get_plain_answers() {
     assert!(r.is_error, "{}", r.text);
     assert!(r.text.contains("is a directory"), "{}", r.text);
     assert!(!r.text.contains("NATIVE-NAMESTRING"), "{}", r.text);
+
+    std::fs::write(
+        root.join("src/nopkg.lisp"),
+        ";; header\n(in-package :cl-mcp-no-such-pkg-zz)\n(defun f () 1)\n",
+    )
+    .unwrap();
+    let r = call(
+        &mut s,
+        3,
+        "lisp-compile-file",
+        json!({"path": "src/nopkg.lisp"}),
+    );
+    assert!(r.is_error, "{}", r.text);
+    assert!(
+        r.text.contains("src/nopkg.lisp:2:1: error: "),
+        "located diagnostic: {}",
+        r.text
+    );
+    assert!(r.text.contains("CL-MCP-NO-SUCH-PKG-ZZ"), "{}", r.text);
+    assert!(!r.text.contains("[Backtrace]"), "{}", r.text);
+    assert_eq!(
+        r.structured["diagnostics"][0]["line"], 2,
+        "{}",
+        r.structured
+    );
 }
