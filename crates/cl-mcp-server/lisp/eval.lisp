@@ -71,9 +71,10 @@ reply stays within *REPLY-BYTE-BUDGET* bytes. Returns them as 5 values."
                             (backtrace-limit 20))
   "Read and evaluate the forms of CODE one at a time, like a REPL.
 
-PACKAGE (a name) is where reading starts; without it, the package SESSION's
-previous evaluation left. `(in-package ...)' among the forms affects the
-forms after it, and the final *PACKAGE* is remembered for SESSION.
+PACKAGE (a name) is where reading starts, for this call only; without it,
+the package SESSION's previous evaluation left. `(in-package ...)' among
+the forms affects the forms after it, and a *PACKAGE* the code changed is
+remembered for SESSION. :package is SESSION's package after the call.
 SAFE-READ binds *READ-EVAL* to NIL. STDIN is the whole standard input
 (end-of-file right away without it). ID names this evaluation for
 INTERRUPT-EVALUATION and EVAL-STATUS.
@@ -123,7 +124,10 @@ Returns (:values (STRING...) :stdout S :stderr S :warnings (S...)
                   (values)))
               :id id :max-output max-output :stdin stdin
               :backtrace-limit backtrace-limit)))
-      (set-session-package session current)
+      ;; A per-call PACKAGE applies to this call only; the session moves
+      ;; only when the code itself changed *PACKAGE* (IN-PACKAGE).
+      (unless (and start-package (eq current start-package))
+        (set-session-package session current))
       (let ((error (getf result :error)))
         ;; A reader error's backtrace is the reader's inside: useless.
         (when (and error reading)
@@ -145,7 +149,7 @@ Returns (:values (STRING...) :stdout S :stderr S :warnings (S...)
                :stdout stdout
                :stderr stderr
                :warnings warnings
-               :package (package-name current)
+               :package (package-name (session-package session))
                :elapsed-ms (getf result :elapsed-ms)
                :error error)
          (when (getf result :interrupted)

@@ -393,3 +393,24 @@ fn signalled_error_conditions_are_not_failures() {
         r.text
     );
 }
+
+/// A per-call `package` applies to that call only, unless the code itself
+/// changes `*package*`.
+#[test]
+fn per_call_package_does_not_stick() {
+    let mut s = lisp_server(&[]);
+    let r = eval_with(&mut s, 1, "cl:*package*", json!({"package": "keyword"}));
+    assert_eq!(r.text, "=> #<PACKAGE \"KEYWORD\">");
+    assert_eq!(r.structured["package"], "COMMON-LISP-USER");
+    let r = eval(&mut s, 2, "(package-name *package*)");
+    assert_eq!(r.text, "=> \"COMMON-LISP-USER\"");
+    let r = eval_with(
+        &mut s,
+        3,
+        "(defpackage :sticky (:use :cl)) (in-package :sticky)",
+        json!({"package": "cl-user"}),
+    );
+    assert_eq!(r.structured["package"], "STICKY");
+    let r = eval(&mut s, 4, "(package-name *package*)");
+    assert_eq!(r.text, "=> \"STICKY\"");
+}

@@ -52,6 +52,11 @@
                                  '("\"CL-MCP-TEST-PKG\"")))
 (check "explicit package wins" (equal (getf (ev "(package-name *package*)" :package "cl-user") :values)
                                       '("\"COMMON-LISP-USER\"")))
+(check "a per-call package does not stick"
+       (equal (getf (ev "(package-name *package*)") :values) '("\"CL-MCP-TEST-PKG\"")))
+(check "a per-call package with in-package sticks"
+       (and (equal (getf (ev "(cl:in-package :cl-user)" :package "keyword") :package) "COMMON-LISP-USER")
+            (equal (getf (ev "(package-name *package*)") :values) '("\"COMMON-LISP-USER\""))))
 (check "sessions keep their own package"
        (equal (getf (ev "(package-name *package*)" :session "other") :values)
               '("\"COMMON-LISP-USER\"")))
