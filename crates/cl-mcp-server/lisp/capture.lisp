@@ -123,8 +123,11 @@ report function) would loop there before any cap could stop it."
                  (setf (gethash x seen) t)
                  (if (consp x)
                      (progn (walk (car x)) (walk (cdr x)))
-                     (dotimes (i (array-total-size x))
-                       (walk (row-major-aref x i)))))))
+                     ;; Specialised arrays (octets, floats) hold no
+                     ;; conses; big general ones are sampled, not walked.
+                     (when (eq (array-element-type x) t)
+                       (dotimes (i (min (array-total-size x) max-nodes))
+                         (walk (row-major-aref x i))))))))
       (walk object)
       nil)))
 

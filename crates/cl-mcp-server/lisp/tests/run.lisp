@@ -159,6 +159,13 @@
 (check "circular value prints with #1= notation"
        (equal (getf (ev "(let ((l (list 1 2))) (setf (cdr (last l)) l) l)") :values)
               '("#1=(1 2 . #1#)")))
+(check "circular vector prints with #1="
+       (equal (getf (ev "(let ((v (vector 1 nil))) (setf (aref v 1) v) v)") :values)
+              '("#1=#(1 #1#)")))
+(check "big octet vector prints quickly"
+       (let ((start (get-internal-real-time)))
+         (getf (ev "(make-array 100000000 :element-type '(unsigned-byte 8))" :max-output 100) :values)
+         (< (- (get-internal-real-time) start) (* 5 internal-time-units-per-second))))
 (check "circular value with printLength still stops"
        (has "..."
             (first (getf (ev "(let ((l (list 1 2))) (setf (cdr (last l)) l) l)" :max-output 100
