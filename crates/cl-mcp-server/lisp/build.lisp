@@ -90,6 +90,15 @@ directory, so compiling never writes into the user's project."
                                   :defaults source)))
     (compile-file-pathname (merge-pathnames relative root))))
 
+(defun run-fields (result)
+  "The parts of a RUN-CAPTURED result every build reply carries."
+  (list :stdout (getf result :stdout)
+        :stderr (getf result :stderr)
+        :elapsed-ms (getf result :elapsed-ms)
+        :error (getf result :error)
+        :interrupted (getf result :interrupted)
+        :where (getf result :where)))
+
 (defun compile-file-with-diagnostics (path &key (load t) id (max-output 50000))
   "Compile the file PATH (absolute) and, when LOAD, load it.
 Returns (:success T-or-NIL :loaded T-or-NIL :diagnostics ((:severity S
@@ -150,15 +159,10 @@ Returns (:success T-or-NIL :loaded T-or-NIL :diagnostics ((:severity S
                        (load output)
                        (setf loaded t))))))
              :id id :max-output max-output :warnings :pass))))
-      (list :success (and success (not (getf result :error)) (not (getf result :interrupted)))
-            :loaded loaded
-            :diagnostics notes
-            :stdout (getf result :stdout)
-            :stderr (getf result :stderr)
-            :elapsed-ms (getf result :elapsed-ms)
-            :error (getf result :error)
-            :interrupted (getf result :interrupted)
-            :where (getf result :where)))))
+      (list* :success (and success (not (getf result :error)) (not (getf result :interrupted)))
+             :loaded loaded
+             :diagnostics notes
+             (run-fields result)))))
 
 (defun quicklisp-available-p ()
   (let ((ql (find-package "QUICKLISP-CLIENT")))
@@ -200,17 +204,12 @@ T-or-NIL :via \"asdf\"|\"quicklisp\" :diagnostics (...) :stdout S :stderr S
                                      name :silent t)
                             (asdf:load-system name :force (and force t)))))))
              :id id :max-output max-output :warnings :pass))))
-      (list :system name
-            :success (and (not (getf result :error)) (not (getf result :interrupted))
-                          (system-loaded-p name))
-            :via via
-            :diagnostics notes
-            :stdout (getf result :stdout)
-            :stderr (getf result :stderr)
-            :elapsed-ms (getf result :elapsed-ms)
-            :error (getf result :error)
-            :interrupted (getf result :interrupted)
-            :where (getf result :where)))))
+      (list* :system name
+             :success (and (not (getf result :error)) (not (getf result :interrupted))
+                           (system-loaded-p name))
+             :via via
+             :diagnostics notes
+             (run-fields result)))))
 
 ;;; Test summaries.
 
