@@ -241,6 +241,27 @@ fn server_info() -> Value {
     json!({ "name": "cl-mcp-server", "version": env!("CARGO_PKG_VERSION") })
 }
 
+/// How long a stateless client may reuse a result, and with whom.
+#[derive(Clone, Copy)]
+enum Cache {
+    /// The same for everyone for an hour (lists of tools, prompts, templates).
+    Public,
+    /// Private and not to be reused (project files, the live image).
+    Private,
+}
+
+/// Adds the caching fields the 2026-07-28 era requires on cacheable results.
+fn cache_hint(result: &mut Value, era: Era, cache: Cache) {
+    if matches!(era, Era::Modern { .. }) {
+        let (ttl, scope) = match cache {
+            Cache::Public => (3_600_000, "public"),
+            Cache::Private => (0, "private"),
+        };
+        result["ttlMs"] = json!(ttl);
+        result["cacheScope"] = json!(scope);
+    }
+}
+
 /// The `tools` array of `tools/list`: every offered tool, with
 /// `approvalToken` in the schemas of tools that need approval. Computed once.
 pub(crate) fn describe_tools(
@@ -280,10 +301,7 @@ pub(crate) async fn dispatch(req: RequestCtx, msg: Message) -> Result<Value, Mcp
         "tools/list" => {
             let tools = req.conn.engine.tools_list.clone();
             let mut r = json!({ "tools": tools });
-            if matches!(req.era, Era::Modern { .. }) {
-                r["ttlMs"] = json!(3_600_000);
-                r["cacheScope"] = json!("public");
-            }
+            cache_hint(&mut r, req.era, Cache::Public);
             r
         }
         "tools/call" => call_tool(&req, params).await?,
@@ -293,10 +311,7 @@ pub(crate) async fn dispatch(req: RequestCtx, msg: Message) -> Result<Value, Mcp
                 .map(|p| p.describe())
                 .collect();
             let mut r = json!({ "prompts": prompts });
-            if matches!(req.era, Era::Modern { .. }) {
-                r["ttlMs"] = json!(3_600_000);
-                r["cacheScope"] = json!("public");
-            }
+            cache_hint(&mut r, req.era, Cache::Public);
             r
         }
         "prompts/get" => {
@@ -319,18 +334,12 @@ pub(crate) async fn dispatch(req: RequestCtx, msg: Message) -> Result<Value, Mcp
             let cursor = params.get("cursor").and_then(Value::as_str);
             let mut r = crate::resources::list(&req.conn.session, cursor)
                 .map_err(McpError::invalid_params)?;
-            if matches!(req.era, Era::Modern { .. }) {
-                r["ttlMs"] = json!(0);
-                r["cacheScope"] = json!("private");
-            }
+            cache_hint(&mut r, req.era, Cache::Private);
             r
         }
         "resources/templates/list" => {
             let mut r = json!({ "resourceTemplates": crate::resources::templates() });
-            if matches!(req.era, Era::Modern { .. }) {
-                r["ttlMs"] = json!(3_600_000);
-                r["cacheScope"] = json!("public");
-            }
+            cache_hint(&mut r, req.era, Cache::Public);
             r
         }
         "resources/read" => {
@@ -357,10 +366,7 @@ pub(crate) async fn dispatch(req: RequestCtx, msg: Message) -> Result<Value, Mcp
                     McpError::invalid_params(msg)
                 }
             })?;
-            if modern {
-                r["ttlMs"] = json!(0);
-                r["cacheScope"] = json!("private");
-            }
+            cache_hint(&mut r, req.era, Cache::Private);
             r
         }
         "logging/setLevel" => {
