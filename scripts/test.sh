@@ -7,9 +7,8 @@ scripts/setup.sh
 export PYTHON="$PWD/target/sdk-venv/bin/python"
 # Build the server once and let `doctor` compile Swank and cache the core,
 # so parallel tests never race to compile the same fasls on a new machine.
-cargo build --quiet --all-features -p cl-mcp-server
-target_dir=$(cargo metadata --format-version 1 --no-deps | sed -E 's/.*"target_directory":"([^"]*)".*/\1/')
-"$target_dir/debug/cl-mcp-server" doctor >&2 || echo "doctor reported a problem (see above); running the tests anyway" >&2
+cargo run --quiet --all-features -p cl-mcp-server -- doctor >&2 \
+  || echo "doctor reported a problem (see above); running the tests anyway" >&2
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 status=0
