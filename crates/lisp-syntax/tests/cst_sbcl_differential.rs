@@ -100,13 +100,12 @@ fn run_sbcl(paths: &[&Path]) -> BTreeMap<String, SbclFile> {
     // Write from a thread: SBCL's output could fill the pipe meanwhile.
     let writer = std::thread::spawn(move || stdin.write_all(input.as_bytes()));
     let out = child.wait_with_output().expect("sbcl output");
-    writer
-        .join()
-        .expect("writer thread")
-        .expect("write paths to sbcl");
+    // If SBCL died, the write fails with a broken pipe: report SBCL's own
+    // words rather than the pipe.
+    let written = writer.join().expect("writer thread");
     assert!(
-        out.status.success(),
-        "sbcl failed: {}\n{}",
+        out.status.success() && written.is_ok(),
+        "sbcl failed: {} (writing the paths: {written:?})\n{}",
         out.status,
         String::from_utf8_lossy(&out.stderr)
     );
