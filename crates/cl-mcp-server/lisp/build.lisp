@@ -78,13 +78,21 @@ reply byte budget next to the (capped) diagnostics."
           (getf result :stderr) (second fitted))
     result))
 
+(defun fasl-root ()
+  "The private directory fasls go to: CL_MCP_FASL_DIR (a 0700 directory the
+server made for its own image), else, in an attached image, the user's own
+cache directory. Never a shared temporary directory, where another user
+could plant a link or swap a fasl before it is loaded."
+  (let ((dir (uiop:getenv "CL_MCP_FASL_DIR")))
+    (if (and dir (plusp (length dir)))
+        (uiop:ensure-directory-pathname dir)
+        (uiop:xdg-cache-home "cl-mcp-server" "fasl/"))))
+
 (defun fasl-path-for (source)
-  "Where the fasl of SOURCE goes: a mirror tree under the temporary
-directory, so compiling never writes into the user's project."
+  "Where the fasl of SOURCE goes: a mirror tree under FASL-ROOT, so compiling
+never writes into the user's project."
   (let* ((source (truename source))
-         (root (merge-pathnames
-                (make-pathname :directory '(:relative "cl-mcp-server-fasl"))
-                (uiop:temporary-directory)))
+         (root (fasl-root))
          (relative (make-pathname :directory (cons :relative
                                                    (rest (pathname-directory source)))
                                   :defaults source)))
@@ -340,9 +348,13 @@ registry knows."
     (sort (remove-duplicates names :test #'string=) #'string<)))
 
 (defun list-systems (&key filter loaded-only (limit 500))
-  "Systems ASDF knows: (:count N :systems ((:name S :loaded T-or-NIL)...)),
-at most LIMIT entries; FILTER keeps names containing it (any case)."
-  (let* ((names (findable-system-names))
+  "Systems ASDF knows: (:count N :systems ((:name S :loaded T-or-NIL
+:project T-or-NIL)...)), the project's own first, at most LIMIT entries;
+FILTER keeps names containing it (any case)."
+  (let* ((project (project-system-names))
+         (names (append project
+                        (remove-if (lambda (n) (member n project :test #'string=))
+                                   (findable-system-names))))
          (names (if filter
                     (remove-if-not (lambda (n) (search filter n :test #'char-equal)) names)
                     names))
@@ -350,7 +362,8 @@ at most LIMIT entries; FILTER keeps names containing it (any case)."
                         for loaded = (ignore-errors (let ((s (registered-system* n)))
                                                       (and s (asdf:component-loaded-p s) t)))
                         when (or loaded (not loaded-only))
-                          collect (list :name n :loaded loaded))))
+                          collect (list :name n :loaded loaded
+                                        :project (and (member n project :test #'string=) t)))))
     (list :count (length entries)
           :systems (subseq entries 0 (min limit (length entries))))))
 

@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant, SystemTime};
 
 use swank_client::{lisp_string, RexOutcome, SwankClient, SwankError, SwankEvent, Thread};
-use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::io::BufReader;
 use tokio::sync::{broadcast, oneshot, watch};
 
 use super::core_cache::{default_cache_dir, CoreCache, LaunchPlan};
@@ -109,7 +109,13 @@ impl Live {
     /// Why the process probably died, from its last words on stderr.
     fn death_cause(&self) -> Option<&'static str> {
         let tail = self.stderr_tail.lock().unwrap();
-        tail.iter().rev().find_map(|line| {
+        // Only a fatal error explains a death: SBCL also reports heap and
+        // stack exhaustion it recovers from, and the image may live on and
+        // exit later for another reason (e.g. `(sb-ext:exit :abort t)`).
+        let fatal = tail
+            .iter()
+            .rposition(|l| l.contains("fatal error encountered in SBCL"))?;
+        tail.iter().skip(fatal).find_map(|line| {
             if line.contains("Heap exhausted") {
                 Some("heap exhausted: the image ran out of memory (give it more with --lisp-arg=--dynamic-space-size --lisp-arg=4096)")
             } else if line.contains("Control stack exhausted") || line.contains("control stack guard page") {
@@ -234,6 +240,29 @@ impl Image {
     pub async fn eval_thread(&self) -> Result<Thread, ImageError> {
         let live = self.live().await?;
         self.worker_of(&live).await
+    }
+
+    /// Gives up on the evaluation thread (stuck in code that cannot be
+    /// interrupted): the next [`Image::eval`] runs on a fresh thread, and
+    /// the old one is left running in the image. Returns the old thread's
+    /// id, if there was one.
+    pub fn abandon_eval_thread(&self) -> Option<i64> {
+        let live = self.current_live()?;
+        let old = live.worker.lock().unwrap().take();
+        old
+    }
+
+    /// Whether the local image's process is stopped (SIGSTOP, a debugger):
+    /// state `T` or `t` in `/proc/<pid>/stat`.
+    pub fn process_stopped(&self) -> bool {
+        let Some(pid) = self.pid() else { return false };
+        std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .ok()
+            .and_then(|s| {
+                let after = s.rsplit_once(')')?.1.trim_start().chars().next()?;
+                Some(matches!(after, 'T' | 't'))
+            })
+            .unwrap_or(false)
     }
 
     /// Interrupts `thread` (`:emacs-interrupt`): it enters the debugger and a
@@ -487,7 +516,7 @@ impl Image {
             return Err(ImageError::CrashLoop(format!(
                 "the Lisp image died {} times in the last {} minutes (last: {last}); not \
                  restarting it automatically. Look at the log for the cause (e.g. heap \
-                 exhaustion, a form that exits), then restart the image explicitly.",
+                 exhaustion, a form that exits), then restart it explicitly with the image-restart tool.",
                 deaths.len(),
                 cfg.crash_window.as_secs().div_ceil(60)
             )));
@@ -543,11 +572,24 @@ impl Image {
         let started = Instant::now();
         let plan = self.launch_plan().await?;
         let secret = random_secret()?;
+        let cache = self
+            .inner
+            .config
+            .cache_dir
+            .clone()
+            .unwrap_or_else(default_cache_dir);
+        let fasl_dir = private_dir(&cache.join("fasl")).map_err(|e| {
+            ImageError::StartFailed(format!(
+                "cannot prepare the private fasl directory under {}: {e}",
+                cache.display()
+            ))
+        })?;
         let mut cmd = tokio::process::Command::new(&plan.lisp);
         cmd.args(&self.inner.config.lisp_runtime_args)
             .args(&plan.args)
             .envs(plan.env.iter().map(|(k, v)| (k, v)))
             .env("CL_MCP_SWANK_SECRET", &secret)
+            .env("CL_MCP_FASL_DIR", &fasl_dir)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -601,10 +643,16 @@ impl Image {
                 // Give stderr a moment to deliver the last lines.
                 tokio::time::sleep(Duration::from_millis(50)).await;
                 if let Some(core) = &plan.core {
-                    // A cached core that does not start (damaged, or made for
-                    // another runtime): load from source from now on.
-                    tracing::warn!(core = %core.display(), "the cached core did not start; loading from source instead");
-                    self.inner.core_build_failed.store(true, Ordering::SeqCst);
+                    if blames_core(&tail.lock().unwrap()) {
+                        // The core itself is bad (damaged, or made for
+                        // another runtime): load from source from now on.
+                        tracing::warn!(core = %core.display(), "the cached core is unusable; loading from source instead");
+                        self.inner.core_build_failed.store(true, Ordering::SeqCst);
+                    } else {
+                        // A transient failure (process or memory limits):
+                        // the next start tries the core again.
+                        tracing::warn!(core = %core.display(), "the Lisp exited while starting from the cached core; the next start retries it");
+                    }
                 }
                 return Err(fail("the Lisp image exited while starting".into(), kill_tx));
             }
@@ -891,6 +939,45 @@ fn random_secret() -> Result<String, ImageError> {
     Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
 }
 
+/// Whether the Lisp's last words before it exited while starting say that
+/// its core file is unusable (damaged, truncated, made for another runtime),
+/// rather than a transient failure such as a process or memory limit.
+fn blames_core(tail: &VecDeque<String>) -> bool {
+    tail.iter().any(|l| {
+        let l = l.to_ascii_lowercase();
+        l.contains("core") && !l.contains("resource temporarily unavailable")
+    })
+}
+
+/// `dir`, created (with its parents) if missing, as a directory only we can
+/// enter: compiled fasls are loaded back, so no other user may plant a file
+/// or a symbolic link there. Refuses a symbolic link or a directory owned by
+/// someone else; tightens our own directory's mode to 0700.
+fn private_dir(dir: &std::path::Path) -> std::io::Result<PathBuf> {
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+    if let Some(parent) = dir.parent() {
+        std::fs::create_dir_all(parent)?;
+    }
+    match std::fs::DirBuilder::new().mode(0o700).create(dir) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(e),
+    }
+    let meta = std::fs::symlink_metadata(dir)?;
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let me = unsafe { libc::geteuid() };
+    if !meta.is_dir() || meta.uid() != me {
+        return Err(std::io::Error::other(format!(
+            "{} is not a directory of ours (a symbolic link, or owned by another user)",
+            dir.display()
+        )));
+    }
+    if meta.mode() & 0o077 != 0 {
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))?;
+    }
+    Ok(dir.to_path_buf())
+}
+
 fn describe_exit(s: std::process::ExitStatus) -> String {
     use std::os::unix::process::ExitStatusExt;
     match (s.code(), s.signal()) {
@@ -902,14 +989,109 @@ fn describe_exit(s: std::process::ExitStatus) -> String {
 
 const PORT_MARKER: &str = "CL-MCP-SWANK-PORT ";
 
+/// Longest line of image output the log keeps (bytes; the rest is cut).
+const LOG_LINE_CAP: usize = 4096;
+/// Lines of image output logged per [`LOG_INTERVAL`]; the rest are counted
+/// and reported as one "[N lines suppressed]" line.
+const LOG_LINES_PER_INTERVAL: u32 = 100;
+const LOG_INTERVAL: Duration = Duration::from_secs(1);
+
+/// Reads one line of at most `cap` bytes (the rest of a longer line is
+/// skipped, never buffered); `None` at end of stream.
+async fn next_capped_line<R: tokio::io::AsyncBufRead + Unpin>(
+    r: &mut R,
+    cap: usize,
+) -> std::io::Result<Option<String>> {
+    use tokio::io::AsyncBufReadExt;
+    let mut line = Vec::new();
+    let mut dropped = 0usize;
+    let mut any = false;
+    loop {
+        let buf = r.fill_buf().await?;
+        if buf.is_empty() {
+            if !any {
+                return Ok(None);
+            }
+            break;
+        }
+        any = true;
+        let end = buf.iter().position(|&b| b == b'\n');
+        let chunk = &buf[..end.unwrap_or(buf.len())];
+        let take = cap.saturating_sub(line.len()).min(chunk.len());
+        line.extend_from_slice(&chunk[..take]);
+        dropped += chunk.len() - take;
+        let used = end.map_or(buf.len(), |i| i + 1);
+        r.consume(used);
+        if end.is_some() {
+            break;
+        }
+    }
+    if line.last() == Some(&b'\r') {
+        line.pop();
+    }
+    let mut text = String::from_utf8_lossy(&line).into_owned();
+    if dropped > 0 {
+        text.push_str(&format!(" [line cut: {dropped} more bytes]"));
+    }
+    Ok(Some(text))
+}
+
+/// Rate limit for image output in the log: the first lines of each
+/// interval, then a count of what was left out.
+struct LogLimit {
+    since: Instant,
+    logged: u32,
+    suppressed: u64,
+}
+
+impl LogLimit {
+    fn new() -> LogLimit {
+        LogLimit {
+            since: Instant::now(),
+            logged: 0,
+            suppressed: 0,
+        }
+    }
+
+    /// Whether to log the next line; reports the lines suppressed in the
+    /// interval that just ended through `flush`.
+    fn admit(&mut self, flush: impl FnOnce(u64)) -> bool {
+        if self.since.elapsed() >= LOG_INTERVAL {
+            if self.suppressed > 0 {
+                flush(self.suppressed);
+            }
+            *self = LogLimit::new();
+        }
+        if self.logged < LOG_LINES_PER_INTERVAL {
+            self.logged += 1;
+            true
+        } else {
+            self.suppressed += 1;
+            false
+        }
+    }
+
+    fn finish(&mut self, flush: impl FnOnce(u64)) {
+        if self.suppressed > 0 {
+            flush(self.suppressed);
+        }
+        self.suppressed = 0;
+    }
+}
+
+fn log_suppressed(pid: Option<u32>, stream: &'static str, n: u64) {
+    tracing::warn!(target: "lisp", pid, stream, "[{n} lines suppressed]");
+}
+
 async fn log_stdout(
     out: tokio::process::ChildStdout,
     pid: Option<u32>,
     port: oneshot::Sender<u16>,
 ) {
     let mut port = Some(port);
-    let mut lines = BufReader::new(out).lines();
-    while let Ok(Some(line)) = lines.next_line().await {
+    let mut out = BufReader::new(out);
+    let mut limit = LogLimit::new();
+    while let Ok(Some(line)) = next_capped_line(&mut out, LOG_LINE_CAP).await {
         if let Some(p) = line
             .strip_prefix(PORT_MARKER)
             .and_then(|p| p.trim().parse().ok())
@@ -919,8 +1101,11 @@ async fn log_stdout(
                 continue;
             }
         }
-        tracing::info!(target: "lisp", pid, stream = "stdout", "{line}");
+        if limit.admit(|n| log_suppressed(pid, "stdout", n)) {
+            tracing::info!(target: "lisp", pid, stream = "stdout", "{line}");
+        }
     }
+    limit.finish(|n| log_suppressed(pid, "stdout", n));
 }
 
 async fn log_stderr(
@@ -928,15 +1113,18 @@ async fn log_stderr(
     pid: Option<u32>,
     tail: Arc<Mutex<VecDeque<String>>>,
 ) {
-    let mut lines = BufReader::new(err).lines();
-    while let Ok(Some(line)) = lines.next_line().await {
-        {
-            let mut t = tail.lock().unwrap();
-            if t.len() == 20 {
-                t.pop_front();
-            }
-            t.push_back(line.clone());
+    let mut err = BufReader::new(err);
+    let mut limit = LogLimit::new();
+    while let Ok(Some(line)) = next_capped_line(&mut err, LOG_LINE_CAP).await {
+        let log = limit.admit(|n| log_suppressed(pid, "stderr", n));
+        if log {
+            tracing::info!(target: "lisp", pid, stream = "stderr", "{line}");
         }
-        tracing::info!(target: "lisp", pid, stream = "stderr", "{line}");
+        let mut t = tail.lock().unwrap();
+        if t.len() == 20 {
+            t.pop_front();
+        }
+        t.push_back(line);
     }
+    limit.finish(|n| log_suppressed(pid, "stderr", n));
 }
