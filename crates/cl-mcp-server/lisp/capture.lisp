@@ -321,8 +321,11 @@ interrupt may land inside SLEEP's internals; that is where it was)."
   (let ((symbol (frame-name-symbol name)))
     (eq symbol 'call-with-user-code)))
 
-(defun raw-backtrace (count)
-  "Up to COUNT frames from the current stack top as (name . text)."
+(defun raw-backtrace (count &optional names-only)
+  "Up to COUNT frames from the current stack top as (name . text). With
+NAMES-ONLY the text is the function's name without the arguments: printing
+arguments runs their PRINT-OBJECT methods, which may loop, and an interrupt
+handler must never run user code."
   (let ((frames '()))
     (ignore-errors
      (swank/backend:call-with-debugging-environment
@@ -333,7 +336,9 @@ interrupt may land inside SLEEP's internals; that is where it was)."
                                 (*print-readably* nil) (*print-pretty* nil)
                                 (s (make-capture-stream 400 :stop-after 400)))
                             (catch 'capture-full
-                              (swank/backend:print-frame frame s))
+                              (if names-only
+                                  (format s "(~S ...)" (frame-function-name frame))
+                                  (swank/backend:print-frame frame s)))
                             (capture-contents s))
                         (error () "#<frame>"))))
             (push (cons (frame-function-name frame)
@@ -346,7 +351,7 @@ interrupt may land inside SLEEP's internals; that is where it was)."
 machinery (signalling, interrupt delivery, our handlers) dropped, and the
 stack cut where user code was entered (CALL-WITH-USER-CODE), minus the
 evaluator frames just above it."
-  (let* ((frames (raw-backtrace (+ limit 60)))
+  (let* ((frames (raw-backtrace (+ limit 60) keep-internal))
          (cut (position-if (lambda (f) (sentinel-frame-p (car f))) frames))
          (frames (if cut (subseq frames 0 cut) frames))
          (start (or (position-if-not (lambda (f) (machinery-frame-p (car f) (cdr f)

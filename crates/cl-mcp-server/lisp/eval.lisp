@@ -92,6 +92,8 @@ Returns (:values (STRING...) :stdout S :stderr S :warnings (S...)
                            :restarts nil :backtrace nil))))
     (let* ((current (or start-package (session-package session)))
            (last-values '())
+           (printed '())
+           (print-package *package*)
            (reading nil)
            (result
              (run-captured
@@ -121,6 +123,15 @@ Returns (:values (STRING...) :stdout S :stderr S :warnings (S...)
                           (setf /// // // / / last-values)
                           (setf +++ ++ ++ + + form)))))))
                   (setf current *package*)
+                  ;; Printing the values runs user code too (PRINT-OBJECT
+                  ;; methods): inside the evaluation, so a timeout or
+                  ;; image-interrupt stops it like the evaluation itself.
+                  (setf printed
+                        (let ((*package* print-package))
+                          (print-values last-values :print-level print-level
+                                                    :print-length print-length
+                                                    :print-readably print-readably
+                                                    :max-output max-output)))
                   (values)))
               :id id :max-output max-output :stdin stdin
               :backtrace-limit backtrace-limit)))
@@ -138,10 +149,7 @@ Returns (:values (STRING...) :stdout S :stderr S :warnings (S...)
         (multiple-value-bind (values stdout stderr warnings error)
             (fit-eval-reply (if (or error (getf result :interrupted))
                                 nil
-                                (print-values last-values :print-level print-level
-                                                          :print-length print-length
-                                                          :print-readably print-readably
-                                                          :max-output max-output))
+                                printed)
                             (getf result :stdout) (getf result :stderr)
                             (getf result :warnings) error)
         (append

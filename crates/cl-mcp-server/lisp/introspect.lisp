@@ -272,7 +272,10 @@ uninterned again afterwards. Returns (:expansion S :expanded T-or-NIL) or
                                         (*print-circle* t))
                                     (prin1-to-string* expansion))
                        :expanded (not (equal read expansion))))
-             (error (e)
+             ;; SERIOUS-CONDITION: stack or heap exhaustion while reading,
+             ;; expanding or printing unwinds here (resetting the stack
+             ;; guard) and is the form's fault, not a helper failure.
+             (serious-condition (e)
                (list :error (format nil "~A: ~A" (type-name e) (print-capped e 5000)))))
         (when form (unintern-new-symbols form pkg before))))))
 

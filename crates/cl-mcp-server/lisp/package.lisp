@@ -27,6 +27,8 @@
    #:load-system
    #:test-system
    #:list-systems
+   ;; project.lisp
+   #:register-project-root
    #:system-info
    #:source-directories
    #:package-info

@@ -26,9 +26,14 @@ fn arg<'a>(args: &'a Map<String, Value>, name: &str) -> Option<&'a str> {
 }
 
 fn repl_driven(args: &Map<String, Value>) -> String {
-    let task = arg(args, "task").unwrap_or("the task at hand");
+    // The task is the user's own words (a sentence, a question, a name):
+    // on a line of its own, it reads right whatever it is.
+    let task = match arg(args, "task") {
+        Some(t) => format!("Task: {t}\n\nWork on it"),
+        None => "Work on the task at hand".to_string(),
+    };
     format!(
-        "Work on {task} in the live Common Lisp image, REPL-first:\n\
+        "{task} in the live Common Lisp image, REPL-first:\n\
 \n\
 1. Explore. Find what exists before writing anything: clgrep-signatures and lisp-read-file \
 (collapsed) for the files, code-apropos / code-describe / code-find for what the image knows, \

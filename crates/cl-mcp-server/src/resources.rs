@@ -177,10 +177,13 @@ pub async fn read_lisp_uri(session: Arc<Session>, uri: &str) -> Result<Value, (i
             }
         }
         _ => {
-            return Err(invalid(format!(
-                "Unknown lisp:// resource {uri}: use lisp://image/info, lisp://package/NAME, \
+            return Err((
+                RESOURCE_NOT_FOUND,
+                format!(
+                    "Unknown lisp:// resource {uri}: use lisp://image/info, lisp://package/NAME, \
                  lisp://symbol/PACKAGE/NAME or lisp://system/NAME"
-            )))
+                ),
+            ))
         }
     };
     if out.is_error {

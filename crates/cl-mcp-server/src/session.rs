@@ -66,6 +66,10 @@ pub struct EvalState {
     pub running: std::sync::Mutex<Option<u64>>,
     /// The image's one-time "state was lost" notice, until a result shows it.
     pub notice: std::sync::Mutex<Option<String>>,
+    /// The (image generation, project root) whose systems the image was
+    /// last told about, so the registration is repeated only after a
+    /// restart, a crash or a root change.
+    pub project_registered: std::sync::Mutex<Option<(u64, PathBuf)>>,
 }
 
 /// Sessions are numbered for the image (each keeps its own current package).
@@ -97,6 +101,7 @@ impl Session {
                 build_turn: turns.build,
                 running: Default::default(),
                 notice: Default::default(),
+                project_registered: Default::default(),
             },
         })
     }

@@ -47,13 +47,7 @@ fn introspection_builds_and_tests_on_a_real_project() {
     let root_s = root.to_string_lossy().into_owned();
     let mut s = lisp_server(&["--project-root", &root_s]);
 
-    // Let ASDF find the project.
-    let r = eval(
-        &mut s,
-        1,
-        &format!("(progn (push #p\"{}/\" asdf:*central-registry*) t)", root_s),
-    );
-    assert_eq!(r.text, "=> T");
+    // ASDF finds the project's system by name: no registry set-up needed.
 
     // asdf-system-info / asdf-list-systems
     let r = call(&mut s, 2, "asdf-system-info", json!({"system": "mcpdemo"}));
@@ -81,7 +75,7 @@ fn introspection_builds_and_tests_on_a_real_project() {
     assert_eq!(r.structured["success"], true);
     assert!(r.text.starts_with("Loaded system mcpdemo"), "{}", r.text);
     let r = call(&mut s, 5, "asdf-list-systems", json!({"filter": "mcpdemo"}));
-    assert!(r.text.contains("mcpdemo (loaded)"), "{}", r.text);
+    assert!(r.text.contains("mcpdemo (project) (loaded)"), "{}", r.text);
 
     // code-find: path relative to the root, 1-based line and column.
     let r = call(&mut s, 6, "code-find", json!({"symbol": "mcpdemo:add"}));

@@ -447,3 +447,83 @@ async fn long_calls_stream_progress_over_sse() {
         "slept 1.7s"
     );
 }
+
+#[tokio::test]
+async fn stateless_request_without_meta_is_invalid_params_with_its_id() {
+    let s = start(&[]);
+    // The routing headers say 2026-07-28, the body lost its _meta.
+    let body = json!({"jsonrpc":"2.0","id":"req-7","method":"tools/list","params":{}});
+    let r = client()
+        .post(&s.url)
+        .header("accept", ACCEPT)
+        .header("mcp-protocol-version", "2026-07-28")
+        .header("mcp-method", "tools/list")
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 400);
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["error"]["code"], -32602, "{v}");
+    assert_eq!(v["id"], "req-7", "{v}");
+    assert!(
+        v["error"]["data"].as_str().unwrap().contains("_meta"),
+        "{v}"
+    );
+    // ping and logging/setLevel were removed in 2026-07-28: 404, -32601.
+    for (id, method, params) in [
+        (8, "ping", json!({})),
+        (9, "logging/setLevel", json!({"level":"debug"})),
+    ] {
+        let r = modern_post(&s, &modern(method, id, params))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 404, "{method}");
+        let v: Value = r.json().await.unwrap();
+        assert_eq!(v["error"]["code"], -32601, "{v}");
+        assert_eq!(v["id"], id, "{v}");
+    }
+}
+
+#[tokio::test]
+async fn session_rejections_carry_the_request_id() {
+    let s = start(&[]);
+    // No session header.
+    let r = client()
+        .post(&s.url)
+        .header("accept", ACCEPT)
+        .json(&json!({"jsonrpc":"2.0","id":41,"method":"tools/list"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 400);
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["id"], 41, "{v}");
+    // Unknown session.
+    let r = client()
+        .post(&s.url)
+        .header("accept", ACCEPT)
+        .header("mcp-session-id", "no-such-session")
+        .json(&json!({"jsonrpc":"2.0","id":42,"method":"tools/list"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 404);
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["id"], 42, "{v}");
+    // A version header that differs from the session's.
+    let sid = initialize(&s).await;
+    let r = client()
+        .post(&s.url)
+        .header("accept", ACCEPT)
+        .header("mcp-session-id", &sid)
+        .header("mcp-protocol-version", "2025-03-26")
+        .json(&json!({"jsonrpc":"2.0","id":43,"method":"tools/list"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 400);
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["id"], 43, "{v}");
+}

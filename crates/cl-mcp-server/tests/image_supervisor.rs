@@ -461,3 +461,95 @@ async fn interrupt_unwinds_the_worker_and_a_lost_worker_is_replaced() {
     assert_ne!(image.eval_thread().await.unwrap(), worker);
     image.shutdown().await;
 }
+
+/// A Lisp that once fails to start from the cached core for a transient
+/// reason (here a wrapper that plays "process limit reached") is started
+/// from the core again next time; before, one such failure made the server
+/// load from source for the rest of its life (issue 10, item 10).
+#[tokio::test]
+async fn a_transient_start_failure_does_not_give_up_the_core() {
+    let base = config();
+    let dir = base.cache_dir.clone().unwrap();
+    std::fs::create_dir_all(&dir).unwrap();
+    let sbcl = String::from_utf8(
+        Command::new("sh")
+            .args(["-c", "command -v sbcl"])
+            .output()
+            .unwrap()
+            .stdout,
+    )
+    .unwrap();
+    // A stable path and contents, so the wrapper's core is built once.
+    let wrapper = dir.join("flaky-sbcl.sh");
+    let script = format!(
+        "#!/bin/sh\n\
+         # Fails one start from a core, as when the process limit is reached.\n\
+         if [ -e \"$0.fail-once\" ]; then\n\
+           case \" $* \" in *\" --core \"*)\n\
+             rm -f \"$0.fail-once\"\n\
+             echo 'fork: Resource temporarily unavailable' >&2\n\
+             exit 1;;\n\
+           esac\n\
+         fi\n\
+         exec {} \"$@\"\n",
+        sbcl.trim()
+    );
+    if std::fs::read_to_string(&wrapper).ok().as_deref() != Some(script.as_str()) {
+        std::fs::write(&wrapper, &script).unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let marker = dir.join("flaky-sbcl.sh.fail-once");
+    let _ = std::fs::remove_file(&marker);
+    let image = Image::new(ImageConfig {
+        lisp: Some(wrapper.clone()),
+        ..base
+    });
+    assert_eq!(value(&image, "(cl:+ 1 2)").await, Value::Integer(3));
+    assert!(image.info().core.is_some(), "started from the cached core");
+
+    image.kill().await.unwrap();
+    std::fs::write(&marker, "").unwrap();
+    let failed = image.eval("(cl:+ 1 2)", "COMMON-LISP-USER").await;
+    assert!(
+        matches!(failed, Err(ImageError::StartFailed(_))),
+        "the start fails once: {failed:?}"
+    );
+    assert!(
+        !marker.exists(),
+        "the wrapper was asked to start from the core"
+    );
+
+    assert_eq!(value(&image, "(cl:+ 2 2)").await, Value::Integer(4));
+    assert!(
+        image.info().core.is_some(),
+        "the next start uses the cached core again, not the sources"
+    );
+    image.shutdown().await;
+}
+
+/// A heap exhaustion the code recovered from is not the reason of a later
+/// death (issue 10, item 13).
+#[tokio::test]
+async fn a_recovered_heap_exhaustion_is_not_the_death_reason() {
+    let image = Image::new(ImageConfig {
+        lisp_runtime_args: vec!["--dynamic-space-size".into(), "256".into()],
+        ..config()
+    });
+    let caught = value(
+        &image,
+        "(cl:handler-case (cl:let (l) (cl:loop (cl:push (cl:make-array 100000) l))) \
+           (cl:storage-condition () :recovered))",
+    )
+    .await;
+    assert_eq!(caught, Value::keyword("RECOVERED"));
+    let err = image
+        .eval("(sb-ext:exit :abort t)", "COMMON-LISP-USER")
+        .await
+        .expect_err("the image exits");
+    let text = err.to_string();
+    assert!(matches!(err, ImageError::Died(_)), "{err:?}");
+    assert!(text.contains("exit status 1"), "{text}");
+    assert!(!text.to_lowercase().contains("heap"), "{text}");
+    image.shutdown().await;
+}

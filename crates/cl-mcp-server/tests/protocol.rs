@@ -20,6 +20,16 @@ fn error_of(resp: &Value) -> (i64, String, Value) {
     )
 }
 
+/// The token an `[APPROVAL REQUIRED]` answer tells the model to pass.
+fn approval_token(r: &Value) -> String {
+    let text = tool_text(r);
+    let after = text
+        .split("\"approvalToken\": \"")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no token in {text}"));
+    after.split('"').next().unwrap().to_string()
+}
+
 fn modern_meta() -> Value {
     json!({
         "io.modelcontextprotocol/protocolVersion": "2026-07-28",
@@ -697,10 +707,11 @@ fn approval_tokens_when_the_client_cannot_elicit() {
     let r = s.call_tool(2, "test-sleep", json!({"seconds":0}));
     assert!(tool_is_error(&r));
     assert!(tool_text(&r).starts_with("[APPROVAL REQUIRED]"));
-    let sc = &r["result"]["structuredContent"];
-    assert_eq!(sc["status"], "approval_required");
-    let token = sc["approvalToken"].as_str().unwrap().to_string();
-    assert!(tool_text(&r).contains(&token));
+    assert!(
+        r["result"].get("structuredContent").is_none(),
+        "an approval answer is not the tool's result: {r}"
+    );
+    let token = approval_token(&r);
 
     // The same call with the token runs (however it is spelled); the token
     // then is used up.
@@ -713,10 +724,7 @@ fn approval_tokens_when_the_client_cannot_elicit() {
 
     // A token is bound to the exact arguments.
     let r = s.call_tool(5, "test-sleep", json!({"seconds":0}));
-    let token = r["result"]["structuredContent"]["approvalToken"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let token = approval_token(&r);
     let r = s.call_tool(6, "test-sleep", json!({"seconds":1,"approvalToken":token}));
     assert!(tool_is_error(&r));
     assert!(tool_text(&r).contains("different call"));
@@ -950,4 +958,38 @@ fn stdin_eof_cancels_work_that_outlasts_the_grace_period() {
         "the server gave up on the abandoned call after its grace period: {:?}",
         t0.elapsed()
     );
+}
+
+#[test]
+fn removed_methods_bad_cursors_and_unknown_resources() {
+    let mut s = Server::initialized(&[]);
+    // ping and logging/setLevel stay in the legacy era, not in 2026-07-28.
+    let r = s.request(json!({"jsonrpc":"2.0","id":1,"method":"ping"}));
+    assert_eq!(r["result"], json!({}));
+    let r =
+        s.request(json!({"jsonrpc":"2.0","id":2,"method":"ping","params":{"_meta":modern_meta()}}));
+    assert_eq!(error_of(&r).0, -32601, "{r}");
+    let r = s.request(json!({"jsonrpc":"2.0","id":3,"method":"logging/setLevel",
+        "params":{"level":"debug","_meta":modern_meta()}}));
+    assert_eq!(error_of(&r).0, -32601, "{r}");
+    // Every list method refuses a cursor it never gave.
+    for (id, method) in [
+        (4, "tools/list"),
+        (5, "prompts/list"),
+        (6, "resources/list"),
+        (7, "resources/templates/list"),
+    ] {
+        let r =
+            s.request(json!({"jsonrpc":"2.0","id":id,"method":method,"params":{"cursor":"bogus"}}));
+        assert_eq!(error_of(&r).0, -32602, "{method}: {r}");
+    }
+    // An unknown resource, lisp:// too: -32002 with data.uri.
+    for (id, uri) in [(8, "lisp://nonsense/x"), (9, "file:///no/such/file.lisp")] {
+        let r = s.request(
+            json!({"jsonrpc":"2.0","id":id,"method":"resources/read","params":{"uri":uri}}),
+        );
+        let (code, _, data) = error_of(&r);
+        assert_eq!(code, -32002, "{r}");
+        assert_eq!(data["uri"], uri, "{r}");
+    }
 }

@@ -50,12 +50,19 @@ fn image_resources_and_templates() {
     assert!(sys.contains("uiop"), "{sys}");
     let r = read(&mut s, 7, "lisp://package/NO-SUCH-PACKAGE");
     assert_eq!(r["error"]["code"], -32002, "{r}");
-    assert!(r["error"]["data"]
+    assert_eq!(r["error"]["data"]["uri"], "lisp://package/NO-SUCH-PACKAGE");
+    assert!(r["error"]["data"]["detail"]
         .as_str()
         .unwrap()
         .contains("NO-SUCH-PACKAGE"));
+    // An unknown kind of lisp:// resource is not found either, and says
+    // which ones exist.
     let r = read(&mut s, 8, "lisp://elsewhere");
-    assert_eq!(r["error"]["code"], -32602);
+    assert_eq!(r["error"]["code"], -32002, "{r}");
+    assert!(r["error"]["data"]["detail"]
+        .as_str()
+        .unwrap()
+        .contains("lisp://image/info"));
 }
 
 #[test]

@@ -420,7 +420,7 @@ fn search_places_hits_in_their_forms() {
     );
     assert_eq!(
         r.text,
-        "src/nasty.lisp:17: [defmethod print-object :around (point t)]   (call-next-method))\n[1 hits in 2 Lisp files]\n"
+        "src/nasty.lisp:17: [defmethod print-object :around (point t)]   (call-next-method))\n[1 hit in 2 Lisp files]\n"
     );
     let r = s.ok(
         "clgrep-search",
@@ -447,7 +447,7 @@ fn signatures_list_every_definition() {
          \x20   23: (defmacro with-thing ((var) &body body) ...)\n\
          \x20   26: (defvar *interp* ...)\n\
          \x20   28: (defclass point () ...)\n\
-         [7 definitions in 1 Lisp files]\n"
+         [7 definitions in 1 Lisp file]\n"
     );
     assert_eq!(
         r.structured["definitions"][2]["name"],
@@ -700,7 +700,7 @@ fn search_matches_each_line_on_its_own() {
         "l.lisp:3: [defun a] (defun a ()\n\
          l.lisp:7: [defun b] (defun b () 2)\n\
          l.lisp:9: [defun c]   (defun c () 3) ; a then z\n\
-         [3 hits in 1 Lisp files]\n"
+         [3 hits in 1 Lisp file]\n"
     );
     let r = s.ok(
         "clgrep-search",
@@ -708,7 +708,7 @@ fn search_matches_each_line_on_its_own() {
     );
     assert_eq!(r.structured["totalHits"], 3, "{}", r.text);
     let r = s.ok("clgrep-search", json!({"pattern": r"^\s*;"}));
-    assert_eq!(r.text, "l.lisp:6: ;; comment\n[1 hits in 1 Lisp files]\n");
+    assert_eq!(r.text, "l.lisp:6: ;; comment\n[1 hit in 1 Lisp file]\n");
     // Totals equal grep's line counts, also for patterns whose whole-text
     // matches would run over lines.
     for pattern in [
@@ -758,7 +758,7 @@ fn signatures_are_balanced() {
          \x20    3: (defvar *v*)\n\
          \x20    4: (defun f (x) ...)\n\
          \x20    5: (defclass c () ...)\n\
-         [5 definitions in 1 Lisp files]\n"
+         [5 definitions in 1 Lisp file]\n"
     );
     // Every signature of SBCL's own sources reads as one balanced form
     // (except those cut at 300 characters).

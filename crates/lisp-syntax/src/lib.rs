@@ -8,3 +8,5 @@
 
 pub mod cst;
 pub mod data;
+pub mod depth;
+pub use depth::nesting_depth;

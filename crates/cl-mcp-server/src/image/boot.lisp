@@ -53,6 +53,13 @@ would wait up to 40 ms for an ACK. Wrap its accept to set TCP_NODELAY."
         ;; ~/.slime-secret); answering from memory leaves the home alone.
         (setf (fdefinition 'swank::slime-secret) (lambda () secret))
         (install-tcp-nodelay)
+        ;; A cached core carries the ASDF configuration of the moment it was
+        ;; saved; forget it so CL_SOURCE_REGISTRY, ASDF_OUTPUT_TRANSLATIONS
+        ;; and ~/.config/common-lisp/ are read afresh at first use.
+        (let ((clear (and (find-package "ASDF")
+                          (find-symbol "CLEAR-CONFIGURATION" "ASDF"))))
+          (when (and clear (fboundp clear))
+            (funcall clear)))
         ;; The process's stdin is the server's lifeline (see above), not
         ;; input for programs: code reading the default streams gets
         ;; end-of-file at once instead of blocking on that pipe.

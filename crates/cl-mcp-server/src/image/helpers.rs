@@ -17,6 +17,7 @@ const EMBEDDED: &[(&str, &str)] = &[
         "introspect.lisp",
         include_str!("../../lisp/introspect.lisp"),
     ),
+    ("project.lisp", include_str!("../../lisp/project.lisp")),
     ("build.lisp", include_str!("../../lisp/build.lisp")),
 ];
 

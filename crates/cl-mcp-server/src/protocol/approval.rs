@@ -115,16 +115,13 @@ pub(crate) async fn check(
         .unwrap()
         .insert(token.clone(), (print, Instant::now()));
     let minutes = TOKEN_LIFETIME.as_secs() / 60;
-    ToolOutput::structured(
-        format!(
-            "[APPROVAL REQUIRED] The tool '{tool}' needs the user's approval before it runs. Show \
-             the user this call:\n{shown_args}\nIf they approve, call '{tool}' again with exactly \
-             the same arguments plus \"{TOKEN_ARG}\": \"{token}\" (single use, valid {minutes} minutes)."
-        ),
-        json!({ "status": "approval_required", "tool": tool, TOKEN_ARG: token,
-                "expiresInSeconds": TOKEN_LIFETIME.as_secs() }),
-    )
-    .with_error(true)
+    // Text only: a structuredContent here would have to match the tool's
+    // own outputSchema, which describes the tool's result, not this answer.
+    ToolOutput::error(format!(
+        "[APPROVAL REQUIRED] The tool '{tool}' needs the user's approval before it runs. Show \
+         the user this call:\n{shown_args}\nIf they approve, call '{tool}' again with exactly \
+         the same arguments plus \"{TOKEN_ARG}\": \"{token}\" (single use, valid {minutes} minutes)."
+    ))
     .into_verdict()
 }
 

@@ -282,9 +282,38 @@ pub(crate) fn describe_tools(
     )
 }
 
+/// These lists fit one page: any `cursor` is one this server never gave.
+fn single_page(params: &Value) -> Result<(), McpError> {
+    match params.get("cursor") {
+        None | Some(Value::Null) => Ok(()),
+        Some(Value::String(c)) => Err(McpError::invalid_params(format!(
+            "Invalid cursor '{c}': this list has a single page (pass back only a nextCursor value)"
+        ))),
+        Some(_) => Err(McpError::invalid_params("cursor must be a string")),
+    }
+}
+
 /// Runs one request to its result.
 pub(crate) async fn dispatch(req: RequestCtx, msg: Message) -> Result<Value, McpError> {
     let params = msg.params.unwrap_or(Value::Null);
+    let modern = matches!(req.era, Era::Modern { .. });
+    if modern && matches!(msg.method.as_str(), "ping" | "logging/setLevel") {
+        return Err(McpError {
+            code: jsonrpc::METHOD_NOT_FOUND,
+            message: "Method not found",
+            data: Value::String(format!(
+                "Method '{}' is not part of protocol {MODERN_VERSION} (it was removed); \
+                 the log level of a {MODERN_VERSION} request is its _meta `{META_LOG_LEVEL}`",
+                msg.method
+            )),
+        });
+    }
+    if matches!(
+        msg.method.as_str(),
+        "tools/list" | "prompts/list" | "resources/templates/list"
+    ) {
+        single_page(&params)?;
+    }
     let mut result = match msg.method.as_str() {
         "ping" => json!({}),
         "server/discover" => {
@@ -348,7 +377,6 @@ pub(crate) async fn dispatch(req: RequestCtx, msg: Message) -> Result<Value, Mcp
                 Some(_) => return Err(McpError::invalid_params("uri must be a string")),
                 None => return Err(McpError::invalid_params("Missing required field: uri")),
             };
-            let modern = matches!(req.era, Era::Modern { .. });
             let read = if uri.starts_with("lisp://") {
                 crate::resources::read_lisp_uri(req.conn.session.clone(), &uri).await
             } else {
@@ -360,7 +388,7 @@ pub(crate) async fn dispatch(req: RequestCtx, msg: Message) -> Result<Value, Mcp
                     McpError {
                         code,
                         message: "Resource not found",
-                        data: Value::String(msg),
+                        data: json!({"uri": uri, "detail": msg}),
                     }
                 } else {
                     McpError::invalid_params(msg)

@@ -200,6 +200,9 @@ struct ListArgs {
 struct SystemEntry {
     name: String,
     loaded: bool,
+    /// Defined by an `.asd` under the project root.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    project: bool,
 }
 
 #[derive(Serialize, JsonSchema)]
@@ -230,6 +233,7 @@ async fn asdf_list_systems(a: ListArgs, ctx: ToolContext) -> ToolOutput {
             .map(|s| SystemEntry {
                 name: plist_str(s, "name").unwrap_or_default(),
                 loaded: plist_bool(s, "loaded"),
+                project: plist_bool(s, "project"),
             })
             .collect(),
     };
@@ -239,8 +243,9 @@ async fn asdf_list_systems(a: ListArgs, ctx: ToolContext) -> ToolOutput {
     }
     for s in &out.systems {
         text.push_str(&format!(
-            "\n{}{}",
+            "\n{}{}{}",
             s.name,
+            if s.project { " (project)" } else { "" },
             if s.loaded { " (loaded)" } else { "" }
         ));
     }

@@ -10,7 +10,6 @@ use std::path::Path;
 use lisp_syntax::data::Value;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
-use serde_json::json;
 
 use super::fs_paths::{self, Access};
 use super::image::{
@@ -203,6 +202,9 @@ struct FindOutput {
 }
 
 async fn code_find(a: FindArgs, ctx: ToolContext) -> ToolOutput {
+    if let Err(e) = image::check_read_depth(&a.symbol, "`symbol`") {
+        return ToolOutput::error(e);
+    }
     let form = helper_form(
         "find-definitions",
         vec![Value::string(a.symbol.clone())],
@@ -305,6 +307,9 @@ struct DescribeOutput {
 }
 
 async fn code_describe(a: DescribeArgs, ctx: ToolContext) -> ToolOutput {
+    if let Err(e) = image::check_read_depth(&a.symbol, "`symbol`") {
+        return ToolOutput::error(e);
+    }
     let mut keys = package_key(&a.package, &ctx);
     keys.push(("max-output", Value::Integer(DEFAULT_MAX_OUTPUT as i64)));
     let form = helper_form(
@@ -434,6 +439,9 @@ struct RefsOutput {
 }
 
 async fn code_find_references(a: RefsArgs, ctx: ToolContext) -> ToolOutput {
+    if let Err(e) = image::check_read_depth(&a.symbol, "`symbol`") {
+        return ToolOutput::error(e);
+    }
     let kind = a.kind.unwrap_or_default();
     let root = ctx.session.project_root();
     let project_only = a.project_only.unwrap_or(true);
@@ -623,7 +631,19 @@ struct MacroexpandArgs {
     mode: Option<ExpandMode>,
 }
 
+/// `structuredContent` of `code-macroexpand`.
+#[derive(Serialize, JsonSchema)]
+struct MacroexpandOutput {
+    /// The expansion, printed.
+    expansion: String,
+    /// False when the form was not a macro form (returned as it was).
+    expanded: bool,
+}
+
 async fn code_macroexpand(a: MacroexpandArgs, ctx: ToolContext) -> ToolOutput {
+    if let Err(e) = image::check_read_depth(&a.form, "`form`") {
+        return ToolOutput::error(e);
+    }
     let mut keys = package_key(&a.package, &ctx);
     let mode = match a.mode.unwrap_or(ExpandMode::All) {
         ExpandMode::One => "one",
@@ -646,7 +666,11 @@ async fn code_macroexpand(a: MacroexpandArgs, ctx: ToolContext) -> ToolOutput {
     } else {
         format!("{expansion}\n; (not a macro form: nothing was expanded)")
     };
-    ToolOutput::structured(text, json!({"expansion": expansion, "expanded": expanded}))
+    let out = MacroexpandOutput {
+        expansion,
+        expanded,
+    };
+    ToolOutput::structured(text, serde_json::to_value(out).unwrap_or_default())
 }
 
 // ---------------------------------------------------------------------------
@@ -860,7 +884,8 @@ pub fn tools() -> Vec<ToolDef> {
                 let c = ctx.clone();
                 image::finish(&c, code_macroexpand(a, ctx).await)
             },
-        ),
+        )
+        .with_output_schema::<MacroexpandOutput>(),
         tool(
             "lisp-compile-file",
             ToolGroup::Code,

@@ -98,11 +98,11 @@ pub struct EvalOutput {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<LispError>,
     /// True when the evaluation was interrupted (timeout, cancellation,
-    /// `image-interrupt`).
-    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    /// `image-interrupt`). Present only then.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub interrupted: bool,
-    /// Where an interrupted evaluation was (top frames).
-    #[serde(skip_serializing_if = "Vec::is_empty", rename = "where")]
+    /// Where an interrupted evaluation was (top frames). Present only then.
+    #[serde(default, skip_serializing_if = "Vec::is_empty", rename = "where")]
     pub where_: Vec<String>,
 }
 
@@ -264,6 +264,9 @@ async fn evaluate(a: EvalArgs, ctx: ToolContext) -> ToolOutput {
         return ToolOutput::error(
             "timeoutSeconds must be a positive number of seconds (default 30).",
         );
+    }
+    if let Err(e) = image::check_read_depth(&a.code, "`code`") {
+        return ToolOutput::error(e);
     }
     let max_output = a
         .max_output_length

@@ -20,6 +20,27 @@ use crate::image::{Image, ImageMode, ImageReply, RexOutcome, Thread};
 // ---------------------------------------------------------------------------
 // Building helper calls and reading their results.
 
+/// The deepest nesting (lists and reader prefixes such as `'`) of text the
+/// server hands the image's reader. Much deeper text exhausts the reader's
+/// control stack, and a second exhaustion before the stack guard is reset
+/// kills the image with all its state.
+pub const MAX_READ_DEPTH: usize = 1000;
+
+/// Refuses text nested deeper than [`MAX_READ_DEPTH`] before the image
+/// reads it; `what` names the argument (e.g. "`code`").
+pub fn check_read_depth(text: &str, what: &str) -> Result<(), String> {
+    let depth = lisp_syntax::nesting_depth(text);
+    if depth > MAX_READ_DEPTH {
+        return Err(format!(
+            "{what} nests {depth} levels deep (lists and prefixes such as ' or #'); the server \
+             hands the Lisp reader at most {MAX_READ_DEPTH} levels, because deeper text would \
+             exhaust the image's control stack. Nothing was sent to the image. Build deeply \
+             nested data with code (e.g. a loop) instead of writing it out."
+        ));
+    }
+    Ok(())
+}
+
 /// The form `(CL-MCP:NAME ARG... :KEY VALUE...)`, printed so that the Lisp
 /// reader reads every argument back exactly (strings are escaped by the data
 /// printer; no caller splices raw text into a form).
@@ -182,11 +203,26 @@ async fn drive_evaluation(
                 }
             }
             _ = sleep_until_opt(gave_up_at) => {
+                let image = ctx.session.image();
+                if image.process_stopped() {
+                    return Err(format!(
+                        "The evaluation did not stop within {} s of being interrupted: the \
+                         image's process (pid {}) is stopped (SIGSTOP or a debugger), so it \
+                         runs nothing. Resume it (kill -CONT) or use image-restart.",
+                        grace.as_secs(),
+                        image.pid().map(|p| p.to_string()).unwrap_or_default()
+                    ));
+                }
+                let old = image.abandon_eval_thread();
                 return Err(format!(
-                    "The evaluation did not stop within {} s of being interrupted (it may be \
-                     running without interrupts, e.g. inside WITHOUT-INTERRUPTS or foreign \
-                     code). The image is still busy; use image-restart to start a fresh one.",
-                    grace.as_secs()
+                    "The evaluation did not stop within {} s of being interrupted: it runs \
+                     code that cannot be interrupted (e.g. inside WITHOUT-INTERRUPTS, an \
+                     UNWIND-PROTECT cleanup, or foreign code). It is left running on its \
+                     thread{} and keeps using CPU; later evaluations run on a fresh thread, \
+                     with the image's state intact. Use image-restart to stop it (this loses \
+                     the image's state).",
+                    grace.as_secs(),
+                    old.map(|t| format!(" (Swank thread {t})")).unwrap_or_default()
                 ));
             }
         }
@@ -322,8 +358,43 @@ fn unpack(
 async fn ensure_ready(ctx: &ToolContext) -> Result<(), String> {
     let image = ctx.session.image();
     tokio::select! {
-        r = image.ready() => r.map_err(|e| e.to_string()),
-        _ = ctx.cancel.cancelled() => Err("Cancelled while the Lisp image was starting.".into()),
+        r = image.ready() => r.map_err(|e| e.to_string())?,
+        _ = ctx.cancel.cancelled() => return Err("Cancelled while the Lisp image was starting.".into()),
+    }
+    ensure_project_registered(ctx).await;
+    Ok(())
+}
+
+/// Tells the image about the session's project root (every `.asd` under it
+/// becomes findable by name) once per image generation and root: after a
+/// start, a restart, a crash or `fs-set-project-root`. One extra round trip
+/// then, none otherwise. A failure is logged, never the caller's error.
+async fn ensure_project_registered(ctx: &ToolContext) {
+    let image = ctx.session.image();
+    if image.ready().await.is_err() {
+        return; // the caller's own call reports why
+    }
+    let generation = image.info().generation;
+    let root = ctx.session.project_root();
+    let want = Some((generation, root.clone()));
+    if *eval_slot(ctx).project_registered.lock().unwrap() == want {
+        return;
+    }
+    let form = helper_form(
+        "register-project-root",
+        vec![Value::string(root.to_string_lossy().into_owned())],
+        vec![],
+    );
+    // Through `unpack`, so a "state was lost" notice this call happens to
+    // receive still reaches the user.
+    match unpack(ctx, image.rex(&form, BUFFER_PACKAGE, Thread::T).await) {
+        Ok(v) => {
+            tracing::debug!(root = %root.display(), systems = ?plist_strings(&v, "systems"), "project systems registered");
+            *eval_slot(ctx).project_registered.lock().unwrap() = want;
+        }
+        Err(e) => {
+            tracing::warn!(root = %root.display(), error = %e, "could not register the project's systems")
+        }
     }
 }
 
@@ -335,6 +406,7 @@ async fn eval_on_worker(ctx: &ToolContext, form: &str) -> Result<Value, String> 
 
 /// Runs `form` on a fresh Swank thread (never waits behind an evaluation).
 async fn call_fresh(ctx: &ToolContext, form: &str) -> Result<Value, String> {
+    ensure_project_registered(ctx).await;
     let image = ctx.session.image();
     unpack(ctx, image.rex(form, BUFFER_PACKAGE, Thread::T).await)
 }
@@ -446,6 +518,29 @@ async fn image_info(_a: NoArgs, ctx: ToolContext) -> ToolOutput {
     )
 }
 
+/// `structuredContent` of `image-restart`.
+#[derive(Serialize, JsonSchema)]
+struct RestartOutput {
+    /// How many images this session has started (1 = the first).
+    generation: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pid: Option<u32>,
+}
+
+/// `structuredContent` of `image-interrupt`.
+#[derive(Serialize, JsonSchema)]
+struct InterruptOutput {
+    /// Whether a running evaluation was interrupted.
+    interrupted: bool,
+}
+
+fn interrupt_output(text: &str, interrupted: bool) -> ToolOutput {
+    ToolOutput::structured(
+        text,
+        serde_json::to_value(InterruptOutput { interrupted }).unwrap_or_default(),
+    )
+}
+
 async fn image_restart(_a: NoArgs, ctx: ToolContext) -> ToolOutput {
     let image = ctx.session.image();
     if image.mode() == ImageMode::Attached {
@@ -466,10 +561,11 @@ async fn image_restart(_a: NoArgs, ctx: ToolContext) -> ToolOutput {
                 info.generation,
                 info.pid.map(|p| format!(", PID {p}")).unwrap_or_default()
             );
-            ToolOutput::structured(
-                text,
-                serde_json::json!({"generation": info.generation, "pid": info.pid}),
-            )
+            let out = RestartOutput {
+                generation: info.generation,
+                pid: info.pid,
+            };
+            ToolOutput::structured(text, serde_json::to_value(out).unwrap_or_default())
         }
         Err(e) => ToolOutput::error(format!("Could not restart the image: {e}")),
     }
@@ -478,22 +574,22 @@ async fn image_restart(_a: NoArgs, ctx: ToolContext) -> ToolOutput {
 async fn image_interrupt(_a: NoArgs, ctx: ToolContext) -> ToolOutput {
     let running = *eval_slot(&ctx).running.lock().unwrap();
     let Some(id) = running else {
-        return ToolOutput::structured(
+        return interrupt_output(
             "No evaluation of this session is running; nothing to interrupt.",
-            serde_json::json!({"interrupted": false}),
+            false,
         );
     };
     let ids = interrupt_evaluation(&ctx, Some(id)).await;
     if ids.is_empty() {
-        ToolOutput::structured(
+        interrupt_output(
             "The evaluation had already finished; nothing was interrupted.",
-            serde_json::json!({"interrupted": false}),
+            false,
         )
     } else {
-        ToolOutput::structured(
+        interrupt_output(
             "Interrupted the running evaluation: its evaluate-lisp call returns [INTERRUPTED] \
              with where it was. The image's state is intact.",
-            serde_json::json!({"interrupted": true}),
+            true,
         )
     }
 }
@@ -523,7 +619,8 @@ pub fn tools() -> Vec<ToolDef> {
              Refused when attached to the user's image.",
             Annotations::DESTRUCTIVE,
             image_restart,
-        ),
+        )
+        .with_output_schema::<RestartOutput>(),
         tool(
             "image-interrupt",
             ToolGroup::Image,
@@ -532,7 +629,8 @@ pub fn tools() -> Vec<ToolDef> {
              request). The evaluation returns with where it was; state is kept.",
             Annotations::MUTATING,
             image_interrupt,
-        ),
+        )
+        .with_output_schema::<InterruptOutput>(),
     ]
 }
 

@@ -324,7 +324,7 @@ where
 impl ToolDef {
     /// Declares the shape of `structuredContent` this tool returns.
     pub fn with_output_schema<O: JsonSchema>(mut self) -> Self {
-        self.output_schema = Some(schema_of::<O>());
+        self.output_schema = Some(output_schema_of::<O>());
         self
     }
 
@@ -349,9 +349,26 @@ impl ToolDef {
     }
 }
 
-/// JSON Schema 2020-12 of a type, inlined (no `$ref`s) so every client reads it.
+/// JSON Schema 2020-12 of a type as tool arguments (what deserialising
+/// accepts), inlined (no `$ref`s) so every client reads it.
 pub fn schema_of<T: JsonSchema>() -> Value {
-    let generator = schemars::generate::SchemaSettings::draft2020_12()
+    generate_schema::<T>(schemars::generate::SchemaSettings::draft2020_12())
+}
+
+/// JSON Schema 2020-12 of a type as a result (what serialising produces):
+/// a field skipped when serialising is not `required`, whatever its type,
+/// so the schema cannot promise a field a result leaves out. A field that
+/// is never written as `null` (optional and skipped when absent) gets its
+/// plain type, not `["T", "null"]`, which some clients warn about.
+pub fn output_schema_of<T: JsonSchema>() -> Value {
+    let mut v =
+        generate_schema::<T>(schemars::generate::SchemaSettings::draft2020_12().for_serialize());
+    drop_null_from_optional(&mut v);
+    v
+}
+
+fn generate_schema<T: JsonSchema>(settings: schemars::generate::SchemaSettings) -> Value {
+    let generator = settings
         .with(|s| s.inline_subschemas = true)
         .into_generator();
     let schema = generator.into_root_schema_for::<T>();
@@ -366,6 +383,51 @@ pub fn schema_of<T: JsonSchema>() -> Value {
         m.remove("title");
     }
     v
+}
+
+/// In every object schema, a property that is not `required` loses the
+/// `null` of its type: such fields are skipped when absent, never `null`.
+fn drop_null_from_optional(v: &mut Value) {
+    match v {
+        Value::Object(m) => {
+            let required: Vec<String> = m
+                .get("required")
+                .and_then(Value::as_array)
+                .map(|r| {
+                    r.iter()
+                        .filter_map(|x| x.as_str().map(String::from))
+                        .collect()
+                })
+                .unwrap_or_default();
+            if let Some(Value::Object(props)) = m.get_mut("properties") {
+                for (name, p) in props.iter_mut() {
+                    if required.contains(name) {
+                        continue;
+                    }
+                    if let Some(Value::Array(types)) = p.get_mut("type") {
+                        types.retain(|t| t != "null");
+                        if types.len() == 1 {
+                            let only = types[0].clone();
+                            p["type"] = only;
+                        }
+                    }
+                    if let Some(Value::Array(any)) = p.get_mut("anyOf") {
+                        any.retain(|alt| alt.get("type") != Some(&json!("null")));
+                        if any.len() == 1 {
+                            let only = any.remove(0);
+                            if let (Value::Object(pm), Value::Object(om)) = (&mut *p, only) {
+                                pm.remove("anyOf");
+                                pm.extend(om);
+                            }
+                        }
+                    }
+                }
+            }
+            m.values_mut().for_each(drop_null_from_optional);
+        }
+        Value::Array(a) => a.iter_mut().for_each(drop_null_from_optional),
+        _ => {}
+    }
 }
 
 /// Removes `format`s that are not JSON Schema's (schemars writes `uint`,
@@ -558,6 +620,80 @@ mod tests {
         assert!(e.contains("missing field `code`"), "{e}");
         let ok = parse_arguments::<Args>("t", json!({"code": "x", "timeout_seconds": 3})).unwrap();
         assert_eq!((ok.code.as_str(), ok.timeout_seconds), ("x", Some(3)));
+    }
+
+    #[derive(serde::Serialize, JsonSchema)]
+    #[serde(rename_all = "camelCase")]
+    struct Out {
+        always: String,
+        maybe_null: Option<String>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        when_known: Option<i64>,
+        #[serde(skip_serializing_if = "std::ops::Not::not")]
+        interrupted: bool,
+        #[serde(skip_serializing_if = "Vec::is_empty")]
+        frames: Vec<String>,
+    }
+
+    #[test]
+    fn output_schema_never_requires_a_skippable_field() {
+        let s = output_schema_of::<Out>();
+        let mut required: Vec<&str> = s["required"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_str().unwrap())
+            .collect();
+        required.sort();
+        assert_eq!(required, ["always", "maybeNull"], "{s}");
+        // Written as null when absent: nullable. Skipped when absent: plain.
+        assert_eq!(
+            s["properties"]["maybeNull"]["type"],
+            json!(["string", "null"])
+        );
+        assert_eq!(s["properties"]["whenKnown"]["type"], json!("integer"));
+        assert_eq!(s["properties"]["interrupted"]["type"], json!("boolean"));
+    }
+
+    #[test]
+    fn every_output_schema_requires_only_fields_always_written() {
+        // Each registered tool's schema comes from `output_schema_of`; a
+        // non-required property is never nullable there (see above), and a
+        // required one must be declared by the type. Checked over the real
+        // registry so a hand-written schema cannot slip in.
+        for t in ToolRegistry::standard(&ToolGroup::ALL).list() {
+            let Some(o) = &t.output_schema else { continue };
+            let mut stack = vec![o];
+            while let Some(v) = stack.pop() {
+                let Value::Object(m) = v else { continue };
+                if let (Some(Value::Object(props)), req) = (m.get("properties"), m.get("required"))
+                {
+                    let req: Vec<&str> = req
+                        .and_then(Value::as_array)
+                        .map(|r| r.iter().filter_map(Value::as_str).collect())
+                        .unwrap_or_default();
+                    for r in &req {
+                        assert!(
+                            props.contains_key(*r),
+                            "{}: required `{r}` is not a property",
+                            t.name
+                        );
+                    }
+                    for (name, p) in props {
+                        if !req.contains(&name.as_str()) {
+                            assert!(
+                                !p["type"]
+                                    .as_array()
+                                    .is_some_and(|a| a.contains(&json!("null"))),
+                                "{}: optional `{name}` is nullable",
+                                t.name
+                            );
+                        }
+                    }
+                }
+                stack.extend(m.values());
+            }
+        }
     }
 
     #[test]

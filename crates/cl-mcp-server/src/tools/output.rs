@@ -25,6 +25,11 @@ pub fn cap_output(text: &str, max_chars: usize) -> Cow<'_, str> {
     }
 }
 
+/// `n` and the noun, singular for one: "1 Lisp file", "3 Lisp files".
+pub fn counted(n: usize, singular: &str, plural: &str) -> String {
+    format!("{n} {}", if n == 1 { singular } else { plural })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

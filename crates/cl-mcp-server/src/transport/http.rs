@@ -103,8 +103,29 @@ pub async fn serve(
 }
 
 fn rpc_error_response(status: StatusCode, code: i64, message: &str, data: &str) -> Response {
-    let body = jsonrpc::error(None, code, message, &Value::String(data.into()));
+    rpc_error_for(None, status, code, message, data)
+}
+
+/// A transport-level rejection of a request whose body was read: the error
+/// carries the request's id, so the client's call does not wait forever.
+fn rpc_error_for(
+    id: Option<&jsonrpc::RequestId>,
+    status: StatusCode,
+    code: i64,
+    message: &str,
+    data: &str,
+) -> Response {
+    let body = jsonrpc::error(id, code, message, &Value::String(data.into()));
     (status, [(header::CONTENT_TYPE, "application/json")], body).into_response()
+}
+
+/// The id of a single request in a POST body, as the client wrote it.
+fn request_id_of(text: &str, value: &Value) -> Option<jsonrpc::RequestId> {
+    if value.is_object() && value.get("method").is_some() {
+        jsonrpc::sniff_id(text.as_bytes())
+    } else {
+        None
+    }
 }
 
 fn header_str<'a>(h: &'a HeaderMap, name: &str) -> Option<&'a str> {
@@ -212,7 +233,7 @@ async fn handle(State(state): State<Arc<HttpState>>, request: Request) -> Respon
                     conn.cancel_all();
                     StatusCode::NO_CONTENT.into_response()
                 }
-                None => session_not_found(id),
+                None => session_not_found(None, id),
             }
         }
         // No standalone server-to-client stream is offered.
@@ -225,8 +246,9 @@ async fn handle(State(state): State<Arc<HttpState>>, request: Request) -> Respon
     }
 }
 
-fn session_not_found(id: &str) -> Response {
-    rpc_error_response(
+fn session_not_found(request: Option<&jsonrpc::RequestId>, id: &str) -> Response {
+    rpc_error_for(
+        request,
         StatusCode::NOT_FOUND,
         jsonrpc::INVALID_REQUEST,
         "Invalid Request",
@@ -309,6 +331,24 @@ async fn post(state: Arc<HttpState>, headers: HeaderMap, body: Body) -> Response
         Err(r) => return r,
     };
     let shape = shape_of(&value);
+    let request_id = request_id_of(&text, &value);
+    if !shape.any_modern
+        && header_str(&headers, "mcp-protocol-version") == Some(MODERN_VERSION)
+        && header_str(&headers, "mcp-session-id").is_none()
+        && value.get("method").is_some()
+    {
+        // A stateless request whose body lost its _meta: say so, with its id.
+        return rpc_error_for(
+            request_id.as_ref(),
+            StatusCode::BAD_REQUEST,
+            jsonrpc::INVALID_PARAMS,
+            "Invalid params",
+            &format!(
+                "Missing params._meta `io.modelcontextprotocol/protocolVersion`: a {MODERN_VERSION} \
+                 request carries its protocol version (and clientCapabilities) in params._meta"
+            ),
+        );
+    }
     if shape.any_modern {
         if value.is_array() {
             return rpc_error_response(
@@ -320,7 +360,7 @@ async fn post(state: Arc<HttpState>, headers: HeaderMap, body: Body) -> Response
         }
         return post_modern(state, headers, text, value).await;
     }
-    post_legacy(state, headers, text, shape).await
+    post_legacy(state, headers, text, shape, request_id).await
 }
 
 /// The stateless era: validate the routing headers against the body, run
@@ -534,12 +574,15 @@ async fn post_legacy(
     headers: HeaderMap,
     text: String,
     shape: BodyShape,
+    request_id: Option<jsonrpc::RequestId>,
 ) -> Response {
+    let rid = request_id.as_ref();
     let session_header = header_str(&headers, "mcp-session-id").map(str::to_string);
     let header_version = header_str(&headers, "mcp-protocol-version").map(str::to_string);
     if let Some(v) = &header_version {
         if !LEGACY_VERSIONS.contains(&v.as_str()) {
-            return rpc_error_response(
+            return rpc_error_for(
+                rid,
                 StatusCode::BAD_REQUEST,
                 jsonrpc::INVALID_REQUEST,
                 "Invalid Request",
@@ -556,7 +599,8 @@ async fn post_legacy(
     } else {
         match &session_header {
             None => {
-                return rpc_error_response(
+                return rpc_error_for(
+                rid,
                     StatusCode::BAD_REQUEST,
                     jsonrpc::INVALID_REQUEST,
                     "Invalid Request",
@@ -565,13 +609,14 @@ async fn post_legacy(
             }
             Some(id) => match state.session(id) {
                 Some(c) => c,
-                None => return session_not_found(id),
+                None => return session_not_found(rid, id),
             },
         }
     };
     if let (Some(v), Some(agreed)) = (&header_version, conn.protocol_version()) {
         if *v != agreed {
-            return rpc_error_response(
+            return rpc_error_for(
+                rid,
                 StatusCode::BAD_REQUEST,
                 jsonrpc::INVALID_REQUEST,
                 "Invalid Request",

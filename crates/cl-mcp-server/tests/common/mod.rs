@@ -1,9 +1,11 @@
 //! Drives the built `cl-mcp-server` binary over stdio, as a client would.
 #![allow(dead_code)]
 
+use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::mpsc::{channel, Receiver, RecvTimeoutError};
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
@@ -15,6 +17,61 @@ pub struct Server {
     pub child: Child,
     stdin: Option<ChildStdin>,
     lines: Receiver<String>,
+    /// Tool names of the `tools/call` requests sent, by id, so every
+    /// response's `structuredContent` is checked against its schema.
+    calls: HashMap<String, String>,
+}
+
+/// Each tool's `outputSchema`, from the binary's own `tools/list` (read once
+/// per test binary, from a separate server so no test sees the request).
+pub fn output_schemas() -> &'static HashMap<String, Value> {
+    static SCHEMAS: OnceLock<HashMap<String, Value>> = OnceLock::new();
+    SCHEMAS.get_or_init(|| {
+        let mut cmd = Command::new(BIN);
+        cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::null());
+        let mut child = cmd.spawn().expect("spawn cl-mcp-server for tools/list");
+        let mut stdin = child.stdin.take().unwrap();
+        let msgs = concat!(
+            r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"schemas","version":"1"}}}"#,
+            "\n",
+            r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
+            "\n",
+            r#"{"jsonrpc":"2.0","id":2,"method":"tools/list"}"#,
+            "\n"
+        );
+        stdin.write_all(msgs.as_bytes()).unwrap();
+        drop(stdin);
+        let out = child.wait_with_output().expect("tools/list");
+        let list = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .find(|m| m["id"] == 2)
+            .expect("tools/list answered");
+        list["result"]["tools"]
+            .as_array()
+            .expect("tools")
+            .iter()
+            .filter_map(|t| Some((t["name"].as_str()?.to_string(), t.get("outputSchema")?.clone())))
+            .collect()
+    })
+}
+
+/// Panics unless `structured` validates against `tool`'s `outputSchema`
+/// (JSON Schema 2020-12), as the official SDKs and the Inspector require.
+pub fn assert_conforms(tool: &str, structured: &Value) {
+    let Some(schema) = output_schemas().get(tool) else {
+        panic!("{tool} returned structuredContent but lists no outputSchema: {structured}");
+    };
+    let validator = jsonschema::draft202012::new(schema)
+        .unwrap_or_else(|e| panic!("{tool}: outputSchema is not valid JSON Schema: {e}"));
+    let errors: Vec<String> = validator
+        .iter_errors(structured)
+        .map(|e| format!("{} at {}", e, e.instance_path()))
+        .collect();
+    assert!(
+        errors.is_empty(),
+        "{tool}: structuredContent does not match its outputSchema: {errors:?}\n{structured}"
+    );
 }
 
 impl Server {
@@ -24,11 +81,16 @@ impl Server {
     }
 
     pub fn start_with_env(args: &[&str], env: &[(&str, &str)]) -> Server {
+        Server::start_with_stderr(args, env, Stdio::null())
+    }
+
+    /// Starts `cl-mcp-server` with its stderr (the JSON log) going to `stderr`.
+    pub fn start_with_stderr(args: &[&str], env: &[(&str, &str)], stderr: Stdio) -> Server {
         let mut cmd = Command::new(BIN);
         cmd.args(args)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
-            .stderr(Stdio::null());
+            .stderr(stderr);
         for (k, v) in env {
             cmd.env(k, v);
         }
@@ -51,6 +113,7 @@ impl Server {
             stdin: child.stdin.take(),
             child,
             lines: rx,
+            calls: HashMap::new(),
         }
     }
 
@@ -81,14 +144,37 @@ impl Server {
     }
 
     pub fn send(&mut self, msg: &Value) {
+        if msg["method"] == "tools/call" {
+            if let (Some(id), Some(name)) = (msg.get("id"), msg["params"]["name"].as_str()) {
+                self.calls.insert(id.to_string(), name.to_string());
+            }
+        }
         self.send_raw(&msg.to_string());
+    }
+
+    /// Checks a tool result against the tool's output schema.
+    fn check_structured(&mut self, m: &Value) {
+        let Some(id) = m.get("id") else { return };
+        if m.get("result").is_none() && m.get("error").is_none() {
+            return;
+        }
+        let Some(tool) = self.calls.remove(&id.to_string()) else {
+            return;
+        };
+        if let Some(sc) = m["result"].get("structuredContent") {
+            assert_conforms(&tool, sc);
+        }
     }
 
     /// The next stdout line, parsed; panics after `timeout`.
     pub fn recv_within(&mut self, timeout: Duration) -> Value {
         match self.lines.recv_timeout(timeout) {
-            Ok(l) => serde_json::from_str(&l)
-                .unwrap_or_else(|e| panic!("stdout line is not JSON ({e}): {l}")),
+            Ok(l) => {
+                let m: Value = serde_json::from_str(&l)
+                    .unwrap_or_else(|e| panic!("stdout line is not JSON ({e}): {l}"));
+                self.check_structured(&m);
+                m
+            }
             Err(RecvTimeoutError::Timeout) => {
                 panic!("no message from the server within {timeout:?}")
             }
@@ -159,7 +245,16 @@ impl Server {
             }
             std::thread::sleep(Duration::from_millis(10));
         };
-        let rest: Vec<String> = self.lines.try_iter().collect();
+        // The child has exited, but the reader thread may not have passed on
+        // its last lines yet: read until the pipe's end closes the channel.
+        let mut rest = Vec::new();
+        let until = Instant::now() + Duration::from_secs(10);
+        while let Some(left) = until.checked_duration_since(Instant::now()) {
+            match self.lines.recv_timeout(left) {
+                Ok(l) => rest.push(l),
+                Err(_) => break,
+            }
+        }
         (status, rest)
     }
 }

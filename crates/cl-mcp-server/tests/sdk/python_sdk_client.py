@@ -1,43 +1,85 @@
 """Connects the official MCP Python SDK to cl-mcp-server over stdio (and,
-given a URL, over Streamable HTTP), in both protocol eras, lists tools and
-calls one. Exits non-zero on any failure.
+given a URL, over Streamable HTTP), in both protocol eras, and uses it as an
+agent would: evaluate-lisp (a value, an error, a timeout), one tool of each
+family, a resource read, a prompt and a completion. The SDK validates every
+successful tool result against the tool's outputSchema. Exits non-zero on
+any failure.
 
-Usage: python3 python_sdk_client.py /path/to/cl-mcp-server [project-root [http-url]]
+Usage: python3 python_sdk_client.py /path/to/cl-mcp-server project-root [http-url]
 """
 
 import asyncio
 import sys
 
 from mcp import Client, StdioServerParameters
+from mcp_types._types import PromptReference, ResourceTemplateReference
+
+
+def text_of(result) -> str:
+    assert result.content and result.content[0].text, result
+    return result.content[0].text
+
+
+async def call(client, name: str, args: dict, *, error: bool = False):
+    result = await client.call_tool(name, args)
+    assert bool(result.is_error) == error, f"{name} {args}: {result}"
+    assert result.structured_content is not None, f"{name}: no structuredContent"
+    return result
 
 
 async def run(target, label: str, mode: str) -> None:
-    async with Client(target, mode=mode, read_timeout_seconds=60) as client:
+    async with Client(target, mode=mode, read_timeout_seconds=120) as client:
         version = client.protocol_version
         info = client.server_info
         assert info is not None and info.name == "cl-mcp-server", info
         tools = await client.list_tools()
-        names = [t.name for t in tools.tools]
-        assert names, "no tools listed"
-        # The SDK validates every tool's schemas on listing; call a tool that
-        # needs no Lisp image and has structured output if one exists.
-        target = next((n for n in ("lisp-check-parens", "test-sleep") if n in names), None)
-        assert target is not None, f"no known tool to call in {names}"
-        if target == "lisp-check-parens":
-            result = await client.call_tool(target, {"code": "(defun f (x) (+ x 1))"})
-        else:
-            result = await client.call_tool(target, {"seconds": 0})
-        assert not result.is_error, result
-        text = result.content[0].text
-        assert text, result
+        names = {t.name for t in tools.tools}
+        assert "evaluate-lisp" in names, names
+
+        # evaluate-lisp in every outcome.
+        r = await call(client, "evaluate-lisp", {"code": "(defun sdk-twice (x) (* 2 x)) (sdk-twice 21)"})
+        assert r.structured_content["values"] == ["42"], r.structured_content
+        assert "=> 42" in text_of(r)
+        r = await call(client, "evaluate-lisp", {"code": "(car 5)"}, error=True)
+        assert r.structured_content["error"]["type"] == "TYPE-ERROR", r.structured_content
+        r = await call(client, "evaluate-lisp", {"code": "(loop)", "timeoutSeconds": 0.5}, error=True)
+        assert r.structured_content.get("interrupted") is True, r.structured_content
+        r = await call(client, "evaluate-lisp", {"code": "(sdk-twice 5)"})
+        assert r.structured_content["values"] == ["10"], "state lost after a timeout"
+
+        # One tool of each family.
+        r = await call(client, "image-info", {})
+        assert "SBCL" in text_of(r)
+        r = await call(client, "code-describe", {"symbol": "sdk-twice"})
+        r = await call(client, "code-macroexpand", {"form": "(when a b)"})
+        assert r.structured_content["expanded"] is True
+        r = await call(client, "asdf-list-systems", {})
+        r = await call(client, "lisp-check-parens", {"code": "(defun f (x) (+ x 1))"})
+        r = await call(client, "clgrep-signatures", {"path": "lisp/eval.lisp"})
+        r = await call(client, "fs-get-project-info", {})
+
+        # A resource, a prompt, a completion.
+        res = await client.read_resource("lisp://image/info")
+        assert res.contents and "SBCL" in res.contents[0].text, res
+        prompt = await client.get_prompt("repl-driven-development", {"task": "add a cache"})
+        assert prompt.messages, prompt
+        done = await client.complete(
+            ResourceTemplateReference(type="ref/resource", uri="lisp://package/{name}"),
+            {"name": "name", "value": "COMMON-LI"},
+        )
+        assert "COMMON-LISP" in done.completion.values, done
+        done = await client.complete(
+            PromptReference(type="ref/prompt", name="add-tests"), {"name": "framework", "value": "five"}
+        )
+        assert "fiveam" in done.completion.values, done
         if mode == "legacy":
             await client.send_ping()
-        print(f"{label} {mode}: protocol {version}, {len(names)} tools, {target} -> {text[:60]!r}")
+        print(f"{label} {mode}: protocol {version}, {len(names)} tools, evaluate-lisp and every family ok")
 
 
 async def main() -> None:
     binary = sys.argv[1]
-    root = sys.argv[2] if len(sys.argv) > 2 else "."
+    root = sys.argv[2]
     stdio = StdioServerParameters(command=binary, args=["--project-root", root])
     await run(stdio, "stdio", "auto")  # probes server/discover: the stateless era
     await run(stdio, "stdio", "legacy")  # the initialize handshake

@@ -17,6 +17,7 @@ use super::defs::{self, Definition};
 use super::{is_lisp_path, scan};
 use crate::tools::fs::{resolve_for, to_json, READ_CAP_BYTES};
 use crate::tools::fs_paths::{display_path, Access};
+use crate::tools::output::counted;
 use crate::tools::{tool, Annotations, ToolContext, ToolDef, ToolGroup, ToolOutput};
 
 const DEFAULT_SEARCH_LIMIT: usize = 200;
@@ -251,7 +252,12 @@ fn run_search(a: SearchArgs, ctx: &ToolContext) -> ToolOutput {
         let _ = writeln!(text, "{}:{}:{form} {}", h.path, h.line, h.text.trim_end());
     }
     if total == 0 {
-        let _ = writeln!(text, "No match for /{}/ in {files} Lisp files.", a.pattern);
+        let _ = writeln!(
+            text,
+            "No match for /{}/ in {}.",
+            a.pattern,
+            counted(files, "Lisp file", "Lisp files")
+        );
     } else if total > hits.len() {
         let _ = writeln!(
             text,
@@ -259,7 +265,12 @@ fn run_search(a: SearchArgs, ctx: &ToolContext) -> ToolOutput {
             hits.len()
         );
     } else {
-        let _ = writeln!(text, "[{total} hits in {files} Lisp files]");
+        let _ = writeln!(
+            text,
+            "[{} in {}]",
+            counted(total, "hit", "hits"),
+            counted(files, "Lisp file", "Lisp files")
+        );
     }
     let out = SearchOutput {
         truncated: total > hits.len(),
@@ -570,7 +581,12 @@ fn run_signatures(a: SignaturesArgs, ctx: &ToolContext) -> ToolOutput {
             sigs.len()
         );
     } else {
-        let _ = writeln!(text, "[{total} definitions in {files} Lisp files]");
+        let _ = writeln!(
+            text,
+            "[{} in {}]",
+            counted(total, "definition", "definitions"),
+            counted(files, "Lisp file", "Lisp files")
+        );
     }
     let out = SignaturesOutput {
         truncated: total > sigs.len(),
