@@ -105,10 +105,67 @@ fn main() {
     drop(stdin);
     let _ = child.wait();
 
+    // What a model pays to see the tools: tools/list's result in bytes,
+    // for every group and for each group alone.
+    rows.push((
+        "tools/list size (groups)".into(),
+        "bytes   tools   bytes/tool".into(),
+    ));
+    for groups in [
+        "eval,image,code,asdf,source,fs",
+        "eval",
+        "image",
+        "code",
+        "asdf",
+        "source",
+        "fs",
+    ] {
+        let (bytes, tools) = tool_list_size(groups);
+        let label = if groups.contains(',') { "all" } else { groups };
+        rows.push((
+            format!("  {label}"),
+            format!("{bytes:>5} {tools:>7} {:>12}", bytes / tools.max(1)),
+        ));
+    }
+
     println!("\ncl-mcp-server protocol benchmark (stdio, {})", BIN);
     println!("{:-<78}", "");
     for (k, v) in &rows {
         println!("{k:<38} {v}");
     }
     println!("{:-<78}", "");
+}
+
+/// Bytes of the compact JSON `result` of `tools/list` with `--tools groups`,
+/// and how many tools it lists.
+fn tool_list_size(groups: &str) -> (usize, usize) {
+    let mut child = Command::new(BIN)
+        .args(["--log-level", "error", "--tools", groups])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn cl-mcp-server");
+    let mut stdin = child.stdin.take().unwrap();
+    stdin
+        .write_all(
+            concat!(
+                "{\"jsonrpc\":\"2.0\",\"id\":0,\"method\":\"initialize\",\"params\":{\"protocolVersion\":\"2025-11-25\",\"capabilities\":{}}}\n",
+                "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/initialized\"}\n",
+                "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/list\"}\n"
+            )
+            .as_bytes(),
+        )
+        .unwrap();
+    drop(stdin);
+    let out = child.wait_with_output().expect("tools/list");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let list: serde_json::Value = text
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .find(|m| m["id"] == 1)
+        .expect("tools/list answered");
+    let result = &list["result"];
+    let tools = result["tools"].as_array().map_or(0, Vec::len);
+    (serde_json::to_string(result).unwrap().len(), tools)
 }

@@ -113,19 +113,29 @@ impl Session {
         self.image.get_or_start(&self.config)
     }
 
-    /// Starts the image in the background now (when the session offers tools
-    /// that need one), so the first evaluation does not wait for it.
-    pub fn warm_up(&self) {
+    /// True when the session offers tools that need a Lisp image.
+    fn needs_image(&self) -> bool {
         use crate::tools::ToolGroup;
-        let needs_image = self.config.tool_groups.iter().any(|g| {
+        self.config.tool_groups.iter().any(|g| {
             matches!(
                 g,
                 ToolGroup::Eval | ToolGroup::Image | ToolGroup::Code | ToolGroup::Asdf
             )
-        });
-        if needs_image && self.config.eager_image {
+        })
+    }
+
+    /// Starts the image in the background now (when the session offers tools
+    /// that need one), so the first evaluation does not wait for it.
+    pub fn warm_up(&self) {
+        if self.needs_image() && self.config.eager_image {
             let _ = self.image();
         }
+    }
+
+    /// The image's lifecycle notes from now on, when the session has an
+    /// image (asking never starts one for a session without image tools).
+    pub fn image_notes(&self) -> Option<tokio::sync::broadcast::Receiver<crate::image::ImageNote>> {
+        self.needs_image().then(|| self.image().notes())
     }
 
     /// Directories besides the project root that file tools may read.

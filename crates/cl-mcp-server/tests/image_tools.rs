@@ -170,3 +170,52 @@ fn eval_with_timeout(
 ) -> eval_support::Reply {
     eval_support::eval_with(s, id, code, json!({ "timeoutSeconds": seconds }))
 }
+
+#[test]
+fn image_lifecycle_reaches_a_client_that_asked_for_logs() {
+    let mut s = lisp_server(&[]);
+    eval(&mut s, 1, "(+ 1 2)");
+    let r = s.request(
+        json!({"jsonrpc":"2.0","id":2,"method":"logging/setLevel","params":{"level":"info"}}),
+    );
+    assert!(r.get("result").is_some(), "{r}");
+    // The image dies: the client hears it, with the reason, before any call.
+    s.send(&json!({"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"evaluate-lisp","arguments":{"code":"(sb-ext:exit :code 7 :abort t)"}}}));
+    let seen = s.collect_until(Duration::from_secs(30), |m| {
+        m["method"] == "notifications/message"
+            && m["params"]["data"]
+                .as_str()
+                .is_some_and(|t| t.contains("Lisp image lost"))
+    });
+    let lost = seen.last().unwrap();
+    assert_eq!(lost["params"]["level"], "error", "{lost}");
+    assert_eq!(lost["params"]["logger"], "lisp-image", "{lost}");
+    assert!(
+        lost["params"]["data"].as_str().unwrap().contains("exit"),
+        "the reason: {lost}"
+    );
+    // The next call starts a fresh image, and says so.
+    s.send(&json!({"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"evaluate-lisp","arguments":{"code":"(+ 1 2)"}}}));
+    let seen = s.collect_until(Duration::from_secs(60), |m| m["id"] == 4);
+    assert!(
+        seen.iter().any(|m| m["method"] == "notifications/message"
+            && m["params"]["level"] == "info"
+            && m["params"]["data"]
+                .as_str()
+                .is_some_and(|t| t.contains("Lisp image started (generation 2"))),
+        "{seen:?}"
+    );
+    // At `error`, a start is not reported.
+    let r = s.request(
+        json!({"jsonrpc":"2.0","id":5,"method":"logging/setLevel","params":{"level":"error"}}),
+    );
+    assert!(r.get("result").is_some(), "{r}");
+    let r = call(&mut s, 6, "image-restart", json!({}));
+    assert!(!r.is_error, "{}", r.text);
+    s.send(&json!({"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"evaluate-lisp","arguments":{"code":"(+ 1 2)"}}}));
+    let seen = s.collect_until(Duration::from_secs(60), |m| m["id"] == 7);
+    assert!(
+        !seen.iter().any(|m| m["method"] == "notifications/message"),
+        "{seen:?}"
+    );
+}

@@ -27,7 +27,7 @@ use std::fmt;
 use std::path::PathBuf;
 use std::time::Duration;
 
-pub use supervisor::{Image, ImageEvent, ImageInfo, ImageReply};
+pub use supervisor::{Image, ImageEvent, ImageInfo, ImageNote, ImageReply, NoteLevel};
 pub use swank_client::{RexOutcome, SwankEvent, Thread};
 
 /// Where the image comes from and how to start it. The binary fills this

@@ -72,8 +72,26 @@ impl std::fmt::Debug for Image {
     }
 }
 
+/// How much a lifecycle note matters (the protocol maps it to a log level).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NoteLevel {
+    Info,
+    Warning,
+    Error,
+}
+
+/// Something in the image's life a client may want to hear of: started,
+/// core cache built, unusable core, lost (and why), crash loop.
+#[derive(Clone, Debug)]
+pub struct ImageNote {
+    pub level: NoteLevel,
+    pub text: String,
+}
+
 struct Inner {
     config: ImageConfig,
+    /// Lifecycle notes, for whoever listens (see [`Image::notes`]).
+    notes: broadcast::Sender<ImageNote>,
     mode: ImageMode,
     /// Held while starting, so concurrent callers share one start.
     slot: tokio::sync::Mutex<Option<Arc<Live>>>,
@@ -140,6 +158,17 @@ impl Live {
     }
 }
 
+impl Inner {
+    fn note(&self, level: NoteLevel, text: String) {
+        send_note(&self.notes, level, text);
+    }
+}
+
+/// Sends a note if anyone listens (no listener is no error).
+fn send_note(notes: &broadcast::Sender<ImageNote>, level: NoteLevel, text: String) {
+    let _ = notes.send(ImageNote { level, text });
+}
+
 impl Drop for Live {
     fn drop(&mut self) {
         // Nobody can reach this image any more: stop it.
@@ -172,9 +201,11 @@ impl Image {
             ImageMode::Local
         };
         let (events, _) = broadcast::channel(1024);
+        let (notes, _) = broadcast::channel(64);
         Image {
             inner: Arc::new(Inner {
                 config,
+                notes,
                 mode,
                 slot: tokio::sync::Mutex::new(None),
                 current: Mutex::new(None),
@@ -185,6 +216,12 @@ impl Image {
                 core_build_failed: AtomicBool::new(false),
             }),
         }
+    }
+
+    /// Lifecycle notes from now on (the image's start, death and why,
+    /// crash loops). Notes sent before subscribing are not replayed.
+    pub fn notes(&self) -> broadcast::Receiver<ImageNote> {
+        self.inner.notes.subscribe()
     }
 
     /// Local or attached.
@@ -513,6 +550,15 @@ impl Image {
                 .back()
                 .map(|(_, why)| why.clone())
                 .unwrap_or_default();
+            self.inner.note(
+                NoteLevel::Error,
+                format!(
+                    "Lisp image crash loop: it died {} times in {} minutes (last: {last}); \
+                     not restarting it until image-restart",
+                    deaths.len(),
+                    cfg.crash_window.as_secs().div_ceil(60)
+                ),
+            );
             return Err(ImageError::CrashLoop(format!(
                 "the Lisp image died {} times in the last {} minutes (last: {last}); not \
                  restarting it automatically. Look at the log for the cause (e.g. heap \
@@ -528,6 +574,7 @@ impl Image {
         let config = self.inner.config.clone();
         let try_core =
             config.use_core_cache && !self.inner.core_build_failed.load(Ordering::SeqCst);
+        let notes = self.inner.notes.clone();
         let (plan, build_error) = tokio::task::spawn_blocking(move || {
             let lisp = locate::find_lisp(&config)?;
             let swank = locate::find_swank(&config, || locate::asdf_finds_swank(&lisp))?;
@@ -539,8 +586,18 @@ impl Image {
                 if let Some(plan) = cache.cached_plan() {
                     return Ok((plan, None));
                 }
+                let building = Instant::now();
                 match cache.build() {
-                    Ok(_) => {
+                    Ok(core) => {
+                        send_note(
+                            &notes,
+                            NoteLevel::Info,
+                            format!(
+                                "built the Lisp core cache {} in {} ms (later starts take it)",
+                                core.display(),
+                                building.elapsed().as_millis()
+                            ),
+                        );
                         if let Some(plan) = cache.cached_plan() {
                             return Ok((plan, None));
                         }
@@ -557,6 +614,10 @@ impl Image {
         .map_err(|e| ImageError::StartFailed(format!("start task failed: {e}")))??;
         if let Some(e) = build_error {
             self.inner.core_build_failed.store(true, Ordering::SeqCst);
+            self.inner.note(
+                NoteLevel::Warning,
+                format!("could not build the Lisp core cache ({e}); loading from source (slower)"),
+            );
             if !SOURCE_FALLBACK_LOGGED.swap(true, Ordering::SeqCst) {
                 tracing::warn!(
                     error = %e,
@@ -647,6 +708,13 @@ impl Image {
                         // The core itself is bad (damaged, or made for
                         // another runtime): load from source from now on.
                         tracing::warn!(core = %core.display(), "the cached core is unusable; loading from source instead");
+                        self.inner.note(
+                            NoteLevel::Warning,
+                            format!(
+                                "the cached core {} is unusable; loading from source instead",
+                                core.display()
+                            ),
+                        );
                         self.inner.core_build_failed.store(true, Ordering::SeqCst);
                     } else {
                         // A transient failure (process or memory limits):
@@ -707,6 +775,19 @@ impl Image {
             from_core = plan.core.is_some(),
             elapsed_ms = started.elapsed().as_millis() as u64,
             "Lisp image ready"
+        );
+        self.inner.note(
+            NoteLevel::Info,
+            format!(
+                "Lisp image started (generation {generation}, pid {}, {}, {} ms)",
+                pid.map_or_else(|| "?".to_string(), |p| p.to_string()),
+                if plan.core.is_some() {
+                    "from the cached core"
+                } else {
+                    "from source"
+                },
+                started.elapsed().as_millis()
+            ),
         );
         Ok(live)
     }
@@ -774,6 +855,10 @@ impl Image {
         self.spawn_monitor(&live, events);
         load_helpers_into(&live.client).await?;
         tracing::info!(%address, ?pid, "attached to Swank");
+        self.inner.note(
+            NoteLevel::Info,
+            format!("attached to the Lisp image's Swank at {address} (generation {generation})"),
+        );
         Ok(live)
     }
 
@@ -881,6 +966,32 @@ fn on_connection_end(inner: &Inner, live: &Arc<Live>, why: &str) {
         .clone()
         .unwrap_or_else(|| why.to_string());
     tracing::warn!(generation = live.generation, status = %status, mode = %live.mode, "Lisp image lost");
+    // The socket usually closes before the process is reaped: give the exit
+    // status a moment, so the note says how the image ended.
+    let (notes, dead, why) = (inner.notes.clone(), live.clone(), why.to_string());
+    tokio::spawn(async move {
+        let status = dead
+            .exit_status(Duration::from_secs(2))
+            .await
+            .unwrap_or(why);
+        let cause = dead
+            .death_cause()
+            .map(|c| format!(": {c}"))
+            .unwrap_or_default();
+        let next = if dead.mode == ImageMode::Local {
+            " and the next call starts a fresh one"
+        } else {
+            ""
+        };
+        send_note(
+            &notes,
+            NoteLevel::Error,
+            format!(
+                "Lisp image lost (generation {}, {status}{cause}); its state is gone{next}",
+                dead.generation
+            ),
+        );
+    });
     if live.mode == ImageMode::Local {
         inner
             .deaths

@@ -10,10 +10,12 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use serde_json::{json, Map, Value};
+use tokio::sync::broadcast;
 
 use super::approval;
 use super::engine::{ConnState, RequestCtx};
 use super::jsonrpc::{self, Message, RequestId};
+use crate::image::NoteLevel;
 use crate::tools::{LogLevel, ToolContext};
 
 /// Legacy protocol versions, oldest first.
@@ -407,7 +409,17 @@ pub(crate) async fn dispatch(req: RequestCtx, msg: Message) -> Result<Value, Mcp
                         "level must be one of debug, info, notice, warning, error, critical, alert, emergency",
                     )
                 })?;
-            req.conn.lifecycle.lock().unwrap().log_level = Some(level);
+            let first = req
+                .conn
+                .lifecycle
+                .lock()
+                .unwrap()
+                .log_level
+                .replace(level)
+                .is_none();
+            if first {
+                forward_image_notes(&req.conn);
+            }
             json!({})
         }
         other => {
@@ -529,9 +541,66 @@ async fn call_tool(req: &RequestCtx, params: Value) -> Result<Value, McpError> {
         ToolContext::new(req.conn.session.clone(), req.cancel.clone()).with_log_sink(log_sink(req));
     let status_ctx = ctx.clone();
     let _progress = req.start_progress(move || status_ctx.status());
+    // Stateless requests have no connection to carry notes between calls:
+    // what happens to the image during the call goes with the call's log.
+    let notes = match req.era {
+        Era::Modern { log_level: Some(_) } => req.conn.session.image_notes().map(|mut rx| {
+            let sink = log_sink(req);
+            tokio::spawn(async move {
+                loop {
+                    match rx.recv().await {
+                        Ok(n) => sink(note_level(n.level), &n.text),
+                        Err(broadcast::error::RecvError::Lagged(_)) => continue,
+                        Err(broadcast::error::RecvError::Closed) => break,
+                    }
+                }
+            })
+        }),
+        _ => None,
+    };
     tracing::debug!(tool = %name, "tool call");
     let output = tool.call(arguments, ctx).await;
+    if let Some(forwarder) = notes {
+        forwarder.abort();
+    }
     Ok(output.into_result())
+}
+
+fn note_level(level: NoteLevel) -> LogLevel {
+    match level {
+        NoteLevel::Info => LogLevel::Info,
+        NoteLevel::Warning => LogLevel::Warning,
+        NoteLevel::Error => LogLevel::Error,
+    }
+}
+
+/// From the first `logging/setLevel` on, the image's lifecycle notes
+/// (started, core built, lost and why, crash loop) go to the client as
+/// `notifications/message` at or above its level, between requests too.
+fn forward_image_notes(conn: &Arc<ConnState>) {
+    let Some(mut rx) = conn.session.image_notes() else {
+        return;
+    };
+    let weak = Arc::downgrade(conn);
+    tokio::spawn(async move {
+        loop {
+            let note = match rx.recv().await {
+                Ok(n) => n,
+                Err(broadcast::error::RecvError::Lagged(_)) => continue,
+                Err(broadcast::error::RecvError::Closed) => break,
+            };
+            let Some(conn) = weak.upgrade() else { break };
+            let level = note_level(note.level);
+            let threshold = conn.lifecycle.lock().unwrap().log_level;
+            if threshold.is_some_and(|t| level >= t) {
+                let params =
+                    json!({ "level": level.name(), "logger": "lisp-image", "data": note.text });
+                let _ = conn
+                    .notify
+                    .send(jsonrpc::notification("notifications/message", &params));
+            }
+        }
+    });
 }
 
 /// Log messages of a request reach the client when it asked for them: by

@@ -172,11 +172,9 @@ pub fn render_build_output(v: &Value) -> String {
 #[derive(Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 struct FindArgs {
-    /// The symbol: `pkg:name` (preferred), `pkg::name`, or a bare name
-    /// looked up in `package`. Any case.
+    /// `pkg:name` (preferred), `pkg::name`, or a bare name; any case.
     symbol: String,
-    /// Package for a bare name (default: the session's current package,
-    /// where `evaluate-lisp` left `*package*`).
+    /// Package for a bare name (default: the session's current package).
     package: Option<String>,
 }
 
@@ -277,10 +275,9 @@ fn package_key(package: &Option<String>, ctx: &ToolContext) -> Vec<(&'static str
 #[derive(Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 struct DescribeArgs {
-    /// The symbol: `pkg:name` (preferred), `pkg::name`, or a bare name.
+    /// `pkg:name` (preferred), `pkg::name`, or a bare name.
     symbol: String,
-    /// Package for a bare name (default: the session's current package,
-    /// where `evaluate-lisp` left `*package*`).
+    /// Package for a bare name (default: the session's current package).
     package: Option<String>,
 }
 
@@ -363,18 +360,12 @@ async fn code_describe(a: DescribeArgs, ctx: ToolContext) -> ToolOutput {
 #[derive(Deserialize, JsonSchema, Clone, Copy, Default)]
 #[serde(rename_all = "lowercase")]
 enum XrefKind {
-    /// Functions that call it.
     #[default]
     Calls,
-    /// Code that reads it (a variable).
     References,
-    /// Code that binds it (a variable).
     Binds,
-    /// Code that sets it (a variable).
     Sets,
-    /// Code that expands it (a macro).
     Macroexpands,
-    /// Methods specialized on it (a class).
     Specializes,
 }
 
@@ -394,17 +385,16 @@ impl XrefKind {
 #[derive(Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 struct RefsArgs {
-    /// The symbol: `pkg:name` (preferred), `pkg::name`, or a bare name.
+    /// `pkg:name` (preferred), `pkg::name`, or a bare name.
     symbol: String,
-    /// Package for a bare name (default: the session's current package,
-    /// where `evaluate-lisp` left `*package*`).
+    /// Package for a bare name (default: the session's current package).
     package: Option<String>,
-    /// Which relation (default calls).
+    /// `calls` (default; a function's callers), `references`/`binds`/`sets`
+    /// (a variable), `macroexpands` (a macro), `specializes` (a class).
     kind: Option<XrefKind>,
     /// Only references in files under the project root (default true).
     project_only: Option<bool>,
-    /// At most this many references are listed (default 200); `count` says
-    /// how many there are.
+    /// Most references listed (default 200); `count` has the total.
     limit: Option<u32>,
 }
 
@@ -612,10 +602,8 @@ async fn code_apropos(a: AproposArgs, ctx: ToolContext) -> ToolOutput {
 
 #[derive(Deserialize, JsonSchema, Clone, Copy)]
 enum ExpandMode {
-    /// Expand the form once (`macroexpand-1`).
     #[serde(rename = "1")]
     One,
-    /// Expand every macro in the form.
     #[serde(rename = "all")]
     All,
 }
@@ -823,9 +811,8 @@ pub fn tools() -> Vec<ToolDef> {
             "code-find",
             ToolGroup::Code,
             "Find definitions",
-            "Where a symbol is defined in the live image: every definition (function, method, \
-             variable, class, ...) with path (relative to the project root when inside it), \
-             line and column. Name the symbol as `pkg:name`.",
+            "Where a symbol is defined in the live image: each definition (function, method, \
+             variable, class, ...) with path, line and column.",
             Annotations::READ_ONLY,
             |a: FindArgs, ctx: ToolContext| async move {
                 let c = ctx.clone();

@@ -34,26 +34,20 @@ const UNWIND_GRACE: Duration = Duration::from_secs(5);
 #[derive(Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 struct EvalArgs {
-    /// The Lisp code to evaluate: one or more forms, read and evaluated one
-    /// at a time (so `(in-package :foo)` affects the forms after it).
+    /// One or more forms, read and evaluated one at a time.
     code: String,
-    /// Package to read and evaluate in (default: where the previous
-    /// evaluation left `*package*`, initially CL-USER).
+    /// Package for this call (default: where the last call left `*package*`).
     package: Option<String>,
-    /// `*print-level*` for printing the result values.
+    /// `*print-level*` for the values.
     print_level: Option<u32>,
-    /// `*print-length*` for printing the result values.
+    /// `*print-length*` for the values.
     print_length: Option<u32>,
-    /// Print result values with `*print-readably*` true.
+    /// Print the values with `*print-readably*` true.
     print_readably: Option<bool>,
-    /// Interrupt the evaluation after this many seconds (default 30). The
-    /// image and its state survive a timeout.
+    /// Interrupt after this many seconds (default 30); state survives.
     timeout_seconds: Option<f64>,
-    /// Cap on each of stdout, stderr, all printed values together, and the
-    /// warnings, in characters (default 50000, at most 1000000). Whatever
-    /// the cap, the whole reply is kept under 8 MiB of UTF-8: the parts
-    /// share that budget and are cut with a `[truncated N characters]`
-    /// marker.
+    /// Characters kept of each of stdout, stderr, values, warnings (default
+    /// 50000, at most 1000000).
     max_output_length: Option<usize>,
     /// Read the code with `*read-eval*` false (`#.` refused).
     safe_read: Option<bool>,
@@ -309,12 +303,11 @@ pub fn tools() -> Vec<ToolDef> {
         "evaluate-lisp",
         ToolGroup::Eval,
         "Evaluate Common Lisp",
-        "Evaluate Common Lisp code in the session's persistent image. Forms are read and \
-         evaluated one at a time in the current package (`*package*` persists between \
-         calls). Returns stdout, `[stderr]` and `[WARNING]` lines, then `=> value` for each \
-         value of the last form; errors come back as `[ERROR] TYPE`, the message, a \
-         backtrace of user frames and the restarts. Timeouts interrupt the evaluation and \
-         keep the image's state.",
+        "Evaluate Common Lisp code in the session's persistent image, form by form; `*package*` \
+         persists between calls. Returns output, warnings and `=> value` lines. An error returns \
+         its type, message, backtrace and restarts (listed only: the error has already unwound, \
+         so they cannot be invoked). A timeout interrupts the evaluation and keeps the image's \
+         state.",
         Annotations::MUTATING,
         |a: EvalArgs, ctx: ToolContext| async move {
             let c = ctx.clone();

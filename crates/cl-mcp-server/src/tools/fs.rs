@@ -23,16 +23,14 @@ const LIST_CAP: usize = 2000;
 #[derive(Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 struct ReadArgs {
-    /// File to read: relative to the project root, or absolute inside it (or
-    /// inside an ASDF system's source directory).
+    /// File to read (relative to the project root, or absolute).
     path: String,
     /// First line to return, 0-based (default 0).
     offset: Option<usize>,
     /// Most lines to return (default: all, up to the 2 MB cap).
     limit: Option<usize>,
-    /// Byte position inside line `offset` to start at (default 0). Only
-    /// needed for a line longer than the 2 MB cap: its first page ends with
-    /// `nextOffset` (the same line) and `nextByteOffset` to pass here.
+    /// Byte position inside line `offset` (a line over 2 MB: the page's
+    /// `nextByteOffset`).
     byte_offset: Option<usize>,
 }
 
@@ -59,8 +57,7 @@ struct ReadOutput {
 #[derive(Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 struct WriteArgs {
-    /// File to write, relative to the project root (absolute paths must be
-    /// inside it). Missing parent directories are created.
+    /// File to write (relative to the project root, or absolute inside it).
     path: String,
     /// The complete new content of the file.
     content: String,
@@ -131,8 +128,7 @@ struct ProjectInfo {
 #[derive(Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 struct SetRootArgs {
-    /// The new project root: an existing directory (absolute, or relative to
-    /// the current root).
+    /// An existing directory (absolute, or relative to the current root).
     path: String,
 }
 
@@ -150,10 +146,9 @@ pub fn tools() -> Vec<ToolDef> {
             "fs-read-file",
             ToolGroup::Fs,
             "Read a file",
-            "Reads a text file under the project root (or an ASDF system's source directory). \
-             `offset`/`limit` select lines (0-based); at most 2 MB is returned per call, and a \
-             note gives the `offset` of the next page (and, inside a line longer than 2 MB, the \
-             `byteOffset` to continue that line from). For Lisp source prefer lisp-read-file.",
+            "Reads a text file under the project root (or an ASDF system's source directory), at \
+             most 2 MB per call: `offset`/`limit` select lines and a closing note gives the next \
+             page. For Lisp source prefer lisp-read-file.",
             Annotations::READ_ONLY,
             |a: ReadArgs, ctx: ToolContext| async move { read_file(a, &ctx.session) },
         )
@@ -163,8 +158,8 @@ pub fn tools() -> Vec<ToolDef> {
             ToolGroup::Fs,
             "Write a file",
             "Writes `content` as the whole file at `path` under the project root, atomically \
-             (temp file + rename, permission mode kept); creates missing directories. To change \
-             one Lisp definition prefer lisp-edit-form.",
+             (mode kept, missing directories created). To change one Lisp definition prefer \
+             lisp-edit-form.",
             Annotations::DESTRUCTIVE,
             |a: WriteArgs, ctx: ToolContext| async move { write_file(a, &ctx.session) },
         )
@@ -183,8 +178,8 @@ pub fn tools() -> Vec<ToolDef> {
             "fs-get-project-info",
             ToolGroup::Fs,
             "Project root info",
-            "Reports the session's project root (file tools resolve relative paths against it and \
-             stay inside it), the server's working directory, and how the root was chosen.",
+            "The session's project root (file tools resolve relative paths against it and stay \
+             inside it), the server's working directory, and how the root was chosen.",
             Annotations::READ_ONLY,
             |_a: NoArgs, ctx: ToolContext| async move { project_info(&ctx.session) },
         )

@@ -108,13 +108,25 @@ impl Annotations {
         open_world: false,
     };
 
+    /// The hints that differ from the spec's defaults (`readOnlyHint`
+    /// false, `destructiveHint` true, `idempotentHint` false, `openWorldHint`
+    /// true); the other two are meaningful only when not read-only.
     fn to_json(self) -> Value {
-        json!({
-            "readOnlyHint": self.read_only,
-            "destructiveHint": self.destructive,
-            "idempotentHint": self.idempotent,
-            "openWorldHint": self.open_world,
-        })
+        let mut m = Map::new();
+        if self.read_only {
+            m.insert("readOnlyHint".into(), Value::Bool(true));
+        } else {
+            if !self.destructive {
+                m.insert("destructiveHint".into(), Value::Bool(false));
+            }
+            if self.idempotent {
+                m.insert("idempotentHint".into(), Value::Bool(true));
+            }
+        }
+        if !self.open_world {
+            m.insert("openWorldHint".into(), Value::Bool(false));
+        }
+        Value::Object(m)
     }
 }
 
@@ -164,7 +176,8 @@ impl ToolOutput {
             "content".into(),
             json!([{ "type": "text", "text": self.text }]),
         );
-        if let Some(s) = self.structured {
+        if let Some(mut s) = self.structured {
+            prune_nulls(&mut s);
             result.insert("structuredContent".into(), s);
         }
         result.insert("isError".into(), Value::Bool(self.is_error));
@@ -351,8 +364,13 @@ impl ToolDef {
 
 /// JSON Schema 2020-12 of a type as tool arguments (what deserialising
 /// accepts), inlined (no `$ref`s) so every client reads it.
+/// An optional argument is listed with its plain type (a client may still
+/// send `null` for it); no `$schema`, since MCP's default dialect is 2020-12
+/// and a draft-07 validator reads these keywords the same way.
 pub fn schema_of<T: JsonSchema>() -> Value {
-    generate_schema::<T>(schemars::generate::SchemaSettings::draft2020_12())
+    let mut v = generate_schema::<T>(schemars::generate::SchemaSettings::draft2020_12());
+    drop_null_from_optional(&mut v);
+    v
 }
 
 /// JSON Schema 2020-12 of a type as a result (what serialising produces):
@@ -360,11 +378,89 @@ pub fn schema_of<T: JsonSchema>() -> Value {
 /// so the schema cannot promise a field a result leaves out. A field that
 /// is never written as `null` (optional and skipped when absent) gets its
 /// plain type, not `["T", "null"]`, which some clients warn about.
+///
+/// Results never carry `null` members (see [`prune_nulls`]), so a field
+/// written as `null` when unknown is not required either and has its plain
+/// type. Descriptions and bounds are left out: the schema is for clients to
+/// validate against, the tool's description and input schema tell the model
+/// what the fields mean, and `tools/list` stays small.
 pub fn output_schema_of<T: JsonSchema>() -> Value {
     let mut v =
         generate_schema::<T>(schemars::generate::SchemaSettings::draft2020_12().for_serialize());
+    unrequire_nullable(&mut v);
     drop_null_from_optional(&mut v);
+    strip_keys(&mut v, &["description", "minimum", "maximum"]);
     v
+}
+
+/// Removes every `null` member of every object in a result, recursively
+/// (array elements stay): an unknown field is left out rather than `null`.
+pub fn prune_nulls(v: &mut Value) {
+    match v {
+        Value::Object(m) => {
+            m.retain(|_, x| !x.is_null());
+            m.values_mut().for_each(prune_nulls);
+        }
+        Value::Array(a) => a.iter_mut().for_each(prune_nulls),
+        _ => {}
+    }
+}
+
+/// In every object schema, a property whose type admits `null` is taken
+/// out of `required` (results drop `null` members).
+fn unrequire_nullable(v: &mut Value) {
+    match v {
+        Value::Object(m) => {
+            let nullable: Vec<String> = match m.get("properties") {
+                Some(Value::Object(props)) => props
+                    .iter()
+                    .filter(|(_, p)| admits_null(p))
+                    .map(|(k, _)| k.clone())
+                    .collect(),
+                _ => Vec::new(),
+            };
+            if let Some(Value::Array(req)) = m.get_mut("required") {
+                req.retain(|r| !r.as_str().is_some_and(|r| nullable.iter().any(|n| n == r)));
+                if req.is_empty() {
+                    m.remove("required");
+                }
+            }
+            m.values_mut().for_each(unrequire_nullable);
+        }
+        Value::Array(a) => a.iter_mut().for_each(unrequire_nullable),
+        _ => {}
+    }
+}
+
+fn admits_null(p: &Value) -> bool {
+    p.get("type") == Some(&json!("null"))
+        || p["type"]
+            .as_array()
+            .is_some_and(|t| t.contains(&json!("null")))
+        || p["anyOf"]
+            .as_array()
+            .is_some_and(|a| a.iter().any(admits_null))
+}
+
+/// Removes the given keywords everywhere in a schema, except where they
+/// name a property.
+fn strip_keys(v: &mut Value, keys: &[&str]) {
+    match v {
+        Value::Object(m) => {
+            for (k, x) in m.iter_mut() {
+                if k == "properties" {
+                    if let Value::Object(props) = x {
+                        props.values_mut().for_each(|p| strip_keys(p, keys));
+                    }
+                } else {
+                    strip_keys(x, keys);
+                }
+            }
+            m.retain(|k, _| !keys.contains(&k.as_str()));
+        }
+        Value::Array(a) => a.iter_mut().for_each(|x| strip_keys(x, keys)),
+        _ => {}
+    }
 }
 
 fn generate_schema<T: JsonSchema>(settings: schemars::generate::SchemaSettings) -> Value {
@@ -374,6 +470,7 @@ fn generate_schema<T: JsonSchema>(settings: schemars::generate::SchemaSettings) 
     let schema = generator.into_root_schema_for::<T>();
     let mut v = serde_json::to_value(schema).unwrap_or_else(|_| json!({"type": "object"}));
     strip_nonstandard_formats(&mut v);
+    fold_string_choices(&mut v);
     if let Value::Object(m) = &mut v {
         // An argument-less tool still needs an object schema; the Rust type
         // name is no title for a user.
@@ -381,6 +478,7 @@ fn generate_schema<T: JsonSchema>(settings: schemars::generate::SchemaSettings) 
             m.insert("type".into(), json!("object"));
         }
         m.remove("title");
+        m.remove("$schema");
     }
     v
 }
@@ -426,6 +524,35 @@ fn drop_null_from_optional(v: &mut Value) {
             m.values_mut().for_each(drop_null_from_optional);
         }
         Value::Array(a) => a.iter_mut().for_each(drop_null_from_optional),
+        _ => {}
+    }
+}
+
+/// A `oneOf` of string constants (a unit enum with documented variants)
+/// becomes a plain `enum`: the same values in a fraction of the bytes. The
+/// field's own description names what the values mean.
+fn fold_string_choices(v: &mut Value) {
+    match v {
+        Value::Object(m) => {
+            let consts: Option<Vec<Value>> =
+                m.get("oneOf").and_then(Value::as_array).and_then(|alts| {
+                    alts.iter()
+                        .map(|a| match (a.get("const"), a.get("type")) {
+                            (Some(c @ Value::String(_)), Some(t)) if t == "string" => {
+                                Some(c.clone())
+                            }
+                            _ => None,
+                        })
+                        .collect()
+                });
+            if let Some(values) = consts {
+                m.remove("oneOf");
+                m.insert("type".into(), json!("string"));
+                m.insert("enum".into(), Value::Array(values));
+            }
+            m.values_mut().for_each(fold_string_choices);
+        }
+        Value::Array(a) => a.iter_mut().for_each(fold_string_choices),
         _ => {}
     }
 }
@@ -645,12 +772,9 @@ mod tests {
             .map(|v| v.as_str().unwrap())
             .collect();
         required.sort();
-        assert_eq!(required, ["always", "maybeNull"], "{s}");
-        // Written as null when absent: nullable. Skipped when absent: plain.
-        assert_eq!(
-            s["properties"]["maybeNull"]["type"],
-            json!(["string", "null"])
-        );
+        assert_eq!(required, ["always"], "{s}");
+        // Results drop nulls: a nullable field is optional with its plain type.
+        assert_eq!(s["properties"]["maybeNull"]["type"], json!("string"));
         assert_eq!(s["properties"]["whenKnown"]["type"], json!("integer"));
         assert_eq!(s["properties"]["interrupted"]["type"], json!("boolean"));
     }
@@ -700,7 +824,7 @@ mod tests {
     fn schema_is_2020_12_object() {
         let s = schema_of::<Args>();
         assert_eq!(s["type"], "object");
-        assert!(s["$schema"].as_str().unwrap().contains("2020-12"));
+        assert!(s.get("$schema").is_none(), "MCP's default dialect: {s}");
         assert!(s["properties"]["timeoutSeconds"].is_object());
     }
 }

@@ -12,7 +12,7 @@ use crate::tools::{tool, Annotations, ToolContext, ToolDef, ToolGroup, ToolOutpu
 #[derive(Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 struct CheckArgs {
-    /// File to check (relative to the project root). Give `path` or `code`.
+    /// File to check (relative to the project root), or give `code`.
     path: Option<String>,
     /// Lisp text to check. Give `path` or `code`.
     code: Option<String>,
@@ -54,11 +54,10 @@ pub fn tool_def() -> ToolDef {
         "lisp-check-parens",
         ToolGroup::Source,
         "Check Lisp delimiters",
-        "Checks that parentheses, strings, `#| |#` comments and `|escaped|` symbols are balanced \
-         in a file (`path`, optionally a line window `offset`/`limit`) or in `code`. Reports the \
-         first problem: `kind` (extra-close, mismatch, unclosed, too-large), `expected`, `found`, \
-         `position` {offset, line, column}, and a hint where a `)` is probably missing. Strings, \
-         `;` comments, `#\\(`, `|a)b|` and escapes never cause false alarms.",
+        "Finds the first unbalanced delimiter in a file (`path`, optionally lines \
+         `offset`/`limit`) or in `code`: `kind` (extra-close, unclosed, too-large), `expected`, \
+         `found`, `position`, and a hint where a `)` is probably missing. Strings, comments, \
+         `#\\(` and `|a)b|` never cause false alarms.",
         Annotations::READ_ONLY,
         |a: CheckArgs, ctx: ToolContext| async move {
             let (text, base_line, base_offset, label) = match (&a.path, &a.code) {

@@ -52,20 +52,18 @@ impl Operation {
 struct EditArgs {
     /// File to edit (relative to the project root).
     path: String,
-    /// Definition type of the target form: `defun`, `defmethod`, `defclass`, ...
+    /// `defun`, `defmethod`, `defclass`, ...
     form_type: String,
-    /// Name of the target. For methods add qualifiers and specializers:
-    /// `print-object (point t)`, `initialize-instance :after (widget)`;
-    /// setf functions as `(setf foo)`.
+    /// Name; methods with qualifiers and specializers
+    /// (`initialize-instance :after (widget)`), setf functions as `(setf foo)`.
     form_name: String,
-    /// `replace`, `insert_before`, `insert_after` or `delete`.
+    /// What to do with the form (`content` goes before/after it for the inserts).
     operation: Operation,
     /// The new form(s), complete and balanced (not needed for `delete`).
     content: Option<String>,
     /// Show the diff without writing (default false).
     dry_run: Option<bool>,
-    /// Line where the target form starts, to choose among forms with the
-    /// same name (e.g. under different reader conditionals).
+    /// Line where the target starts, to choose among same-named forms.
     line: Option<usize>,
 }
 
@@ -93,16 +91,11 @@ pub fn tool_def() -> ToolDef {
         ToolGroup::Source,
         "Edit a Lisp definition",
         "Replaces, deletes, or inserts before/after one top-level definition found by `formType` \
-         and `formName` (methods: `print-object :around (point t)`; setf functions: `(setf foo)`; \
-         forms inside eval-when/progn count). Everything else in the file stays byte-identical. \
-         `content` must be complete forms; if the file would not read afterwards, or any other \
-         top-level form would change, nothing is written. A form that is not closed is not \
-         edited (fix it first; lisp-check-parens shows where). The comment lines directly above \
-         a form (not `;;;;` headings) and a trailing `;` comment go with it on delete, and \
-         insert_before/insert_after go outside them. A target under a reader conditional \
-         (`#+sbcl (defun ...)`) keeps its guard on replace, unless `content` starts with its own \
-         `#+`/`#-` guard, which then replaces the old one. Returns a unified diff; `dryRun: \
-         true` only shows it. Writes are atomic.",
+         and `formName` (forms inside eval-when/progn count). The rest of the file stays \
+         byte-identical; nothing is written if the file would not read afterwards, another form \
+         would change, or the target is not closed. Comment lines directly above a form go with \
+         it; a `#+`/`#-` guard is kept on replace unless `content` brings its own. Returns a \
+         unified diff (`dryRun` only shows it).",
         Annotations::DESTRUCTIVE,
         |a: EditArgs, ctx: ToolContext| async move { edit(a, &ctx) },
     )

@@ -28,13 +28,11 @@ const MAX_FILE_BYTES: u64 = 8 * READ_CAP_BYTES as u64;
 #[derive(Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 struct SearchArgs {
-    /// Regular expression (Rust regex syntax; `(?i)` for case-insensitive),
-    /// matched against each line.
+    /// Regex (Rust syntax; `(?i)` for any case), matched per line.
     pattern: String,
     /// File or directory to search (default: the project root).
     path: Option<String>,
-    /// Keep only hits inside top-level forms of these types, e.g.
-    /// `["defun", "defmethod"]`.
+    /// Only hits inside these form types, e.g. `["defun"]`.
     form_types: Option<Vec<String>>,
     /// Most hits returned (default 200).
     limit: Option<usize>,
@@ -117,10 +115,9 @@ pub fn search_tool_def() -> ToolDef {
         "clgrep-search",
         ToolGroup::Source,
         "Search Lisp code",
-        "Searches Lisp files (.lisp .lsp .cl .asd .ros; .gitignore respected) under `path` \
-         (default: the project root) for a regex, line by line. Each hit gives path, line, the \
-         line's text and the enclosing top-level form's type and name (e.g. defun foo), so you \
-         can read or edit that form next. `formTypes` keeps hits inside those form types only.",
+        "Searches Lisp files under `path` (default: the project root; .gitignore respected) for a \
+         regex, line by line. Each hit gives path, line, text and the enclosing top-level form's \
+         type and name (e.g. defun foo), to read or edit next.",
         Annotations::READ_ONLY,
         |a: SearchArgs, ctx: ToolContext| async move {
             tokio::task::spawn_blocking(move || run_search(a, &ctx))
@@ -137,11 +134,9 @@ pub fn signatures_tool_def() -> ToolDef {
         "clgrep-signatures",
         ToolGroup::Source,
         "List Lisp definitions",
-        "Lists every top-level definition (defun, defmacro, defgeneric, defmethod with qualifiers \
-         and specializers, defclass, defstruct, defvar, defparameter, defconstant, deftype, \
-         define-condition, defpackage, (setf foo) functions and any other def... form, including \
-         those inside eval-when/progn) in a Lisp file or a directory tree, with line and \
-         signature.",
+        "Lists the top-level definitions (every def... form; methods with qualifiers and \
+         specializers; `(setf foo)`; forms inside eval-when/progn) in a Lisp file or directory \
+         tree, with line and signature.",
         Annotations::READ_ONLY,
         |a: SignaturesArgs, ctx: ToolContext| async move {
             tokio::task::spawn_blocking(move || run_signatures(a, &ctx))

@@ -29,19 +29,16 @@ const MAX_SHOWN_LINE: usize = 200;
 struct ReadArgs {
     /// File to read (relative to the project root).
     path: String,
-    /// Collapse top-level forms to their signatures (default true; Lisp
-    /// files only).
+    /// Collapse forms to signatures (default true; Lisp files).
     collapsed: Option<bool>,
-    /// Regex on definition names (case-insensitive): matching definitions
-    /// are shown whole.
+    /// Regex (any case) on definition names: matches shown whole.
     name_pattern: Option<String>,
-    /// Regex on form text: matching forms are shown whole. For non-Lisp
-    /// files: show matching lines with 5 lines of context.
+    /// Regex on form text: matches shown whole (other files: lines with
+    /// 5 lines of context).
     content_pattern: Option<String>,
     /// First line to show, 0-based (default 0).
     offset: Option<usize>,
-    /// Most lines to show (default 2000): source lines in the raw view,
-    /// output lines in the collapsed view.
+    /// Most lines to show (default 2000).
     limit: Option<usize>,
 }
 
@@ -81,14 +78,11 @@ pub fn tool_def() -> ToolDef {
         "lisp-read-file",
         ToolGroup::Source,
         "Read a Lisp file (collapsed)",
-        "Reads a file with Lisp awareness. For Lisp source (.lisp .lsp .cl .asd .ros), by default \
-         shows each top-level form collapsed to its signature, e.g. `(defun name (args) ...)`, \
-         with line numbers; `in-package`/`defpackage` whole; comments brief. `namePattern` \
-         (regex, case-insensitive) expands definitions whose name matches; `contentPattern` \
-         expands forms whose text matches. `collapsed: false` shows the lines as they are. \
-         `offset`/`limit` (lines, default 0/2000) page through long files (the note at the end \
-         gives the next `offset`). Non-Lisp files: line view; \
-         with `contentPattern`, matching lines with context.",
+        "Reads a file with Lisp awareness: Lisp source is shown with each top-level form \
+         collapsed to its signature (`(defun name (args) ...)`) and line numbers; \
+         `namePattern`/`contentPattern` expand the definitions whose name/text matches, \
+         `collapsed: false` shows raw lines. `offset`/`limit` page (the closing note gives the \
+         next `offset`). Other files: lines, or the lines matching `contentPattern` with context.",
         Annotations::READ_ONLY,
         |a: ReadArgs, ctx: ToolContext| async move {
             let (r, text) = match load_source(&ctx.session, &a.path) {
