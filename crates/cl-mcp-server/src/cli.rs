@@ -88,6 +88,16 @@ pub struct ServerOptions {
         value_delimiter = ','
     )]
     pub require_approval: Vec<String>,
+    /// What approval does when the client cannot ask its user (no elicitation):
+    /// `refuse` (default) or `token` (the call returns a single-use token to
+    /// repeat it with; a guard against accidents, not against a determined model).
+    #[arg(long, env = "CL_MCP_APPROVAL_FALLBACK", global = true, default_value = "refuse",
+          value_parser = ["refuse", "token"])]
+    pub approval_fallback: String,
+    /// Let fs-set-project-root move to any directory (default: only inside the
+    /// root the server started with and the roots the client declares).
+    #[arg(long, env = "CL_MCP_ALLOW_ANY_ROOT", global = true)]
+    pub allow_any_root: bool,
     /// The Lisp to run (default: `sbcl` on PATH).
     #[arg(long, env = "CL_MCP_LISP", global = true, value_name = "PATH")]
     pub lisp: Option<PathBuf>,
@@ -197,6 +207,8 @@ impl ServerOptions {
         config.image = image;
         config.shared_image = self.shared_image;
         config.eager_image = !self.lazy_image;
+        config.approval_token_fallback = self.approval_fallback == "token";
+        config.allow_any_root = self.allow_any_root;
         config.require_approval = self
             .require_approval
             .iter()

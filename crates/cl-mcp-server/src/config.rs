@@ -15,6 +15,12 @@ pub struct ServerConfig {
     pub max_message_bytes: usize,
     /// `--require-approval`: tools that ask the user before running.
     pub require_approval: Vec<String>,
+    /// `--approval-fallback token`: without elicitation, hand out
+    /// single-use approval tokens instead of refusing.
+    pub approval_token_fallback: bool,
+    /// `--allow-any-root`: `fs-set-project-root` may leave the start root
+    /// and the client's roots.
+    pub allow_any_root: bool,
     /// `--shared-image`: every session uses one image.
     pub shared_image: bool,
     /// Start a session's image as soon as the session starts (not at the
@@ -31,6 +37,8 @@ impl Default for ServerConfig {
             tool_groups: ToolGroup::ALL.to_vec(),
             max_message_bytes: 16 * 1024 * 1024,
             require_approval: Vec::new(),
+            approval_token_fallback: false,
+            allow_any_root: false,
             shared_image: false,
             eager_image: true,
             image: crate::image::ImageConfig::from_env(),

@@ -13,6 +13,9 @@ pub struct Session {
     pub config: Arc<ServerConfig>,
     root: RwLock<PathBuf>,
     root_fixed: bool,
+    /// Where `fs-set-project-root` may go: under the root the session
+    /// started with and under every root the client declared.
+    allowed_roots: RwLock<Vec<PathBuf>>,
     image: ImageSlot,
     /// Source directories of the image's ASDF systems: file tools may read
     /// there too. Refreshed from the image (see `tools::image`).
@@ -91,6 +94,7 @@ impl Session {
         };
         Arc::new(Session {
             config,
+            allowed_roots: RwLock::new(vec![root.clone()]),
             root: RwLock::new(root),
             root_fixed: explicit,
             image,
@@ -175,14 +179,32 @@ impl Session {
 
     /// Adopts the root a client announces (`initialize`'s `rootUri`/`rootPath`,
     /// roots), unless the user fixed one on the command line.
+    /// A root the client declares always widens where `fs-set-project-root`
+    /// may go.
     pub fn adopt_client_root(&self, root: &Path) {
-        if self.root_fixed {
+        let Ok(canon) = root.canonicalize() else {
+            return;
+        };
+        if !canon.is_dir() {
             return;
         }
-        if let Ok(canon) = root.canonicalize() {
-            if canon.is_dir() {
-                self.set_project_root(&canon);
-            }
+        self.allow_root(&canon);
+        if !self.root_fixed {
+            self.set_project_root(&canon);
         }
+    }
+
+    /// Records a root the client declared (without adopting it).
+    pub fn allow_root(&self, canon: &Path) {
+        let mut allowed = self.allowed_roots.write().unwrap();
+        if !allowed.iter().any(|a| a == canon) {
+            allowed.push(canon.to_path_buf());
+        }
+    }
+
+    /// The directories `fs-set-project-root` may move under (unless the
+    /// server runs with `--allow-any-root`).
+    pub fn allowed_roots(&self) -> Vec<PathBuf> {
+        self.allowed_roots.read().unwrap().clone()
     }
 }

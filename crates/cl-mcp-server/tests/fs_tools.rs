@@ -173,10 +173,43 @@ fn symlinks_inside_the_root_are_fine() {
 }
 
 #[test]
+fn project_root_stays_inside_the_start_root_unless_allowed() {
+    let (_d, root) = project();
+    let (_o, other) = project();
+    std::fs::create_dir(root.join("sub")).unwrap();
+    let mut s = Server::start(&root);
+    // The attack: move the root to / and read a system file.
+    for outside in [
+        "/".to_string(),
+        "/etc".to_string(),
+        other.display().to_string(),
+        "..".into(),
+    ] {
+        let e = s.err("fs-set-project-root", json!({"path": outside}));
+        assert!(
+            e.text.contains("outside the roots this session may use")
+                && e.text.contains("--allow-any-root"),
+            "{outside}: {}",
+            e.text
+        );
+    }
+    let e = s.err("fs-read-file", json!({"path": "/etc/passwd"}));
+    assert!(!e.text.contains("root:"), "{}", e.text);
+    let i = s.ok("fs-get-project-info", json!({}));
+    assert_eq!(i.structured["projectRoot"], root.display().to_string());
+    // Inside the start root is fine, and back up to it again.
+    s.ok("fs-set-project-root", json!({"path": "sub"}));
+    s.ok(
+        "fs-set-project-root",
+        json!({"path": root.display().to_string()}),
+    );
+}
+
+#[test]
 fn project_root_info_and_change() {
     let (_d, root) = project();
     let (_o, other) = project();
-    let mut s = Server::start(&root);
+    let mut s = Server::start_with(&root, &["--allow-any-root"]);
     let i = s.ok("fs-get-project-info", json!({}));
     assert_eq!(i.structured["projectRoot"], root.display().to_string());
     assert_eq!(i.structured["projectRootSource"], "command-line");

@@ -39,7 +39,7 @@ fn project_systems_load_by_name_across_restarts_and_root_moves() {
     write_system(&other, "otherproj", ":other");
 
     let project_s = project.to_string_lossy().into_owned();
-    let mut s = lisp_server(&["--project-root", &project_s]);
+    let mut s = lisp_server(&["--project-root", &project_s, "--allow-any-root"]);
 
     // The first call already finds the project's system.
     let r = call(

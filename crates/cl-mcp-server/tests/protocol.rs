@@ -693,8 +693,42 @@ fn prompts_and_completion() {
 }
 
 #[test]
-fn approval_tokens_when_the_client_cannot_elicit() {
+fn approval_is_refused_when_the_client_cannot_elicit() {
     let mut s = Server::initialized(&["--require-approval", "test-sleep"]);
+    let r = s.request(json!({"jsonrpc":"2.0","id":1,"method":"tools/list"}));
+    let sleep = r["result"]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == "test-sleep")
+        .unwrap()
+        .clone();
+    assert!(sleep["inputSchema"]["properties"]
+        .get("approvalToken")
+        .is_none());
+    let r = s.call_tool(2, "test-sleep", json!({"seconds":0}));
+    assert!(tool_is_error(&r));
+    let t = tool_text(&r);
+    assert!(
+        t.starts_with("[APPROVAL REQUIRED]")
+            && t.contains("cannot ask its user")
+            && t.contains("--approval-fallback token")
+            && !t.contains("approvalToken"),
+        "{t}"
+    );
+    // No token the model could replay: a made-up one runs nothing either.
+    let r = s.call_tool(3, "test-sleep", json!({"seconds":0,"approvalToken":"x"}));
+    assert!(tool_is_error(&r), "{r}");
+}
+
+#[test]
+fn approval_tokens_when_the_client_cannot_elicit_and_the_user_chose_them() {
+    let mut s = Server::initialized(&[
+        "--require-approval",
+        "test-sleep",
+        "--approval-fallback",
+        "token",
+    ]);
     let r = s.request(json!({"jsonrpc":"2.0","id":1,"method":"tools/list"}));
     let sleep = r["result"]["tools"]
         .as_array()

@@ -1,7 +1,9 @@
 //! The approval policy (`--require-approval TOOL,...`): listed tools ask the
 //! user before they run — through MCP elicitation when the client supports
-//! it, else by answering `approval_required` with a single-use token that a
-//! repeated call passes as `approvalToken` once the user agreed.
+//! it. Without elicitation the call is refused, unless the server runs with
+//! `--approval-fallback token`: then the answer carries a single-use token
+//! that a repeated call passes as `approvalToken` once the user agreed (a
+//! guard against accidental calls, not against a model that replays it).
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -105,8 +107,23 @@ pub(crate) async fn check(
                     )))
                 };
             }
-            Err(e) => tracing::info!(error = %e, "elicitation failed; falling back to a token"),
+            Err(e) => tracing::info!(error = %e, "elicitation failed"),
         }
+    }
+    if !conn.engine.config.approval_token_fallback {
+        // Without a way to ask the user, a token would be an approval the
+        // model grants itself: refuse unless the user chose that fallback.
+        let why = if can_elicit {
+            "the client did not answer the approval question"
+        } else {
+            "this client cannot ask its user (it does not support MCP form elicitation)"
+        };
+        return Verdict::Answer(ToolOutput::error(format!(
+            "[APPROVAL REQUIRED] The tool '{tool}' needs the user's approval before it runs \
+             (--require-approval), but {why}, so the call is refused. Tell the user what you \
+             wanted to run:\n{shown_args}\nThey can do it themselves, use a client with \
+             elicitation, or start the server with --approval-fallback token."
+        )));
     }
     let token = super::random_token();
     conn.approvals

@@ -3,6 +3,7 @@
 
 use std::collections::HashMap;
 use std::panic::AssertUnwindSafe;
+use std::path::PathBuf;
 
 use futures::FutureExt;
 use std::sync::{Arc, Mutex};
@@ -42,7 +43,13 @@ pub struct Engine {
 impl Engine {
     pub fn new(config: ServerConfig) -> Arc<Engine> {
         let tools = Arc::new(ToolRegistry::standard(&config.tool_groups));
-        let tools_list = mcp::describe_tools(&tools, &config.require_approval);
+        // `approvalToken` is an argument only where tokens are handed out.
+        let token_tools: &[String] = if config.approval_token_fallback {
+            &config.require_approval
+        } else {
+            &[]
+        };
+        let tools_list = mcp::describe_tools(&tools, token_tools);
         Arc::new(Engine {
             tools_list,
             config: Arc::new(config),
@@ -194,18 +201,27 @@ impl ConnState {
             .await;
         match result {
             Ok(result) => {
-                let first = result
+                let paths: Vec<PathBuf> = result
                     .get("roots")
                     .and_then(Value::as_array)
-                    .and_then(|roots| {
+                    .map(|roots| {
                         roots
                             .iter()
                             .filter_map(|r| r.get("uri").and_then(Value::as_str))
-                            .find_map(super::mcp::file_uri_path)
-                    });
-                if let Some(path) = first {
+                            .filter_map(super::mcp::file_uri_path)
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                // Every declared root bounds where the project root may go;
+                // the first becomes the project root.
+                for p in paths.iter().skip(1) {
+                    if let Ok(canon) = p.canonicalize() {
+                        self.session.allow_root(&canon);
+                    }
+                }
+                if let Some(path) = paths.first() {
                     tracing::info!(root = %path.display(), "project root from the client's roots");
-                    self.session.adopt_client_root(&path);
+                    self.session.adopt_client_root(path);
                 }
             }
             Err(e) => tracing::info!(error = %e, "no roots from the client"),

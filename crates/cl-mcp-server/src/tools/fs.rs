@@ -188,9 +188,9 @@ pub fn tools() -> Vec<ToolDef> {
             "fs-set-project-root",
             ToolGroup::Fs,
             "Set the project root",
-            "Sets this session's project root to an existing directory (absolute, or relative to \
-             the current root). Call it first with your workspace's absolute path when the root \
-             reported by fs-get-project-info is not your project.",
+            "Sets this session's project root to an existing directory inside the root the server \
+             started with or a root the client declared (anywhere only with --allow-any-root). \
+             Use it when fs-get-project-info shows a root that is not your project.",
             Annotations::MUTATING,
             |a: SetRootArgs, ctx: ToolContext| async move { set_project_root(a, &ctx.session) },
         )
@@ -597,6 +597,19 @@ fn set_project_root(a: SetRootArgs, session: &Session) -> ToolOutput {
         return ToolOutput::error(format!(
             "Cannot use '{}' as the project root: it is not a directory.",
             a.path
+        ));
+    }
+    let allowed = session.allowed_roots();
+    if !session.config.allow_any_root && !allowed.iter().any(|r| canon.starts_with(r)) {
+        let list: Vec<String> = allowed.iter().map(|r| r.display().to_string()).collect();
+        return ToolOutput::error(format!(
+            "Cannot move the project root to {}: it is outside the roots this session may use \
+             ({}: the root the server started with and the client's roots). Start the server \
+             with a --project-root that contains it, declare it as a client root, or start it \
+             with --allow-any-root. The root stays {}.",
+            canon.display(),
+            list.join(", "),
+            previous.display()
         ));
     }
     session.set_project_root(&canon);

@@ -31,9 +31,16 @@ pub struct CallResult {
 impl Server {
     /// Starts the server with `root` as its project root and initializes.
     pub fn start(root: &Path) -> Server {
+        Server::start_with(root, &[])
+    }
+
+    /// Like [`Server::start`], with more command-line arguments.
+    pub fn start_with(root: &Path, extra: &[&str]) -> Server {
         let root = root.to_str().expect("UTF-8 temp path");
+        let mut args = vec!["--project-root", root, "--log-level", "error"];
+        args.extend_from_slice(extra);
         let mut s = Server {
-            inner: common::Server::start(&["--project-root", root, "--log-level", "error"]),
+            inner: common::Server::start(&args),
             next_id: 1,
         };
         let r = s.request(
