@@ -24,6 +24,8 @@ pub struct Session {
     pub id: u64,
     /// Evaluation bookkeeping.
     pub eval: EvalState,
+    /// MCP tasks (tool calls run in the background, polled for results).
+    pub tasks: crate::protocol::tasks::TaskStore,
 }
 
 /// Where a session's image lives: its own, or the one all sessions share
@@ -107,6 +109,7 @@ impl Session {
                 notice: Default::default(),
                 project_registered: Default::default(),
             },
+            tasks: Default::default(),
         })
     }
 

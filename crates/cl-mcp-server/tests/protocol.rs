@@ -1028,3 +1028,88 @@ fn removed_methods_bad_cursors_and_unknown_resources() {
         assert_eq!(data["uri"], uri, "{r}");
     }
 }
+
+#[test]
+fn tool_calls_run_as_tasks() {
+    let mut s = Server::start(&[]);
+    let init = s.request(json!({"jsonrpc":"2.0","id":0,"method":"initialize","params":{
+        "protocolVersion":"2025-11-25","capabilities":{}}}));
+    assert_eq!(
+        init["result"]["capabilities"]["tasks"]["requests"]["tools"]["call"],
+        json!({}),
+        "{init}"
+    );
+    s.send(&json!({"jsonrpc":"2.0","method":"notifications/initialized"}));
+    let list = s.request(json!({"jsonrpc":"2.0","id":1,"method":"tools/list"}));
+    let tools = list["result"]["tools"].as_array().unwrap();
+    let support = |n: &str| {
+        tools.iter().find(|t| t["name"] == n).unwrap()["execution"]["taskSupport"].clone()
+    };
+    assert_eq!(support("evaluate-lisp"), "optional");
+    assert_eq!(support("asdf-test-system"), "optional");
+    assert!(support("fs-read-file").is_null());
+
+    // Created at once, working, then completed with the tool's own result.
+    let r = s.request(json!({"jsonrpc":"2.0","id":2,"method":"tools/call","params":{
+        "name":"test-sleep","arguments":{"seconds":0.5},"task":{"ttl":60000}}}));
+    let task = &r["result"]["task"];
+    assert_eq!(task["status"], "working", "{r}");
+    assert_eq!(task["ttl"], 60000);
+    assert!(task["createdAt"].as_str().unwrap().ends_with('Z'), "{task}");
+    assert!(r["result"]["_meta"]["io.modelcontextprotocol/model-immediate-response"].is_string());
+    let id = task["taskId"].as_str().unwrap().to_string();
+    let g = s.request(json!({"jsonrpc":"2.0","id":3,"method":"tasks/get","params":{"taskId":id}}));
+    assert_eq!(g["result"]["status"], "working", "{g}");
+    // tasks/result blocks until the end; a status notification may come first.
+    s.send(&json!({"jsonrpc":"2.0","id":4,"method":"tasks/result","params":{"taskId":id}}));
+    let seen = s.collect_until(Duration::from_secs(10), |m| m["id"] == 4);
+    let res = seen.last().unwrap();
+    assert_eq!(res["result"]["content"][0]["text"], "slept 0.5s", "{res}");
+    assert_eq!(
+        res["result"]["_meta"]["io.modelcontextprotocol/related-task"]["taskId"],
+        id.as_str()
+    );
+    assert!(
+        seen.iter().any(|m| m["method"] == "notifications/tasks/status"
+            && m["params"]["taskId"] == id.as_str()
+            && m["params"]["status"] == "completed"),
+        "{seen:?}"
+    );
+    let g = s.request(json!({"jsonrpc":"2.0","id":5,"method":"tasks/get","params":{"taskId":id}}));
+    assert_eq!(g["result"]["status"], "completed");
+
+    // Cancel: the work stops, the task is cancelled, a second cancel is refused.
+    let r = s.request(json!({"jsonrpc":"2.0","id":6,"method":"tools/call","params":{
+        "name":"test-sleep","arguments":{"seconds":30},"task":{}}}));
+    let long = r["result"]["task"]["taskId"].as_str().unwrap().to_string();
+    let c = s.request(json!({"jsonrpc":"2.0","id":7,"method":"tasks/cancel","params":{"taskId":long}}));
+    assert_eq!(c["result"]["status"], "cancelled", "{c}");
+    let t0 = Instant::now();
+    let res = s.request(json!({"jsonrpc":"2.0","id":8,"method":"tasks/result","params":{"taskId":long}}));
+    assert!(t0.elapsed() < Duration::from_secs(5), "the work stopped");
+    assert!(res["result"]["isError"] == true, "{res}");
+    let c = s.request(json!({"jsonrpc":"2.0","id":9,"method":"tasks/cancel","params":{"taskId":long}}));
+    assert_eq!(c["error"]["code"], -32602, "{c}");
+
+    // Listing shows both; unknown ids and cursors are -32602.
+    let l = s.request(json!({"jsonrpc":"2.0","id":10,"method":"tasks/list"}));
+    let ids: Vec<&str> = l["result"]["tasks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["taskId"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, [id.as_str(), long.as_str()]);
+    for (n, m, p) in [
+        (11, "tasks/get", json!({"taskId":"nope"})),
+        (12, "tasks/result", json!({"taskId":"nope"})),
+        (13, "tasks/list", json!({"cursor":"nope"})),
+    ] {
+        let e = s.request(json!({"jsonrpc":"2.0","id":n,"method":m,"params":p}));
+        assert_eq!(e["error"]["code"], -32602, "{m}: {e}");
+    }
+    // A tool that cannot run as a task says so.
+    let e = s.request(json!({"jsonrpc":"2.0","id":14,"method":"tools/call","params":{
+        "name":"fs-get-project-info","arguments":{},"task":{}}}));
+    assert_eq!(e["error"]["code"], -32601, "{e}");
+}

@@ -236,6 +236,7 @@ fn capabilities() -> Value {
         "resources": { "listChanged": false, "subscribe": false },
         "completions": {},
         "logging": {},
+        "tasks": { "list": {}, "cancel": {}, "requests": { "tools": { "call": {} } } },
     })
 }
 
@@ -336,6 +337,52 @@ pub(crate) async fn dispatch(req: RequestCtx, msg: Message) -> Result<Value, Mcp
             r
         }
         "tools/call" => call_tool(&req, params).await?,
+        "tasks/get" => task_of(&req, &params)?.to_json(),
+        "tasks/result" => {
+            let task = task_of(&req, &params)?;
+            match task.outcome().await {
+                Ok(mut r) => {
+                    r["_meta"][RELATED_TASK] = json!({ "taskId": task.id });
+                    r
+                }
+                Err((code, message, data)) => {
+                    return Err(McpError {
+                        code,
+                        message,
+                        data,
+                    })
+                }
+            }
+        }
+        "tasks/list" => {
+            let cursor = match params.get("cursor") {
+                None | Some(Value::Null) => None,
+                Some(Value::String(c)) => Some(c.as_str()),
+                Some(_) => return Err(McpError::invalid_params("cursor must be a string")),
+            };
+            let (tasks, next) = req
+                .conn
+                .session
+                .tasks
+                .list(cursor)
+                .map_err(McpError::invalid_params)?;
+            let mut r = json!({ "tasks": tasks });
+            if let Some(n) = next {
+                r["nextCursor"] = Value::String(n);
+            }
+            r
+        }
+        "tasks/cancel" => {
+            let task = task_of(&req, &params)?;
+            task.cancel().map_err(|status| {
+                McpError::invalid_params(format!(
+                    "task {} already ended ({status:?}); only a working task can be cancelled",
+                    task.id
+                ))
+            })?;
+            notify_task_status(&req, &task);
+            task.to_json()
+        }
         "prompts/list" => {
             let prompts: Vec<Value> = crate::prompts::PROMPTS
                 .iter()
@@ -537,6 +584,9 @@ async fn call_tool(req: &RequestCtx, params: Value) -> Result<Value, McpError> {
     } else {
         arguments
     };
+    if let Some(spec) = params.get("task").filter(|t| !t.is_null()) {
+        return start_task(req, &name, tool.task_support, spec, arguments);
+    }
     let ctx =
         ToolContext::new(req.conn.session.clone(), req.cancel.clone()).with_log_sink(log_sink(req));
     let status_ctx = ctx.clone();
@@ -564,6 +614,100 @@ async fn call_tool(req: &RequestCtx, params: Value) -> Result<Value, McpError> {
         forwarder.abort();
     }
     Ok(output.into_result())
+}
+
+/// `_meta` key tying a message to its task.
+const RELATED_TASK: &str = "io.modelcontextprotocol/related-task";
+
+/// A task-augmented `tools/call`: answers at once with the task, and runs
+/// the call in the background under the task's own cancellation.
+fn start_task(
+    req: &RequestCtx,
+    name: &str,
+    supported: bool,
+    spec: &Value,
+    arguments: Value,
+) -> Result<Value, McpError> {
+    if !supported {
+        return Err(McpError {
+            code: jsonrpc::METHOD_NOT_FOUND,
+            message: "Method not found",
+            data: Value::String(format!(
+                "the tool '{name}' cannot run as a task (its execution.taskSupport is \
+                 forbidden); call it without `task`"
+            )),
+        });
+    }
+    let ttl = match spec.get("ttl") {
+        None | Some(Value::Null) => None,
+        Some(v) => Some(v.as_f64().filter(|t| *t >= 0.0).ok_or_else(|| {
+            McpError::invalid_params("task.ttl must be a non-negative number of milliseconds")
+        })? as u64),
+    };
+    if !spec.is_object() {
+        return Err(McpError::invalid_params(
+            "task must be an object, e.g. {\"ttl\": 60000}",
+        ));
+    }
+    let task = req.conn.session.tasks.create(ttl).map_err(|e| McpError {
+        code: jsonrpc::INTERNAL_ERROR,
+        message: "Internal error",
+        data: Value::String(e),
+    })?;
+    let conn = req.conn.clone();
+    let out = conn.notify.clone();
+    let legacy = req.era == Era::Legacy;
+    let (tool_name, running) = (name.to_string(), task.clone());
+    tokio::spawn(async move {
+        let ctx = ToolContext::new(conn.session.clone(), running.cancel.clone());
+        let output = match conn.engine.tools.get(&tool_name) {
+            Some(tool) => tool.call(arguments, ctx).await,
+            None => crate::tools::ToolOutput::error(format!("Unknown tool: {tool_name}")),
+        };
+        if running.finish(Ok(output.into_result())) && legacy {
+            let _ = out.send(jsonrpc::notification(
+                "notifications/tasks/status",
+                &running.to_json(),
+            ));
+        }
+    });
+    Ok(json!({
+        "task": task.to_json(),
+        "_meta": {
+            "io.modelcontextprotocol/model-immediate-response": format!(
+                "'{name}' is running as task {}; its result comes from tasks/result.",
+                task.id
+            )
+        }
+    }))
+}
+
+/// The task named by `params.taskId` in this session.
+fn task_of(
+    req: &RequestCtx,
+    params: &Value,
+) -> Result<std::sync::Arc<crate::protocol::tasks::Task>, McpError> {
+    let id = match params.get("taskId") {
+        Some(Value::String(s)) => s,
+        Some(_) => return Err(McpError::invalid_params("taskId must be a string")),
+        None => return Err(McpError::invalid_params("Missing required field: taskId")),
+    };
+    req.conn.session.tasks.get(id).ok_or_else(|| {
+        McpError::invalid_params(format!(
+            "Failed to retrieve task: no task '{id}' in this session (unknown, or its ttl expired)"
+        ))
+    })
+}
+
+/// Tells a legacy client its task changed status (optional in the spec;
+/// clients poll anyway).
+fn notify_task_status(req: &RequestCtx, task: &crate::protocol::tasks::Task) {
+    if req.era == Era::Legacy {
+        let _ = req.conn.notify.send(jsonrpc::notification(
+            "notifications/tasks/status",
+            &task.to_json(),
+        ));
+    }
 }
 
 fn note_level(level: NoteLevel) -> LogLevel {

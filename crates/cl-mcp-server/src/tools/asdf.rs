@@ -356,7 +356,8 @@ pub fn tools() -> Vec<ToolDef> {
                 image::finish(&c, asdf_load_system(a, ctx).await)
             },
         )
-        .with_output_schema::<BuildOutput>(),
+        .with_output_schema::<BuildOutput>()
+        .with_task_support(),
         tool(
             "asdf-test-system",
             ToolGroup::Asdf,
@@ -370,7 +371,8 @@ pub fn tools() -> Vec<ToolDef> {
                 image::finish(&c, asdf_test_system(a, ctx).await)
             },
         )
-        .with_output_schema::<TestOutput>(),
+        .with_output_schema::<TestOutput>()
+        .with_task_support(),
         tool(
             "asdf-list-systems",
             ToolGroup::Asdf,

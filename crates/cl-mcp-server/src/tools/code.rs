@@ -886,7 +886,8 @@ pub fn tools() -> Vec<ToolDef> {
                 image::finish(&c, lisp_compile_file(a, ctx).await)
             },
         )
-        .with_output_schema::<BuildOutput>(),
+        .with_output_schema::<BuildOutput>()
+        .with_task_support(),
     ]
 }
 

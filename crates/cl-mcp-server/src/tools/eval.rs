@@ -314,7 +314,8 @@ pub fn tools() -> Vec<ToolDef> {
             image::finish(&c, evaluate(a, ctx).await)
         },
     )
-    .with_output_schema::<EvalOutput>()]
+    .with_output_schema::<EvalOutput>()
+    .with_task_support()]
 }
 
 #[cfg(test)]

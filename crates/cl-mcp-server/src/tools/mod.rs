@@ -290,6 +290,8 @@ pub struct ToolDef {
     pub annotations: Annotations,
     pub input_schema: Value,
     pub output_schema: Option<Value>,
+    /// May run as an MCP task (`execution.taskSupport: optional`).
+    pub task_support: bool,
     handler: Handler,
 }
 
@@ -330,12 +332,19 @@ where
         annotations,
         input_schema: schema_of::<A>(),
         output_schema: None,
+        task_support: false,
         handler: erased,
     }
 }
 
 impl ToolDef {
     /// Declares the shape of `structuredContent` this tool returns.
+    /// Long-running tools may be called as MCP tasks (polled for their result).
+    pub fn with_task_support(mut self) -> Self {
+        self.task_support = true;
+        self
+    }
+
     pub fn with_output_schema<O: JsonSchema>(mut self) -> Self {
         self.output_schema = Some(output_schema_of::<O>());
         self
@@ -357,6 +366,9 @@ impl ToolDef {
         });
         if let Some(o) = &self.output_schema {
             t["outputSchema"] = o.clone();
+        }
+        if self.task_support {
+            t["execution"] = json!({ "taskSupport": "optional" });
         }
         t
     }

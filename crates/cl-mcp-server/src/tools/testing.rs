@@ -44,7 +44,8 @@ pub fn tools() -> Vec<ToolDef> {
                 }
                 ToolOutput::text(format!("slept {}s", a.seconds))
             },
-        ),
+        )
+        .with_task_support(),
         tool(
             "test-panic",
             ToolGroup::Testing,
