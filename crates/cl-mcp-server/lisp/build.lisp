@@ -92,7 +92,21 @@ Warnings must not be muffled by an outer handler: Swank's hook resignals a
 warning first and records it only when the signal returns (so the build
 functions run with :WARNINGS :PASS, and the compiler's own report stays in
 the captured stderr)."
-  (let ((notes '()) (build-error nil) (error-condition nil) (failed nil) (values nil))
+  (let ((notes '()) (build-error nil) (error-condition nil) (failed nil) (values nil)
+        (warnings-p nil) (failure-p nil))
+    (flet ((note-compile-result (condition)
+             ;; UIOP reports each file's COMPILE-FILE results as these
+             ;; conditions: they are the warnings-p and failure-p of the
+             ;; build.
+             (let ((name (and condition (symbol-name (type-of condition)))))
+               (cond ((null name))
+                     ((member name '("COMPILE-WARNED-WARNING" "COMPILE-WARNED-ERROR")
+                              :test #'string=)
+                      (setf warnings-p t))
+                     ((member name '("COMPILE-FAILED-WARNING" "COMPILE-FAILED-ERROR"
+                                     "COMPILE-FILE-ERROR")
+                              :test #'string=)
+                      (setf warnings-p t failure-p t))))))
     (with-file-cache ()
       (handler-bind ((warning
                        ;; A forced rebuild redefines everything: those
@@ -104,6 +118,7 @@ the captured stderr)."
                      (swank/backend:compiler-condition
                        (lambda (c)
                          (let ((original (ignore-errors (swank/backend:original-condition c))))
+                           (note-compile-result original)
                            (unless (and original (build-noise-p original))
                              (push (cons original (ignore-errors (note-plist c))) notes))))))
         (swank/backend:with-compilation-hooks ()
@@ -133,7 +148,8 @@ the captured stderr)."
               :test #'equal :from-end t))
             build-error
             failed
-            values)))
+            values
+            (list :warnings-p warnings-p :failure-p (or failure-p (and build-error t)))))))
 
 (defparameter *max-diagnostics* 300
   "At most this many diagnostics are listed per build.")
@@ -318,15 +334,12 @@ warnings, else the error's type and the first line of its message."
                   errors warnings (and path t)))
         (format nil "~A: ~A" type (truncate-string first-line 500)))))
 
-(defun build-status (notes build-error failed)
-  "The :WARNINGS-P :FAILURE-P :FAILED fields of a system build from its
-diagnostics (as COMPILE-FILE sets them: failure-p for an error or a full
-warning, warnings-p for any warning) and the error that ended it. :FAILED
-is (:operation S :component S :path P :reason S) when an ASDF action failed,
-:reason alone when the build failed elsewhere."
-  (list :warnings-p (plusp (severity-count notes '("error" "warning" "style-warning")))
-        :failure-p (or (plusp (severity-count notes '("error" "warning")))
-                       (and build-error t))
+(defun build-status (notes build-error failed flags)
+  "The :WARNINGS-P :FAILURE-P :FAILED fields of a system build: FLAGS from
+CALL-BUILDING, and :FAILED (:operation S :component S :path P :reason S)
+when an ASDF action failed, :reason alone when the build failed elsewhere."
+  (list :warnings-p (getf flags :warnings-p)
+        :failure-p (getf flags :failure-p)
         :failed (when build-error
                   (append failed
                           (list :reason (failure-reason build-error failed notes))))))
@@ -343,7 +356,10 @@ BUILD-STATUS)."
          (via (if (and (quicklisp-available-p) (not force)) "quicklisp" "asdf"))
          (notes '())
          (build-error nil)
-         (failed nil))
+         (failed nil)
+         (values nil)
+         (flags nil))
+    (declare (ignorable values))
     ;; Without Quicklisp to fetch it, an unknown system is a plain answer,
     ;; not an error with ASDF's internals as a backtrace.
     (when (and (string= via "asdf") (null (ignore-errors (asdf:find-system name nil))))
@@ -354,7 +370,7 @@ BUILD-STATUS)."
     (let ((result
             (fit-build-output (run-captured
              (lambda ()
-               (setf (values notes build-error failed)
+               (setf (values notes build-error failed values flags)
                      (call-building
                       (lambda ()
                         (if (string= via "quicklisp")
@@ -368,7 +384,7 @@ BUILD-STATUS)."
                            (not (getf result :error)) (not (getf result :interrupted))
                            (system-loaded-p name))
              :via via)
-       (build-status notes build-error failed)
+       (build-status notes build-error failed flags)
        (list :diagnostics notes)
        (build-result-fields result build-error)))))
 
@@ -571,7 +587,13 @@ Parachute).")
                                                            "no reason given")
                                                        5000))
                       :form (let ((expr (ignore-errors (fiveam-call "TEST-EXPR" r))))
-                              (and expr (print-capped expr 2000 :escape t))))))
+                              (and expr
+                                   ;; Pretty, so quoted data reads as written.
+                                   (let ((*print-pretty* t) (*print-right-margin* 100000)
+                                         (*print-length* 100) (*print-level* 10)
+                                         (*print-circle* t))
+                                     (truncate-string (one-line (prin1-to-string* expr))
+                                                      2000)))))))
              (car *test-results*))))))
 
 (defun fiveam-test-names ()
@@ -669,14 +691,14 @@ signalled an error or a check failed."
             :error (missing-system-error (string-downcase (string name))))))
   (ensure-test-op-hook)
   (let* ((name (string-downcase (string name)))
-         (notes '()) (build-error nil) (failed nil)
+         (notes '()) (build-error nil) (failed nil) (flags nil) (values nil)
          (collector (list nil))
          (result
            (let ((*test-results* collector)
                  (*skip-test-perform* (and test t)))
              (fit-build-output (run-captured
               (lambda ()
-                (setf (values notes build-error failed)
+                (setf (values notes build-error failed values flags)
                       (call-building
                        (lambda ()
                          (asdf:test-system name)
@@ -697,7 +719,7 @@ signalled an error or a check failed."
                          (or (null summary) (eql 0 (getf summary :failed))))
            :summary summary
            :failures (test-failures records name))
-     (build-status notes build-error failed)
+     (build-status notes build-error failed flags)
      (list :diagnostics notes)
      (build-result-fields result build-error))))
 
