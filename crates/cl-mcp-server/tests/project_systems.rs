@@ -260,7 +260,11 @@ fn failed_builds_keep_their_diagnostics() {
     assert!(r.is_error, "{}", r.text);
     assert!(r.text.contains("\nb.lisp:3:"), "{}", r.text);
     assert!(r.text.contains("NOPKG"), "{}", r.text);
-    assert!(r.text.contains("Failed: compiling broken/b (b.lisp)"), "{}", r.text);
+    assert!(
+        r.text.contains("Failed: compiling broken/b (b.lisp)"),
+        "{}",
+        r.text
+    );
 
     // Fixed: style-warnings alone are a success (warningsP, not failureP).
     write(
@@ -287,7 +291,11 @@ fn failed_builds_keep_their_diagnostics() {
     assert_eq!(r.structured["success"], true);
     assert_eq!(r.structured["failureP"], false, "{}", r.text);
     assert_eq!(r.structured["warningsP"], true);
-    assert!(r.text.contains("\na.lisp:3:20: style-warning"), "{}", r.text);
+    assert!(
+        r.text.contains("\na.lisp:3:20: style-warning"),
+        "{}",
+        r.text
+    );
     assert!(!r.text.to_lowercase().contains("redefin"), "{}", r.text);
 
     // An error while loading a component: the component, the error in one
@@ -308,12 +316,13 @@ fn failed_builds_keep_their_diagnostics() {
     );
 
     // lisp-compile-file: a full WARNING is compile-file's failure-p.
-    write(
-        &root,
-        "warns.lisp",
-        "(defun warns-here (x) (car x x))\n",
+    write(&root, "warns.lisp", "(defun warns-here (x) (car x x))\n");
+    let r = call(
+        &mut s,
+        6,
+        "lisp-compile-file",
+        json!({"path": "warns.lisp"}),
     );
-    let r = call(&mut s, 6, "lisp-compile-file", json!({"path": "warns.lisp"}));
     assert!(r.is_error, "{}", r.text);
     assert_eq!(r.structured["success"], false);
     assert_eq!(r.structured["failureP"], true);
@@ -324,13 +333,23 @@ fn failed_builds_keep_their_diagnostics() {
         "styles.lisp",
         "(defun only-style (x) (let ((unused 1)) x))\n",
     );
-    let r = call(&mut s, 7, "lisp-compile-file", json!({"path": "styles.lisp"}));
+    let r = call(
+        &mut s,
+        7,
+        "lisp-compile-file",
+        json!({"path": "styles.lisp"}),
+    );
     assert!(!r.is_error, "{}", r.text);
     assert_eq!(r.structured["success"], true);
     assert_eq!(r.structured["failureP"], false);
     assert_eq!(r.structured["warningsP"], true);
     write(&root, "clean.lisp", "(defun clean-one (x) x)\n");
-    let r = call(&mut s, 8, "lisp-compile-file", json!({"path": "clean.lisp"}));
+    let r = call(
+        &mut s,
+        8,
+        "lisp-compile-file",
+        json!({"path": "clean.lisp"}),
+    );
     assert_eq!(r.structured["success"], true);
     assert_eq!(r.structured["failureP"], false);
     assert_eq!(r.structured["warningsP"], false);
@@ -393,7 +412,10 @@ fn test_runs_report_each_failure_and_run_single_tests() {
     assert_eq!(failures[1]["test"], "SHOP-TESTS::UNKNOWN-ITEM");
     assert_eq!(failures[1]["line"], 13);
     let message = failures[1]["message"].as_str().unwrap();
-    assert!(message.contains("NIL") && message.contains("NUMBER"), "{message}");
+    assert!(
+        message.contains("NIL") && message.contains("NUMBER"),
+        "{message}"
+    );
     assert!(
         r.text.contains(
             "\nt/tests.lisp:10:1: FAIL SHOP-TESTS::TOTAL (in SHOP-TESTS::SHOP-SUITE): \
@@ -413,7 +435,11 @@ fn test_runs_report_each_failure_and_run_single_tests() {
     assert!(!r.is_error, "{}", r.text);
     assert_eq!(r.structured["summary"]["passed"], 2, "{}", r.text);
     assert_eq!(r.structured["summary"]["failed"], 0, "{}", r.text);
-    assert!(r.text.starts_with("Test prices of shop passed"), "{}", r.text);
+    assert!(
+        r.text.starts_with("Test prices of shop passed"),
+        "{}",
+        r.text
+    );
     assert!(!r.text.contains("TOTAL"), "only that test ran: {}", r.text);
     let r = call(
         &mut s,
@@ -432,7 +458,8 @@ fn test_runs_report_each_failure_and_run_single_tests() {
     );
     assert!(r.is_error, "{}", r.text);
     assert!(
-        r.text.contains("No FiveAM test or suite named \"no-such-test\"")
+        r.text
+            .contains("No FiveAM test or suite named \"no-such-test\"")
             && r.text.contains("SHOP-TESTS::PRICES"),
         "{}",
         r.text

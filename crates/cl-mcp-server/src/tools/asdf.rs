@@ -410,7 +410,9 @@ pub fn tools() -> Vec<ToolDef> {
             "Load an ASDF system",
             "Load an ASDF system into the image (through Quicklisp when it is installed, so \
              missing dependencies are fetched; `force` recompiles with plain ASDF). Returns \
-             compiler diagnostics as `path:line:column: severity: message`.",
+             every compiler diagnostic as `path:line:column: severity: message`, whether the \
+             build succeeds or fails; a failed build first says which component failed and \
+             why. `success` follows compile-file's failure-p (a full WARNING fails).",
             Annotations::MUTATING,
             |a: LoadArgs, ctx: ToolContext| async move {
                 let c = ctx.clone();
@@ -422,9 +424,11 @@ pub fn tools() -> Vec<ToolDef> {
             "asdf-test-system",
             ToolGroup::Asdf,
             "Run a system's tests",
-            "Run `asdf:test-system` with output captured; reports pass/fail counts when the \
-             framework's summary is recognised (FiveAM, Parachute, Rove, lisp-unit2). Never \
-             waits for input.",
+            "Run `asdf:test-system` with output captured. For FiveAM, every failed check with \
+             its test, suite, message (expected and actual), form and the test's location, and \
+             counts; `test` runs one FiveAM test or suite by name. Counts from the printed \
+             summary for Parachute, Rove, lisp-unit2. A failing rebuild keeps its diagnostics. \
+             Never waits for input.",
             Annotations::MUTATING,
             |a: TestArgs, ctx: ToolContext| async move {
                 let c = ctx.clone();

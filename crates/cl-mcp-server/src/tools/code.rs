@@ -841,7 +841,11 @@ async fn lisp_compile_file(a: CompileArgs, ctx: ToolContext) -> ToolOutput {
     let headline = if out.success {
         format!(
             "{} {} in {} ms: {}",
-            if loaded { "Compiled and loaded" } else { "Compiled" },
+            if loaded {
+                "Compiled and loaded"
+            } else {
+                "Compiled"
+            },
             resolved.display,
             out.elapsed_ms,
             out.summary()
@@ -968,8 +972,9 @@ pub fn tools() -> Vec<ToolDef> {
             ToolGroup::Code,
             "Compile a file",
             "Compile a Lisp file in the image (and load it unless `load` is false), returning \
-             compiler diagnostics as `path:line:column: severity: message`. Definitions keep \
-             their source locations for code-find.",
+             compiler diagnostics as `path:line:column: severity: message`. `success` follows \
+             compile-file's failure-p (`failureP`: a full WARNING fails, style-warnings do \
+             not). Definitions keep their source locations for code-find.",
             Annotations::MUTATING,
             |a: CompileArgs, ctx: ToolContext| async move {
                 let c = ctx.clone();
