@@ -72,6 +72,11 @@
 (let ((r (ev "(defun uses-undefined () (cl-mcp-nowhere-fn))")))
   (check "compiler style-warning collected"
          (some (lambda (w) (has "CL-MCP-NOWHERE-FN" w)) (getf r :warnings))))
+(let ((r (ev "(defun uses-undefined-2 () (cl-mcp-nowhere-fn-2)) (error \"later\")")))
+  (check "deferred warnings survive a later error in the same call"
+         (and (some (lambda (w) (has "CL-MCP-NOWHERE-FN-2" w)) (getf r :warnings))
+              (has "later" (getf (getf r :error) :message))
+              (null (getf r :values)))))
 (check "forward reference in one call: no warning"
        (null (getf (ev "(defun fwd-a () (fwd-b)) (defun fwd-b () 1) (fwd-a)") :warnings)))
 (check "redefinition is not a warning"
