@@ -79,20 +79,37 @@ conditions) or ASDF's current action; NIL when neither is known."
             :path (let ((p (ignore-errors (asdf:component-pathname component))))
                     (and p (not (uiop:directory-pathname-p p)) (namestring p)))))))
 
-(defun call-building (thunk &key (backtrace-limit 20))
+(defun finish-notes (raw error-condition)
+  "The diagnostics from RAW, the (original-condition . plist) pairs
+CALL-BUILDING collected (newest first): in order, without duplicates (Swank's
+hooks may be nested, so one condition can be reported twice) and without
+ERROR-CONDITION (the error that ended the build is the build's error, not a
+diagnostic too), capped."
+  (cap-diagnostics
+   (remove-duplicates
+    (loop for (original . plist) in (reverse raw)
+          when (and plist (not (and original (eq original error-condition))))
+            collect plist)
+    :test #'equal :from-end t)))
+
+(defun call-building (thunk &key (backtrace-limit 20) (box (list nil)))
   "Call THUNK (a build: compiling, loading, testing) with Swank's compilation
 hooks in one compilation unit, collecting every compiler note whether the
 build finishes or not. The first error that reaches the debugger ends the
 build inside the compilation unit, so the warnings the compiler defers to
 the end of the unit (undefined functions and variables) are still
-reported. Returns (values NOTES ERROR FAILED VALUES): ERROR is the
+reported. Returns (values NOTES ERROR FAILED VALUES FLAGS): ERROR is the
 condition plist (ASDF's frames dropped from the backtrace, no restarts),
-FAILED the action it ended (see FAILED-ACTION-PLIST), VALUES THUNK's values.
+FAILED the action it ended (see FAILED-ACTION-PLIST), VALUES THUNK's values,
+FLAGS (:warnings-p :failure-p) as UIOP reported COMPILE-FILE's results for
+the files ASDF compiled (failure-p also when the build ended in an error).
+The raw notes are collected in (CAR BOX), so a caller whose build is
+interrupted (thrown through) still has them (FINISH-NOTES).
 Warnings must not be muffled by an outer handler: Swank's hook resignals a
 warning first and records it only when the signal returns (so the build
 functions run with :WARNINGS :PASS, and the compiler's own report stays in
 the captured stderr)."
-  (let ((notes '()) (build-error nil) (error-condition nil) (failed nil) (values nil)
+  (let ((build-error nil) (error-condition nil) (failed nil) (values nil)
         (warnings-p nil) (failure-p nil))
     (flet ((note-compile-result (condition)
              ;; UIOP reports each file's COMPILE-FILE results as these
@@ -120,7 +137,8 @@ the captured stderr)."
                          (let ((original (ignore-errors (swank/backend:original-condition c))))
                            (note-compile-result original)
                            (unless (and original (build-noise-p original))
-                             (push (cons original (ignore-errors (note-plist c))) notes))))))
+                             (push (cons original (ignore-errors (note-plist c)))
+                                   (car box)))))))
         (swank/backend:with-compilation-hooks ()
           (with-compilation-unit ()
             (block build
@@ -137,15 +155,7 @@ the captured stderr)."
                (lambda ()
                  ;; The build's own frames end the backtrace here.
                  (setf values (multiple-value-list (call-with-user-code thunk))))))))))
-    ;; Swank's hooks may be nested (SWANK-COMPILE-FILE adds its own), so
-    ;; one condition can be reported twice; the error that ended the build
-    ;; is reported as the build's error, not as a diagnostic too.
-    (values (cap-diagnostics
-             (remove-duplicates
-              (loop for (original . plist) in (reverse notes)
-                    when (and plist (not (and original (eq original error-condition))))
-                      collect plist)
-              :test #'equal :from-end t))
+    (values (finish-notes (car box) error-condition)
             build-error
             failed
             values
@@ -358,7 +368,8 @@ BUILD-STATUS)."
          (build-error nil)
          (failed nil)
          (values nil)
-         (flags nil))
+         (flags nil)
+         (box (list nil)))
     (declare (ignorable values))
     ;; Without Quicklisp to fetch it, an unknown system is a plain answer,
     ;; not an error with ASDF's internals as a backtrace.
@@ -376,8 +387,12 @@ BUILD-STATUS)."
                         (if (string= via "quicklisp")
                             (funcall (find-symbol "QUICKLOAD" "QUICKLISP-CLIENT")
                                      name :silent t)
-                            (asdf:load-system name :force (and force t)))))))
+                            (asdf:load-system name :force (and force t))))
+                      :box box)))
              :id id :max-output max-output :warnings :pass))))
+      ;; Interrupted (timeout): the diagnostics collected so far.
+      (when (getf result :interrupted)
+        (setf notes (finish-notes (car box) nil)))
       (append
        (list :system name
              :success (and (not build-error)
@@ -692,6 +707,7 @@ signalled an error or a check failed."
   (ensure-test-op-hook)
   (let* ((name (string-downcase (string name)))
          (notes '()) (build-error nil) (failed nil) (flags nil) (values nil)
+         (box (list nil))
          (collector (list nil))
          (result
            (let ((*test-results* collector)
@@ -704,8 +720,10 @@ signalled an error or a check failed."
                          (asdf:test-system name)
                          (when test
                            (let ((*skip-test-perform* nil))
-                             (run-named-test test)))))))
+                             (run-named-test test))))
+                       :box box)))
               :id id :max-output max-output :warnings :pass))))
+         (notes (if (getf result :interrupted) (finish-notes (car box) nil) notes))
          (records (reverse (car collector)))
          (summary (if records
                       (results-summary records)

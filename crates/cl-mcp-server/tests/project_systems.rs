@@ -315,6 +315,38 @@ fn failed_builds_keep_their_diagnostics() {
         r.text
     );
 
+    // A build stopped by its timeout keeps the diagnostics so far.
+    write(
+        &root,
+        "slow.asd",
+        "(defsystem \"slow\" :components ((:file \"slowa\") (:file \"slowb\")))\n",
+    );
+    write(
+        &root,
+        "slowa.lisp",
+        "(defun slow-a (y) (let ((unused 1)) y))\n",
+    );
+    write(
+        &root,
+        "slowb.lisp",
+        "(eval-when (:compile-toplevel) (loop (sleep 0.05)))\n",
+    );
+    let r = call(
+        &mut s,
+        9,
+        "asdf-load-system",
+        json!({"system": "slow", "timeoutSeconds": 3}),
+    );
+    assert!(r.is_error, "{}", r.text);
+    assert!(r.text.contains("[TIMEOUT]"), "{}", r.text);
+    assert!(
+        r.text.contains(
+            "slowa.lisp:1:25: style-warning: The variable UNUSED is defined but never used."
+        ),
+        "{}",
+        r.text
+    );
+
     // lisp-compile-file: a full WARNING is compile-file's failure-p.
     write(&root, "warns.lisp", "(defun warns-here (x) (car x x))\n");
     let r = call(
