@@ -514,10 +514,13 @@ results while TEST-SYSTEM runs. Installed once."
                (typep (fdefinition explain) 'generic-function)
                (null (find-method (fdefinition explain) '(:before)
                                   (list (find-class t) (find-class t)) nil)))
-      (eval `(defmethod ,explain :before (explainer results &optional stream depth)
-               (declare (ignore explainer stream))
-               (when (and *test-results* (or (null depth) (eql depth 0)))
-                 (record-fiveam-results results)))))))
+      ;; Compiled inside the user's build: nothing of it is a diagnostic.
+      (let ((*error-output* (make-broadcast-stream)))
+        (handler-bind ((warning #'muffle-warning))
+          (eval `(defmethod ,explain :before (explainer results &optional stream depth)
+                   (declare (ignore explainer stream))
+                   (when (and *test-results* (or (null depth) (eql depth 0)))
+                     (record-fiveam-results results)))))))))
 
 (defun project-source-files (name)
   "The Lisp source files of the system NAME and of every registered system
