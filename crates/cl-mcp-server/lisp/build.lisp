@@ -24,26 +24,142 @@
                 (list :path nil)
                 location))))
 
-(defun call-collecting-notes (thunk)
-  "Call THUNK with Swank's compilation hooks, collecting compiler notes.
-Returns (values notes thunk-values). Warnings must not be muffled by an
-outer handler: Swank's hook resignals a warning first and records it only
-when the signal returns (so the build functions run with :WARNINGS :PASS,
-and the compiler's own report stays in the captured stderr)."
-  (let ((notes '()))
-    (let ((values
-            (with-file-cache ()
-              (handler-bind ((swank/backend:compiler-condition
-                               (lambda (c)
-                                 (push (ignore-errors (note-plist c)) notes))))
-                (multiple-value-list
-                 (swank/backend:with-compilation-hooks ()
-                   (funcall thunk)))))))
-      ;; Swank's hooks may be nested (SWANK-COMPILE-FILE adds its own), so
-      ;; one condition can be reported twice.
-      (values (cap-diagnostics (remove-duplicates (remove nil (reverse notes))
-                                                  :test #'equal :from-end t))
-              values))))
+(defun build-noise-p (condition)
+  "Conditions that say nothing about the user's code: redefinitions the
+build asked for (a forced reload redefines everything), and ASDF's own
+summaries of a file's compilation (\"Lisp compilation had
+style-warnings\", COMPILE-FILE-ERROR), whose diagnostics are listed
+already."
+  (or (ignorable-warning-p condition)
+      (let ((class (find-symbol "COMPILE-CONDITION" "UIOP")))
+        (and class (find-class class nil) (typep condition class)))))
+
+(defun build-machinery-frame-p (name)
+  "Frames of ASDF and UIOP (and the implementation's loader) around the
+user's code in a build backtrace."
+  (let* ((symbol (frame-name-symbol name))
+         (package (and symbol (symbol-package symbol))))
+    (and package
+         (let ((pname (package-name package)))
+           (or (member pname '("ASDF" "UIOP" "QUICKLISP-CLIENT" "QL-IMPL-UTIL")
+                       :test #'string=)
+               (and (> (length pname) 5) (string= "ASDF/" pname :end2 5))
+               (and (> (length pname) 5) (string= "UIOP/" pname :end2 5))
+               (implementation-internal-package-p package)
+               (member symbol '(load compile-file)))))))
+
+(defun current-asdf-action ()
+  "The ASDF action being performed, as (values OPERATION COMPONENT), or NIL
+outside ASDF. Read from ASDF's session (3.3+), defensively."
+  (ignore-errors
+   (let ((session-var (find-symbol "*ASDF-SESSION*" "ASDF/SESSION"))
+         (actions (find-symbol "VISITING-ACTION-LIST" "ASDF/SESSION")))
+     (when (and session-var actions (boundp session-var) (symbol-value session-var)
+                (fboundp actions))
+       (let ((action (first (funcall actions (symbol-value session-var)))))
+         (when (and (consp action) (typep (cdr action) 'asdf:component))
+           (values (car action) (cdr action))))))))
+
+(defun failed-action-plist (condition)
+  "Which ASDF action CONDITION ended: (:operation \"compile-op\" :component
+\"sys/file\" :path P), from the condition's own context (UIOP's compile
+conditions) or ASDF's current action; NIL when neither is known."
+  (multiple-value-bind (operation component)
+      (let* ((reader (find-symbol "COMPILE-CONDITION-CONTEXT-ARGUMENTS" "UIOP"))
+             (args (and reader
+                        (ignore-errors (funcall reader condition))))
+             (action (and (consp args) (first args))))
+        (if (and (consp action) (typep (cdr action) 'asdf:component))
+            (values (car action) (cdr action))
+            (current-asdf-action)))
+    (when component
+      (list :operation (string-downcase (symbol-name (type-of operation)))
+            :component (format nil "~{~A~^/~}"
+                               (ignore-errors (asdf:component-find-path component)))
+            :path (let ((p (ignore-errors (asdf:component-pathname component))))
+                    (and p (not (uiop:directory-pathname-p p)) (namestring p)))))))
+
+(defun finish-notes (raw error-condition)
+  "The diagnostics from RAW, the (original-condition . plist) pairs
+CALL-BUILDING collected (newest first): in order, without duplicates (Swank's
+hooks may be nested, so one condition can be reported twice) and without
+ERROR-CONDITION (the error that ended the build is the build's error, not a
+diagnostic too), capped."
+  (cap-diagnostics
+   (remove-duplicates
+    (loop for (original . plist) in (reverse raw)
+          when (and plist (not (and original (eq original error-condition))))
+            collect plist)
+    :test #'equal :from-end t)))
+
+(defun call-building (thunk &key (backtrace-limit 20) (box (list nil)))
+  "Call THUNK (a build: compiling, loading, testing) with Swank's compilation
+hooks in one compilation unit, collecting every compiler note whether the
+build finishes or not. The first error that reaches the debugger ends the
+build inside the compilation unit, so the warnings the compiler defers to
+the end of the unit (undefined functions and variables) are still
+reported. Returns (values NOTES ERROR FAILED VALUES FLAGS): ERROR is the
+condition plist (ASDF's frames dropped from the backtrace, no restarts),
+FAILED the action it ended (see FAILED-ACTION-PLIST), VALUES THUNK's values,
+FLAGS (:warnings-p :failure-p) as UIOP reported COMPILE-FILE's results for
+the files ASDF compiled (failure-p also when the build ended in an error).
+The raw notes are collected in (CAR BOX), so a caller whose build is
+interrupted (thrown through) still has them (FINISH-NOTES).
+Warnings must not be muffled by an outer handler: Swank's hook resignals a
+warning first and records it only when the signal returns (so the build
+functions run with :WARNINGS :PASS, and the compiler's own report stays in
+the captured stderr)."
+  (let ((build-error nil) (error-condition nil) (failed nil) (values nil)
+        (warnings-p nil) (failure-p nil))
+    (flet ((note-compile-result (condition)
+             ;; UIOP reports each file's COMPILE-FILE results as these
+             ;; conditions: they are the warnings-p and failure-p of the
+             ;; build.
+             (let ((name (and condition (symbol-name (type-of condition)))))
+               (cond ((null name))
+                     ((member name '("COMPILE-WARNED-WARNING" "COMPILE-WARNED-ERROR")
+                              :test #'string=)
+                      (setf warnings-p t))
+                     ((member name '("COMPILE-FAILED-WARNING" "COMPILE-FAILED-ERROR"
+                                     "COMPILE-FILE-ERROR")
+                              :test #'string=)
+                      (setf warnings-p t failure-p t))))))
+    (with-file-cache ()
+      (handler-bind ((warning
+                       ;; A forced rebuild redefines everything: those
+                       ;; warnings would drown the answer (and stderr).
+                       (lambda (w)
+                         (when (ignorable-warning-p w)
+                           (let ((r (find-restart 'muffle-warning w)))
+                             (when r (invoke-restart r))))))
+                     (swank/backend:compiler-condition
+                       (lambda (c)
+                         (let ((original (ignore-errors (swank/backend:original-condition c))))
+                           (note-compile-result original)
+                           (unless (and original (build-noise-p original))
+                             (push (cons original (ignore-errors (note-plist c)))
+                                   (car box)))))))
+        (swank/backend:with-compilation-hooks ()
+          (with-compilation-unit ()
+            (block build
+              (call-with-debugger-hooks
+               (lambda (condition hook)
+                 (declare (ignore hook))
+                 (setf error-condition condition
+                       failed (ignore-errors (failed-action-plist condition))
+                       build-error (condition-plist
+                                    condition
+                                    :backtrace (user-backtrace backtrace-limit nil
+                                                               #'build-machinery-frame-p)))
+                 (return-from build nil))
+               (lambda ()
+                 ;; The build's own frames end the backtrace here.
+                 (setf values (multiple-value-list (call-with-user-code thunk))))))))))
+    (values (finish-notes (car box) error-condition)
+            build-error
+            failed
+            values
+            (list :warnings-p warnings-p :failure-p (or failure-p (and build-error t)))))))
 
 (defparameter *max-diagnostics* 300
   "At most this many diagnostics are listed per build.")
@@ -107,16 +223,34 @@ never writes into the user's project."
         :interrupted (getf result :interrupted)
         :where (getf result :where)))
 
+(defun error-note-p (note)
+  (equal (getf note :severity) "error"))
+
+(defun build-result-fields (result build-error)
+  "RESULT's fields for the reply, with BUILD-ERROR (the error that ended a
+build inside CALL-BUILDING) as its :ERROR when it has none of its own."
+  (let ((fields (run-fields result)))
+    (when (and build-error (null (getf fields :error)))
+      (setf (getf fields :error) build-error))
+    fields))
+
 (defun compile-file-with-diagnostics (path &key (load t) id (max-output 50000))
   "Compile the file PATH (absolute) and, when LOAD, load it.
-Returns (:success T-or-NIL :loaded T-or-NIL :diagnostics ((:severity S
-:message S :path P :line N :column N :offset N :context S)...) :stdout S
-:stderr S :elapsed-ms N :error NIL-or-CONDITION-PLIST [:interrupted T
-:where (...)]). Definitions keep their source locations."
-  (let ((notes '()) (success nil) (loaded nil) (compile-error nil))
+Returns (:success T-or-NIL :loaded T-or-NIL :warnings-p T-or-NIL
+:failure-p T-or-NIL :diagnostics ((:severity S :message S :path P :line N
+:column N :offset N :context S)...) :stdout S :stderr S :elapsed-ms N
+:error NIL-or-CONDITION-PLIST [:interrupted T :where (...)]).
+:WARNINGS-P and :FAILURE-P are COMPILE-FILE's (a full WARNING sets
+failure-p, as ASDF treats it); :SUCCESS is a fasl with failure-p false and
+no error. The fasl is loaded when it was written and no error-severity
+diagnostic was reported, so a file with a full warning is loaded but not a
+success. Definitions keep their source locations."
+  (let ((notes '()) (success nil) (loaded nil) (compile-error nil)
+        (warnings-p nil) (failure-p nil) (build-error nil))
     (unless (probe-file path)
       (return-from compile-file-with-diagnostics
-        (list :success nil :loaded nil :diagnostics nil :stdout "" :stderr ""
+        (list :success nil :loaded nil :warnings-p nil :failure-p nil
+              :diagnostics nil :stdout "" :stderr ""
               :elapsed-ms 0
               :error (list :type "FILE-ERROR"
                            :message (format nil "No such file: ~A" path)
@@ -126,8 +260,8 @@ Returns (:success T-or-NIL :loaded T-or-NIL :diagnostics ((:severity S
              (lambda ()
                (let ((fasl (fasl-path-for path)))
                  (ensure-directories-exist fasl)
-                 (multiple-value-bind (collected values)
-                     (call-collecting-notes
+                 (multiple-value-bind (collected err failed values)
+                     (call-building
                       (lambda ()
                         (let ((*compile-print* nil) (*compile-verbose* nil)
                               (*package* *package*) (*readtable* *readtable*))
@@ -153,24 +287,26 @@ Returns (:success T-or-NIL :loaded T-or-NIL :diagnostics ((:severity S
                                          (return-from compiling nil))))))
                               (swank/backend:swank-compile-file
                                (truename path) fasl nil :default))))))
-                   (setf notes (if compile-error
+                   (declare (ignore failed))
+                   (setf build-error err
+                         notes (if compile-error
                                    (append collected (list compile-error))
                                    collected))
-                   (destructuring-bind (&optional output warnings-p failure-p) values
-                     (declare (ignore warnings-p failure-p))
-                     ;; SBCL's FAILURE-P is also true for full WARNINGs; the
-                     ;; fasl is still good, so only errors count as failure.
-                     (setf success (and output
-                                        (notany (lambda (n) (equal (getf n :severity) "error"))
-                                                notes)))
-                     (when (and success load)
-                       (load output)
-                       (setf loaded t))))))
+                   (destructuring-bind (&optional output w-p f-p) values
+                     (setf warnings-p (and (or w-p compile-error) t)
+                           failure-p (and (or f-p compile-error err) t))
+                     (when (and output (not err) (notany #'error-note-p notes))
+                       (setf success (not failure-p))
+                       (when load
+                         (load output)
+                         (setf loaded t)))))))
              :id id :max-output max-output :warnings :pass))))
       (list* :success (and success (not (getf result :error)) (not (getf result :interrupted)))
              :loaded loaded
+             :warnings-p warnings-p
+             :failure-p (or failure-p (and (getf result :error) t))
              :diagnostics notes
-             (run-fields result)))))
+             (build-result-fields result build-error)))))
 
 (defun quicklisp-available-p ()
   (let ((ql (find-package "QUICKLISP-CLIENT")))
@@ -187,37 +323,85 @@ error with ASDF's internals as a backtrace."
         :message (format nil "ASDF cannot find a system named ~S. Check its name, or make its .asd file findable (e.g. push its directory onto ASDF:*CENTRAL-REGISTRY*)." name)
         :restarts nil :backtrace nil))
 
+(defun severity-count (notes severities &optional path)
+  (count-if (lambda (n)
+              (and (member (getf n :severity) severities :test #'equal)
+                   (or (null path) (equal (getf n :path) path))))
+            notes))
+
+(defun failure-reason (build-error failed notes)
+  "One line saying why a build failed: for ASDF's COMPILE-FILE-ERROR (a
+file whose COMPILE-FILE reported failure) the failing file's errors and
+warnings, else the error's type and the first line of its message."
+  (let* ((type (getf build-error :type))
+         (message (or (getf build-error :message) ""))
+         (first-line (subseq message 0 (position #\Newline message))))
+    (if (and type (search "COMPILE-" type) (search "UIOP" type))
+        (let* ((path (getf failed :path))
+               (errors (severity-count notes '("error") path))
+               (warnings (severity-count notes '("warning") path)))
+          (format nil "compile-file reported failure (~D error~:P, ~D warning~:P~@[ in this file~])"
+                  errors warnings (and path t)))
+        (format nil "~A: ~A" type (truncate-string first-line 500)))))
+
+(defun build-status (notes build-error failed flags)
+  "The :WARNINGS-P :FAILURE-P :FAILED fields of a system build: FLAGS from
+CALL-BUILDING, and :FAILED (:operation S :component S :path P :reason S)
+when an ASDF action failed, :reason alone when the build failed elsewhere."
+  (list :warnings-p (getf flags :warnings-p)
+        :failure-p (getf flags :failure-p)
+        :failed (when build-error
+                  (append failed
+                          (list :reason (failure-reason build-error failed notes))))))
+
 (defun load-system (name &key force id (max-output 50000))
   "Load the ASDF system NAME (through Quicklisp when it is present and FORCE
 is false, so missing dependencies are fetched). Returns (:system S :success
-T-or-NIL :via \"asdf\"|\"quicklisp\" :diagnostics (...) :stdout S :stderr S
-:elapsed-ms N :error ...) like COMPILE-FILE-WITH-DIAGNOSTICS."
+T-or-NIL :via \"asdf\"|\"quicklisp\" :warnings-p T-or-NIL :failure-p
+T-or-NIL :failed NIL-or-PLIST :diagnostics (...) :stdout S :stderr S
+:elapsed-ms N :error ...) like COMPILE-FILE-WITH-DIAGNOSTICS; the
+diagnostics are kept when the build fails (see CALL-BUILDING and
+BUILD-STATUS)."
   (let* ((name (string-downcase (string name)))
          (via (if (and (quicklisp-available-p) (not force)) "quicklisp" "asdf"))
-         (notes '()))
+         (notes '())
+         (build-error nil)
+         (failed nil)
+         (values nil)
+         (flags nil)
+         (box (list nil)))
+    (declare (ignorable values))
     ;; Without Quicklisp to fetch it, an unknown system is a plain answer,
     ;; not an error with ASDF's internals as a backtrace.
     (when (and (string= via "asdf") (null (ignore-errors (asdf:find-system name nil))))
       (return-from load-system
-        (list :system name :success nil :via via :diagnostics nil :stdout "" :stderr ""
+        (list :system name :success nil :via via :warnings-p nil :failure-p t :failed nil
+              :diagnostics nil :stdout "" :stderr ""
               :elapsed-ms 0 :error (missing-system-error name))))
     (let ((result
             (fit-build-output (run-captured
              (lambda ()
-               (setf notes
-                     (call-collecting-notes
+               (setf (values notes build-error failed values flags)
+                     (call-building
                       (lambda ()
                         (if (string= via "quicklisp")
                             (funcall (find-symbol "QUICKLOAD" "QUICKLISP-CLIENT")
                                      name :silent t)
-                            (asdf:load-system name :force (and force t)))))))
+                            (asdf:load-system name :force (and force t))))
+                      :box box)))
              :id id :max-output max-output :warnings :pass))))
-      (list* :system name
-             :success (and (not (getf result :error)) (not (getf result :interrupted))
+      ;; Interrupted (timeout): the diagnostics collected so far.
+      (when (getf result :interrupted)
+        (setf notes (finish-notes (car box) nil)))
+      (append
+       (list :system name
+             :success (and (not build-error)
+                           (not (getf result :error)) (not (getf result :interrupted))
                            (system-loaded-p name))
-             :via via
-             :diagnostics notes
-             (run-fields result)))))
+             :via via)
+       (build-status notes build-error failed flags)
+       (list :diagnostics notes)
+       (build-result-fields result build-error)))))
 
 ;;; Test summaries.
 
@@ -290,39 +474,275 @@ recognised. FiveAM, Parachute, Rove and lisp-unit2 are known."
            :skipped 0))
     (t nil)))
 
-(defun test-system (name &key id (max-output 50000))
+;;; Test results, per test, from the frameworks themselves.
+
+(defvar *test-results* nil
+  "While TEST-SYSTEM runs: a cons whose car collects one plist per check the
+test framework reported (see RECORD-FIVEAM-RESULTS); NIL otherwise, and
+then the hooks below do nothing.")
+
+(defvar *skip-test-perform* nil
+  "True while TEST-SYSTEM runs a single named test: the systems' own
+TEST-OP actions (which run the whole suite) are skipped, their
+dependencies still loaded.")
+
+(defun ensure-test-op-hook ()
+  "Install (once, and again after ASDF is reloaded) the :AROUND method on
+ASDF:PERFORM of TEST-OP that installs the framework hooks once a test
+system's dependencies are loaded and honours *SKIP-TEST-PERFORM*. Outside
+TEST-SYSTEM it only calls the next method."
+  (unless (find-method #'asdf:perform '(:around)
+                       (list (find-class 'asdf:test-op) (find-class 'asdf:component))
+                       nil)
+    (defmethod asdf:perform :around ((operation asdf:test-op) (component asdf:component))
+      (when *test-results* (ensure-fiveam-hook))
+      (unless *skip-test-perform* (call-next-method)))))
+
+(defun fiveam-symbol (name)
+  (let ((package (find-package "IT.BESE.FIVEAM")))
+    (and package (find-symbol name package))))
+
+(defun fiveam-call (name &rest args)
+  (apply (fiveam-symbol name) args))
+
+(defun ensure-fiveam-hook ()
+  "When FiveAM is loaded, a :BEFORE method on its EXPLAIN (which RUN!,
+EXPLAIN! and RUN-ALL-TESTS call with the results of a run) that records the
+results while TEST-SYSTEM runs. Installed once."
+  (let ((explain (fiveam-symbol "EXPLAIN")))
+    (when (and explain (fboundp explain)
+               (typep (fdefinition explain) 'generic-function)
+               (null (find-method (fdefinition explain) '(:before)
+                                  (list (find-class t) (find-class t)) nil)))
+      ;; Compiled inside the user's build: nothing of it is a diagnostic.
+      (let ((*error-output* (make-broadcast-stream)))
+        (handler-bind ((warning #'muffle-warning))
+          (eval `(defmethod ,explain :before (explainer results &optional stream depth)
+                   (declare (ignore explainer stream))
+                   (when (and *test-results* (or (null depth) (eql depth 0)))
+                     (record-fiveam-results results)))))))))
+
+(defun project-source-files (name)
+  "The Lisp source files of the system NAME and of every registered system
+whose .asd lies in or under its directory (its test systems), for finding
+test forms by name."
+  (let* ((system (asdf:find-system name nil))
+         (dir (and system (asdf:system-source-directory system)))
+         (files '()))
+    (labels ((walk (c)
+               (cond ((typep c 'asdf:cl-source-file)
+                      (let ((p (ignore-errors (asdf:component-pathname c))))
+                        (when p (pushnew (namestring p) files :test #'string=))))
+                     ((typep c 'asdf:parent-component)
+                      (mapc #'walk (ignore-errors (asdf:component-children c)))))))
+      (when dir
+        (dolist (n (asdf:registered-systems))
+          (let* ((s (ignore-errors (registered-system* n)))
+                 (d (and s (ignore-errors (asdf:system-source-directory s)))))
+            (when (and d (uiop:subpathp d dir))
+              (walk s))))))
+    (nreverse files)))
+
+(defun token-end (text start)
+  (or (position-if (lambda (c) (member c '(#\Space #\Tab #\Newline #\Return #\( #\) #\")))
+                   text :start start)
+      (length text)))
+
+(defun unqualified (token)
+  (let ((colon (position #\: token :from-end t)))
+    (if colon (subseq token (1+ colon)) token)))
+
+(defparameter *test-definers* '("test" "deftest" "define-test")
+  "Operators whose first argument names a test (FiveAM, Rove/lisp-unit2,
+Parachute).")
+
+(defun find-test-form (test-name files)
+  "The location (:path P :line N :column N) of the form `(test NAME ...`
+(any package prefix, any case, at the start of a line) in FILES, or NIL."
+  (dolist (path files)
+    (let ((text (ignore-errors (cached-file-text path))))
+      (when text
+        (loop for open = (position #\( text) then (position #\( text :start (1+ open))
+              while open
+              do (let ((line-start (let ((nl (position #\Newline text :end open :from-end t)))
+                                     (if nl (1+ nl) 0))))
+                   (when (every (lambda (c) (member c '(#\Space #\Tab)))
+                                (subseq text line-start open))
+                     (let* ((op-end (token-end text (1+ open)))
+                            (op (unqualified (subseq text (1+ open) op-end)))
+                            (name-start (and (member op *test-definers* :test #'string-equal)
+                                             (position-if-not (lambda (c) (member c '(#\Space #\Tab #\Newline #\Return)))
+                                                              text :start op-end)))
+                            (name (and name-start
+                                       (unqualified (subseq text name-start
+                                                            (token-end text name-start))))))
+                       (when (and name (string-equal name test-name))
+                         (multiple-value-bind (line column) (offset-line-column text open)
+                           (return-from find-test-form
+                             (list :path path :line line :column column)))))))))))
+  nil)
+
+(defun record-fiveam-results (results)
+  "Push one plist per FiveAM result object onto *TEST-RESULTS*:
+(:framework \"fiveam\" :status :passed|:failed|:skipped :test S :suite S
+:message S :form S :location PLIST)."
+  (dolist (r results)
+    (ignore-errors
+     (let* ((status (cond ((fiveam-call "TEST-FAILURE-P" r) :failed)
+                          ((fiveam-call "TEST-SKIPPED-P" r) :skipped)
+                          ((fiveam-call "TEST-PASSED-P" r) :passed)
+                          (t :unknown)))
+            (test-case (ignore-errors (fiveam-call "TEST-CASE" r)))
+            (name (and test-case (ignore-errors (fiveam-call "NAME" test-case))))
+            (suite (and test-case
+                        (ignore-errors (fiveam-call "NAME" (fiveam-call "TEST-SUITE" test-case))))))
+       (push (append
+              (list :framework "fiveam" :status status
+                    :test (and name (qualified-name name))
+                    :suite (and suite (qualified-name suite)))
+              (when (eq status :failed)
+                (list :message (one-line (print-capped (or (ignore-errors (fiveam-call "REASON" r))
+                                                           "no reason given")
+                                                       5000))
+                      :form (let ((expr (ignore-errors (fiveam-call "TEST-EXPR" r))))
+                              (and expr
+                                   ;; Pretty, so quoted data reads as written.
+                                   (let ((*print-pretty* t) (*print-right-margin* 100000)
+                                         (*print-length* 100) (*print-level* 10)
+                                         (*print-circle* t))
+                                     (truncate-string (one-line (prin1-to-string* expr))
+                                                      2000)))))))
+             (car *test-results*))))))
+
+(defun fiveam-test-names ()
+  "The names (symbols) of every FiveAM test and suite."
+  (let ((table (let ((s (fiveam-symbol "*TEST*"))) (and s (boundp s) (symbol-value s)))))
+    (when (hash-table-p table)
+      (loop for k being the hash-keys of table when (and k (symbolp k)) collect k))))
+
+(defun find-named-test (designator)
+  "The FiveAM test or suite DESIGNATOR names (`name` in any package, any
+case, or `pkg::name`): (values SYMBOL NIL) or (values NIL MESSAGE)."
+  (let* ((names (fiveam-test-names))
+         (qualified (find #\: designator))
+         (matches (if qualified
+                      (multiple-value-bind (symbol err) (resolve-symbol designator)
+                        (declare (ignore err))
+                        (and symbol (member symbol names) (list symbol)))
+                      (remove-if-not (lambda (s) (string-equal (symbol-name s) designator))
+                                     names))))
+    (cond ((null (find-package "IT.BESE.FIVEAM"))
+           (values nil (format nil "No test named ~S: the test system does not use FiveAM, the framework whose single tests and suites can be run by name." designator)))
+          ((null matches)
+           (values nil (format nil "No FiveAM test or suite named ~S. Known: ~{~A~^, ~}."
+                               designator
+                               (let ((all (sort (mapcar #'qualified-name names) #'string<)))
+                                 (subseq all 0 (min 50 (length all)))))))
+          ((rest matches)
+           (values nil (format nil "~S names several FiveAM tests: ~{~A~^, ~}; qualify it."
+                               designator (mapcar #'qualified-name matches))))
+          (t (values (first matches) nil)))))
+
+(defun run-named-test (designator)
+  "Run the FiveAM test or suite DESIGNATOR names, with RUN!."
+  (ensure-fiveam-hook)
+  (multiple-value-bind (symbol message) (find-named-test designator)
+    (unless symbol
+      (error "~A" message))
+    (fiveam-call "RUN!" symbol)))
+
+(defun results-summary (records)
+  "Counts of the recorded checks: (:framework S :passed N :failed N :skipped N)."
+  (list :framework (getf (first records) :framework)
+        :passed (count :passed records :key (lambda (r) (getf r :status)))
+        :failed (count :failed records :key (lambda (r) (getf r :status)))
+        :skipped (count :skipped records :key (lambda (r) (getf r :status)))))
+
+(defun one-line (text)
+  "TEXT with every run of whitespace made one space (FiveAM's reasons are
+laid out over many lines)."
+  (let ((out (make-string-output-stream)) (space nil))
+    (loop for c across (string-trim '(#\Space #\Tab #\Newline #\Return) text)
+          do (if (member c '(#\Space #\Tab #\Newline #\Return))
+                 (setf space t)
+                 (progn (when space (write-char #\Space out) (setf space nil))
+                        (write-char c out))))
+    (get-output-stream-string out)))
+
+(defun test-failures (records system)
+  "The failed checks of RECORDS, in the order they ran, as (:test S :suite S
+:message S :form S :path P :line N :column N), the location being the test's
+form in SYSTEM's (or its test systems') source files when found."
+  (let ((files :unknown))
+    (with-file-cache ()
+      (loop for r in records
+            when (eq (getf r :status) :failed)
+              collect (append (list :test (getf r :test) :suite (getf r :suite)
+                                    :message (getf r :message) :form (getf r :form))
+                              (let ((loc (when (getf r :test)
+                                           (when (eq files :unknown)
+                                             (setf files (ignore-errors
+                                                          (project-source-files system))))
+                                           (find-test-form (unqualified (getf r :test))
+                                                           files))))
+                                (when loc
+                                  (list :path (getf loc :path) :line (getf loc :line)
+                                        :column (getf loc :column)))))))))
+
+(defun test-system (name &key test id (max-output 50000))
   "Run (ASDF:TEST-SYSTEM NAME) with output captured (standard input is at
-end-of-file, so it never waits). Returns (:system S :success T-or-NIL
-:summary NIL-or-(:framework S :passed N :failed N :skipped N) :diagnostics
-(...) :stdout S :stderr S :elapsed-ms N :error ...). :success is NIL when
-the run signalled an error or the summary shows failures."
+end-of-file, so it never waits). With TEST (a FiveAM test or suite name),
+the systems' test actions are skipped (their dependencies still loaded)
+and only that test runs. Returns (:system S :success T-or-NIL :summary
+NIL-or-(:framework S :passed N :failed N :skipped N) :failures
+((:test S :suite S :message S :form S :path P :line N :column N) ...)
+:diagnostics (...) :warnings-p :failure-p :failed :stdout S :stderr S
+:elapsed-ms N :error ...). The summary and failures come from FiveAM's
+results when it ran (counts are checks), else the summary is read from the
+output of a known framework. :success is NIL when the build or run
+signalled an error or a check failed."
   (when (null (ignore-errors (asdf:find-system (string-downcase (string name)) nil)))
     (return-from test-system
       (list :system (string-downcase (string name)) :success nil :summary nil
-            :diagnostics nil :stdout "" :stderr "" :elapsed-ms 0
+            :failures nil :diagnostics nil :warnings-p nil :failure-p t :failed nil
+            :stdout "" :stderr "" :elapsed-ms 0
             :error (missing-system-error (string-downcase (string name))))))
+  (ensure-test-op-hook)
   (let* ((name (string-downcase (string name)))
-         (notes '())
+         (notes '()) (build-error nil) (failed nil) (flags nil) (values nil)
+         (box (list nil))
+         (collector (list nil))
          (result
-           (fit-build-output (run-captured
-            (lambda ()
-              (setf notes (call-collecting-notes
-                           (lambda () (asdf:test-system name)))))
-            :id id :max-output max-output :warnings :pass)))
-         (summary (summarize-test-output
-                   (concatenate 'string (getf result :stdout) (string #\Newline)
-                                (getf result :stderr)))))
-    (list :system name
-          :success (and (not (getf result :error)) (not (getf result :interrupted))
-                        (or (null summary) (eql 0 (getf summary :failed))))
-          :summary summary
-          :diagnostics notes
-          :stdout (getf result :stdout)
-          :stderr (getf result :stderr)
-          :elapsed-ms (getf result :elapsed-ms)
-          :error (getf result :error)
-          :interrupted (getf result :interrupted)
-          :where (getf result :where))))
+           (let ((*test-results* collector)
+                 (*skip-test-perform* (and test t)))
+             (fit-build-output (run-captured
+              (lambda ()
+                (setf (values notes build-error failed values flags)
+                      (call-building
+                       (lambda ()
+                         (asdf:test-system name)
+                         (when test
+                           (let ((*skip-test-perform* nil))
+                             (run-named-test test))))
+                       :box box)))
+              :id id :max-output max-output :warnings :pass))))
+         (notes (if (getf result :interrupted) (finish-notes (car box) nil) notes))
+         (records (reverse (car collector)))
+         (summary (if records
+                      (results-summary records)
+                      (summarize-test-output
+                       (concatenate 'string (getf result :stdout) (string #\Newline)
+                                    (getf result :stderr))))))
+    (append
+     (list :system name
+           :success (and (not build-error)
+                         (not (getf result :error)) (not (getf result :interrupted))
+                         (or (null summary) (eql 0 (getf summary :failed))))
+           :summary summary
+           :failures (test-failures records name))
+     (build-status notes build-error failed flags)
+     (list :diagnostics notes)
+     (build-result-fields result build-error))))
 
 ;;; Listing and describing systems.
 

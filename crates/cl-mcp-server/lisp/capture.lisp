@@ -346,12 +346,14 @@ handler must never run user code."
                   frames))))))
     (nreverse frames)))
 
-(defun user-backtrace (&optional (limit 20) keep-internal)
+(defun user-backtrace (&optional (limit 20) keep-internal drop)
   "The user's part of the current stack as a list of (index text): leading
 machinery (signalling, interrupt delivery, our handlers) dropped, and the
 stack cut where user code was entered (CALL-WITH-USER-CODE), minus the
-evaluator frames just above it."
-  (let* ((frames (raw-backtrace (+ limit 60) keep-internal))
+evaluator frames just above it. DROP, when given, is a function of a
+frame's name: frames it is true for are left out too (a build's ASDF
+frames)."
+  (let* ((frames (raw-backtrace (+ limit (if drop 200 60)) keep-internal))
          (cut (position-if (lambda (f) (sentinel-frame-p (car f))) frames))
          (frames (if cut (subseq frames 0 cut) frames))
          (start (or (position-if-not (lambda (f) (machinery-frame-p (car f) (cdr f)
@@ -370,7 +372,8 @@ evaluator frames just above it."
                      frames))
          (frames (remove-if (lambda (f)
                               (let ((s (frame-name-symbol (car f))))
-                                (and s (our-package-p (symbol-package s)))))
+                                (or (and s (our-package-p (symbol-package s)))
+                                    (and drop (funcall drop (car f))))))
                             frames)))
     (loop for f in frames
           for i from 0 below limit

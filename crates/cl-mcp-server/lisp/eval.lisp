@@ -95,11 +95,14 @@ Returns (:values (STRING...) :stdout S :stderr S :warnings (S...)
            (printed '())
            (print-package *package*)
            (reading nil)
+           (form-error nil)
            (result
              (run-captured
               (lambda ()
+               (block eval-thunk
                 (let ((*package* current)
-                      (eof (list :eof)))
+                      (eof (list :eof))
+                      (outer-restarts (compute-restarts)))
                   ;; One compilation unit for all forms, so a function
                   ;; defined after its caller raises no undefined-function
                   ;; warning; its end-of-unit summary is not user output.
@@ -107,6 +110,22 @@ Returns (:values (STRING...) :stdout S :stderr S :warnings (S...)
                         (*error-output* (make-broadcast-stream)))
                    (with-compilation-unit ()
                     (let ((*error-output* stderr))
+                    ;; An error ends the forms inside the unit (not by
+                    ;; unwinding out of it), so the warnings it defers
+                    ;; (undefined functions of the forms before) are
+                    ;; still signalled and collected.
+                    (block forms
+                     (call-with-debugger-hooks
+                      (lambda (condition hook)
+                        (declare (ignore hook))
+                        (setf form-error
+                              (condition-plist condition
+                                               :backtrace (user-backtrace backtrace-limit)
+                                               :restarts (set-difference
+                                                          (compute-restarts condition)
+                                                          outer-restarts)))
+                        (return-from forms nil))
+                      (lambda ()
                     (let ((in (make-string-input-stream code)))
                       (loop
                         (let ((form (let ((*read-eval* (not safe-read)))
@@ -121,7 +140,9 @@ Returns (:values (STRING...) :stdout S :stderr S :warnings (S...)
                           ;; REPL variables, as a listener would set them.
                           (setf *** ** ** * * (first last-values))
                           (setf /// // // / / last-values)
-                          (setf +++ ++ ++ + + form)))))))
+                          (setf +++ ++ ++ + + form))))))))))
+                  (when form-error
+                    (return-from eval-thunk (values)))
                   (setf current *package*)
                   ;; Printing the values runs user code too (PRINT-OBJECT
                   ;; methods): inside the evaluation, so a timeout or
@@ -132,14 +153,14 @@ Returns (:values (STRING...) :stdout S :stderr S :warnings (S...)
                                                     :print-length print-length
                                                     :print-readably print-readably
                                                     :max-output max-output)))
-                  (values)))
+                  (values))))
               :id id :max-output max-output :stdin stdin
               :backtrace-limit backtrace-limit)))
       ;; A per-call PACKAGE applies to this call only; the session moves
       ;; only when the code itself changed *PACKAGE* (IN-PACKAGE).
       (unless (and start-package (eq current start-package))
         (set-session-package session current))
-      (let ((error (getf result :error)))
+      (let ((error (or (getf result :error) form-error)))
         ;; A reader error's backtrace is the reader's inside: useless.
         (when (and error reading)
           (setf (getf error :backtrace) nil)

@@ -229,14 +229,24 @@ fn introspection_builds_and_tests_on_a_real_project() {
     assert_eq!(r.structured["summary"]["failed"], 1);
     assert!(r.text.contains("FAILS-ON-PURPOSE"), "{}", r.text);
 
-    // lisp-compile-file: a warning (still loads) and a read error.
+    // lisp-compile-file: a full warning is compile-file's failure-p (not a
+    // success, as ASDF treats it), but the fasl is loaded; and a read error.
     let r = call(
         &mut s,
         22,
         "lisp-compile-file",
         json!({"path": "warn.lisp"}),
     );
-    assert!(!r.is_error, "{}", r.text);
+    assert!(r.is_error, "{}", r.text);
+    assert!(
+        r.text.starts_with("Compilation failed for warn.lisp in ",)
+            && r.text
+                .contains("(compile-file's failure-p; the fasl was loaded anyway)"),
+        "{}",
+        r.text
+    );
+    assert_eq!(r.structured["failureP"], true);
+    assert_eq!(r.structured["warningsP"], true);
     assert!(
         r.text.contains("warn.lisp:5:5: warning: Constant"),
         "{}",
@@ -247,7 +257,7 @@ fn introspection_builds_and_tests_on_a_real_project() {
         "{}",
         r.text
     );
-    assert_eq!(r.structured["success"], true);
+    assert_eq!(r.structured["success"], false);
     let r = eval(&mut s, 23, "(not (null (fboundp 'warns-on-purpose)))");
     assert_eq!(r.text, "=> T", "loaded");
     let fasls: Vec<_> = std::fs::read_dir(&root)
@@ -265,7 +275,12 @@ fn introspection_builds_and_tests_on_a_real_project() {
         "lisp-compile-file",
         json!({"path": "warn.lisp", "load": false}),
     );
-    assert!(r.text.starts_with("Compiled warn.lisp"), "{}", r.text);
+    assert!(
+        r.text.starts_with("Compilation failed for warn.lisp in ")
+            && r.text.contains("(compile-file's failure-p): 1 warning"),
+        "{}",
+        r.text
+    );
 
     let r = call(
         &mut s,

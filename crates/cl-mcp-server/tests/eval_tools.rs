@@ -116,6 +116,30 @@ fn errors_have_type_message_backtrace_and_restarts() {
         r.text
     );
     assert!(r.text.ends_with("=> USES-MISSING"), "{}", r.text);
+
+    // The warnings the compiler defers to the end of the call survive an
+    // error in a later form of the same call.
+    let r = eval(
+        &mut s,
+        6,
+        "(defun uses-missing-2 () (no-such-function-xyz-2)) (error \"later failure\")",
+    );
+    assert!(r.is_error, "{}", r.text);
+    assert!(
+        r.text.contains("[WARNING] ") && r.text.contains("NO-SUCH-FUNCTION-XYZ-2"),
+        "{}",
+        r.text
+    );
+    assert!(r.text.contains("later failure"), "{}", r.text);
+    assert!(
+        r.structured["warnings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|w| w.as_str().unwrap().contains("NO-SUCH-FUNCTION-XYZ-2")),
+        "{}",
+        r.structured
+    );
 }
 
 #[test]

@@ -155,3 +155,378 @@ fn the_users_asdf_configuration_is_read_at_every_start() {
     let r = eval(&mut s, 2, "(fromregistry:answer)");
     assert_eq!(r.text, "=> :REGISTRY");
 }
+
+/// Writes a file dated 2 s in the future, so ASDF sees an edit made in the
+/// same second as the last compilation as newer than its fasl.
+fn write(dir: &Path, name: &str, text: &str) {
+    std::fs::create_dir_all(dir).unwrap();
+    std::fs::write(dir.join(name), text).unwrap();
+    let f = std::fs::File::options()
+        .write(true)
+        .open(dir.join(name))
+        .unwrap();
+    f.set_modified(std::time::SystemTime::now() + std::time::Duration::from_secs(2))
+        .unwrap();
+}
+
+/// A failing build keeps every located diagnostic (those from files
+/// compiled before the failure and the deferred undefined-function ones),
+/// says which component failed and why in one line, drops ASDF's frames,
+/// and `success` follows compile-file's failure-p.
+#[test]
+fn failed_builds_keep_their_diagnostics() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().canonicalize().unwrap();
+    write(
+        &root,
+        "broken.asd",
+        "(defsystem \"broken\" :components ((:file \"a\") (:file \"b\")))\n",
+    );
+    write(
+        &root,
+        "boom.asd",
+        "(defsystem \"boom\" :components ((:file \"boom\")))\n",
+    );
+    write(
+        &root,
+        "a.lisp",
+        "(defpackage #:broken (:use #:cl))\n(in-package #:broken)\n\
+         (defun g (y) (let ((unused 1)) y))\n(defun h (z) (undefined-thing z))\n",
+    );
+    write(
+        &root,
+        "b.lisp",
+        "(in-package #:broken)\n(defun f (x) (car x x))\n",
+    );
+    write(
+        &root,
+        "boom.lisp",
+        "(defpackage #:boom (:use #:cl))\n(in-package #:boom)\n\
+         (defun explode (n) (error \"kaboom ~D\" n))\n(defun outer () (explode 3))\n(outer)\n",
+    );
+    let root_s = root.to_string_lossy().into_owned();
+    let mut s = lisp_server(&["--project-root", &root_s]);
+
+    let r = call(&mut s, 1, "asdf-load-system", json!({"system": "broken"}));
+    assert!(r.is_error, "{}", r.text);
+    assert_eq!(r.structured["success"], false, "{}", r.text);
+    assert_eq!(r.structured["failureP"], true, "{}", r.text);
+    assert_eq!(r.structured["warningsP"], true, "{}", r.text);
+    let lines: Vec<&str> = r.text.lines().collect();
+    assert!(
+        lines[0].starts_with("Loading system broken failed after"),
+        "{}",
+        r.text
+    );
+    // Which component failed and why, in one line before the diagnostics.
+    assert_eq!(
+        lines[1],
+        "Failed: compiling broken/b (b.lisp): compile-file reported failure (0 errors, 1 warning in this file)",
+        "{}",
+        r.text
+    );
+    assert_eq!(r.structured["failed"]["component"], "broken/b");
+    assert_eq!(r.structured["failed"]["operation"], "compile-op");
+    assert_eq!(r.structured["failed"]["path"], "b.lisp");
+    // The warning of the failing file, the style-warning of the file
+    // compiled before it, and the deferred undefined-function warning.
+    for expected in [
+        "b.lisp:2:14: warning: The function CAR is called with two arguments, but wants exactly one.",
+        "a.lisp:3:20: style-warning: The variable UNUSED is defined but never used.",
+        "a.lisp:4:14: style-warning: undefined function: BROKEN::UNDEFINED-THING",
+    ] {
+        assert!(r.text.contains(expected), "missing {expected:?}:\n{}", r.text);
+    }
+    let diags = r.structured["diagnostics"].as_array().unwrap();
+    assert_eq!(diags.len(), 3, "{}", r.text);
+    assert!(
+        diags
+            .iter()
+            .any(|d| d["severity"] == "warning" && d["path"] == "b.lisp" && d["line"] == 2),
+        "{}",
+        r.structured
+    );
+    // ASDF's frames are no backtrace of the user's code.
+    assert!(!r.text.contains("ASDF/"), "{}", r.text);
+    assert!(!r.text.contains("[Backtrace]"), "{}", r.text);
+
+    // A reader error (missing package) in a component: located.
+    write(
+        &root,
+        "b.lisp",
+        "(in-package #:broken)\n(defun f (x) (car x))\n(defun k (x) (nopkg:frob x))\n",
+    );
+    let r = call(&mut s, 2, "asdf-load-system", json!({"system": "broken"}));
+    assert!(r.is_error, "{}", r.text);
+    assert!(r.text.contains("\nb.lisp:3:"), "{}", r.text);
+    assert!(r.text.contains("NOPKG"), "{}", r.text);
+    assert!(
+        r.text.contains("Failed: compiling broken/b (b.lisp)"),
+        "{}",
+        r.text
+    );
+
+    // Fixed: style-warnings alone are a success (warningsP, not failureP).
+    write(
+        &root,
+        "b.lisp",
+        "(in-package #:broken)\n(defun f (x) (car x))\n",
+    );
+    let r = call(&mut s, 3, "asdf-load-system", json!({"system": "broken"}));
+    assert!(!r.is_error, "{}", r.text);
+    assert_eq!(r.structured["success"], true);
+    assert_eq!(r.structured["failureP"], false);
+    assert!(r.structured.get("failed").is_none(), "{}", r.structured);
+
+    // A forced reload recompiles everything: style-warnings alone are a
+    // success (warningsP, not failureP), and the answer is not drowned in
+    // redefinition notes.
+    let r = call(
+        &mut s,
+        4,
+        "asdf-load-system",
+        json!({"system": "broken", "force": true}),
+    );
+    assert!(!r.is_error, "{}", r.text);
+    assert_eq!(r.structured["success"], true);
+    assert_eq!(r.structured["failureP"], false, "{}", r.text);
+    assert_eq!(r.structured["warningsP"], true);
+    assert!(
+        r.text.contains("\na.lisp:3:20: style-warning"),
+        "{}",
+        r.text
+    );
+    assert!(!r.text.to_lowercase().contains("redefin"), "{}", r.text);
+
+    // An error while loading a component: the component, the error in one
+    // line, and only the user's frames.
+    let r = call(&mut s, 5, "asdf-load-system", json!({"system": "boom"}));
+    assert!(r.is_error, "{}", r.text);
+    assert!(
+        r.text
+            .contains("\nFailed: loading boom/boom (boom.lisp): SIMPLE-ERROR: kaboom 3"),
+        "{}",
+        r.text
+    );
+    assert!(r.text.contains("0: (EXPLODE 3)\n1: (OUTER)"), "{}", r.text);
+    assert!(
+        !r.text.contains("ASDF/") && !r.text.contains("UIOP/"),
+        "{}",
+        r.text
+    );
+
+    // A build stopped by its timeout keeps the diagnostics so far.
+    write(
+        &root,
+        "slow.asd",
+        "(defsystem \"slow\" :components ((:file \"slowa\") (:file \"slowb\")))\n",
+    );
+    write(
+        &root,
+        "slowa.lisp",
+        "(defun slow-a (y) (let ((unused 1)) y))\n",
+    );
+    write(
+        &root,
+        "slowb.lisp",
+        "(eval-when (:compile-toplevel) (loop (sleep 0.05)))\n",
+    );
+    let r = call(
+        &mut s,
+        9,
+        "asdf-load-system",
+        json!({"system": "slow", "timeoutSeconds": 3}),
+    );
+    assert!(r.is_error, "{}", r.text);
+    assert!(r.text.contains("[TIMEOUT]"), "{}", r.text);
+    assert!(
+        r.text.contains(
+            "slowa.lisp:1:25: style-warning: The variable UNUSED is defined but never used."
+        ),
+        "{}",
+        r.text
+    );
+
+    // lisp-compile-file: a full WARNING is compile-file's failure-p.
+    write(&root, "warns.lisp", "(defun warns-here (x) (car x x))\n");
+    let r = call(
+        &mut s,
+        6,
+        "lisp-compile-file",
+        json!({"path": "warns.lisp"}),
+    );
+    assert!(r.is_error, "{}", r.text);
+    assert_eq!(r.structured["success"], false);
+    assert_eq!(r.structured["failureP"], true);
+    assert_eq!(r.structured["warningsP"], true);
+    assert!(r.text.contains("warns.lisp:1:23: warning:"), "{}", r.text);
+    write(
+        &root,
+        "styles.lisp",
+        "(defun only-style (x) (let ((unused 1)) x))\n",
+    );
+    let r = call(
+        &mut s,
+        7,
+        "lisp-compile-file",
+        json!({"path": "styles.lisp"}),
+    );
+    assert!(!r.is_error, "{}", r.text);
+    assert_eq!(r.structured["success"], true);
+    assert_eq!(r.structured["failureP"], false);
+    assert_eq!(r.structured["warningsP"], true);
+    write(&root, "clean.lisp", "(defun clean-one (x) x)\n");
+    let r = call(
+        &mut s,
+        8,
+        "lisp-compile-file",
+        json!({"path": "clean.lisp"}),
+    );
+    assert_eq!(r.structured["success"], true);
+    assert_eq!(r.structured["failureP"], false);
+    assert_eq!(r.structured["warningsP"], false);
+}
+
+/// asdf-test-system: FiveAM's failures per test (name, suite, message with
+/// expected and actual, form, location), counts, one named test, and the
+/// diagnostics of a rebuild that fails.
+#[test]
+fn test_runs_report_each_failure_and_run_single_tests() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().canonicalize().unwrap();
+    write(
+        &root,
+        "shop.asd",
+        "(defsystem \"shop\" :components ((:file \"shop\"))\n\
+         \x20 :in-order-to ((test-op (test-op \"shop/tests\"))))\n\
+         (defsystem \"shop/tests\" :depends-on (\"shop\" \"fiveam\")\n\
+         \x20 :components ((:module \"t\" :components ((:file \"tests\"))))\n\
+         \x20 :perform (test-op (o c) (uiop:symbol-call :fiveam :run! (uiop:find-symbol* :shop-suite :shop-tests))))\n",
+    );
+    write(
+        &root,
+        "shop.lisp",
+        "(defpackage #:shop (:use #:cl) (:export #:total #:price))\n(in-package #:shop)\n\
+         (defun price (item) (getf '(:apple 3 :pear 5) item))\n\
+         (defun total (items) (reduce #'+ (mapcar #'price (rest items))))\n",
+    );
+    write(
+        &root.join("t"),
+        "tests.lisp",
+        "(defpackage #:shop-tests (:use #:cl #:fiveam))\n(in-package #:shop-tests)\n\
+         (def-suite shop-suite)\n(in-suite shop-suite)\n\n\
+         (test prices\n  (is (= 3 (shop:price :apple)))\n  (is (= 5 (shop:price :pear))))\n\n\
+         (test total\n  (is (= 8 (shop:total '(:apple :pear)))))\n\n\
+         (test unknown-item\n  (is (= 3 (shop:total '(:apple :plum)))))\n",
+    );
+    let root_s = root.to_string_lossy().into_owned();
+    let mut s = lisp_server(&["--project-root", &root_s]);
+
+    let r = call(&mut s, 1, "asdf-test-system", json!({"system": "shop"}));
+    assert!(r.is_error, "{}", r.text);
+    assert_eq!(r.structured["success"], false);
+    assert_eq!(r.structured["summary"]["framework"], "fiveam", "{}", r.text);
+    assert_eq!(r.structured["summary"]["passed"], 2, "{}", r.text);
+    assert_eq!(r.structured["summary"]["failed"], 2, "{}", r.text);
+    let failures = r.structured["failures"].as_array().unwrap();
+    assert_eq!(failures.len(), 2, "{}", r.text);
+    assert_eq!(failures[0]["test"], "SHOP-TESTS::TOTAL");
+    assert_eq!(failures[0]["suite"], "SHOP-TESTS::SHOP-SUITE");
+    assert_eq!(
+        failures[0]["message"],
+        "(SHOP:TOTAL '(:APPLE :PEAR)) evaluated to 5 which is not = to 8"
+    );
+    assert_eq!(failures[0]["form"], "(= 8 (SHOP:TOTAL '(:APPLE :PEAR)))");
+    assert_eq!(failures[0]["path"], "t/tests.lisp");
+    assert_eq!(failures[0]["line"], 10);
+    assert_eq!(failures[0]["column"], 1);
+    // A test whose body signals an error is a failure naming the error.
+    assert_eq!(failures[1]["test"], "SHOP-TESTS::UNKNOWN-ITEM");
+    assert_eq!(failures[1]["line"], 13);
+    let message = failures[1]["message"].as_str().unwrap();
+    assert!(
+        message.contains("NIL") && message.contains("NUMBER"),
+        "{message}"
+    );
+    assert!(
+        r.text.contains(
+            "\nt/tests.lisp:10:1: FAIL SHOP-TESTS::TOTAL (in SHOP-TESTS::SHOP-SUITE): \
+             (SHOP:TOTAL '(:APPLE :PEAR)) evaluated to 5 which is not = to 8\n    form: (= 8 (SHOP:TOTAL '(:APPLE :PEAR)))"
+        ),
+        "{}",
+        r.text
+    );
+
+    // One named test (any case, no package), then a qualified one.
+    let r = call(
+        &mut s,
+        2,
+        "asdf-test-system",
+        json!({"system": "shop", "test": "prices"}),
+    );
+    assert!(!r.is_error, "{}", r.text);
+    assert_eq!(r.structured["summary"]["passed"], 2, "{}", r.text);
+    assert_eq!(r.structured["summary"]["failed"], 0, "{}", r.text);
+    assert!(
+        r.text.starts_with("Test prices of shop passed"),
+        "{}",
+        r.text
+    );
+    assert!(!r.text.contains("TOTAL"), "only that test ran: {}", r.text);
+    let r = call(
+        &mut s,
+        3,
+        "asdf-test-system",
+        json!({"system": "shop", "test": "shop-tests::total"}),
+    );
+    assert!(r.is_error, "{}", r.text);
+    assert_eq!(r.structured["summary"]["failed"], 1, "{}", r.text);
+    assert_eq!(r.structured["failures"].as_array().unwrap().len(), 1);
+    let r = call(
+        &mut s,
+        4,
+        "asdf-test-system",
+        json!({"system": "shop", "test": "no-such-test"}),
+    );
+    assert!(r.is_error, "{}", r.text);
+    assert!(
+        r.text
+            .contains("No FiveAM test or suite named \"no-such-test\"")
+            && r.text.contains("SHOP-TESTS::PRICES"),
+        "{}",
+        r.text
+    );
+
+    // Fixed code: every test passes.
+    write(
+        &root,
+        "shop.lisp",
+        "(defpackage #:shop (:use #:cl) (:export #:total #:price))\n(in-package #:shop)\n\
+         (defun price (item) (getf '(:apple 3 :pear 5) item 0))\n\
+         (defun total (items) (reduce #'+ (mapcar #'price items)))\n",
+    );
+    let r = call(&mut s, 5, "asdf-test-system", json!({"system": "shop"}));
+    assert!(!r.is_error, "{}", r.text);
+    assert_eq!(r.structured["summary"]["failed"], 0, "{}", r.text);
+    assert_eq!(r.structured["summary"]["passed"], 4, "{}", r.text);
+    assert_eq!(r.structured["failures"], json!([]));
+
+    // A rebuild the test run triggers that fails keeps its diagnostics.
+    write(
+        &root,
+        "shop.lisp",
+        "(defpackage #:shop (:use #:cl) (:export #:total #:price))\n(in-package #:shop)\n\
+         (defun price (item) (car item item))\n\
+         (defun total (items) (reduce #'+ (mapcar #'price items)))\n",
+    );
+    let r = call(&mut s, 6, "asdf-test-system", json!({"system": "shop"}));
+    assert!(r.is_error, "{}", r.text);
+    assert!(
+        r.text
+            .contains("Failed: compiling shop/shop (shop.lisp): compile-file reported failure"),
+        "{}",
+        r.text
+    );
+    assert!(r.text.contains("\nshop.lisp:3:21: warning:"), "{}", r.text);
+    assert_eq!(r.structured["diagnostics"][0]["path"], "shop.lisp");
+}

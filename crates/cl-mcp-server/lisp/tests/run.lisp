@@ -72,6 +72,11 @@
 (let ((r (ev "(defun uses-undefined () (cl-mcp-nowhere-fn))")))
   (check "compiler style-warning collected"
          (some (lambda (w) (has "CL-MCP-NOWHERE-FN" w)) (getf r :warnings))))
+(let ((r (ev "(defun uses-undefined-2 () (cl-mcp-nowhere-fn-2)) (error \"later\")")))
+  (check "deferred warnings survive a later error in the same call"
+         (and (some (lambda (w) (has "CL-MCP-NOWHERE-FN-2" w)) (getf r :warnings))
+              (has "later" (getf (getf r :error) :message))
+              (null (getf r :values)))))
 (check "forward reference in one call: no warning"
        (null (getf (ev "(defun fwd-a () (fwd-b)) (defun fwd-b () 1) (fwd-a)") :warnings)))
 (check "redefinition is not a warning"
@@ -249,7 +254,9 @@
 (push *fixture* asdf:*central-registry*)
 
 (let ((r (cl-mcp:compile-file-with-diagnostics (fixture "warn.lisp"))))
-  (check "warning file compiles" (getf r :success))
+  (check "a full warning is compile-file's failure: no success" (not (getf r :success)))
+  (check "warning file: failure-p and warnings-p"
+         (and (getf r :failure-p) (getf r :warnings-p)))
   (check "and loads" (getf r :loaded))
   (check "full warning with line/column"
          (find-if (lambda (d) (and (equal (getf d :severity) "warning")
@@ -407,7 +414,27 @@
   (check "fiveam summary" (equal (getf r :summary)
                                  '(:framework "fiveam" :passed 2 :failed 1 :skipped 0)))
   (check "failing test makes success nil" (not (getf r :success)))
-  (check "test output captured" (has "FAILS-ON-PURPOSE" (getf r :stdout))))
+  (check "test output captured" (has "FAILS-ON-PURPOSE" (getf r :stdout)))
+  (let ((f (first (getf r :failures))))
+    (check "one failure, per test" (= 1 (length (getf r :failures))))
+    (check "failure names its test and suite"
+           (and (equal (getf f :test) "MCPDEMO-TESTS::FAILS-ON-PURPOSE")
+                (equal (getf f :suite) "MCPDEMO-TESTS::DEMO-SUITE")))
+    (check "failure message on one line, expected and actual"
+           (equal (getf f :message) "(MCPDEMO:ADD 2 2) evaluated to 4 which is not = to 5"))
+    (check "failure form" (equal (getf f :form) "(= 5 (MCPDEMO:ADD 2 2))"))
+    (check "failure located at the test form"
+           (and (has "tests.lisp" (getf f :path)) (eql (getf f :line) 13)
+                (eql (getf f :column) 1)))))
+(let ((r (cl-mcp:test-system "mcpdemo" :test "adds")))
+  (check "a single named test runs alone"
+         (and (getf r :success)
+              (equal (getf r :summary) '(:framework "fiveam" :passed 2 :failed 0 :skipped 0))
+              (not (has "FAILS-ON-PURPOSE" (getf r :stdout))))))
+(let ((r (cl-mcp:test-system "mcpdemo" :test "no-such-test")))
+  (check "an unknown test name is an error listing the known ones"
+         (and (not (getf r :success))
+              (has "MCPDEMO-TESTS::ADDS" (getf (getf r :error) :message)))))
 (let ((r (cl-mcp:test-system "cl-mcp-no-such-system")))
   (check "test-system of an unknown system: plain message"
          (has "ASDF cannot find a system named" (getf (getf r :error) :message)))

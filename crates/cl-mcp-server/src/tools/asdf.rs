@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use super::code::{
     build_result, build_timeout, render_build_error, render_diagnostics, render_interruption,
-    BuildOutput,
+    BuildOutput, Diagnostic, FailedAction,
 };
 use super::image::{
     self, helper_form, plist_bool, plist_i64, plist_list, plist_str, plist_strings,
@@ -69,11 +69,16 @@ async fn asdf_load_system(a: LoadArgs, ctx: ToolContext) -> ToolOutput {
 struct TestArgs {
     /// The system whose tests to run (`asdf:test-system`).
     system: String,
+    /// Run only this FiveAM test or suite (`name` in any package, or
+    /// `package::name`): the system and its test systems are loaded as
+    /// `asdf:test-system` would, but their own test actions are skipped.
+    test: Option<String>,
     /// Interrupt the test run after this many seconds (default 600).
     timeout_seconds: Option<f64>,
 }
 
-/// Pass/fail counts read from the test framework's summary.
+/// Pass/fail counts: of checks, from the framework's own results (FiveAM),
+/// else read from its printed summary.
 #[derive(Serialize, JsonSchema)]
 struct TestSummary {
     /// fiveam, parachute, rove or lisp-unit2.
@@ -86,14 +91,39 @@ struct TestSummary {
     skipped: Option<i64>,
 }
 
+/// One failed check, with the test it belongs to.
+#[derive(Serialize, JsonSchema)]
+struct TestFailure {
+    /// The test, as `package::name`.
+    test: String,
+    /// Its suite, when it has one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    suite: Option<String>,
+    /// What failed: expected and actual, as the framework says it.
+    message: String,
+    /// The failing form, when the framework keeps it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    form: Option<String>,
+    /// Where the test is defined (found in the system's source files).
+    #[serde(flatten)]
+    location: super::code::Location,
+}
+
 #[derive(Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 struct TestOutput {
-    /// No error, and no failures in a recognised summary.
+    /// No error, and no failed check.
     success: bool,
-    /// Absent when the framework's summary was not recognised.
+    /// Absent when no framework's results or summary were recognised.
     #[serde(skip_serializing_if = "Option::is_none")]
     summary: Option<TestSummary>,
+    /// Every failed check, in the order they ran (FiveAM).
+    failures: Vec<TestFailure>,
+    /// Compiler diagnostics of the (re)build the test run triggered.
+    diagnostics: Vec<Diagnostic>,
+    /// When the build or the run failed: which component, and why.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    failed: Option<FailedAction>,
     stdout: String,
     stderr: String,
     elapsed_ms: i64,
@@ -106,11 +136,11 @@ async fn asdf_test_system(a: TestArgs, ctx: ToolContext) -> ToolOutput {
         Ok(t) => t,
         Err(e) => return ToolOutput::error(e),
     };
-    let form = helper_form(
-        "test-system",
-        vec![Value::string(a.system.clone())],
-        vec![("max-output", Value::Integer(DEFAULT_MAX_OUTPUT as i64))],
-    );
+    let mut keys = vec![("max-output", Value::Integer(DEFAULT_MAX_OUTPUT as i64))];
+    if let Some(t) = &a.test {
+        keys.push(("test", Value::string(t.clone())));
+    }
+    let form = helper_form("test-system", vec![Value::string(a.system.clone())], keys);
     let v = match image::call_build(&ctx, &form, timeout).await {
         Ok(v) => v,
         Err(e) => return ToolOutput::error(e),
@@ -126,18 +156,35 @@ async fn asdf_test_system(a: TestArgs, ctx: ToolContext) -> ToolOutput {
             failed: plist_i64(s, "failed"),
             skipped: plist_i64(s, "skipped"),
         });
+    let failures = plist_list(&v, "failures")
+        .unwrap_or(&[])
+        .iter()
+        .map(|f| TestFailure {
+            test: plist_str(f, "test").unwrap_or_default(),
+            suite: plist_str(f, "suite"),
+            message: plist_str(f, "message").unwrap_or_default(),
+            form: plist_str(f, "form"),
+            location: super::code::Location::from_plist(f, &root),
+        })
+        .collect();
     let out = TestOutput {
         success: build.success,
         summary,
+        failures,
+        diagnostics: build.diagnostics.clone(),
+        failed: build.failed.clone(),
         stdout: plist_str(&v, "stdout").unwrap_or_default(),
         stderr: plist_str(&v, "stderr").unwrap_or_default(),
         elapsed_ms: build.elapsed_ms,
         error: build.error.clone(),
     };
+    let what = match &a.test {
+        Some(t) => format!("Test {t} of {}", a.system),
+        None => format!("Tests of {}", a.system),
+    };
     let mut text = match &out.summary {
         Some(s) => format!(
-            "Tests of {} {} ({}): {} passed, {} failed, {} skipped ({} ms)",
-            a.system,
+            "{what} {} ({}): {} passed, {} failed, {} skipped ({} ms)",
             if out.success { "passed" } else { "FAILED" },
             s.framework,
             s.passed.map_or("?".into(), |n| n.to_string()),
@@ -146,8 +193,7 @@ async fn asdf_test_system(a: TestArgs, ctx: ToolContext) -> ToolOutput {
             out.elapsed_ms
         ),
         None => format!(
-            "Tests of {} {} ({} ms; no known test summary recognised in the output)",
-            a.system,
+            "{what} {} ({} ms; no known test summary recognised in the output)",
             if out.success {
                 "ran without error"
             } else {
@@ -156,15 +202,30 @@ async fn asdf_test_system(a: TestArgs, ctx: ToolContext) -> ToolOutput {
             out.elapsed_ms
         ),
     };
-    let errors: Vec<_> = build
-        .diagnostics
-        .iter()
-        .filter(|d| d.severity == "error" || d.severity == "warning")
-        .cloned()
-        .collect();
-    if !errors.is_empty() {
+    if let Some(f) = &out.failed {
+        text.push_str(&format!("\nFailed: {}", f.line()));
+    }
+    for f in &out.failures {
+        let at = if f.location.path.is_some() {
+            format!("{}: ", f.location.prefix())
+        } else {
+            String::new()
+        };
+        text.push_str(&format!(
+            "\n{at}FAIL {}{}: {}",
+            f.test,
+            f.suite
+                .as_ref()
+                .map_or(String::new(), |s| format!(" (in {s})")),
+            f.message
+        ));
+        if let Some(form) = &f.form {
+            text.push_str(&format!("\n    form: {form}"));
+        }
+    }
+    if !out.diagnostics.is_empty() {
         text.push('\n');
-        text.push_str(&render_diagnostics(&errors));
+        text.push_str(&render_diagnostics(&out.diagnostics));
     }
     if let Some(e) = render_build_error(&v) {
         text.push_str(&format!("\n\n{e}"));
@@ -349,7 +410,9 @@ pub fn tools() -> Vec<ToolDef> {
             "Load an ASDF system",
             "Load an ASDF system into the image (through Quicklisp when it is installed, so \
              missing dependencies are fetched; `force` recompiles with plain ASDF). Returns \
-             compiler diagnostics as `path:line:column: severity: message`.",
+             every compiler diagnostic as `path:line:column: severity: message`, whether the \
+             build succeeds or fails; a failed build first says which component failed and \
+             why. `success` follows compile-file's failure-p (a full WARNING fails).",
             Annotations::MUTATING,
             |a: LoadArgs, ctx: ToolContext| async move {
                 let c = ctx.clone();
@@ -362,9 +425,11 @@ pub fn tools() -> Vec<ToolDef> {
             "asdf-test-system",
             ToolGroup::Asdf,
             "Run a system's tests",
-            "Run `asdf:test-system` with output captured; reports pass/fail counts when the \
-             framework's summary is recognised (FiveAM, Parachute, Rove, lisp-unit2). Never \
-             waits for input.",
+            "Run `asdf:test-system` with output captured. For FiveAM, every failed check with \
+             its test, suite, message (expected and actual), form and the test's location, and \
+             counts; `test` runs one FiveAM test or suite by name. Counts from the printed \
+             summary for Parachute, Rove, lisp-unit2. A failing rebuild keeps its diagnostics. \
+             Never waits for input.",
             Annotations::MUTATING,
             |a: TestArgs, ctx: ToolContext| async move {
                 let c = ctx.clone();

@@ -32,7 +32,7 @@ pub struct Location {
 }
 
 impl Location {
-    fn from_plist(v: &Value, root: &Path) -> Location {
+    pub fn from_plist(v: &Value, root: &Path) -> Location {
         Location {
             path: plist_str(v, "path").map(|p| fs_paths::display_path(root, Path::new(&p))),
             line: plist_i64(v, "line"),
@@ -41,7 +41,7 @@ impl Location {
     }
 
     /// `path:line:column` (as much as is known).
-    fn prefix(&self) -> String {
+    pub fn prefix(&self) -> String {
         match (&self.path, self.line, self.column) {
             (Some(p), Some(l), Some(c)) => format!("{p}:{l}:{c}"),
             (Some(p), Some(l), None) => format!("{p}:{l}"),
@@ -675,16 +675,78 @@ struct CompileArgs {
     timeout_seconds: Option<f64>,
 }
 
+/// Which part of a build failed and why.
+#[derive(Serialize, JsonSchema, Debug, Clone, PartialEq)]
+pub struct FailedAction {
+    /// The ASDF operation (`compile-op`, `load-op`, ...), when an ASDF
+    /// action failed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub operation: Option<String>,
+    /// The component as `system/file`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub component: Option<String>,
+    /// The component's file (relative to the project root when inside it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
+    /// Why, in one line.
+    pub reason: String,
+}
+
+impl FailedAction {
+    fn from_plist(v: &Value, root: &Path) -> Option<FailedAction> {
+        let f = v.plist_get("failed").filter(|f| !f.is_nil())?;
+        Some(FailedAction {
+            operation: plist_str(f, "operation"),
+            component: plist_str(f, "component"),
+            path: plist_str(f, "path").map(|p| fs_paths::display_path(root, Path::new(&p))),
+            reason: plist_str(f, "reason").unwrap_or_default(),
+        })
+    }
+
+    /// `compiling bad/b (src/b.lisp): reason`.
+    pub fn line(&self) -> String {
+        let what = match self.operation.as_deref() {
+            Some("compile-op") => "compiling",
+            Some("load-op") => "loading",
+            Some("test-op") => "testing",
+            Some(op) => op,
+            None => "",
+        };
+        let mut text = String::new();
+        if let Some(c) = &self.component {
+            text.push_str(format!("{what} {c}").trim());
+            if let Some(p) = &self.path {
+                text.push_str(&format!(" ({p})"));
+            }
+            text.push_str(": ");
+        }
+        text.push_str(&self.reason);
+        text
+    }
+}
+
 /// `structuredContent` of `lisp-compile-file` and `asdf-load-system`.
 #[derive(Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct BuildOutput {
+    /// No error, and `failureP` false: a full WARNING fails the build, as
+    /// ASDF treats it; style-warnings and notes do not.
     pub success: bool,
+    /// `compile-file`'s warnings-p: some warning (style-warnings included)
+    /// or error was reported. For a system, over all its files.
+    pub warnings_p: bool,
+    /// `compile-file`'s failure-p: an error or a full WARNING was reported
+    /// (or the build ended with an error). For a system, over all its files.
+    pub failure_p: bool,
+    /// Every compiler diagnostic, whether the build succeeded or not.
     pub diagnostics: Vec<Diagnostic>,
     pub elapsed_ms: i64,
     /// The error the build ended with, if any (`TYPE: message`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// When an ASDF build failed: which component, and why in one line.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub failed: Option<FailedAction>,
 }
 
 impl BuildOutput {
@@ -692,6 +754,8 @@ impl BuildOutput {
     pub fn from_plist(v: &Value, root: &Path) -> BuildOutput {
         BuildOutput {
             success: plist_bool(v, "success"),
+            warnings_p: plist_bool(v, "warnings-p"),
+            failure_p: plist_bool(v, "failure-p"),
             diagnostics: diagnostics_from(v, root),
             elapsed_ms: plist_i64(v, "elapsed-ms").unwrap_or(0),
             error: v.plist_get("error").filter(|e| !e.is_nil()).map(|e| {
@@ -701,6 +765,7 @@ impl BuildOutput {
                     plist_str(e, "message").unwrap_or_default()
                 )
             }),
+            failed: FailedAction::from_plist(v, root),
         }
     }
 
@@ -760,19 +825,32 @@ async fn lisp_compile_file(a: CompileArgs, ctx: ToolContext) -> ToolOutput {
         Err(e) => return ToolOutput::error(e),
     };
     let out = BuildOutput::from_plist(&v, &root);
-    let verb = if load && plist_bool(&v, "loaded") {
-        "Compiled and loaded"
-    } else if out.success {
-        "Compiled"
+    let loaded = load && plist_bool(&v, "loaded");
+    let headline = if out.success {
+        format!(
+            "{} {} in {} ms: {}",
+            if loaded {
+                "Compiled and loaded"
+            } else {
+                "Compiled"
+            },
+            resolved.display,
+            out.elapsed_ms,
+            out.summary()
+        )
     } else {
-        "Compilation failed for"
+        format!(
+            "Compilation failed for {} in {} ms (compile-file's failure-p{}): {}",
+            resolved.display,
+            out.elapsed_ms,
+            if loaded {
+                "; the fasl was loaded anyway"
+            } else {
+                ""
+            },
+            out.summary()
+        )
     };
-    let headline = format!(
-        "{verb} {} in {} ms: {}",
-        resolved.display,
-        out.elapsed_ms,
-        out.summary()
-    );
     build_result(headline, out, &v, "The compilation", timeout)
 }
 
@@ -787,6 +865,9 @@ pub fn build_result(
     timeout: std::time::Duration,
 ) -> ToolOutput {
     let mut text = headline;
+    if let Some(f) = &out.failed {
+        text.push_str(&format!("\nFailed: {}", f.line()));
+    }
     if !out.diagnostics.is_empty() {
         text.push('\n');
         text.push_str(&render_diagnostics(&out.diagnostics));
@@ -878,8 +959,9 @@ pub fn tools() -> Vec<ToolDef> {
             ToolGroup::Code,
             "Compile a file",
             "Compile a Lisp file in the image (and load it unless `load` is false), returning \
-             compiler diagnostics as `path:line:column: severity: message`. Definitions keep \
-             their source locations for code-find.",
+             compiler diagnostics as `path:line:column: severity: message`. `success` follows \
+             compile-file's failure-p (`failureP`: a full WARNING fails, style-warnings do \
+             not). Definitions keep their source locations for code-find.",
             Annotations::MUTATING,
             |a: CompileArgs, ctx: ToolContext| async move {
                 let c = ctx.clone();
