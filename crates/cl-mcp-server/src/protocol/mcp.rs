@@ -380,7 +380,17 @@ pub(crate) async fn dispatch(req: RequestCtx, msg: Message) -> Result<Value, Mcp
             let read = if uri.starts_with("lisp://") {
                 crate::resources::read_lisp_uri(req.conn.session.clone(), &uri).await
             } else {
-                crate::resources::read_file_uri(&req.conn.session, &uri)
+                // File reads run off the async workers (see tools::off_workers).
+                let session = req.conn.session.clone();
+                let u = uri.clone();
+                tokio::task::spawn_blocking(move || crate::resources::read_file_uri(&session, &u))
+                    .await
+                    .unwrap_or_else(|e| {
+                        Err((
+                            crate::protocol::jsonrpc::INVALID_PARAMS,
+                            format!("The file read failed: {e}"),
+                        ))
+                    })
             };
             let mut r = read.map_err(|(code, msg)| {
                 // 2026-07-28 answers a missing resource with -32602.

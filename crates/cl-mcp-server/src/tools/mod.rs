@@ -280,6 +280,18 @@ pub struct ToolDef {
     handler: Handler,
 }
 
+/// Runs file work on tokio's blocking pool, never on an async worker: a
+/// slow disk or a file that blocks cannot keep the server from answering
+/// `ping` and every other request.
+pub async fn off_workers<F>(work: F) -> ToolOutput
+where
+    F: FnOnce() -> ToolOutput + Send + 'static,
+{
+    tokio::task::spawn_blocking(work)
+        .await
+        .unwrap_or_else(|e| ToolOutput::error(format!("The file operation failed: {e}")))
+}
+
 /// Builds a tool whose arguments deserialize into `A`.
 ///
 /// Argument names are camelCase in the schema (use

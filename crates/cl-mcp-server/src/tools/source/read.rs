@@ -16,7 +16,7 @@ use super::defs::{self, Definition};
 use super::scan::{self, ItemKind};
 use super::{human_line_count, is_lisp_path, line_window, load_source};
 use crate::tools::fs::to_json;
-use crate::tools::{tool, Annotations, ToolContext, ToolDef, ToolGroup, ToolOutput};
+use crate::tools::{off_workers, tool, Annotations, ToolContext, ToolDef, ToolGroup, ToolOutput};
 
 const DEFAULT_LIMIT: usize = 2000;
 /// Most lines the collapsed view shows of one signature.
@@ -90,7 +90,7 @@ pub fn tool_def() -> ToolDef {
          gives the next `offset`). Non-Lisp files: line view; \
          with `contentPattern`, matching lines with context.",
         Annotations::READ_ONLY,
-        |a: ReadArgs, ctx: ToolContext| async move {
+        |a: ReadArgs, ctx: ToolContext| off_workers(move || {
             let (r, text) = match load_source(&ctx.session, &a.path) {
                 Ok(x) => x,
                 Err(e) => return ToolOutput::error(e),
@@ -138,7 +138,7 @@ pub fn tool_def() -> ToolDef {
                 meta,
             };
             ToolOutput::structured(shown, to_json(&out))
-        },
+        }),
     )
     .with_output_schema::<ReadOutput>()
 }
