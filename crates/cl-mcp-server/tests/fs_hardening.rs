@@ -391,8 +391,19 @@ fn a_three_gigabyte_line_is_read_with_bounded_memory() {
     let mut server = Server::start(&root);
     let pid = server.pid();
     let before = peak_rss_kib(pid);
+    // Checked after every call, so the first unbounded read fails here.
+    let bounded = |what: &str| {
+        let peak = peak_rss_kib(pid);
+        assert!(
+            peak < 200 * 1024,
+            "after {what}: server peak RSS {} MB",
+            peak / 1024
+        );
+        peak
+    };
 
-    let r = server.ok("fs-read-file", json!({"path": "huge.lisp"}));
+    let r = server.call("fs-read-file", json!({"path": "huge.lisp"}));
+    bounded("reading the first page");
     assert!(
         r.text
             .starts_with("first\n[huge.lisp: showed lines 1-1; the 2 MB per-call cap"),
@@ -400,25 +411,27 @@ fn a_three_gigabyte_line_is_read_with_bounded_memory() {
         &r.text[..r.text.len().min(200)]
     );
     // Inside the 3 GB line: its first 2 MB are NULs, refused as binary.
-    let e = server.err("fs-read-file", json!({"path": "huge.lisp", "offset": 1}));
-    assert!(e.text.contains("binary"), "{}", e.text);
+    let e = server.call("fs-read-file", json!({"path": "huge.lisp", "offset": 1}));
+    bounded("reading inside the long line");
+    assert!(e.is_error && e.text.contains("binary"), "{}", e.text);
     // Skipping the whole line.
-    let r = server.ok("fs-read-file", json!({"path": "huge.lisp", "offset": 2}));
+    let r = server.call("fs-read-file", json!({"path": "huge.lisp", "offset": 2}));
+    bounded("skipping the long line");
     assert_eq!(r.text, "last line\n");
     // Continuing near the end of it.
     let from = line1_len - "tail of the long line\n".len() as u64;
-    let r = server.ok(
+    let r = server.call(
         "fs-read-file",
         json!({"path": "huge.lisp", "offset": 1, "byteOffset": from}),
     );
+    bounded("reading with byteOffset");
     assert_eq!(r.text, "tail of the long line\nlast line\n");
     let e = server.err(
         "fs-read-file",
         json!({"path": "huge.lisp", "offset": 1, "byteOffset": line1_len}),
     );
     assert!(
-        e.text
-            .contains(&format!("which has {line1_len} bytes")),
+        e.text.contains(&format!("which has {line1_len} bytes")),
         "{}",
         e.text
     );
@@ -435,11 +448,10 @@ fn a_three_gigabyte_line_is_read_with_bounded_memory() {
     let r = server.ok("clgrep-search", json!({"pattern": "tail"}));
     assert!(r.text.contains("No match"), "{}", r.text);
 
-    let peak = peak_rss_kib(pid);
+    let peak = bounded("the source tools");
     eprintln!(
         "3 GB file: server VmHWM {} MB before, {} MB after",
         before / 1024,
         peak / 1024
     );
-    assert!(peak < 200 * 1024, "peak RSS {} MB", peak / 1024);
 }
