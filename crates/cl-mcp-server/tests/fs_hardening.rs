@@ -42,7 +42,11 @@ fn exchange(a: &Path, b: &Path) -> std::io::Result<()> {
 fn mkfifo(p: &Path) {
     let c = CString::new(p.as_os_str().as_bytes()).unwrap();
     // SAFETY: a valid NUL-terminated path.
-    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0, "mkfifo {p:?}");
+    assert_eq!(
+        unsafe { libc::mkfifo(c.as_ptr(), 0o644) },
+        0,
+        "mkfifo {p:?}"
+    );
 }
 
 /// A thread exchanging `a` and `b` as fast as it can until the flag drops;
@@ -169,7 +173,12 @@ fn send(s: &mut common::Server, id: i64, method: &str, params: Value) {
 }
 
 fn tool_call(s: &mut common::Server, id: i64, name: &str, args: Value) {
-    send(s, id, "tools/call", json!({"name": name, "arguments": args}));
+    send(
+        s,
+        id,
+        "tools/call",
+        json!({"name": name, "arguments": args}),
+    );
 }
 
 fn start_raw(root: &Path) -> common::Server {
@@ -209,8 +218,16 @@ fn fifos_are_refused_at_once_and_ping_stays_answered() {
     };
     let mut s = start_raw(&root);
     let calls: Vec<(&str, Value, &str)> = vec![
-        ("fs-read-file", json!({"path": "f.lisp"}), "named pipe (FIFO)"),
-        ("lisp-read-file", json!({"path": "f.lisp"}), "named pipe (FIFO)"),
+        (
+            "fs-read-file",
+            json!({"path": "f.lisp"}),
+            "named pipe (FIFO)",
+        ),
+        (
+            "lisp-read-file",
+            json!({"path": "f.lisp"}),
+            "named pipe (FIFO)",
+        ),
         (
             "lisp-check-parens",
             json!({"path": "f.lisp"}),
@@ -273,8 +290,10 @@ fn fifos_are_refused_at_once_and_ping_stays_answered() {
         assert_eq!(sc["skipped"].as_array().map(Vec::len), Some(1), "{tool}");
     }
     let uri = format!("file://{}", fifo.display());
-    let r = s.request(json!({"jsonrpc": "2.0", "id": 300, "method": "resources/read",
-                             "params": {"uri": uri}}));
+    let r = s.request(
+        json!({"jsonrpc": "2.0", "id": 300, "method": "resources/read",
+                             "params": {"uri": uri}}),
+    );
     assert!(
         r["error"].to_string().contains("named pipe (FIFO)"),
         "resources/read of a FIFO: {r}"

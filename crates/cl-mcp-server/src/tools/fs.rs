@@ -176,9 +176,7 @@ pub fn tools() -> Vec<ToolDef> {
             "Lists a directory (default: the project root): every entry, sorted by name, with \
              its type and size.",
             Annotations::READ_ONLY,
-            |a: ListArgs, ctx: ToolContext| {
-                off_workers(move || list_directory(a, &ctx.session))
-            },
+            |a: ListArgs, ctx: ToolContext| off_workers(move || list_directory(a, &ctx.session)),
         )
         .with_output_schema::<ListOutput>(),
         tool(

@@ -365,9 +365,7 @@ pub fn open_regular_in(
         .open_with(rel, &opts)
         .map_err(|e| io_message("read", shown, &e))?
         .into_std();
-    let meta = file
-        .metadata()
-        .map_err(|e| io_message("read", shown, &e))?;
+    let meta = file.metadata().map_err(|e| io_message("read", shown, &e))?;
     if !meta.is_file() {
         let t = meta.file_type();
         return Err(if t.is_dir() {

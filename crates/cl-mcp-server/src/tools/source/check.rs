@@ -6,8 +6,8 @@ use serde::{Deserialize, Serialize};
 
 use super::scan::{self, Opener, Problem};
 use super::{line_window, Position};
-use crate::tools::fs_paths::{read_capped, ReadCapError};
 use crate::tools::fs::{to_json, READ_CAP_BYTES};
+use crate::tools::fs_paths::{read_capped, ReadCapError};
 use crate::tools::{off_workers, tool, Annotations, ToolContext, ToolDef, ToolGroup, ToolOutput};
 
 #[derive(Deserialize, JsonSchema)]

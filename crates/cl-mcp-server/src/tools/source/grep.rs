@@ -199,14 +199,15 @@ where
         .map_err(|e| crate::tools::fs_paths::io_message("read", &r.display, &e))?;
     if !r.path.is_dir() {
         let (file, meta) = open_regular_in(&base, &r.rel(), &r.display)?;
-        let bytes = read_capped(file, meta.len(), MAX_FILE_BYTES, &r.display).map_err(|e| match e {
-            ReadCapError::TooBig(n) => format!(
-                "'{}' is {n} bytes, over the {} MB this tool reads from one file.",
-                r.display,
-                MAX_FILE_BYTES >> 20
-            ),
-            ReadCapError::Other(m) => m,
-        })?;
+        let bytes =
+            read_capped(file, meta.len(), MAX_FILE_BYTES, &r.display).map_err(|e| match e {
+                ReadCapError::TooBig(n) => format!(
+                    "'{}' is {n} bytes, over the {} MB this tool reads from one file.",
+                    r.display,
+                    MAX_FILE_BYTES >> 20
+                ),
+                ReadCapError::Other(m) => m,
+            })?;
         visit(&r.path, &bytes);
         return Ok(Walked {
             files: 1,
@@ -272,7 +273,14 @@ fn skipped_note(skipped: &[String]) -> Option<String> {
         "[skipped {} not read: ",
         counted(skipped.len(), "entry", "entries")
     );
-    note.push_str(&skipped.iter().take(5).cloned().collect::<Vec<_>>().join("; "));
+    note.push_str(
+        &skipped
+            .iter()
+            .take(5)
+            .cloned()
+            .collect::<Vec<_>>()
+            .join("; "),
+    );
     if skipped.len() > 5 {
         let _ = write!(note, " ... and {} more", skipped.len() - 5);
     }
@@ -405,9 +413,9 @@ fn place_hits(base: &cap_std::fs::Dir, base_path: &Path, hits: &mut [Hit]) {
             .take_while(|h| h.file == hits[i].file)
             .count();
         let rel = rel_under(base_path, &hits[i].file);
-        let read = open_regular_in(base, &rel, &hits[i].path).ok().and_then(|(f, m)| {
-            read_capped(f, m.len(), MAX_FILE_BYTES, &hits[i].path).ok()
-        });
+        let read = open_regular_in(base, &rel, &hits[i].path)
+            .ok()
+            .and_then(|(f, m)| read_capped(f, m.len(), MAX_FILE_BYTES, &hits[i].path).ok());
         if let Some(bytes) = read {
             if let Ok(text) = std::str::from_utf8(&bytes) {
                 let s = scan::scan(text);
