@@ -201,15 +201,25 @@ fn fifos_are_refused_at_once_and_ping_stays_answered() {
     std::fs::write(root.join("ok.lisp"), "(defun ok () 1)\n").unwrap();
     let fifo = root.join("f.lisp");
     mkfifo(&fifo);
+    // An ignore file that is a FIFO: the walks read ignore files too.
+    std::fs::create_dir(root.join("sub")).unwrap();
+    std::fs::write(root.join("sub/b.lisp"), "(defun b () 2)\n").unwrap();
+    mkfifo(&root.join("sub/.gitignore"));
     let stop = Arc::new(AtomicBool::new(false));
     let watchdog = {
-        let (stop, fifo) = (stop.clone(), fifo.clone());
+        let (stop, root) = (stop.clone(), root.clone());
         std::thread::spawn(move || {
             let t0 = Instant::now();
             while !stop.load(Ordering::Relaxed) {
                 if t0.elapsed() > Duration::from_secs(20) {
-                    // Unblock a reader stuck in open().
-                    let _ = std::fs::OpenOptions::new().write(true).open(&fifo);
+                    // Unblock readers stuck in open().
+                    for f in ["f.lisp", "sub/.gitignore"] {
+                        use std::os::unix::fs::OpenOptionsExt;
+                        let _ = std::fs::OpenOptions::new()
+                            .write(true)
+                            .custom_flags(libc::O_NONBLOCK)
+                            .open(root.join(f));
+                    }
                     return;
                 }
                 std::thread::sleep(Duration::from_millis(50));
@@ -270,25 +280,37 @@ fn fifos_are_refused_at_once_and_ping_stays_answered() {
             .is_fifo(),
         "the FIFO was not replaced"
     );
-    // Walking a directory: the FIFO is skipped and named, the rest read.
+    // Walking a directory: the FIFO is skipped and named, the rest read;
+    // the FIFO ignore file is not waited on.
     for tool in ["clgrep-signatures", "clgrep-search"] {
         let args = if tool == "clgrep-search" {
             json!({"pattern": "defun"})
         } else {
             json!({})
         };
+        let t0 = Instant::now();
         let r = s.call_tool(200, tool, args);
+        assert!(
+            t0.elapsed() < Duration::from_secs(2),
+            "{tool}: {:?}",
+            t0.elapsed()
+        );
         assert!(!common::tool_is_error(&r), "{tool}: {r}");
         let text = common::tool_text(&r);
         assert!(text.contains("ok.lisp"), "{tool}: {text}");
+        assert!(text.contains("sub/b.lisp"), "{tool}: {text}");
         assert!(
             text.contains("[skipped 1 entry not read: 'f.lisp' is a named pipe (FIFO)"),
             "{tool}: {text}"
         );
         let sc = &r["result"]["structuredContent"];
-        assert_eq!(sc["filesSearched"], 1, "{tool}: {sc}");
+        assert_eq!(sc["filesSearched"], 2, "{tool}: {sc}");
         assert_eq!(sc["skipped"].as_array().map(Vec::len), Some(1), "{tool}");
     }
+    let t0 = Instant::now();
+    let r = s.request(json!({"jsonrpc": "2.0", "id": 299, "method": "resources/list"}));
+    assert!(t0.elapsed() < Duration::from_secs(2));
+    assert!(r["result"].to_string().contains("sub/b.lisp"), "{r}");
     let uri = format!("file://{}", fifo.display());
     let r = s.request(
         json!({"jsonrpc": "2.0", "id": 300, "method": "resources/read",

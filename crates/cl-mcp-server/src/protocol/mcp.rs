@@ -360,9 +360,19 @@ pub(crate) async fn dispatch(req: RequestCtx, msg: Message) -> Result<Value, Mcp
         }
         "completion/complete" => complete(&req, &params).await?,
         "resources/list" => {
-            let cursor = params.get("cursor").and_then(Value::as_str);
-            let mut r = crate::resources::list(&req.conn.session, cursor)
-                .map_err(McpError::invalid_params)?;
+            // The walk reads directories (and ignore files): off the async
+            // workers, like every file operation.
+            let cursor = params
+                .get("cursor")
+                .and_then(Value::as_str)
+                .map(str::to_string);
+            let session = req.conn.session.clone();
+            let mut r = tokio::task::spawn_blocking(move || {
+                crate::resources::list(&session, cursor.as_deref())
+            })
+            .await
+            .unwrap_or_else(|e| Err(format!("Listing the project failed: {e}")))
+            .map_err(McpError::invalid_params)?;
             cache_hint(&mut r, req.era, Cache::Private);
             r
         }

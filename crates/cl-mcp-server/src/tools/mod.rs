@@ -28,6 +28,7 @@ pub mod fs;
 pub mod fs_paths;
 pub mod image;
 pub mod output;
+pub mod safe_walk;
 pub mod source;
 #[cfg(feature = "test-tools")]
 pub mod testing;

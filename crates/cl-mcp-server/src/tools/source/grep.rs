@@ -3,7 +3,8 @@
 //!
 //! Directories are walked in parallel with the `ignore` crate
 //! (`.gitignore`, `.ignore` and hidden files respected; no git repository
-//! needed), visiting only Lisp source files.
+//! needed; the ignore files read safely, see [`crate::tools::safe_walk`]),
+//! visiting only Lisp source files.
 
 use std::fmt::Write;
 use std::path::{Path, PathBuf};
@@ -20,6 +21,7 @@ use crate::tools::fs_paths::{
     display_path, open_regular_in, read_capped, rel_under, Access, ReadCapError, ResolvedPath,
 };
 use crate::tools::output::counted;
+use crate::tools::safe_walk::{self, Rules};
 use crate::tools::{tool, Annotations, ToolContext, ToolDef, ToolGroup, ToolOutput};
 
 const DEFAULT_SEARCH_LIMIT: usize = 200;
@@ -214,16 +216,20 @@ where
             skipped: Vec::new(),
         });
     }
+    let rules = std::sync::Arc::new(Rules::new(base, &r.base));
     let count = std::sync::atomic::AtomicUsize::new(0);
     let skipped = Mutex::new(Vec::new());
-    let walker = ignore::WalkBuilder::new(&r.path)
-        .require_git(false)
+    let mut builder = safe_walk::builder(&r.path);
+    let filter = rules.clone();
+    builder
         .threads(
             std::thread::available_parallelism()
                 .map_or(2, |n| n.get())
                 .min(8),
         )
-        .build_parallel();
+        .filter_entry(move |e| filter.keep(e.path(), e.file_type().is_some_and(|t| t.is_dir())));
+    let walker = builder.build_parallel();
+    let base = rules.dir();
     walker.run(|| {
         Box::new(|entry| {
             let Ok(entry) = entry else {
