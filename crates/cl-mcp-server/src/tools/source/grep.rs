@@ -247,7 +247,7 @@ where
             // handle, so a name swapped meanwhile (for a FIFO, or a
             // directory for a symlink out of the root) is refused, not
             // followed or waited on.
-            match open_regular_in(&base, &rel_under(&r.base, p), &shown) {
+            match open_regular_in(base, &rel_under(&r.base, p), &shown) {
                 Ok((file, meta)) => {
                     if meta.len() > MAX_FILE_BYTES {
                         return ignore::WalkState::Continue;
