@@ -182,7 +182,7 @@ fn target(ctx: &ToolContext, user_path: Option<&str>) -> Result<(PathBuf, Resolv
 pub struct Walked {
     /// Files read and visited.
     pub files: usize,
-    /// Lisp-named entries not read, each as `path (why)`.
+    /// Lisp-named entries not read, each as a sentence naming it and why.
     pub skipped: Vec<String>,
 }
 
