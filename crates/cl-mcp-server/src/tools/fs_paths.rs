@@ -412,7 +412,12 @@ pub fn atomic_write(r: &ResolvedPath, content: &[u8]) -> Result<bool, String> {
     let dir = if parent.as_os_str().is_empty() {
         base
     } else {
-        base.create_dir_all(parent).map_err(fail)?;
+        // "Exists" but not as a directory beneath the root (a file, or a
+        // symlink out of it): opening it says which.
+        match base.create_dir_all(parent) {
+            Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => return Err(fail(e)),
+            _ => {}
+        }
         base.open_dir(parent).map_err(fail)?
     };
     let original_mode = match dir.symlink_metadata(&name) {
@@ -492,6 +497,49 @@ mod tests {
             e.0.contains("Reads are allowed only under the project root;"),
             "{e}"
         );
+        std::fs::remove_dir_all(&base).unwrap();
+    }
+
+    /// What a race could leave between the check and the use: the handle
+    /// refuses a symlink out of the root, and a write never replaces a
+    /// symlink or FIFO.
+    #[test]
+    fn handles_refuse_what_a_race_could_swap_in() {
+        let base = std::env::temp_dir()
+            .canonicalize()
+            .unwrap()
+            .join(format!("fs-paths-race-{}", std::process::id()));
+        let root = base.join("root");
+        let out = base.join("out");
+        std::fs::create_dir_all(&root).unwrap();
+        std::fs::create_dir_all(&out).unwrap();
+        std::fs::write(out.join("x"), "outside").unwrap();
+        std::os::unix::fs::symlink(&out, root.join("sub")).unwrap();
+        std::os::unix::fs::symlink(out.join("x"), root.join("l")).unwrap();
+        let at = |rel: &str| ResolvedPath {
+            path: root.join(rel),
+            exists: true,
+            display: rel.to_string(),
+            base: root.clone(),
+        };
+        let e = at("sub/x").open_regular().unwrap_err();
+        assert!(e.contains("leads outside its root"), "{e}");
+        let e = atomic_write(&at("sub/y"), b"new").unwrap_err();
+        assert!(e.contains("leads outside its root"), "{e}");
+        let e = atomic_write(&at("l"), b"new").unwrap_err();
+        assert!(e.contains("is a symbolic link"), "{e}");
+        assert_eq!(std::fs::read_to_string(out.join("x")).unwrap(), "outside");
+        assert!(!out.join("y").exists());
+        let fifo = std::ffi::CString::new(root.join("p").as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
+        let e = atomic_write(&at("p"), b"new").unwrap_err();
+        assert!(e.contains("named pipe (FIFO)"), "{e}");
+        let e = at("p").open_regular().unwrap_err();
+        assert!(e.contains("named pipe (FIFO)"), "{e}");
+        assert_eq!(atomic_write(&at("new/f"), b"ok"), Ok(false));
+        assert_eq!(atomic_write(&at("new/f"), b"ok2"), Ok(true));
+        assert_eq!(std::fs::read_to_string(root.join("new/f")).unwrap(), "ok2");
         std::fs::remove_dir_all(&base).unwrap();
     }
 }
