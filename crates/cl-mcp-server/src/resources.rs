@@ -65,8 +65,13 @@ pub fn list(session: &Session, cursor: Option<&str>) -> Result<Value, String> {
             .map_err(|_| format!("Invalid cursor '{c}': pass back a nextCursor value"))?,
     };
     let root = session.project_root();
-    let mut files: Vec<std::path::PathBuf> = ignore::WalkBuilder::new(&root)
-        .hidden(true)
+    // Ignore files read safely (a FIFO named .gitignore is not waited on).
+    let dir = cap_std::fs::Dir::open_ambient_dir(&root, cap_std::ambient_authority())
+        .map_err(|e| format!("Cannot list the project root {}: {e}", root.display()))?;
+    let rules = std::sync::Arc::new(crate::tools::safe_walk::Rules::new(dir, &root));
+    let mut builder = crate::tools::safe_walk::builder(&root);
+    builder.filter_entry(move |e| rules.keep(e.path(), e.file_type().is_some_and(|t| t.is_dir())));
+    let mut files: Vec<std::path::PathBuf> = builder
         .build()
         .filter_map(Result::ok)
         .filter(|e| e.file_type().is_some_and(|t| t.is_file()))
@@ -108,8 +113,8 @@ pub fn read_file_uri(session: &Session, uri: &str) -> Result<Value, (i64, String
     })?;
     let resolved = resolve_existing_file(session, &path.to_string_lossy())
         .map_err(|e| (RESOURCE_NOT_FOUND, e))?;
-    let text = read_text_capped(&resolved.path, &resolved.display)
-        .map_err(|e| (crate::protocol::jsonrpc::INVALID_PARAMS, e))?;
+    let text =
+        read_text_capped(&resolved).map_err(|e| (crate::protocol::jsonrpc::INVALID_PARAMS, e))?;
     Ok(json!({ "contents": [{ "uri": uri, "mimeType": mime_of(&resolved.path), "text": text }] }))
 }
 

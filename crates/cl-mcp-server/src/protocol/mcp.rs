@@ -409,9 +409,19 @@ pub(crate) async fn dispatch(req: RequestCtx, msg: Message) -> Result<Value, Mcp
         }
         "completion/complete" => complete(&req, &params).await?,
         "resources/list" => {
-            let cursor = params.get("cursor").and_then(Value::as_str);
-            let mut r = crate::resources::list(&req.conn.session, cursor)
-                .map_err(McpError::invalid_params)?;
+            // The walk reads directories (and ignore files): off the async
+            // workers, like every file operation.
+            let cursor = params
+                .get("cursor")
+                .and_then(Value::as_str)
+                .map(str::to_string);
+            let session = req.conn.session.clone();
+            let mut r = tokio::task::spawn_blocking(move || {
+                crate::resources::list(&session, cursor.as_deref())
+            })
+            .await
+            .unwrap_or_else(|e| Err(format!("Listing the project failed: {e}")))
+            .map_err(McpError::invalid_params)?;
             cache_hint(&mut r, req.era, Cache::Private);
             r
         }
@@ -429,7 +439,17 @@ pub(crate) async fn dispatch(req: RequestCtx, msg: Message) -> Result<Value, Mcp
             let read = if uri.starts_with("lisp://") {
                 crate::resources::read_lisp_uri(req.conn.session.clone(), &uri).await
             } else {
-                crate::resources::read_file_uri(&req.conn.session, &uri)
+                // File reads run off the async workers (see tools::off_workers).
+                let session = req.conn.session.clone();
+                let u = uri.clone();
+                tokio::task::spawn_blocking(move || crate::resources::read_file_uri(&session, &u))
+                    .await
+                    .unwrap_or_else(|e| {
+                        Err((
+                            crate::protocol::jsonrpc::INVALID_PARAMS,
+                            format!("The file read failed: {e}"),
+                        ))
+                    })
             };
             let mut r = read.map_err(|(code, msg)| {
                 // 2026-07-28 answers a missing resource with -32602.

@@ -807,6 +807,16 @@ async fn lisp_compile_file(a: CompileArgs, ctx: ToolContext) -> ToolOutput {
             resolved.display
         ));
     }
+    // The image opens the file by name, and opening a named pipe would wait
+    // for a writer until the build timeout: check what is there on a
+    // non-blocking handle first, off the async workers.
+    let check = resolved.clone();
+    let checked = tokio::task::spawn_blocking(move || check.open_regular().map(|_| ()))
+        .await
+        .unwrap_or_else(|e| Err(format!("Cannot check '{}': {e}", resolved.display)));
+    if let Err(e) = checked {
+        return ToolOutput::error(e);
+    }
     let load = a.load.unwrap_or(true);
     let timeout = match build_timeout(a.timeout_seconds) {
         Ok(t) => t,

@@ -3,14 +3,14 @@
 //! [`super::fs_paths`].
 
 use std::io::BufRead;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
 use super::fs_paths::{self, Access, ResolvedPath};
-use super::{tool, Annotations, ToolContext, ToolDef, ToolGroup, ToolOutput};
+use super::{off_workers, tool, Annotations, ToolContext, ToolDef, ToolGroup, ToolOutput};
 use crate::session::Session;
 
 /// Most bytes one read returns (`fs-read-file`, and the source tools' file
@@ -150,7 +150,7 @@ pub fn tools() -> Vec<ToolDef> {
              most 2 MB per call: `offset`/`limit` select lines and a closing note gives the next \
              page. For Lisp source prefer lisp-read-file.",
             Annotations::READ_ONLY,
-            |a: ReadArgs, ctx: ToolContext| async move { read_file(a, &ctx.session) },
+            |a: ReadArgs, ctx: ToolContext| off_workers(move || read_file(a, &ctx.session)),
         )
         .with_output_schema::<ReadOutput>(),
         tool(
@@ -161,7 +161,7 @@ pub fn tools() -> Vec<ToolDef> {
              (mode kept, missing directories created). To change one Lisp definition prefer \
              lisp-edit-form.",
             Annotations::DESTRUCTIVE,
-            |a: WriteArgs, ctx: ToolContext| async move { write_file(a, &ctx.session) },
+            |a: WriteArgs, ctx: ToolContext| off_workers(move || write_file(a, &ctx.session)),
         )
         .with_output_schema::<WriteOutput>(),
         tool(
@@ -171,7 +171,7 @@ pub fn tools() -> Vec<ToolDef> {
             "Lists a directory (default: the project root): every entry, sorted by name, with \
              its type and size.",
             Annotations::READ_ONLY,
-            |a: ListArgs, ctx: ToolContext| async move { list_directory(a, &ctx.session) },
+            |a: ListArgs, ctx: ToolContext| off_workers(move || list_directory(a, &ctx.session)),
         )
         .with_output_schema::<ListOutput>(),
         tool(
@@ -212,7 +212,10 @@ pub fn resolve_for(
     fs_paths::resolve(&session.project_root(), user_path, access, &extra)
 }
 
-/// Resolves `user_path` for reading and requires an existing regular file.
+/// Resolves `user_path` for reading and requires that something exists
+/// there. Open it with [`ResolvedPath::open_regular`] (or
+/// [`read_text_capped`]), which refuses anything but a regular file on the
+/// opened handle.
 pub fn resolve_existing_file(session: &Session, user_path: &str) -> Result<ResolvedPath, String> {
     let r = resolve_for(session, user_path, Access::Read).map_err(|e| e.0)?;
     if !r.exists {
@@ -226,52 +229,108 @@ pub fn resolve_existing_file(session: &Session, user_path: &str) -> Result<Resol
             "'{user_path}' is a directory; use fs-list-directory to see its entries."
         ));
     }
-    require_regular_file(&r.path, user_path)?;
     Ok(r)
 }
 
-/// Only regular files are read: opening a FIFO blocks until a writer
-/// comes (forever, in practice), and devices can be endless.
-pub fn require_regular_file(path: &Path, shown: &str) -> Result<(), String> {
-    let meta = std::fs::metadata(path).map_err(|e| format!("Cannot read '{shown}': {e}"))?;
-    if meta.is_file() {
-        return Ok(());
-    }
-    use std::os::unix::fs::FileTypeExt;
-    let t = meta.file_type();
-    let what = if t.is_fifo() {
-        "a named pipe (FIFO)"
-    } else if t.is_socket() {
-        "a socket"
-    } else if t.is_block_device() || t.is_char_device() {
-        "a device"
-    } else {
-        "not a regular file"
-    };
-    Err(format!(
-        "'{shown}' is {what}; the file tools read and edit regular files only."
-    ))
-}
-
 /// Reads a whole text file of at most [`READ_CAP_BYTES`] for the source
-/// tools, with errors a model can act on.
-pub fn read_text_capped(path: &Path, shown: &str) -> Result<String, String> {
-    require_regular_file(path, shown)?;
-    let meta = std::fs::metadata(path).map_err(|e| format!("Cannot read '{shown}': {e}"))?;
-    if meta.len() as usize > READ_CAP_BYTES {
-        return Err(format!(
-            "'{shown}' is {} bytes, over the 2 MB limit of this tool; read parts of it with \
+/// tools, with errors a model can act on. Never holds more than the cap
+/// (+1 byte) in memory.
+pub fn read_text_capped(r: &ResolvedPath) -> Result<String, String> {
+    let bytes = r.read_capped(READ_CAP_BYTES as u64).map_err(|e| match e {
+        fs_paths::ReadCapError::TooBig(n) => format!(
+            "'{}' is {}{n} bytes, over the 2 MB limit of this tool; read parts of it with \
              fs-read-file (offset/limit).",
-            meta.len()
-        ));
-    }
-    let bytes = std::fs::read(path).map_err(|e| format!("Cannot read '{shown}': {e}"))?;
+            r.display,
+            if n == READ_CAP_BYTES as u64 + 1 {
+                "more than "
+            } else {
+                ""
+            }
+        ),
+        fs_paths::ReadCapError::Other(m) => m,
+    })?;
     String::from_utf8(bytes).map_err(|e| {
         format!(
-            "'{shown}' is not UTF-8 text (invalid byte at offset {}).",
+            "'{}' is not UTF-8 text (invalid byte at offset {}).",
+            r.display,
             e.utf8_error().valid_up_to()
         )
     })
+}
+
+/// Reads from `reader` into `buf` up to and including the next newline,
+/// but at most `max` bytes; nothing beyond what is taken is consumed.
+/// Returns the bytes taken (0 at the end of the file).
+fn read_line_bounded<R: BufRead>(
+    reader: &mut R,
+    buf: &mut Vec<u8>,
+    max: usize,
+) -> std::io::Result<usize> {
+    let mut taken = 0;
+    while taken < max {
+        let avail = reader.fill_buf()?;
+        if avail.is_empty() {
+            break;
+        }
+        let room = (max - taken).min(avail.len());
+        let (n, done) = match memchr::memchr(b'\n', &avail[..room]) {
+            Some(i) => (i + 1, true),
+            None => (room, false),
+        };
+        buf.extend_from_slice(&avail[..n]);
+        reader.consume(n);
+        taken += n;
+        if done {
+            break;
+        }
+    }
+    Ok(taken)
+}
+
+/// Skips up to and including the next newline without keeping anything.
+/// Returns the bytes skipped (0 at the end of the file).
+fn skip_line<R: BufRead>(reader: &mut R) -> std::io::Result<u64> {
+    let mut skipped = 0u64;
+    loop {
+        let avail = reader.fill_buf()?;
+        if avail.is_empty() {
+            return Ok(skipped);
+        }
+        match memchr::memchr(b'\n', avail) {
+            Some(i) => {
+                reader.consume(i + 1);
+                return Ok(skipped + i as u64 + 1);
+            }
+            None => {
+                let n = avail.len();
+                reader.consume(n);
+                skipped += n as u64;
+            }
+        }
+    }
+}
+
+/// Skips `n` bytes of the current line. Returns `Err(len)` with the line's
+/// length (newline included) when it ends first, or when nothing follows
+/// the skipped bytes; nothing is kept.
+fn skip_in_line<R: BufRead>(reader: &mut R, n: usize) -> std::io::Result<Result<(), usize>> {
+    let mut skipped = 0usize;
+    while skipped < n {
+        let avail = reader.fill_buf()?;
+        if avail.is_empty() {
+            return Ok(Err(skipped));
+        }
+        let room = (n - skipped).min(avail.len());
+        if let Some(i) = memchr::memchr(b'\n', &avail[..room]) {
+            return Ok(Err(skipped + i + 1));
+        }
+        reader.consume(room);
+        skipped += room;
+    }
+    if reader.fill_buf()?.is_empty() {
+        return Ok(Err(skipped));
+    }
+    Ok(Ok(()))
 }
 
 fn read_file(a: ReadArgs, session: &Session) -> ToolOutput {
@@ -279,25 +338,25 @@ fn read_file(a: ReadArgs, session: &Session) -> ToolOutput {
         Ok(r) => r,
         Err(e) => return ToolOutput::error(e),
     };
-    let file = match std::fs::File::open(&r.path) {
-        Ok(f) => f,
-        Err(e) => return ToolOutput::error(format!("Cannot read '{}': {e}", r.display)),
-    };
     let offset = a.offset.unwrap_or(0);
     let limit = a.limit.unwrap_or(usize::MAX);
     if limit == 0 {
         return ToolOutput::error("`limit` must be at least 1 (lines).");
     }
+    let file = match r.open_regular() {
+        Ok((f, _)) => f,
+        Err(e) => return ToolOutput::error(e),
+    };
+    let fail = |e: std::io::Error| ToolOutput::error(fs_paths::io_message("read", &r.display, &e));
     let mut reader = std::io::BufReader::with_capacity(64 * 1024, file);
-    let mut line = Vec::new();
     let mut index = 0usize;
-    // Skip to `offset` without keeping what is skipped.
+    // Skip to `offset` without keeping what is skipped (a line of any
+    // length costs only the buffer).
     while index < offset {
-        line.clear();
-        match reader.read_until(b'\n', &mut line) {
+        match skip_line(&mut reader) {
             Ok(0) => break,
             Ok(_) => index += 1,
-            Err(e) => return ToolOutput::error(format!("Cannot read '{}': {e}", r.display)),
+            Err(e) => return fail(e),
         }
     }
     if index < offset {
@@ -306,41 +365,39 @@ fn read_file(a: ReadArgs, session: &Session) -> ToolOutput {
             r.display
         ));
     }
-    // The rest of line `offset` from `byteOffset` on, when given.
+    // Continue inside line `offset` from `byteOffset`, when given: the
+    // bytes before it are skipped, not read into memory.
     let byte_offset = a.byte_offset.unwrap_or(0);
-    let mut pending: Option<Vec<u8>> = None;
     if byte_offset > 0 {
-        line.clear();
-        if let Err(e) = reader.read_until(b'\n', &mut line) {
-            return ToolOutput::error(format!("Cannot read '{}': {e}", r.display));
+        match skip_in_line(&mut reader, byte_offset) {
+            Ok(Ok(())) => {}
+            Ok(Err(len)) => {
+                return ToolOutput::error(format!(
+                    "`byteOffset` {byte_offset} is past the end of line {} of '{}', which has \
+                     {len} bytes.",
+                    offset + 1,
+                    r.display
+                ))
+            }
+            Err(e) => return fail(e),
         }
-        if byte_offset >= line.len() {
-            return ToolOutput::error(format!(
-                "`byteOffset` {byte_offset} is past the end of line {} of '{}', which has {} \
-                 bytes.",
-                offset + 1,
-                r.display,
-                line.len()
-            ));
-        }
-        pending = Some(line[byte_offset..].to_vec());
     }
     let mut content: Vec<u8> = Vec::new();
+    let mut line: Vec<u8> = Vec::new();
     let mut taken = 0usize;
     let mut capped = false;
     // Where the page stopped inside a line too long for one page.
     let mut stopped_in_line: Option<usize> = None;
     while taken < limit {
         let line_start_byte = if taken == 0 { byte_offset } else { 0 };
-        if let Some(p) = pending.take() {
-            line = p;
-        } else {
-            line.clear();
-            match reader.read_until(b'\n', &mut line) {
-                Ok(0) => break,
-                Ok(_) => {}
-                Err(e) => return ToolOutput::error(format!("Cannot read '{}': {e}", r.display)),
-            }
+        line.clear();
+        // One byte more than fits tells a line that does not fit; nothing
+        // past the cap is ever held.
+        let room = READ_CAP_BYTES - content.len() + 1;
+        match read_line_bounded(&mut reader, &mut line, room) {
+            Ok(0) => break,
+            Ok(_) => {}
+            Err(e) => return fail(e),
         }
         if content.len() + line.len() > READ_CAP_BYTES {
             capped = true;
@@ -359,6 +416,7 @@ fn read_file(a: ReadArgs, session: &Session) -> ToolOutput {
         content.extend_from_slice(&line);
         taken += 1;
     }
+    drop(line);
     let has_more = capped || reader.fill_buf().map(|b| !b.is_empty()).unwrap_or(false);
     if content.iter().take(8192).any(|&b| b == 0) {
         return ToolOutput::error(format!(
@@ -423,18 +481,19 @@ fn write_file(a: WriteArgs, session: &Session) -> ToolOutput {
     if r.path.is_dir() {
         return ToolOutput::error(format!("'{}' is a directory; give a file path.", r.display));
     }
-    if let Err(e) = fs_paths::atomic_write(&r.path, a.content.as_bytes()) {
-        return ToolOutput::error(format!("Cannot write '{}': {e}", r.display));
-    }
+    let replaced = match fs_paths::atomic_write(&r, a.content.as_bytes()) {
+        Ok(replaced) => replaced,
+        Err(e) => return ToolOutput::error(e),
+    };
     let out = WriteOutput {
         path: r.display.clone(),
         bytes: a.content.len(),
-        created: !r.exists,
+        created: !replaced,
     };
     ToolOutput::structured(
         format!(
             "{} {} ({} bytes).",
-            if r.exists { "Replaced" } else { "Created" },
+            if replaced { "Replaced" } else { "Created" },
             r.display,
             a.content.len()
         ),
@@ -457,9 +516,15 @@ fn list_directory(a: ListArgs, session: &Session) -> ToolOutput {
             r.display
         ));
     }
-    let rd = match std::fs::read_dir(&r.path) {
+    // Listed through a handle opened beneath the root, so a directory
+    // swapped for a symlink meanwhile is not followed out of it.
+    let dir = match r.open_dir() {
+        Ok(d) => d,
+        Err(e) => return ToolOutput::error(e),
+    };
+    let rd = match dir.entries() {
         Ok(rd) => rd,
-        Err(e) => return ToolOutput::error(format!("Cannot list '{}': {e}", r.display)),
+        Err(e) => return ToolOutput::error(fs_paths::io_message("list", &r.display, &e)),
     };
     let mut entries: Vec<ListEntry> = Vec::new();
     for e in rd.flatten() {
@@ -468,7 +533,7 @@ fn list_directory(a: ListArgs, session: &Session) -> ToolOutput {
             Ok(t) if t.is_symlink() => (
                 "symlink",
                 None,
-                std::fs::read_link(e.path())
+                dir.read_link_contents(e.file_name())
                     .ok()
                     .map(|p| p.display().to_string()),
             ),
@@ -634,19 +699,44 @@ pub(crate) fn to_json<T: Serialize>(v: &T) -> serde_json::Value {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::io::Read;
 
     #[test]
     fn read_cap_refuses_big_files_for_source_tools() {
-        let dir = std::env::temp_dir().join(format!("fs-cap-{}", std::process::id()));
+        let dir = std::env::temp_dir()
+            .canonicalize()
+            .unwrap()
+            .join(format!("fs-cap-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let p = dir.join("big.lisp");
         std::fs::write(&p, vec![b'a'; READ_CAP_BYTES + 1]).unwrap();
-        let e = read_text_capped(&p, "big.lisp").unwrap_err();
+        let r = fs_paths::resolve(&dir, "big.lisp", Access::Read, &[]).unwrap();
+        let e = read_text_capped(&r).unwrap_err();
         assert!(e.contains("over the 2 MB limit"), "{e}");
-        let mut f = std::fs::File::open(&p).unwrap();
-        let mut b = [0u8; 1];
-        f.read_exact(&mut b).unwrap();
+        std::fs::write(&p, "(ok)").unwrap();
+        assert_eq!(read_text_capped(&r).unwrap(), "(ok)");
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn bounded_line_reads_keep_at_most_max_bytes() {
+        let data = b"abc\ndefghij\nk";
+        let mut rd = std::io::BufReader::with_capacity(4, &data[..]);
+        let mut buf = Vec::new();
+        assert_eq!(read_line_bounded(&mut rd, &mut buf, 100).unwrap(), 4);
+        assert_eq!(buf, b"abc\n");
+        buf.clear();
+        assert_eq!(read_line_bounded(&mut rd, &mut buf, 5).unwrap(), 5);
+        assert_eq!(buf, b"defgh");
+        buf.clear();
+        assert_eq!(read_line_bounded(&mut rd, &mut buf, 100).unwrap(), 3);
+        assert_eq!(buf, b"ij\n");
+        assert_eq!(skip_line(&mut rd).unwrap(), 1);
+        assert_eq!(skip_line(&mut rd).unwrap(), 0);
+        let mut rd = std::io::BufReader::with_capacity(4, &data[..]);
+        assert_eq!(skip_in_line(&mut rd, 3).unwrap(), Ok(()));
+        let mut rd = std::io::BufReader::with_capacity(4, &data[..]);
+        assert_eq!(skip_in_line(&mut rd, 4).unwrap(), Err(4));
+        let mut rd = std::io::BufReader::with_capacity(4, &b"xy"[..]);
+        assert_eq!(skip_in_line(&mut rd, 2).unwrap(), Err(2));
     }
 }

@@ -10,12 +10,27 @@
 //! Reads are allowed under the project root and under extra read roots (the
 //! source directories of ASDF systems, supplied by the image layer through
 //! [`asdf_source_roots`]); writes only under the project root.
+//!
+//! The check above is made by name, and names can change under us: a
+//! directory swapped for a symlink between the check and the use would
+//! lead a later open or rename by path outside the root. So the check only
+//! decides *which* allowed root a path is under and its path relative to
+//! it; every open, create and rename then goes through a directory handle
+//! opened on that root ([`cap_std::fs::Dir`]: `openat2` with
+//! `RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS`, or a component-by-component
+//! walk where the kernel lacks it), which the kernel keeps beneath the root
+//! whatever is renamed meanwhile. Files are opened non-blocking and checked
+//! on the opened handle (`fstat`), so a FIFO or device swapped in after the
+//! check is refused instead of blocking the open.
 
 use std::ffi::OsString;
 use std::fmt;
-use std::io::Write;
+use std::io::{Read, Write};
+use std::os::unix::io::AsRawFd;
 use std::path::{Component, Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
+
+use cap_std::fs::{Dir, FileTypeExt, OpenOptions, OpenOptionsExt};
 
 use crate::session::Session;
 
@@ -38,6 +53,10 @@ pub struct ResolvedPath {
     /// The path as shown to the user: relative to the project root when
     /// inside it, else absolute.
     pub display: String,
+    /// The allowed root (canonical) `path` lies under: the project root, or
+    /// for reads an ASDF source directory. Every use of `path` goes through
+    /// a handle on this directory.
+    pub base: PathBuf,
 }
 
 /// Why a path was refused; the message says what and what to do.
@@ -95,6 +114,7 @@ pub fn resolve(
             display: display_path(&root, &path),
             path,
             exists,
+            base: root,
         });
     }
     if access == Access::Read {
@@ -105,6 +125,7 @@ pub fn resolve(
                     display: path.display().to_string(),
                     path,
                     exists,
+                    base: extra,
                 });
             }
         }
@@ -197,44 +218,245 @@ pub fn display_path(root: &Path, path: &Path) -> String {
     }
 }
 
+/// What a non-regular file is, for messages.
+fn describe(dir: bool, link: bool, fifo: bool, socket: bool, device: bool) -> &'static str {
+    if dir {
+        "a directory"
+    } else if link {
+        "a symbolic link"
+    } else if fifo {
+        "a named pipe (FIFO)"
+    } else if socket {
+        "a socket"
+    } else if device {
+        "a device"
+    } else {
+        "not a regular file"
+    }
+}
+
+fn kind_of(t: cap_std::fs::FileType) -> &'static str {
+    describe(
+        t.is_dir(),
+        t.is_symlink(),
+        t.is_fifo(),
+        t.is_socket(),
+        t.is_block_device() || t.is_char_device(),
+    )
+}
+
+fn kind_of_std(t: std::fs::FileType) -> &'static str {
+    use std::os::unix::fs::FileTypeExt as _;
+    describe(
+        t.is_dir(),
+        t.is_symlink(),
+        t.is_fifo(),
+        t.is_socket(),
+        t.is_block_device() || t.is_char_device(),
+    )
+}
+
+/// An I/O error on `shown`, worded for the model. cap-std reports a walk
+/// that would leave the root (a symlink or a swapped directory) as
+/// `PermissionDenied`; say what that means.
+pub fn io_message(verb: &str, shown: &str, e: &std::io::Error) -> String {
+    if e.kind() == std::io::ErrorKind::PermissionDenied && e.raw_os_error().is_none() {
+        format!(
+            "Cannot {verb} '{shown}': the path now leads outside its root (a directory or \
+             symbolic link changed while it was being opened); refused."
+        )
+    } else {
+        format!("Cannot {verb} '{shown}': {e}")
+    }
+}
+
+impl ResolvedPath {
+    /// `path` relative to [`Self::base`] (`.` for the base itself).
+    pub fn rel(&self) -> PathBuf {
+        rel_under(&self.base, &self.path)
+    }
+
+    /// A handle on the allowed root this path lies under.
+    pub fn base_dir(&self) -> std::io::Result<Dir> {
+        Dir::open_ambient_dir(&self.base, cap_std::ambient_authority())
+    }
+
+    /// Opens the directory at this path beneath its root (for listing).
+    pub fn open_dir(&self) -> Result<Dir, String> {
+        let base = self
+            .base_dir()
+            .map_err(|e| io_message("open", &self.display, &e))?;
+        base.open_dir(self.rel())
+            .map_err(|e| io_message("open", &self.display, &e))
+    }
+
+    /// Opens the regular file at this path for reading, beneath its root,
+    /// without blocking: a FIFO, socket or device (even one swapped in after
+    /// the policy check) is refused on the opened handle.
+    pub fn open_regular(&self) -> Result<(std::fs::File, std::fs::Metadata), String> {
+        let base = self
+            .base_dir()
+            .map_err(|e| io_message("read", &self.display, &e))?;
+        open_regular_in(&base, &self.rel(), &self.display)
+    }
+
+    /// Reads the whole regular file, refusing one over `cap` bytes; never
+    /// holds more than `cap + 1` bytes, even if the file grows meanwhile.
+    pub fn read_capped(&self, cap: u64) -> Result<Vec<u8>, ReadCapError> {
+        let (file, meta) = self.open_regular().map_err(ReadCapError::Other)?;
+        read_capped(file, meta.len(), cap, &self.display)
+    }
+}
+
+/// Why [`ResolvedPath::read_capped`] failed.
+#[derive(Debug)]
+pub enum ReadCapError {
+    /// The file has more bytes than the cap (at least this many).
+    TooBig(u64),
+    /// Anything else, worded for the model.
+    Other(String),
+}
+
+/// Reads at most `cap + 1` bytes of `file`: `TooBig` when there are more
+/// than `cap`.
+pub fn read_capped(
+    file: std::fs::File,
+    size_hint: u64,
+    cap: u64,
+    shown: &str,
+) -> Result<Vec<u8>, ReadCapError> {
+    if size_hint > cap {
+        return Err(ReadCapError::TooBig(size_hint));
+    }
+    let mut bytes = Vec::with_capacity(size_hint as usize);
+    file.take(cap + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| ReadCapError::Other(io_message("read", shown, &e)))?;
+    if bytes.len() as u64 > cap {
+        return Err(ReadCapError::TooBig(bytes.len() as u64));
+    }
+    Ok(bytes)
+}
+
+/// `path` relative to `base` (`.` for `base` itself).
+pub fn rel_under(base: &Path, path: &Path) -> PathBuf {
+    match path.strip_prefix(base) {
+        Ok(r) if r.as_os_str().is_empty() => PathBuf::from("."),
+        Ok(r) => r.to_path_buf(),
+        // Not reached for a ResolvedPath; a relative "." keeps any use
+        // inside the base rather than escaping it.
+        Err(_) => PathBuf::from("."),
+    }
+}
+
+/// Opens `rel` beneath `dir` for reading with `O_NONBLOCK` (a FIFO's open
+/// returns at once instead of waiting for a writer) and `O_NOCTTY`, then
+/// requires the opened handle to be a regular file (`fstat`) and clears
+/// `O_NONBLOCK` again. Returns the file and its metadata.
+pub fn open_regular_in(
+    dir: &Dir,
+    rel: &Path,
+    shown: &str,
+) -> Result<(std::fs::File, std::fs::Metadata), String> {
+    let mut opts = OpenOptions::new();
+    opts.read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY | libc::O_CLOEXEC);
+    let file = dir
+        .open_with(rel, &opts)
+        .map_err(|e| io_message("read", shown, &e))?
+        .into_std();
+    let meta = file.metadata().map_err(|e| io_message("read", shown, &e))?;
+    if !meta.is_file() {
+        let t = meta.file_type();
+        return Err(if t.is_dir() {
+            format!("'{shown}' is a directory; use fs-list-directory to see its entries.")
+        } else {
+            format!(
+                "'{shown}' is {}; the file tools read and edit regular files only.",
+                kind_of_std(t)
+            )
+        });
+    }
+    // SAFETY: fcntl on a descriptor we own; only the status flags change.
+    unsafe {
+        let fd = file.as_raw_fd();
+        let flags = libc::fcntl(fd, libc::F_GETFL);
+        if flags >= 0 {
+            libc::fcntl(fd, libc::F_SETFL, flags & !libc::O_NONBLOCK);
+        }
+    }
+    Ok((file, meta))
+}
+
 static TEMP_COUNTER: AtomicU64 = AtomicU64::new(0);
 
-/// Writes `content` to `path` atomically: a temporary file in the same
-/// directory is written, synced, given the original file's permission mode
-/// (when replacing one), then renamed over `path`. Readers see the old or
-/// the new content, never a mix; a failure leaves the original untouched.
-/// Missing parent directories are created.
-pub fn atomic_write(path: &Path, content: &[u8]) -> std::io::Result<()> {
-    let dir = path.parent().ok_or_else(|| {
-        std::io::Error::new(std::io::ErrorKind::InvalidInput, "path has no parent")
-    })?;
-    std::fs::create_dir_all(dir)?;
-    let original_mode = std::fs::metadata(path).ok().map(|m| m.permissions());
-    let file_name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let tmp = dir.join(format!(
-        ".{file_name}.tmp-{}-{}",
+/// Writes `content` as the file at `r` atomically and beneath its root: the
+/// parent directory (created when missing) is opened as a handle beneath
+/// the root; a temporary file in it is written, synced, given the original
+/// file's permission mode (when replacing one), then renamed over the name,
+/// both relative to that same handle. Readers see the old or the new
+/// content, never a mix; a failure leaves the original untouched. Only a
+/// regular file is replaced: a directory, FIFO, socket, device or a symlink
+/// that appeared since the check is refused. Returns whether a file was
+/// replaced (false: created).
+pub fn atomic_write(r: &ResolvedPath, content: &[u8]) -> Result<bool, String> {
+    let shown = r.display.as_str();
+    let rel = r.rel();
+    let name = match rel.file_name() {
+        Some(n) if rel != Path::new(".") => n.to_os_string(),
+        _ => return Err(format!("'{shown}' is a directory; give a file path.")),
+    };
+    let fail = |e: std::io::Error| io_message("write", shown, &e);
+    let base = r.base_dir().map_err(fail)?;
+    let parent = rel.parent().unwrap_or(Path::new(""));
+    let dir = if parent.as_os_str().is_empty() {
+        base
+    } else {
+        // "Exists" but not as a directory beneath the root (a file, or a
+        // symlink out of it): opening it says which.
+        match base.create_dir_all(parent) {
+            Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => return Err(fail(e)),
+            _ => {}
+        }
+        base.open_dir(parent).map_err(fail)?
+    };
+    let original_mode = match dir.symlink_metadata(&name) {
+        Ok(m) if m.is_file() => Some(m.permissions()),
+        Ok(m) if m.is_dir() => return Err(format!("'{shown}' is a directory; give a file path.")),
+        Ok(m) => {
+            return Err(format!(
+                "'{shown}' is {}; only a regular file is replaced. Remove it first if you \
+                 mean to replace it.",
+                kind_of(m.file_type())
+            ))
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        Err(e) => return Err(fail(e)),
+    };
+    let tmp = format!(
+        ".{}.tmp-{}-{}",
+        name.to_string_lossy(),
         std::process::id(),
         TEMP_COUNTER.fetch_add(1, Ordering::Relaxed)
-    ));
+    );
     let result = (|| {
-        let mut f = std::fs::OpenOptions::new()
-            .write(true)
+        let mut opts = OpenOptions::new();
+        opts.write(true)
             .create_new(true)
-            .open(&tmp)?;
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC);
+        let mut f = dir.open_with(&tmp, &opts)?;
         f.write_all(content)?;
         f.sync_all()?;
-        if let Some(perm) = original_mode {
-            std::fs::set_permissions(&tmp, perm)?;
+        if let Some(perm) = original_mode.clone() {
+            f.set_permissions(perm)?;
         }
-        std::fs::rename(&tmp, path)
+        dir.rename(&tmp, &dir, &name)
     })();
-    if result.is_err() {
-        let _ = std::fs::remove_file(&tmp);
+    if let Err(e) = result {
+        let _ = dir.remove_file(&tmp);
+        return Err(fail(e));
     }
-    result
+    Ok(original_mode.is_some())
 }
 
 #[cfg(test)]
@@ -275,6 +497,49 @@ mod tests {
             e.0.contains("Reads are allowed only under the project root;"),
             "{e}"
         );
+        std::fs::remove_dir_all(&base).unwrap();
+    }
+
+    /// What a race could leave between the check and the use: the handle
+    /// refuses a symlink out of the root, and a write never replaces a
+    /// symlink or FIFO.
+    #[test]
+    fn handles_refuse_what_a_race_could_swap_in() {
+        let base = std::env::temp_dir()
+            .canonicalize()
+            .unwrap()
+            .join(format!("fs-paths-race-{}", std::process::id()));
+        let root = base.join("root");
+        let out = base.join("out");
+        std::fs::create_dir_all(&root).unwrap();
+        std::fs::create_dir_all(&out).unwrap();
+        std::fs::write(out.join("x"), "outside").unwrap();
+        std::os::unix::fs::symlink(&out, root.join("sub")).unwrap();
+        std::os::unix::fs::symlink(out.join("x"), root.join("l")).unwrap();
+        let at = |rel: &str| ResolvedPath {
+            path: root.join(rel),
+            exists: true,
+            display: rel.to_string(),
+            base: root.clone(),
+        };
+        let e = at("sub/x").open_regular().unwrap_err();
+        assert!(e.contains("leads outside its root"), "{e}");
+        let e = atomic_write(&at("sub/y"), b"new").unwrap_err();
+        assert!(e.contains("leads outside its root"), "{e}");
+        let e = atomic_write(&at("l"), b"new").unwrap_err();
+        assert!(e.contains("is a symbolic link"), "{e}");
+        assert_eq!(std::fs::read_to_string(out.join("x")).unwrap(), "outside");
+        assert!(!out.join("y").exists());
+        let fifo = std::ffi::CString::new(root.join("p").as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
+        let e = atomic_write(&at("p"), b"new").unwrap_err();
+        assert!(e.contains("named pipe (FIFO)"), "{e}");
+        let e = at("p").open_regular().unwrap_err();
+        assert!(e.contains("named pipe (FIFO)"), "{e}");
+        assert_eq!(atomic_write(&at("new/f"), b"ok"), Ok(false));
+        assert_eq!(atomic_write(&at("new/f"), b"ok2"), Ok(true));
+        assert_eq!(std::fs::read_to_string(root.join("new/f")).unwrap(), "ok2");
         std::fs::remove_dir_all(&base).unwrap();
     }
 }

@@ -28,6 +28,7 @@ pub mod fs;
 pub mod fs_paths;
 pub mod image;
 pub mod output;
+pub mod safe_walk;
 pub mod source;
 #[cfg(feature = "test-tools")]
 pub mod testing;
@@ -293,6 +294,18 @@ pub struct ToolDef {
     /// May run as an MCP task (`execution.taskSupport: optional`).
     pub task_support: bool,
     handler: Handler,
+}
+
+/// Runs file work on tokio's blocking pool, never on an async worker: a
+/// slow disk or a file that blocks cannot keep the server from answering
+/// `ping` and every other request.
+pub async fn off_workers<F>(work: F) -> ToolOutput
+where
+    F: FnOnce() -> ToolOutput + Send + 'static,
+{
+    tokio::task::spawn_blocking(work)
+        .await
+        .unwrap_or_else(|e| ToolOutput::error(format!("The file operation failed: {e}")))
 }
 
 /// Builds a tool whose arguments deserialize into `A`.

@@ -54,6 +54,11 @@ impl Server {
         s
     }
 
+    /// The server's process id.
+    pub fn pid(&self) -> u32 {
+        self.inner.child.id()
+    }
+
     /// Sends a request and returns the response with the same id (skipping
     /// notifications).
     pub fn request(&mut self, method: &str, params: Value) -> Value {

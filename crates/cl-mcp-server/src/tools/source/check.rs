@@ -5,9 +5,10 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::scan::{self, Opener, Problem};
-use super::{line_window, load_source, Position};
+use super::{line_window, Position};
 use crate::tools::fs::{to_json, READ_CAP_BYTES};
-use crate::tools::{tool, Annotations, ToolContext, ToolDef, ToolGroup, ToolOutput};
+use crate::tools::fs_paths::{read_capped, ReadCapError};
+use crate::tools::{off_workers, tool, Annotations, ToolContext, ToolDef, ToolGroup, ToolOutput};
 
 #[derive(Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
@@ -59,7 +60,7 @@ pub fn tool_def() -> ToolDef {
          `found`, `position`, and a hint where a `)` is probably missing. Strings, comments, \
          `#\\(` and `|a)b|` never cause false alarms.",
         Annotations::READ_ONLY,
-        |a: CheckArgs, ctx: ToolContext| async move {
+        |a: CheckArgs, ctx: ToolContext| off_workers(move || {
             let (text, base_line, base_offset, label) = match (&a.path, &a.code) {
                 (Some(_), Some(_)) | (None, None) => {
                     return ToolOutput::error("Give exactly one of `path` or `code`.")
@@ -92,7 +93,7 @@ pub fn tool_def() -> ToolDef {
             }
             let (out, message) = check_text(&text, base_line, base_offset);
             ToolOutput::structured(format!("{label}: {message}"), to_json(&out))
-        },
+        }),
     )
     .with_output_schema::<CheckOutput>()
 }
@@ -111,7 +112,9 @@ fn windowed_file(
     limit: Option<usize>,
 ) -> Result<Windowed, String> {
     let r = super::super::fs::resolve_existing_file(&ctx.session, path)?;
-    let size = std::fs::metadata(&r.path).map(|m| m.len()).unwrap_or(0) as usize;
+    // The size comes from the opened handle, which is also what is read.
+    let (file, meta) = r.open_regular()?;
+    let size = meta.len() as usize;
     if size > READ_CAP_BYTES && offset.is_none() && limit.is_none() {
         return Ok(Windowed::TooLarge(
             too_large(size),
@@ -122,18 +125,28 @@ fn windowed_file(
             ),
         ));
     }
-    if size > 64 * READ_CAP_BYTES {
-        return Err(format!(
-            "'{}' is too big to check ({size} bytes).",
-            r.display
-        ));
-    }
-    let (r, text) = if size > READ_CAP_BYTES {
-        let bytes =
-            std::fs::read(&r.path).map_err(|e| format!("Cannot read '{}': {e}", r.display))?;
-        (r, String::from_utf8_lossy(&bytes).into_owned())
-    } else {
-        load_source(&ctx.session, path)?
+    let most = 64 * READ_CAP_BYTES as u64;
+    let text = match read_capped(file, size as u64, most, &r.display) {
+        Ok(bytes) if size > READ_CAP_BYTES => String::from_utf8_lossy(&bytes).into_owned(),
+        Ok(bytes) if bytes.len() > READ_CAP_BYTES => {
+            // Grew past the cap since the size was taken.
+            return Err(format!(
+                "'{}' grew past the 2 MB limit while it was read; check it in parts with \
+                 `offset`/`limit`.",
+                r.display
+            ));
+        }
+        Ok(bytes) => String::from_utf8(bytes).map_err(|e| {
+            format!(
+                "'{}' is not UTF-8 text (invalid byte at offset {}).",
+                r.display,
+                e.utf8_error().valid_up_to()
+            )
+        })?,
+        Err(ReadCapError::TooBig(n)) => {
+            return Err(format!("'{}' is too big to check ({n} bytes).", r.display))
+        }
+        Err(ReadCapError::Other(m)) => return Err(m),
     };
     if offset.is_none() && limit.is_none() {
         return Ok(Windowed::Text(text, 0, 0, r.display));

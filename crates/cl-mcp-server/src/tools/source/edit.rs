@@ -17,7 +17,7 @@ use super::defs::{self, Definition};
 use super::scan;
 use crate::tools::fs::{read_text_capped, resolve_for, to_json};
 use crate::tools::fs_paths::{atomic_write, Access};
-use crate::tools::{tool, Annotations, ToolContext, ToolDef, ToolGroup, ToolOutput};
+use crate::tools::{off_workers, tool, Annotations, ToolContext, ToolDef, ToolGroup, ToolOutput};
 
 /// What to do with the form.
 #[derive(Deserialize, JsonSchema, Clone, Copy, Debug, PartialEq, Eq)]
@@ -97,7 +97,7 @@ pub fn tool_def() -> ToolDef {
          it; a `#+`/`#-` guard is kept on replace unless `content` brings its own. Returns a \
          unified diff (`dryRun` only shows it).",
         Annotations::DESTRUCTIVE,
-        |a: EditArgs, ctx: ToolContext| async move { edit(a, &ctx) },
+        |a: EditArgs, ctx: ToolContext| off_workers(move || edit(a, &ctx)),
     )
     .with_output_schema::<EditOutput>()
 }
@@ -119,7 +119,7 @@ fn edit(a: EditArgs, ctx: &ToolContext) -> ToolOutput {
             a.path
         ));
     }
-    let text = match read_text_capped(&r.path, &r.display) {
+    let text = match read_text_capped(&r) {
         Ok(t) => t,
         Err(e) => return ToolOutput::error(e),
     };
@@ -162,8 +162,8 @@ fn edit(a: EditArgs, ctx: &ToolContext) -> ToolOutput {
         .to_string();
     let dry = a.dry_run.unwrap_or(false);
     if !dry {
-        if let Err(e) = atomic_write(&r.path, new_text.as_bytes()) {
-            return ToolOutput::error(format!("Cannot write '{}': {e}", r.display));
+        if let Err(e) = atomic_write(&r, new_text.as_bytes()) {
+            return ToolOutput::error(e);
         }
     }
     let what = format!("{} {}", target.kind, target.full_name());

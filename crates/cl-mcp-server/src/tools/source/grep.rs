@@ -3,7 +3,8 @@
 //!
 //! Directories are walked in parallel with the `ignore` crate
 //! (`.gitignore`, `.ignore` and hidden files respected; no git repository
-//! needed), visiting only Lisp source files.
+//! needed; the ignore files read safely, see [`crate::tools::safe_walk`]),
+//! visiting only Lisp source files.
 
 use std::fmt::Write;
 use std::path::{Path, PathBuf};
@@ -16,8 +17,11 @@ use serde::{Deserialize, Serialize};
 use super::defs::{self, Definition};
 use super::{is_lisp_path, scan};
 use crate::tools::fs::{resolve_for, to_json, READ_CAP_BYTES};
-use crate::tools::fs_paths::{display_path, Access};
+use crate::tools::fs_paths::{
+    display_path, open_regular_in, read_capped, rel_under, Access, ReadCapError, ResolvedPath,
+};
 use crate::tools::output::counted;
+use crate::tools::safe_walk::{self, Rules};
 use crate::tools::{tool, Annotations, ToolContext, ToolDef, ToolGroup, ToolOutput};
 
 const DEFAULT_SEARCH_LIMIT: usize = 200;
@@ -71,6 +75,10 @@ struct SearchOutput {
     total_hits: usize,
     files_searched: usize,
     truncated: bool,
+    /// Lisp-named entries not read, each with why: named pipes, sockets,
+    /// devices, and files that changed into one while being opened.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    skipped: Vec<String>,
 }
 
 #[derive(Deserialize, JsonSchema)]
@@ -107,6 +115,9 @@ struct SignaturesOutput {
     total: usize,
     files_searched: usize,
     truncated: bool,
+    /// Lisp-named entries not read, each with why (see `clgrep-search`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    skipped: Vec<String>,
 }
 
 /// The `clgrep-search` tool.
@@ -147,9 +158,9 @@ pub fn signatures_tool_def() -> ToolDef {
     .with_output_schema::<SignaturesOutput>()
 }
 
-/// The files to visit for `user_path`: the file itself, or the Lisp files
-/// under the directory. Returns the root to show paths against, too.
-fn target(ctx: &ToolContext, user_path: Option<&str>) -> Result<(PathBuf, PathBuf), String> {
+/// The file or directory to visit for `user_path`, and the root to show
+/// paths against.
+fn target(ctx: &ToolContext, user_path: Option<&str>) -> Result<(PathBuf, ResolvedPath), String> {
     let root = ctx.session.project_root();
     let r = resolve_for(&ctx.session, user_path.unwrap_or(""), Access::Read).map_err(|e| e.0)?;
     if !r.exists {
@@ -159,52 +170,123 @@ fn target(ctx: &ToolContext, user_path: Option<&str>) -> Result<(PathBuf, PathBu
             r.path.display()
         ));
     }
-    Ok((root, r.path))
+    Ok((root, r))
 }
 
-/// Visits every Lisp file under `path` (or `path` itself if a file) in
-/// parallel, calling `visit(path, text)`. Returns the number of files read.
-pub fn for_each_lisp_file<F>(path: &Path, visit: F) -> usize
+/// What a walk read and what it left out.
+pub struct Walked {
+    /// Files read and visited.
+    pub files: usize,
+    /// Lisp-named entries not read, each as a sentence naming it and why.
+    pub skipped: Vec<String>,
+}
+
+/// Visits every Lisp file under `r` (or `r` itself if it is not a
+/// directory) in parallel, calling `visit(path, text)`. Every file is
+/// opened beneath `r`'s root through a directory handle, non-blocking, and
+/// read only if the opened handle is a regular file of at most 16 MB; named
+/// pipes, sockets and devices are skipped and listed. A single file that
+/// cannot be read is an error.
+pub fn for_each_lisp_file<F>(root: &Path, r: &ResolvedPath, visit: F) -> Result<Walked, String>
 where
     F: Fn(&Path, &[u8]) + Sync,
 {
-    if path.is_file() {
-        return match std::fs::read(path) {
-            Ok(bytes) => {
-                visit(path, &bytes);
-                1
-            }
-            Err(_) => 0,
-        };
+    let base = r
+        .base_dir()
+        .map_err(|e| crate::tools::fs_paths::io_message("read", &r.display, &e))?;
+    if !r.path.is_dir() {
+        let (file, meta) = open_regular_in(&base, &r.rel(), &r.display)?;
+        let bytes =
+            read_capped(file, meta.len(), MAX_FILE_BYTES, &r.display).map_err(|e| match e {
+                ReadCapError::TooBig(n) => format!(
+                    "'{}' is {n} bytes, over the {} MB this tool reads from one file.",
+                    r.display,
+                    MAX_FILE_BYTES >> 20
+                ),
+                ReadCapError::Other(m) => m,
+            })?;
+        visit(&r.path, &bytes);
+        return Ok(Walked {
+            files: 1,
+            skipped: Vec::new(),
+        });
     }
+    let rules = std::sync::Arc::new(Rules::new(base, &r.base));
     let count = std::sync::atomic::AtomicUsize::new(0);
-    let walker = ignore::WalkBuilder::new(path)
-        .require_git(false)
+    let skipped = Mutex::new(Vec::new());
+    let mut builder = safe_walk::builder(&r.path);
+    let filter = rules.clone();
+    builder
         .threads(
             std::thread::available_parallelism()
                 .map_or(2, |n| n.get())
                 .min(8),
         )
-        .build_parallel();
+        .filter_entry(move |e| filter.keep(e.path(), e.file_type().is_some_and(|t| t.is_dir())));
+    let walker = builder.build_parallel();
+    let base = rules.dir();
     walker.run(|| {
         Box::new(|entry| {
             let Ok(entry) = entry else {
                 return ignore::WalkState::Continue;
             };
             let p = entry.path();
-            if entry.file_type().is_some_and(|t| t.is_file())
-                && is_lisp_path(p)
-                && entry.metadata().is_ok_and(|m| m.len() <= MAX_FILE_BYTES)
-            {
-                if let Ok(bytes) = std::fs::read(p) {
-                    count.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                    visit(p, &bytes);
+            let Some(t) = entry.file_type() else {
+                return ignore::WalkState::Continue;
+            };
+            if t.is_dir() || t.is_symlink() || !is_lisp_path(p) {
+                return ignore::WalkState::Continue;
+            }
+            let shown = display_path(root, p);
+            // The walk lists names; the read goes through the root's
+            // handle, so a name swapped meanwhile (for a FIFO, or a
+            // directory for a symlink out of the root) is refused, not
+            // followed or waited on.
+            match open_regular_in(base, &rel_under(&r.base, p), &shown) {
+                Ok((file, meta)) => {
+                    if meta.len() > MAX_FILE_BYTES {
+                        return ignore::WalkState::Continue;
+                    }
+                    if let Ok(bytes) = read_capped(file, meta.len(), MAX_FILE_BYTES, &shown) {
+                        count.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        visit(p, &bytes);
+                    }
                 }
+                Err(why) => skipped.lock().unwrap().push(why),
             }
             ignore::WalkState::Continue
         })
     });
-    count.into_inner()
+    let mut skipped = skipped.into_inner().unwrap();
+    skipped.sort();
+    Ok(Walked {
+        files: count.into_inner(),
+        skipped,
+    })
+}
+
+/// The text line about skipped entries, if any.
+fn skipped_note(skipped: &[String]) -> Option<String> {
+    if skipped.is_empty() {
+        return None;
+    }
+    let mut note = format!(
+        "[skipped {} not read: ",
+        counted(skipped.len(), "entry", "entries")
+    );
+    note.push_str(
+        &skipped
+            .iter()
+            .take(5)
+            .cloned()
+            .collect::<Vec<_>>()
+            .join("; "),
+    );
+    if skipped.len() > 5 {
+        let _ = write!(note, " ... and {} more", skipped.len() - 5);
+    }
+    note.push(']');
+    Some(note)
 }
 
 fn normalize_types(types: Option<Vec<String>>) -> Option<Vec<String>> {
@@ -230,13 +312,17 @@ fn run_search(a: SearchArgs, ctx: &ToolContext) -> ToolOutput {
         Ok(r) => r,
         Err(e) => return ToolOutput::error(format!("Bad `pattern`: {e}")),
     };
-    let (root, path) = match target(ctx, a.path.as_deref()) {
+    let (root, r) = match target(ctx, a.path.as_deref()) {
         Ok(x) => x,
         Err(e) => return ToolOutput::error(e),
     };
     let types = normalize_types(a.form_types);
     let limit = a.limit.unwrap_or(DEFAULT_SEARCH_LIMIT).max(1);
-    let (hits, files, total) = search(&root, &path, &re, types.as_deref(), limit);
+    let (hits, walked, total) = match search(&root, &r, &re, types.as_deref(), limit) {
+        Ok(x) => x,
+        Err(e) => return ToolOutput::error(e),
+    };
+    let files = walked.files;
     let mut text = String::new();
     for h in &hits {
         let form = match (&h.form_type, &h.form_name) {
@@ -267,11 +353,15 @@ fn run_search(a: SearchArgs, ctx: &ToolContext) -> ToolOutput {
             counted(files, "Lisp file", "Lisp files")
         );
     }
+    if let Some(note) = skipped_note(&walked.skipped) {
+        let _ = writeln!(text, "{note}");
+    }
     let out = SearchOutput {
         truncated: total > hits.len(),
         hits,
         total_hits: total,
         files_searched: files,
+        skipped: walked.skipped,
     };
     ToolOutput::structured(text, to_json(&out))
 }
@@ -284,13 +374,13 @@ fn run_search(a: SearchArgs, ctx: &ToolContext) -> ToolOutput {
 /// only for the hits returned, so a search costs about what grep costs.
 pub fn search(
     root: &Path,
-    path: &Path,
+    r: &ResolvedPath,
     re: &Regex,
     types: Option<&[String]>,
     limit: usize,
-) -> (Vec<Hit>, usize, usize) {
+) -> Result<(Vec<Hit>, Walked, usize), String> {
     let hits = Mutex::new(Vec::new());
-    let files = for_each_lisp_file(path, |p, bytes| {
+    let walked = for_each_lisp_file(root, r, |p, bytes| {
         let found = search_bytes(bytes, re, types, types.is_some());
         if !found.is_empty() {
             let shown = display_path(root, p);
@@ -301,27 +391,33 @@ pub fn search(
                 all.push(h);
             }
         }
-    });
+    })?;
     let mut hits = hits.into_inner().unwrap();
     hits.sort_by(|a, b| a.path.cmp(&b.path).then(a.line.cmp(&b.line)));
     let total = hits.len();
     hits.truncate(limit);
     if types.is_none() {
-        place_hits(&mut hits);
+        if let Ok(base) = r.base_dir() {
+            place_hits(&base, &r.base, &mut hits);
+        }
     }
-    (hits, files, total)
+    Ok((hits, walked, total))
 }
 
 /// Fills in the enclosing forms of `hits` (sorted by path), reading each
-/// file once.
-fn place_hits(hits: &mut [Hit]) {
+/// file once, again through the handle on `base` (the root `base_path`).
+fn place_hits(base: &cap_std::fs::Dir, base_path: &Path, hits: &mut [Hit]) {
     let mut i = 0;
     while i < hits.len() {
         let j = i + hits[i..]
             .iter()
             .take_while(|h| h.file == hits[i].file)
             .count();
-        if let Ok(bytes) = std::fs::read(&hits[i].file) {
+        let rel = rel_under(base_path, &hits[i].file);
+        let read = open_regular_in(base, &rel, &hits[i].path)
+            .ok()
+            .and_then(|(f, m)| read_capped(f, m.len(), MAX_FILE_BYTES, &hits[i].path).ok());
+        if let Some(bytes) = read {
             if let Ok(text) = std::str::from_utf8(&bytes) {
                 let s = scan::scan(text);
                 let mut placer = Placer::new(text, &s);
@@ -548,13 +644,17 @@ fn search_bytes(bytes: &[u8], re: &Regex, types: Option<&[String]>, placed: bool
 }
 
 fn run_signatures(a: SignaturesArgs, ctx: &ToolContext) -> ToolOutput {
-    let (root, path) = match target(ctx, a.path.as_deref()) {
+    let (root, r) = match target(ctx, a.path.as_deref()) {
         Ok(x) => x,
         Err(e) => return ToolOutput::error(e),
     };
     let types = normalize_types(a.form_types);
     let limit = a.limit.unwrap_or(DEFAULT_SIGNATURE_LIMIT).max(1);
-    let (mut sigs, files) = signatures(&root, &path);
+    let (mut sigs, walked) = match signatures(&root, &r) {
+        Ok(x) => x,
+        Err(e) => return ToolOutput::error(e),
+    };
+    let files = walked.files;
     if let Some(types) = &types {
         sigs.retain(|s| types.contains(&s.kind.rsplit(':').next().unwrap_or(&s.kind).to_string()));
     }
@@ -583,20 +683,24 @@ fn run_signatures(a: SignaturesArgs, ctx: &ToolContext) -> ToolOutput {
             counted(files, "Lisp file", "Lisp files")
         );
     }
+    if let Some(note) = skipped_note(&walked.skipped) {
+        let _ = writeln!(text, "{note}");
+    }
     let out = SignaturesOutput {
         truncated: total > sigs.len(),
         definitions: sigs,
         total,
         files_searched: files,
+        skipped: walked.skipped,
     };
     ToolOutput::structured(text, to_json(&out))
 }
 
 /// Every definition in the Lisp files under `path`, sorted by path and
 /// line; and the number of files read.
-pub fn signatures(root: &Path, path: &Path) -> (Vec<Signature>, usize) {
+pub fn signatures(root: &Path, r: &ResolvedPath) -> Result<(Vec<Signature>, Walked), String> {
     let all = Mutex::new(Vec::new());
-    let files = for_each_lisp_file(path, |p, bytes| {
+    let walked = for_each_lisp_file(root, r, |p, bytes| {
         let Ok(text) = std::str::from_utf8(bytes) else {
             return;
         };
@@ -615,10 +719,10 @@ pub fn signatures(root: &Path, path: &Path) -> (Vec<Signature>, usize) {
             out.push(signature_of(text, d, &shown, line));
         }
         all.lock().unwrap().extend(out);
-    });
+    })?;
     let mut all = all.into_inner().unwrap();
     all.sort_by(|a, b| a.path.cmp(&b.path).then(a.line.cmp(&b.line)));
-    (all, files)
+    Ok((all, walked))
 }
 
 fn signature_of(text: &str, d: &Definition, path: &str, line: usize) -> Signature {

@@ -48,7 +48,7 @@ pub fn tools() -> Vec<ToolDef> {
 /// Resolves `path` for reading and loads it as text (2 MB cap).
 pub fn load_source(session: &Session, path: &str) -> Result<(ResolvedPath, String), String> {
     let r = resolve_existing_file(session, path)?;
-    let text = read_text_capped(&r.path, &r.display)?;
+    let text = read_text_capped(&r)?;
     Ok((r, text))
 }
 

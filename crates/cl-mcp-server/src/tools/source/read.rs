@@ -16,7 +16,7 @@ use super::defs::{self, Definition};
 use super::scan::{self, ItemKind};
 use super::{human_line_count, is_lisp_path, line_window, load_source};
 use crate::tools::fs::to_json;
-use crate::tools::{tool, Annotations, ToolContext, ToolDef, ToolGroup, ToolOutput};
+use crate::tools::{off_workers, tool, Annotations, ToolContext, ToolDef, ToolGroup, ToolOutput};
 
 const DEFAULT_LIMIT: usize = 2000;
 /// Most lines the collapsed view shows of one signature.
@@ -84,54 +84,56 @@ pub fn tool_def() -> ToolDef {
          `collapsed: false` shows raw lines. `offset`/`limit` page (the closing note gives the \
          next `offset`). Other files: lines, or the lines matching `contentPattern` with context.",
         Annotations::READ_ONLY,
-        |a: ReadArgs, ctx: ToolContext| async move {
-            let (r, text) = match load_source(&ctx.session, &a.path) {
-                Ok(x) => x,
-                Err(e) => return ToolOutput::error(e),
-            };
-            let name_re = match a.name_pattern.as_deref().map(|p| compile(p, true)) {
-                Some(Err(e)) => return ToolOutput::error(format!("Bad `namePattern`: {e}")),
-                Some(Ok(r)) => Some(r),
-                None => None,
-            };
-            let content_re = match a.content_pattern.as_deref().map(|p| compile(p, false)) {
-                Some(Err(e)) => return ToolOutput::error(format!("Bad `contentPattern`: {e}")),
-                Some(Ok(r)) => Some(r),
-                None => None,
-            };
-            let window = Window {
-                offset: a.offset.unwrap_or(0),
-                limit: a.limit.unwrap_or(DEFAULT_LIMIT).max(1),
-            };
-            let lisp = is_lisp_path(&r.path);
-            let (mode, content, meta) = if lisp && a.collapsed.unwrap_or(true) {
-                let v = collapsed_view(&text, window, name_re.as_ref(), content_re.as_ref());
-                ("lisp-collapsed", v.0, v.1)
-            } else if !lisp && content_re.is_some() {
-                let v = filtered_view(&text, content_re.as_ref().unwrap(), window);
-                ("text-filtered", v.0, v.1)
-            } else {
-                let v = raw_view(&text, window);
-                ("raw", v.0, v.1)
-            };
-            let mut shown = format!("{} [{mode}]\n{content}", r.display);
-            if let Some(next) = meta.next_offset {
-                let _ = writeln!(
-                    shown,
-                    "[window ends at line {next} of {}; next: offset={next}]",
-                    meta.total_lines
-                );
-            }
-            if let Some(p) = &meta.syntax_problem {
-                let _ = writeln!(shown, "[warning: {p}]");
-            }
-            let out = ReadOutput {
-                path: r.display,
-                mode,
-                content,
-                meta,
-            };
-            ToolOutput::structured(shown, to_json(&out))
+        |a: ReadArgs, ctx: ToolContext| {
+            off_workers(move || {
+                let (r, text) = match load_source(&ctx.session, &a.path) {
+                    Ok(x) => x,
+                    Err(e) => return ToolOutput::error(e),
+                };
+                let name_re = match a.name_pattern.as_deref().map(|p| compile(p, true)) {
+                    Some(Err(e)) => return ToolOutput::error(format!("Bad `namePattern`: {e}")),
+                    Some(Ok(r)) => Some(r),
+                    None => None,
+                };
+                let content_re = match a.content_pattern.as_deref().map(|p| compile(p, false)) {
+                    Some(Err(e)) => return ToolOutput::error(format!("Bad `contentPattern`: {e}")),
+                    Some(Ok(r)) => Some(r),
+                    None => None,
+                };
+                let window = Window {
+                    offset: a.offset.unwrap_or(0),
+                    limit: a.limit.unwrap_or(DEFAULT_LIMIT).max(1),
+                };
+                let lisp = is_lisp_path(&r.path);
+                let (mode, content, meta) = if lisp && a.collapsed.unwrap_or(true) {
+                    let v = collapsed_view(&text, window, name_re.as_ref(), content_re.as_ref());
+                    ("lisp-collapsed", v.0, v.1)
+                } else if !lisp && content_re.is_some() {
+                    let v = filtered_view(&text, content_re.as_ref().unwrap(), window);
+                    ("text-filtered", v.0, v.1)
+                } else {
+                    let v = raw_view(&text, window);
+                    ("raw", v.0, v.1)
+                };
+                let mut shown = format!("{} [{mode}]\n{content}", r.display);
+                if let Some(next) = meta.next_offset {
+                    let _ = writeln!(
+                        shown,
+                        "[window ends at line {next} of {}; next: offset={next}]",
+                        meta.total_lines
+                    );
+                }
+                if let Some(p) = &meta.syntax_problem {
+                    let _ = writeln!(shown, "[warning: {p}]");
+                }
+                let out = ReadOutput {
+                    path: r.display,
+                    mode,
+                    content,
+                    meta,
+                };
+                ToolOutput::structured(shown, to_json(&out))
+            })
         },
     )
     .with_output_schema::<ReadOutput>()
