@@ -14,7 +14,7 @@ use serde_json::{json, Map, Value};
 use super::approval;
 use super::engine::{ConnState, RequestCtx};
 use super::jsonrpc::{self, Message, RequestId};
-use crate::tools::{LogLevel, ToolContext};
+use crate::tools::{LogLevel, ToolContext, ToolOutput};
 
 /// Legacy protocol versions, oldest first.
 pub const LEGACY_VERSIONS: [&str; 4] = ["2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25"];
@@ -106,6 +106,15 @@ pub fn request_era(msg: &Message) -> Result<Era, McpError> {
         })?),
     };
     Ok(Era::Modern { log_level })
+}
+
+/// The client capabilities in a stateless request's `_meta` (null otherwise).
+pub(crate) fn modern_client_capabilities(msg: &Message) -> Value {
+    msg.params
+        .as_ref()
+        .and_then(|p| p.pointer("/_meta/io.modelcontextprotocol~1clientCapabilities"))
+        .cloned()
+        .unwrap_or(Value::Null)
 }
 
 /// Refuses requests that arrive before the legacy handshake.
@@ -525,13 +534,57 @@ async fn call_tool(req: &RequestCtx, params: Value) -> Result<Value, McpError> {
     } else {
         arguments
     };
-    let ctx =
-        ToolContext::new(req.conn.session.clone(), req.cancel.clone()).with_log_sink(log_sink(req));
+    if let Some(capability) = tool.requires_client {
+        if req.client_capabilities().get(capability).is_none() {
+            if modern_era(req.era) {
+                return Err(McpError {
+                    code: jsonrpc::MISSING_CLIENT_CAPABILITY,
+                    message: "Missing required client capability",
+                    data: json!({ "requiredCapabilities": { capability: {} } }),
+                });
+            }
+            return Ok(ToolOutput::error(format!(
+                "The tool '{name}' needs the client capability '{capability}', which this client did not declare in initialize."
+            ))
+            .into_result());
+        }
+    }
+    let mut ctx = ToolContext::new(req.conn.session.clone(), req.cancel.clone())
+        .with_log_sink(log_sink(req))
+        .with_client_requester(client_requester(req));
     let status_ctx = ctx.clone();
     let _progress = req.start_progress(move || status_ctx.status());
+    if let Some(sink) = req.progress_sink(_progress.as_ref()) {
+        ctx = ctx.with_progress_sink(sink);
+    }
     tracing::debug!(tool = %name, "tool call");
     let output = tool.call(arguments, ctx).await;
     Ok(output.into_result())
+}
+
+fn modern_era(era: Era) -> bool {
+    matches!(era, Era::Modern { .. })
+}
+
+/// How a tool call sends requests to the client: on the call's own stream,
+/// in the legacy era only (a 2026-07-28 server must not send independent
+/// requests on a request's stream).
+fn client_requester(req: &RequestCtx) -> crate::tools::ClientRequester {
+    let conn: Arc<ConnState> = req.conn.clone();
+    let out = req.out.clone();
+    let era = req.era;
+    Arc::new(move |method: &'static str, params: Value| {
+        let conn = conn.clone();
+        let out = out.clone();
+        Box::pin(async move {
+            if modern_era(era) {
+                return Err(format!(
+                    "a {MODERN_VERSION} request cannot carry a {method} request to the client"
+                ));
+            }
+            conn.request_client(&out, method, params).await
+        })
+    })
 }
 
 /// Log messages of a request reach the client when it asked for them: by

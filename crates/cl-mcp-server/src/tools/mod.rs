@@ -124,6 +124,9 @@ pub struct ToolOutput {
     pub text: String,
     pub structured: Option<Value>,
     pub is_error: bool,
+    /// MCP content blocks replacing the single text block (images, audio,
+    /// embedded resources); `text` then holds their text parts.
+    pub blocks: Option<Vec<Value>>,
 }
 
 impl ToolOutput {
@@ -132,6 +135,23 @@ impl ToolOutput {
             text: text.into(),
             structured: None,
             is_error: false,
+            blocks: None,
+        }
+    }
+
+    /// A result made of MCP content blocks (`{"type": "text" | "image" |
+    /// "audio" | "resource" | "resource_link", ...}`).
+    pub fn blocks(blocks: Vec<Value>) -> Self {
+        let text = blocks
+            .iter()
+            .filter_map(|b| b.get("text").and_then(Value::as_str))
+            .collect::<Vec<_>>()
+            .join("\n");
+        ToolOutput {
+            text,
+            structured: None,
+            is_error: false,
+            blocks: Some(blocks),
         }
     }
 
@@ -141,6 +161,7 @@ impl ToolOutput {
             text: text.into(),
             structured: None,
             is_error: true,
+            blocks: None,
         }
     }
 
@@ -149,6 +170,7 @@ impl ToolOutput {
             text: text.into(),
             structured: Some(value),
             is_error: false,
+            blocks: None,
         }
     }
 
@@ -160,10 +182,11 @@ impl ToolOutput {
     /// The MCP `CallToolResult` object.
     pub fn into_result(self) -> Value {
         let mut result = Map::new();
-        result.insert(
-            "content".into(),
-            json!([{ "type": "text", "text": self.text }]),
-        );
+        let content = match self.blocks {
+            Some(blocks) => Value::Array(blocks),
+            None => json!([{ "type": "text", "text": self.text }]),
+        };
+        result.insert("content".into(), content);
         if let Some(s) = self.structured {
             result.insert("structuredContent".into(), s);
         }
@@ -218,6 +241,17 @@ impl LogLevel {
 /// protocol layer decides whether (and how) they reach it.
 pub type LogSink = Arc<dyn Fn(LogLevel, &str) + Send + Sync>;
 
+/// Where a running tool call reports its own progress (`progress`, `total`,
+/// `message`); the protocol layer sends it when the client asked for progress.
+pub type ProgressSink = Arc<dyn Fn(f64, Option<f64>, Option<&str>) + Send + Sync>;
+
+/// Sends a request to the client (method, params) and waits for its result.
+pub type ClientRequester = Arc<
+    dyn Fn(&'static str, Value) -> Pin<Box<dyn Future<Output = Result<Value, String>> + Send>>
+        + Send
+        + Sync,
+>;
+
 /// Everything a handler may use besides its arguments.
 #[derive(Clone)]
 pub struct ToolContext {
@@ -228,6 +262,8 @@ pub struct ToolContext {
     pub cancel: CancellationToken,
     status: Arc<Mutex<Option<String>>>,
     log: Option<LogSink>,
+    progress: Option<ProgressSink>,
+    client: Option<ClientRequester>,
 }
 
 impl ToolContext {
@@ -237,12 +273,46 @@ impl ToolContext {
             cancel,
             status: Arc::new(Mutex::new(None)),
             log: None,
+            progress: None,
+            client: None,
         }
     }
 
     pub fn with_log_sink(mut self, sink: LogSink) -> Self {
         self.log = Some(sink);
         self
+    }
+
+    pub fn with_progress_sink(mut self, sink: ProgressSink) -> Self {
+        self.progress = Some(sink);
+        self
+    }
+
+    pub fn with_client_requester(mut self, client: ClientRequester) -> Self {
+        self.client = Some(client);
+        self
+    }
+
+    /// Reports the call's own progress (it replaces the periodic status
+    /// ticker for the rest of the call). Values must not decrease.
+    pub fn report_progress(&self, progress: f64, total: Option<f64>, message: Option<&str>) {
+        if let Some(sink) = &self.progress {
+            sink(progress, total, message);
+        }
+    }
+
+    /// Sends a request to the client (`sampling/createMessage`,
+    /// `elicitation/create`, ...) and waits for its result. Fails when this
+    /// call cannot reach the client with a request.
+    pub async fn request_client(
+        &self,
+        method: &'static str,
+        params: Value,
+    ) -> Result<Value, String> {
+        match &self.client {
+            Some(client) => client(method, params).await,
+            None => Err(format!("this call cannot send {method} to the client")),
+        }
     }
 
     /// Sets the status line shown in progress notifications (e.g. the latest
@@ -277,6 +347,10 @@ pub struct ToolDef {
     pub annotations: Annotations,
     pub input_schema: Value,
     pub output_schema: Option<Value>,
+    /// A client capability the tool cannot work without (`sampling`,
+    /// `elicitation`, ...): calls from clients that did not declare it are
+    /// refused before the handler runs.
+    pub requires_client: Option<&'static str>,
     handler: Handler,
 }
 
@@ -317,6 +391,7 @@ where
         annotations,
         input_schema: schema_of::<A>(),
         output_schema: None,
+        requires_client: None,
         handler: erased,
     }
 }
@@ -325,6 +400,19 @@ impl ToolDef {
     /// Declares the shape of `structuredContent` this tool returns.
     pub fn with_output_schema<O: JsonSchema>(mut self) -> Self {
         self.output_schema = Some(output_schema_of::<O>());
+        self
+    }
+
+    /// Declares a client capability the tool needs.
+    pub fn requires_client_capability(mut self, capability: &'static str) -> Self {
+        self.requires_client = Some(capability);
+        self
+    }
+
+    /// Replaces the generated input schema (for schemas richer than a Rust
+    /// type says; the handler's type must still accept what it allows).
+    pub fn with_input_schema(mut self, schema: Value) -> Self {
+        self.input_schema = schema;
         self
     }
 

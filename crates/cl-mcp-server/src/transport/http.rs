@@ -413,6 +413,7 @@ fn status_for(message: &str) -> StatusCode {
             | jsonrpc::INVALID_REQUEST
             | jsonrpc::INVALID_PARAMS
             | jsonrpc::UNSUPPORTED_PROTOCOL_VERSION
+            | jsonrpc::MISSING_CLIENT_CAPABILITY
             | HEADER_MISMATCH,
         ) => StatusCode::BAD_REQUEST,
         _ => StatusCode::OK,
