@@ -100,6 +100,8 @@ pub(crate) struct Lifecycle {
     pub(crate) log_level: Option<LogLevel>,
     /// The client declared `elicitation` support in `initialize`.
     pub(crate) client_capabilities: Value,
+    /// URIs of `resources/subscribe` (legacy era).
+    pub(crate) subscriptions: std::collections::BTreeSet<String>,
 }
 
 struct InFlight {

@@ -188,7 +188,7 @@ pub(crate) fn initialize(conn: &ConnState, msg: &Message, era: Era) -> Result<Va
     tracing::info!(protocol = %version, "initialized");
     Ok(json!({
         "protocolVersion": version,
-        "capabilities": capabilities(),
+        "capabilities": capabilities(Era::Legacy),
         "serverInfo": server_info(),
         "instructions": INSTRUCTIONS,
     }))
@@ -236,11 +236,15 @@ pub(crate) fn percent_decode(s: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
-fn capabilities() -> Value {
+/// What this server offers. Resource subscriptions exist only in the legacy
+/// era (2026-07-28 removed `resources/subscribe`) and only for resources that
+/// can change (the test fixtures; see `fixtures::SUBSCRIPTIONS`).
+fn capabilities(era: Era) -> Value {
+    let subscribe = crate::fixtures::SUBSCRIPTIONS && era == Era::Legacy;
     json!({
         "tools": { "listChanged": false },
         "prompts": { "listChanged": false },
-        "resources": { "listChanged": false, "subscribe": false },
+        "resources": { "listChanged": false, "subscribe": subscribe },
         "completions": {},
         "logging": {},
     })
@@ -329,7 +333,7 @@ pub(crate) async fn dispatch(req: RequestCtx, msg: Message) -> Result<Value, Mcp
             req.conn.session.warm_up();
             json!({
                 "supportedVersions": supported_versions(),
-                "capabilities": capabilities(),
+                "capabilities": capabilities(req.era),
                 "serverInfo": server_info(),
                 "instructions": INSTRUCTIONS,
                 "ttlMs": 3_600_000,
@@ -344,10 +348,11 @@ pub(crate) async fn dispatch(req: RequestCtx, msg: Message) -> Result<Value, Mcp
         }
         "tools/call" => call_tool(&req, params).await?,
         "prompts/list" => {
-            let prompts: Vec<Value> = crate::prompts::PROMPTS
+            let mut prompts: Vec<Value> = crate::prompts::PROMPTS
                 .iter()
                 .map(|p| p.describe())
                 .collect();
+            prompts.extend(crate::fixtures::prompts());
             let mut r = json!({ "prompts": prompts });
             cache_hint(&mut r, req.era, Cache::Public);
             r
@@ -358,25 +363,38 @@ pub(crate) async fn dispatch(req: RequestCtx, msg: Message) -> Result<Value, Mcp
                 Some(_) => return Err(McpError::invalid_params("name must be a string")),
                 None => return Err(McpError::invalid_params("Missing required field: name")),
             };
-            let prompt = crate::prompts::find(name)
-                .ok_or_else(|| McpError::invalid_params(format!("Unknown prompt: {name}")))?;
             let args = match params.get("arguments") {
                 None | Some(Value::Null) => Map::new(),
                 Some(Value::Object(m)) => m.clone(),
                 Some(_) => return Err(McpError::invalid_params("arguments must be an object")),
             };
-            prompt.get(&args).map_err(McpError::invalid_params)?
+            match crate::fixtures::get_prompt(name, &args) {
+                Some(r) => r.map_err(McpError::invalid_params)?,
+                None => crate::prompts::find(name)
+                    .ok_or_else(|| McpError::invalid_params(format!("Unknown prompt: {name}")))?
+                    .get(&args)
+                    .map_err(McpError::invalid_params)?,
+            }
         }
         "completion/complete" => complete(&req, &params).await?,
         "resources/list" => {
             let cursor = params.get("cursor").and_then(Value::as_str);
             let mut r = crate::resources::list(&req.conn.session, cursor)
                 .map_err(McpError::invalid_params)?;
+            if cursor.is_none() {
+                if let Some(Value::Array(list)) = r.get_mut("resources") {
+                    list.extend(crate::fixtures::resources());
+                }
+            }
             cache_hint(&mut r, req.era, Cache::Private);
             r
         }
         "resources/templates/list" => {
-            let mut r = json!({ "resourceTemplates": crate::resources::templates() });
+            let mut templates = crate::resources::templates();
+            if let Value::Array(list) = &mut templates {
+                list.extend(crate::fixtures::templates());
+            }
+            let mut r = json!({ "resourceTemplates": templates });
             cache_hint(&mut r, req.era, Cache::Public);
             r
         }
@@ -386,7 +404,9 @@ pub(crate) async fn dispatch(req: RequestCtx, msg: Message) -> Result<Value, Mcp
                 Some(_) => return Err(McpError::invalid_params("uri must be a string")),
                 None => return Err(McpError::invalid_params("Missing required field: uri")),
             };
-            let read = if uri.starts_with("lisp://") {
+            let read = if let Some(r) = crate::fixtures::read(&uri) {
+                r
+            } else if uri.starts_with("lisp://") {
                 crate::resources::read_lisp_uri(req.conn.session.clone(), &uri).await
             } else {
                 crate::resources::read_file_uri(&req.conn.session, &uri)
@@ -405,6 +425,28 @@ pub(crate) async fn dispatch(req: RequestCtx, msg: Message) -> Result<Value, Mcp
             })?;
             cache_hint(&mut r, req.era, Cache::Private);
             r
+        }
+        "resources/subscribe" | "resources/unsubscribe"
+            if crate::fixtures::SUBSCRIPTIONS && !modern =>
+        {
+            let uri = match params.get("uri") {
+                Some(Value::String(s)) => s.clone(),
+                Some(_) => return Err(McpError::invalid_params("uri must be a string")),
+                None => return Err(McpError::invalid_params("Missing required field: uri")),
+            };
+            let mut lc = req.conn.lifecycle.lock().unwrap();
+            if msg.method == "resources/unsubscribe" {
+                lc.subscriptions.remove(&uri);
+            } else if crate::fixtures::subscribable(&uri) {
+                lc.subscriptions.insert(uri);
+            } else {
+                return Err(McpError {
+                    code: crate::resources::RESOURCE_NOT_FOUND,
+                    message: "Resource not found",
+                    data: json!({"uri": uri, "detail": "only the test:// fixture resources can be subscribed to"}),
+                });
+            }
+            json!({})
         }
         "logging/setLevel" => {
             let level = params
@@ -454,6 +496,9 @@ async fn complete(req: &RequestCtx, params: &Value) -> Result<Value, McpError> {
     let candidates: Vec<String> = match reference.get("type").and_then(Value::as_str) {
         Some("ref/prompt") => {
             let name = reference.get("name").and_then(Value::as_str).unwrap_or("");
+            if let Some(values) = crate::fixtures::complete_prompt(name, arg_name) {
+                return Ok(completion(values, typed));
+            }
             if crate::prompts::find(name).is_none() {
                 return Err(McpError::invalid_params(format!("Unknown prompt: {name}")));
             }
@@ -484,13 +529,19 @@ async fn complete(req: &RequestCtx, params: &Value) -> Result<Value, McpError> {
             ))
         }
     };
+    Ok(completion(candidates, typed))
+}
+
+/// A `completion/complete` result: the candidates starting with `typed`
+/// (case-insensitively), at most 100.
+fn completion(candidates: Vec<String>, typed: &str) -> Value {
     let lower = typed.to_lowercase();
     let values: Vec<String> = candidates
         .into_iter()
         .filter(|c| c.to_lowercase().starts_with(&lower))
         .take(100)
         .collect();
-    Ok(json!({ "completion": { "values": values, "total": values.len(), "hasMore": false } }))
+    json!({ "completion": { "values": values, "total": values.len(), "hasMore": false } })
 }
 
 async fn call_tool(req: &RequestCtx, params: Value) -> Result<Value, McpError> {
