@@ -5,12 +5,15 @@
 
 use serde_json::{Map, Value};
 
+use crate::tools::{ClientInput, InputRequired};
+
 #[cfg(feature = "test-tools")]
 mod imp {
     use serde_json::{json, Map, Value};
 
     use crate::resources::RESOURCE_NOT_FOUND;
     use crate::tools::testing::TEST_PNG_BASE64;
+    use crate::tools::{ClientInput, InputRequired};
 
     const STATIC_TEXT: &str = "This is the content of the static text resource.";
     const WATCHED_TEXT: &str = "This is the watched resource; it has not changed.";
@@ -79,6 +82,8 @@ mod imp {
                    "arguments": [{"name": "resourceUri", "description": "URI of the resource to embed", "required": true}]}),
             json!({"name": "test_prompt_with_image", "title": "Prompt With Image",
                    "description": "A prompt with an image (conformance fixture)"}),
+            json!({"name": "test_input_required_result_prompt", "title": "Prompt Asking For Context",
+                   "description": "A prompt that first asks the user for context (conformance fixture)"}),
         ]
     }
 
@@ -90,7 +95,16 @@ mod imp {
         json!({"type": "text", "text": t.into()})
     }
 
-    pub fn get_prompt(name: &str, args: &Map<String, Value>) -> Option<Result<Value, String>> {
+    pub fn is_prompt(name: &str) -> bool {
+        prompts().iter().any(|p| p["name"] == name)
+    }
+
+    pub fn get_prompt(
+        name: &str,
+        args: &Map<String, Value>,
+        input: &ClientInput,
+        _caps: &Value,
+    ) -> Result<Result<Value, InputRequired>, String> {
         let arg = |n: &str| -> Result<String, String> {
             args.get(n)
                 .and_then(Value::as_str)
@@ -98,43 +112,63 @@ mod imp {
                 .ok_or_else(|| format!("Prompt '{name}' needs the argument '{n}'"))
         };
         let messages = match name {
-            "test_simple_prompt" => Ok(vec![user(text("This is a simple prompt for testing."))]),
-            "test_prompt_with_arguments" => (|| {
+            "test_simple_prompt" => vec![user(text("This is a simple prompt for testing."))],
+            "test_prompt_with_arguments" => {
                 let (a1, a2) = (arg("arg1")?, arg("arg2")?);
-                Ok(vec![user(text(format!(
+                vec![user(text(format!(
                     "Prompt with arguments: arg1='{a1}', arg2='{a2}'"
-                )))])
-            })(),
-            "test_prompt_with_embedded_resource" => arg("resourceUri").map(|uri| {
+                )))]
+            }
+            "test_prompt_with_embedded_resource" => {
+                let uri = arg("resourceUri")?;
                 vec![
                     user(json!({"type": "resource", "resource": {
                         "uri": uri, "mimeType": "text/plain",
                         "text": "Embedded resource content for testing."}})),
                     user(text("Please process the embedded resource above.")),
                 ]
-            }),
-            "test_prompt_with_image" => Ok(vec![
+            }
+            "test_prompt_with_image" => vec![
                 user(json!({"type": "image", "data": TEST_PNG_BASE64, "mimeType": "image/png"})),
                 user(text("Please analyze the image above.")),
-            ]),
-            _ => return None,
+            ],
+            "test_input_required_result_prompt" => {
+                let answered = input
+                    .response("user_context")
+                    .filter(|r| r["action"] == "accept")
+                    .and_then(|r| r.pointer("/content/context"))
+                    .and_then(Value::as_str);
+                let Some(context) = answered else {
+                    let mut requests = Map::new();
+                    requests.insert(
+                        "user_context".into(),
+                        json!({"method": "elicitation/create", "params": {
+                            "message": "What context should the prompt use?",
+                            "requestedSchema": {"type": "object",
+                                "properties": {"context": {"type": "string"}},
+                                "required": ["context"]}}}),
+                    );
+                    return Ok(Err(InputRequired {
+                        requests,
+                        state: None,
+                    }));
+                };
+                vec![user(text(format!("Work in this context: {context}")))]
+            }
+            _ => return Err(format!("Unknown prompt: {name}")),
         };
-        Some(messages.map(|m| json!({ "messages": m })))
+        Ok(Ok(json!({ "messages": messages })))
     }
 
     pub fn complete_prompt(name: &str, argument: &str) -> Option<Vec<String>> {
+        if !is_prompt(name) {
+            return None;
+        }
         let values: &[&str] = match (name, argument) {
             ("test_prompt_with_arguments", "arg1" | "arg2") => {
                 &["test", "testing", "paris", "park"]
             }
-            (
-                "test_prompt_with_arguments"
-                | "test_simple_prompt"
-                | "test_prompt_with_image"
-                | "test_prompt_with_embedded_resource",
-                _,
-            ) => &[],
-            _ => return None,
+            _ => &[],
         };
         Some(values.iter().map(|s| s.to_string()).collect())
     }
@@ -146,6 +180,7 @@ mod imp {
 
 #[cfg(not(feature = "test-tools"))]
 mod imp {
+    use crate::tools::{ClientInput, InputRequired};
     use serde_json::{Map, Value};
 
     pub fn resources() -> Vec<Value> {
@@ -160,8 +195,16 @@ mod imp {
     pub fn prompts() -> Vec<Value> {
         Vec::new()
     }
-    pub fn get_prompt(_name: &str, _args: &Map<String, Value>) -> Option<Result<Value, String>> {
-        None
+    pub fn is_prompt(_name: &str) -> bool {
+        false
+    }
+    pub fn get_prompt(
+        name: &str,
+        _args: &Map<String, Value>,
+        _input: &ClientInput,
+        _caps: &Value,
+    ) -> Result<Result<Value, InputRequired>, String> {
+        Err(format!("Unknown prompt: {name}"))
     }
     pub fn complete_prompt(_name: &str, _argument: &str) -> Option<Vec<String>> {
         None
@@ -191,9 +234,20 @@ pub fn prompts() -> Vec<Value> {
     imp::prompts()
 }
 
-/// `prompts/get` of a fixture prompt; `None` when `name` is not one.
-pub fn get_prompt(name: &str, args: &Map<String, Value>) -> Option<Result<Value, String>> {
-    imp::get_prompt(name, args)
+/// Whether `name` is a fixture prompt.
+pub fn is_prompt(name: &str) -> bool {
+    imp::is_prompt(name)
+}
+
+/// `prompts/get` of a fixture prompt: its result, or the input it needs
+/// from the client first (with `caps`, the client's capabilities).
+pub fn get_prompt(
+    name: &str,
+    args: &Map<String, Value>,
+    input: &ClientInput,
+    caps: &Value,
+) -> Result<Result<Value, InputRequired>, String> {
+    imp::get_prompt(name, args, input, caps)
 }
 
 /// Completion candidates for a fixture prompt's argument; `None` when

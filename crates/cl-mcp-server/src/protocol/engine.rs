@@ -37,6 +37,8 @@ pub struct Engine {
     shared_image: Arc<std::sync::OnceLock<crate::image::Image>>,
     /// The queues of the shared image.
     shared_turns: crate::session::ImageTurns,
+    /// `requestState`s handed to stateless clients (SEP-2322).
+    pub(crate) input_states: super::input::StateStore,
 }
 
 impl Engine {
@@ -49,6 +51,7 @@ impl Engine {
             tools,
             shared_image: Arc::new(std::sync::OnceLock::new()),
             shared_turns: Default::default(),
+            input_states: Default::default(),
         })
     }
 

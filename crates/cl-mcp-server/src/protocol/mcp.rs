@@ -368,12 +368,26 @@ pub(crate) async fn dispatch(req: RequestCtx, msg: Message) -> Result<Value, Mcp
                 Some(Value::Object(m)) => m.clone(),
                 Some(_) => return Err(McpError::invalid_params("arguments must be an object")),
             };
-            match crate::fixtures::get_prompt(name, &args) {
-                Some(r) => r.map_err(McpError::invalid_params)?,
-                None => crate::prompts::find(name)
+            if crate::fixtures::is_prompt(name) {
+                let caps = req.client_capabilities();
+                let empty = Map::new();
+                let params_map = params.as_object().unwrap_or(&empty);
+                let binding = format!("prompts/get {name}");
+                super::input::answer(&req, params_map, &binding, |input| {
+                    let r = crate::fixtures::get_prompt(name, &args, &input, &caps);
+                    async move { r.map_err(McpError::invalid_params) }
+                })
+                .await?
+                .map_err(|e| {
+                    McpError::invalid_params(format!(
+                        "Prompt '{name}' needed input from the client: {e}"
+                    ))
+                })?
+            } else {
+                crate::prompts::find(name)
                     .ok_or_else(|| McpError::invalid_params(format!("Unknown prompt: {name}")))?
                     .get(&args)
-                    .map_err(McpError::invalid_params)?,
+                    .map_err(McpError::invalid_params)?
             }
         }
         "completion/complete" => complete(&req, &params).await?,
@@ -471,7 +485,7 @@ pub(crate) async fn dispatch(req: RequestCtx, msg: Message) -> Result<Value, Mcp
     };
     if matches!(req.era, Era::Modern { .. }) {
         if let Value::Object(m) = &mut result {
-            m.insert("resultType".into(), json!("complete"));
+            m.entry("resultType").or_insert(json!("complete"));
             // Stateless results identify the server on every response.
             m.insert(
                 "_meta".into(),
@@ -545,6 +559,7 @@ fn completion(candidates: Vec<String>, typed: &str) -> Value {
 }
 
 async fn call_tool(req: &RequestCtx, params: Value) -> Result<Value, McpError> {
+    // `params` keeps `inputResponses` and `requestState` of a retry.
     let Value::Object(mut params) = params else {
         return Err(McpError::invalid_params(
             "tools/call needs params {\"name\": ..., \"arguments\": {...}}",
@@ -585,57 +600,61 @@ async fn call_tool(req: &RequestCtx, params: Value) -> Result<Value, McpError> {
     } else {
         arguments
     };
-    if let Some(capability) = tool.requires_client {
-        if req.client_capabilities().get(capability).is_none() {
-            if modern_era(req.era) {
-                return Err(McpError {
-                    code: jsonrpc::MISSING_CLIENT_CAPABILITY,
-                    message: "Missing required client capability",
-                    data: json!({ "requiredCapabilities": { capability: {} } }),
-                });
-            }
-            return Ok(ToolOutput::error(format!(
-                "The tool '{name}' needs the client capability '{capability}', which this client did not declare in initialize."
-            ))
-            .into_result());
+    let declared = req.client_capabilities();
+    let missing: Vec<&str> = tool
+        .requires_client
+        .iter()
+        .copied()
+        .filter(|c| declared.get(*c).is_none())
+        .collect();
+    if !missing.is_empty() {
+        if modern_era(req.era) {
+            let required: Map<String, Value> =
+                missing.iter().map(|c| (c.to_string(), json!({}))).collect();
+            return Err(McpError {
+                code: jsonrpc::MISSING_CLIENT_CAPABILITY,
+                message: "Missing required client capability",
+                data: json!({ "requiredCapabilities": required }),
+            });
         }
+        return Ok(ToolOutput::error(format!(
+            "The tool '{name}' needs the client capabilities {}, which this client did not declare in initialize.",
+            missing.join(", ")
+        ))
+        .into_result());
     }
-    let mut ctx = ToolContext::new(req.conn.session.clone(), req.cancel.clone())
-        .with_log_sink(log_sink(req))
-        .with_client_requester(client_requester(req));
+    let mut ctx =
+        ToolContext::new(req.conn.session.clone(), req.cancel.clone()).with_log_sink(log_sink(req));
+    ctx.client_capabilities = declared;
     let status_ctx = ctx.clone();
     let _progress = req.start_progress(move || status_ctx.status());
     if let Some(sink) = req.progress_sink(_progress.as_ref()) {
         ctx = ctx.with_progress_sink(sink);
     }
     tracing::debug!(tool = %name, "tool call");
-    let output = tool.call(arguments, ctx).await;
-    Ok(output.into_result())
+    let answered = super::input::answer(req, &params, &format!("tools/call {name}"), |input| {
+        let mut ctx = ctx.clone();
+        ctx.input = input;
+        let arguments = arguments.clone();
+        async move {
+            let mut output = tool.call(arguments, ctx).await;
+            Ok(match output.input_required.take() {
+                Some(needed) => Err(needed),
+                None => Ok(output.into_result()),
+            })
+        }
+    })
+    .await?;
+    Ok(answered.unwrap_or_else(|e| {
+        ToolOutput::error(format!(
+            "The tool '{name}' needed input from the client: {e}"
+        ))
+        .into_result()
+    }))
 }
 
 fn modern_era(era: Era) -> bool {
     matches!(era, Era::Modern { .. })
-}
-
-/// How a tool call sends requests to the client: on the call's own stream,
-/// in the legacy era only (a 2026-07-28 server must not send independent
-/// requests on a request's stream).
-fn client_requester(req: &RequestCtx) -> crate::tools::ClientRequester {
-    let conn: Arc<ConnState> = req.conn.clone();
-    let out = req.out.clone();
-    let era = req.era;
-    Arc::new(move |method: &'static str, params: Value| {
-        let conn = conn.clone();
-        let out = out.clone();
-        Box::pin(async move {
-            if modern_era(era) {
-                return Err(format!(
-                    "a {MODERN_VERSION} request cannot carry a {method} request to the client"
-                ));
-            }
-            conn.request_client(&out, method, params).await
-        })
-    })
 }
 
 /// Log messages of a request reach the client when it asked for them: by

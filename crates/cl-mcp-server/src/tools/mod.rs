@@ -127,6 +127,8 @@ pub struct ToolOutput {
     /// MCP content blocks replacing the single text block (images, audio,
     /// embedded resources); `text` then holds their text parts.
     pub blocks: Option<Vec<Value>>,
+    /// Not an answer yet: the tool needs this input from the client first.
+    pub input_required: Option<InputRequired>,
 }
 
 impl ToolOutput {
@@ -136,6 +138,7 @@ impl ToolOutput {
             structured: None,
             is_error: false,
             blocks: None,
+            input_required: None,
         }
     }
 
@@ -152,6 +155,16 @@ impl ToolOutput {
             structured: None,
             is_error: false,
             blocks: Some(blocks),
+            input_required: None,
+        }
+    }
+
+    /// Asks the client for input; the tool is called again with the
+    /// responses (and `state`) in [`ToolContext::input`].
+    pub fn input_required(requests: Map<String, Value>, state: Option<Value>) -> Self {
+        ToolOutput {
+            input_required: Some(InputRequired { requests, state }),
+            ..ToolOutput::default()
         }
     }
 
@@ -162,6 +175,7 @@ impl ToolOutput {
             structured: None,
             is_error: true,
             blocks: None,
+            input_required: None,
         }
     }
 
@@ -171,6 +185,7 @@ impl ToolOutput {
             structured: Some(value),
             is_error: false,
             blocks: None,
+            input_required: None,
         }
     }
 
@@ -245,12 +260,33 @@ pub type LogSink = Arc<dyn Fn(LogLevel, &str) + Send + Sync>;
 /// `message`); the protocol layer sends it when the client asked for progress.
 pub type ProgressSink = Arc<dyn Fn(f64, Option<f64>, Option<&str>) + Send + Sync>;
 
-/// Sends a request to the client (method, params) and waits for its result.
-pub type ClientRequester = Arc<
-    dyn Fn(&'static str, Value) -> Pin<Box<dyn Future<Output = Result<Value, String>> + Send>>
-        + Send
-        + Sync,
->;
+/// What the client answered to a tool's earlier requests for input
+/// (SEP-2322): the responses by key, and the state the tool asked to get
+/// back. Empty on a first call.
+#[derive(Clone, Debug, Default)]
+pub struct ClientInput {
+    pub responses: Option<Map<String, Value>>,
+    pub state: Option<Value>,
+}
+
+impl ClientInput {
+    /// The client's response to the input request named `key`.
+    pub fn response(&self, key: &str) -> Option<&Value> {
+        self.responses.as_ref()?.get(key)
+    }
+}
+
+/// A tool's (or prompt's) request for input from the client before it can
+/// answer: requests by key (`{"method": ..., "params": ...}`:
+/// `elicitation/create`, `sampling/createMessage`, `roots/list`), and state
+/// to get back with the responses. The protocol layer carries them: as an
+/// `input_required` result in 2026-07-28, as requests to the client on the
+/// call's stream in the legacy era.
+#[derive(Clone, Debug)]
+pub struct InputRequired {
+    pub requests: Map<String, Value>,
+    pub state: Option<Value>,
+}
 
 /// Everything a handler may use besides its arguments.
 #[derive(Clone)]
@@ -263,7 +299,11 @@ pub struct ToolContext {
     status: Arc<Mutex<Option<String>>>,
     log: Option<LogSink>,
     progress: Option<ProgressSink>,
-    client: Option<ClientRequester>,
+    /// The capabilities the client declared (`sampling`, `elicitation`,
+    /// `roots`, ...): a tool asks only for input the client can give.
+    pub client_capabilities: Value,
+    /// The client's answers to this tool's requests for input, if any.
+    pub input: ClientInput,
 }
 
 impl ToolContext {
@@ -274,7 +314,8 @@ impl ToolContext {
             status: Arc::new(Mutex::new(None)),
             log: None,
             progress: None,
-            client: None,
+            client_capabilities: Value::Null,
+            input: ClientInput::default(),
         }
     }
 
@@ -288,11 +329,6 @@ impl ToolContext {
         self
     }
 
-    pub fn with_client_requester(mut self, client: ClientRequester) -> Self {
-        self.client = Some(client);
-        self
-    }
-
     /// Reports the call's own progress (it replaces the periodic status
     /// ticker for the rest of the call). Values must not decrease.
     pub fn report_progress(&self, progress: f64, total: Option<f64>, message: Option<&str>) {
@@ -301,18 +337,9 @@ impl ToolContext {
         }
     }
 
-    /// Sends a request to the client (`sampling/createMessage`,
-    /// `elicitation/create`, ...) and waits for its result. Fails when this
-    /// call cannot reach the client with a request.
-    pub async fn request_client(
-        &self,
-        method: &'static str,
-        params: Value,
-    ) -> Result<Value, String> {
-        match &self.client {
-            Some(client) => client(method, params).await,
-            None => Err(format!("this call cannot send {method} to the client")),
-        }
+    /// Whether the client declared the capability `name`.
+    pub fn client_can(&self, name: &str) -> bool {
+        self.client_capabilities.get(name).is_some()
     }
 
     /// Sets the status line shown in progress notifications (e.g. the latest
@@ -347,10 +374,10 @@ pub struct ToolDef {
     pub annotations: Annotations,
     pub input_schema: Value,
     pub output_schema: Option<Value>,
-    /// A client capability the tool cannot work without (`sampling`,
-    /// `elicitation`, ...): calls from clients that did not declare it are
+    /// Client capabilities the tool cannot work without (`sampling`,
+    /// `elicitation`, ...): calls from clients that did not declare them are
     /// refused before the handler runs.
-    pub requires_client: Option<&'static str>,
+    pub requires_client: Vec<&'static str>,
     handler: Handler,
 }
 
@@ -391,7 +418,7 @@ where
         annotations,
         input_schema: schema_of::<A>(),
         output_schema: None,
-        requires_client: None,
+        requires_client: Vec::new(),
         handler: erased,
     }
 }
@@ -405,7 +432,7 @@ impl ToolDef {
 
     /// Declares a client capability the tool needs.
     pub fn requires_client_capability(mut self, capability: &'static str) -> Self {
-        self.requires_client = Some(capability);
+        self.requires_client.push(capability);
         self
     }
 

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use schemars::JsonSchema;
 use serde::Deserialize;
-use serde_json::{json, Value};
+use serde_json::{json, Map, Value};
 
 use super::{tool, Annotations, LogLevel, ToolContext, ToolDef, ToolGroup, ToolOutput};
 
@@ -117,34 +117,97 @@ fn image_block() -> Value {
     json!({"type": "image", "data": TEST_PNG_BASE64, "mimeType": "image/png"})
 }
 
-/// Asks the client through `elicitation/create` and reports its answer.
-async fn elicit(ctx: &ToolContext, params: Value) -> ToolOutput {
-    match ctx.request_client("elicitation/create", params).await {
-        Ok(r) => ToolOutput::text(format!(
+/// One request for client input: `(key, {"method": ..., "params": ...})`.
+fn ask(key: &str, method: &str, params: Value) -> (String, Value) {
+    (key.to_string(), json!({"method": method, "params": params}))
+}
+
+/// Asks the client for these inputs (and to send `state` back).
+fn need(requests: Vec<(String, Value)>, state: Option<Value>) -> ToolOutput {
+    ToolOutput::input_required(requests.into_iter().collect::<Map<_, _>>(), state)
+}
+
+fn elicitation(message: &str, properties: Value, required: &[&str]) -> Value {
+    json!({"message": message, "requestedSchema": {
+        "type": "object", "properties": properties, "required": required}})
+}
+
+fn sampling(prompt: &str, max_tokens: u32) -> Value {
+    json!({"messages": [{"role": "user", "content": {"type": "text", "text": prompt}}],
+           "maxTokens": max_tokens})
+}
+
+/// An accepted elicitation's field `field`, as a string.
+fn accepted_field(response: Option<&Value>, field: &str) -> Option<String> {
+    let r = response?;
+    if r.get("action").and_then(Value::as_str) != Some("accept") {
+        return None;
+    }
+    match r.pointer(&format!("/content/{field}"))? {
+        Value::String(s) => Some(s.clone()),
+        Value::Null => None,
+        v => Some(v.to_string()),
+    }
+}
+
+/// The text a sampling response carries.
+fn sampled_text(response: Option<&Value>) -> Option<String> {
+    response?
+        .pointer("/content/text")
+        .and_then(Value::as_str)
+        .map(str::to_string)
+}
+
+/// The root URIs of a `roots/list` response.
+fn root_uris(response: Option<&Value>) -> Option<Vec<String>> {
+    let roots = response?.get("roots")?.as_array()?;
+    Some(
+        roots
+            .iter()
+            .filter_map(|r| r.get("uri").and_then(Value::as_str).map(str::to_string))
+            .collect(),
+    )
+}
+
+/// Asks the user through `elicitation/create` (key `answer`) and reports
+/// what they did.
+fn elicit(ctx: &ToolContext, params: Value) -> ToolOutput {
+    match ctx.input.response("answer") {
+        Some(r) => ToolOutput::text(format!(
             "User response: action={}, content={}",
             r.get("action").and_then(Value::as_str).unwrap_or("?"),
             r.get("content").cloned().unwrap_or(json!({}))
         )),
-        Err(e) => ToolOutput::error(format!("Elicitation failed: {e}")),
+        None => need(vec![ask("answer", "elicitation/create", params)], None),
     }
 }
 
 /// Asks the client's model through `sampling/createMessage`.
-async fn sample(ctx: &ToolContext, prompt: &str) -> ToolOutput {
-    let params = json!({
-        "messages": [{"role": "user", "content": {"type": "text", "text": prompt}}],
-        "maxTokens": 100,
-    });
-    match ctx.request_client("sampling/createMessage", params).await {
-        Ok(r) => {
-            let text = r
-                .pointer("/content/text")
-                .and_then(Value::as_str)
-                .unwrap_or("(no text in the model's answer)");
-            ToolOutput::text(format!("LLM response: {text}"))
-        }
-        Err(e) => ToolOutput::error(format!("Sampling failed: {e}")),
+fn sample(ctx: &ToolContext, prompt: &str) -> ToolOutput {
+    match ctx.input.response("answer") {
+        Some(r) => match sampled_text(Some(r)) {
+            Some(text) => ToolOutput::text(format!("LLM response: {text}")),
+            None => ToolOutput::error(format!("The client's model answered no text: {r}")),
+        },
+        None => need(
+            vec![ask(
+                "answer",
+                "sampling/createMessage",
+                sampling(prompt, 100),
+            )],
+            None,
+        ),
     }
+}
+
+/// State check of the request-state fixtures: the state this server sent.
+fn state_is(ctx: &ToolContext, step: &str) -> bool {
+    ctx.input
+        .state
+        .as_ref()
+        .and_then(|s| s.get("step"))
+        .and_then(Value::as_str)
+        == Some(step)
 }
 
 /// The JSON Schema 2020-12 keywords a tool schema may carry (SEP-1613/2106).
@@ -177,7 +240,7 @@ fn contact_schema() -> Value {
 pub fn conformance_tools() -> Vec<ToolDef> {
     let ro = Annotations::READ_ONLY;
     let g = ToolGroup::Testing;
-    vec![
+    let mut tools = vec![
         tool("test_simple_text", g, "Simple text (conformance fixture)",
             "Returns one text block.", ro,
             |_a: NoArgs, _ctx: ToolContext| async move {
@@ -244,11 +307,11 @@ pub fn conformance_tools() -> Vec<ToolDef> {
             }),
         tool("test_sampling", g, "Sampling (conformance fixture)",
             "Asks the client's model to answer `prompt` (sampling/createMessage).", ro,
-            |a: SamplingArgs, ctx: ToolContext| async move { sample(&ctx, &a.prompt).await })
+            |a: SamplingArgs, ctx: ToolContext| async move { sample(&ctx, &a.prompt) })
             .requires_client_capability("sampling"),
         tool("test_missing_capability", g, "Needs sampling (conformance fixture)",
             "Asks the client's model a fixed question; refused for clients without the sampling capability.", ro,
-            |_a: NoArgs, ctx: ToolContext| async move { sample(&ctx, "Say hello.").await })
+            |_a: NoArgs, ctx: ToolContext| async move { sample(&ctx, "Say hello.") })
             .requires_client_capability("sampling"),
         tool("test_elicitation", g, "Elicitation (conformance fixture)",
             "Asks the user for a username and an email (elicitation/create).", ro,
@@ -259,7 +322,7 @@ pub fn conformance_tools() -> Vec<ToolDef> {
                         "username": {"type": "string", "description": "User's response"},
                         "email": {"type": "string", "description": "User's email address"}
                     },
-                    "required": ["username", "email"]}})).await
+                    "required": ["username", "email"]}}))
             })
             .requires_client_capability("elicitation"),
         tool("test_streaming_elicitation", g, "Elicitation on the call (conformance fixture)",
@@ -268,7 +331,7 @@ pub fn conformance_tools() -> Vec<ToolDef> {
                 elicit(&ctx, json!({"message": "Please confirm", "requestedSchema": {
                     "type": "object",
                     "properties": {"confirmed": {"type": "boolean"}},
-                    "required": ["confirmed"]}})).await
+                    "required": ["confirmed"]}}))
             })
             .requires_client_capability("elicitation"),
         tool("test_elicitation_sep1034_defaults", g, "Elicitation defaults (conformance fixture)",
@@ -282,7 +345,7 @@ pub fn conformance_tools() -> Vec<ToolDef> {
                         "status": {"type": "string", "description": "User status",
                                    "enum": ["active", "inactive", "pending"], "default": "active"},
                         "verified": {"type": "boolean", "description": "Verification status", "default": true}
-                    }, "required": []}})).await
+                    }, "required": []}}))
             })
             .requires_client_capability("elicitation"),
         tool("test_elicitation_sep1330_enums", g, "Elicitation enums (conformance fixture)",
@@ -307,7 +370,7 @@ pub fn conformance_tools() -> Vec<ToolDef> {
                         "titledMulti": {"type": "array", "description": "Select multiple options with titles",
                                         "minItems": 1, "maxItems": 3,
                                         "items": {"anyOf": titled("Choice")}}
-                    }, "required": []}})).await
+                    }, "required": []}}))
             })
             .requires_client_capability("elicitation"),
         tool("json_schema_2020_12_tool", g, "JSON Schema 2020-12 (conformance fixture)",
@@ -317,5 +380,159 @@ pub fn conformance_tools() -> Vec<ToolDef> {
                     serde_json::to_string(&a).unwrap_or_default()))
             })
             .with_input_schema(contact_schema()),
+    ];
+    tools.extend(input_required_tools());
+    tools
+}
+
+/// Fixtures asking for client input (SEP-2322), in the shapes the suite's
+/// `input-required-result-*` scenarios expect.
+fn input_required_tools() -> Vec<ToolDef> {
+    let ro = Annotations::READ_ONLY;
+    let g = ToolGroup::Testing;
+    let name_question = || {
+        elicitation(
+            "What is your name?",
+            json!({"name": {"type": "string"}}),
+            &["name"],
+        )
+    };
+    vec![
+        tool("test_input_required_result_elicitation", g, "Ask the user's name (conformance fixture)",
+            "Asks the user for their name, then greets them.", ro,
+            move |_a: NoArgs, ctx: ToolContext| async move {
+                match accepted_field(ctx.input.response("user_name"), "name") {
+                    Some(name) => ToolOutput::text(format!("Hello, {name}!")),
+                    None => need(vec![ask("user_name", "elicitation/create", name_question())], None),
+                }
+            })
+            .requires_client_capability("elicitation"),
+        tool("test_input_required_result_sampling", g, "Ask the model (conformance fixture)",
+            "Asks the client's model for the capital of France.", ro,
+            |_a: NoArgs, ctx: ToolContext| async move {
+                match sampled_text(ctx.input.response("capital_question")) {
+                    Some(text) => ToolOutput::text(format!("The model answered: {text}")),
+                    None => need(vec![ask("capital_question", "sampling/createMessage",
+                        sampling("What is the capital of France?", 100))], None),
+                }
+            })
+            .requires_client_capability("sampling"),
+        tool("test_input_required_result_list_roots", g, "Ask for roots (conformance fixture)",
+            "Asks the client for its roots and lists them.", ro,
+            |_a: NoArgs, ctx: ToolContext| async move {
+                match root_uris(ctx.input.response("client_roots")) {
+                    Some(uris) => ToolOutput::text(format!("Client roots: {}", uris.join(", "))),
+                    None => need(vec![ask("client_roots", "roots/list", json!({}))], None),
+                }
+            })
+            .requires_client_capability("roots"),
+        tool("test_input_required_result_request_state", g, "Confirm with state (conformance fixture)",
+            "Asks the user to confirm and checks that its request state came back.", ro,
+            |_a: NoArgs, ctx: ToolContext| async move {
+                confirm_with_state(&ctx)
+            })
+            .requires_client_capability("elicitation"),
+        tool("test_input_required_result_tampered_state", g, "Confirm with protected state (conformance fixture)",
+            "Asks the user to confirm; a request state the server did not issue is refused.", ro,
+            |_a: NoArgs, ctx: ToolContext| async move {
+                confirm_with_state(&ctx)
+            })
+            .requires_client_capability("elicitation"),
+        tool("test_input_required_result_multiple_inputs", g, "Ask three things at once (conformance fixture)",
+            "Asks the user's name, the model for a greeting and the client for its roots, in one round.", ro,
+            move |_a: NoArgs, ctx: ToolContext| async move {
+                let name = accepted_field(ctx.input.response("user_name"), "name");
+                let greeting = sampled_text(ctx.input.response("greeting"));
+                let roots = root_uris(ctx.input.response("client_roots"));
+                match (name, greeting, roots) {
+                    (Some(n), Some(g), Some(r)) if state_is(&ctx, "all") => ToolOutput::text(format!(
+                        "{g}, {n}! Roots: {}", r.join(", "))),
+                    _ => need(vec![
+                        ask("user_name", "elicitation/create", name_question()),
+                        ask("greeting", "sampling/createMessage", sampling("Generate a greeting", 50)),
+                        ask("client_roots", "roots/list", json!({})),
+                    ], Some(json!({"step": "all"}))),
+                }
+            })
+            .requires_client_capability("elicitation")
+            .requires_client_capability("sampling")
+            .requires_client_capability("roots"),
+        tool("test_input_required_result_multi_round", g, "Ask in two rounds (conformance fixture)",
+            "Asks the user's name, then their favourite colour.", ro,
+            |_a: NoArgs, ctx: ToolContext| async move {
+                let color_question = || elicitation("Step 2: What is your favorite color?",
+                    json!({"color": {"type": "string"}}), &["color"]);
+                if state_is(&ctx, "step2") {
+                    let name = ctx.input.state.as_ref().and_then(|s| s.get("name")).and_then(Value::as_str)
+                        .unwrap_or_default().to_string();
+                    return match accepted_field(ctx.input.response("step2"), "color") {
+                        Some(color) => ToolOutput::text(format!("{name} likes {color}.")),
+                        None => need(vec![ask("step2", "elicitation/create", color_question())],
+                                     Some(json!({"step": "step2", "name": name}))),
+                    };
+                }
+                match accepted_field(ctx.input.response("step1"), "name").filter(|_| state_is(&ctx, "step1")) {
+                    Some(name) => need(vec![ask("step2", "elicitation/create", color_question())],
+                                       Some(json!({"step": "step2", "name": name}))),
+                    None => need(vec![ask("step1", "elicitation/create", elicitation("Step 1: What is your name?",
+                                 json!({"name": {"type": "string"}}), &["name"]))],
+                                 Some(json!({"step": "step1"}))),
+                }
+            })
+            .requires_client_capability("elicitation"),
+        tool("test_input_required_result_capabilities", g, "Ask what the client can give (conformance fixture)",
+            "Asks the user (elicitation), the model (sampling) or the client's roots, only for what the client declared.", ro,
+            move |_a: NoArgs, ctx: ToolContext| async move {
+                let mut asks = Vec::new();
+                let mut answers = Vec::new();
+                if ctx.client_can("elicitation") {
+                    match accepted_field(ctx.input.response("user_name"), "name") {
+                        Some(n) => answers.push(format!("name: {n}")),
+                        None => asks.push(ask("user_name", "elicitation/create", name_question())),
+                    }
+                }
+                if ctx.client_can("sampling") {
+                    match sampled_text(ctx.input.response("greeting")) {
+                        Some(t) => answers.push(format!("model: {t}")),
+                        None => asks.push(ask("greeting", "sampling/createMessage", sampling("Generate a greeting", 50))),
+                    }
+                }
+                if ctx.client_can("roots") {
+                    match root_uris(ctx.input.response("client_roots")) {
+                        Some(r) => answers.push(format!("roots: {}", r.join(", "))),
+                        None => asks.push(ask("client_roots", "roots/list", json!({}))),
+                    }
+                }
+                if !asks.is_empty() {
+                    return need(asks, None);
+                }
+                if answers.is_empty() {
+                    return ToolOutput::error("The client declared none of elicitation, sampling and roots: nothing to ask.");
+                }
+                ToolOutput::text(answers.join("; "))
+            }),
     ]
+}
+
+/// Asks the user to confirm, with a request state; completes only when both
+/// the answer and that state come back.
+fn confirm_with_state(ctx: &ToolContext) -> ToolOutput {
+    let ok = accepted_field(ctx.input.response("confirm"), "ok");
+    match ok {
+        Some(ok) if state_is(ctx, "confirm") => {
+            ToolOutput::text(format!("state-ok: confirmed={ok}"))
+        }
+        _ => need(
+            vec![ask(
+                "confirm",
+                "elicitation/create",
+                elicitation(
+                    "Please confirm",
+                    json!({"ok": {"type": "boolean"}}),
+                    &["ok"],
+                ),
+            )],
+            Some(json!({"step": "confirm"})),
+        ),
+    }
 }
