@@ -881,6 +881,7 @@ fn modern_resource_reads_carry_cache_fields_and_missing_is_invalid_params() {
     let missing = format!("file://{}/nope.lisp", root.display());
     let r = s.request(json!({"jsonrpc":"2.0","id":2,"method":"resources/read","params":{"uri":missing,"_meta":modern_meta()}}));
     assert_eq!(error_of(&r).0, -32602);
+    assert_eq!(error_of(&r).2["uri"], missing, "SEP-2164: data names the URI");
     let mut s = Server::initialized(&["--project-root", root.to_str().unwrap()]);
     let r = s.request(
         json!({"jsonrpc":"2.0","id":3,"method":"resources/read","params":{"uri":missing}}),

@@ -426,15 +426,20 @@ pub(crate) async fn dispatch(req: RequestCtx, msg: Message) -> Result<Value, Mcp
                 crate::resources::read_file_uri(&req.conn.session, &uri)
             };
             let mut r = read.map_err(|(code, msg)| {
-                // 2026-07-28 answers a missing resource with -32602.
-                if code == crate::resources::RESOURCE_NOT_FOUND && !modern {
-                    McpError {
+                // 2026-07-28 answers a missing resource with -32602 (both
+                // eras name the URI in data, SEP-2164).
+                match (code == crate::resources::RESOURCE_NOT_FOUND, modern) {
+                    (true, false) => McpError {
                         code,
                         message: "Resource not found",
                         data: json!({"uri": uri, "detail": msg}),
-                    }
-                } else {
-                    McpError::invalid_params(msg)
+                    },
+                    (true, true) => McpError {
+                        code: jsonrpc::INVALID_PARAMS,
+                        message: "Invalid params",
+                        data: json!({"uri": uri, "detail": msg}),
+                    },
+                    _ => McpError::invalid_params(msg),
                 }
             })?;
             cache_hint(&mut r, req.era, Cache::Private);
