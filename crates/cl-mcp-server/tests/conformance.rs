@@ -56,7 +56,10 @@ fn js_dir() -> PathBuf {
 
 /// Runs one suite against a fresh server: `Err(report)` when it fails.
 fn run(r: &Run, node: &PathBuf) -> Result<(), String> {
-    let suite = js_dir().join("node_modules").join(r.package).join("dist/index.js");
+    let suite = js_dir()
+        .join("node_modules")
+        .join(r.package)
+        .join("dist/index.js");
     let baseline = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("tests/conformance")
         .join(r.expected_failures);

@@ -661,10 +661,14 @@ fn prompts_and_completion() {
         .iter()
         .map(|p| p["name"].as_str().unwrap())
         .collect();
-    assert_eq!(
-        names,
-        ["repl-driven-development", "debug-error", "add-tests"]
-    );
+    // The server's own prompts; the conformance fixtures (`test_*`, only
+    // with the test-tools feature) come after them.
+    let own: Vec<&str> = names
+        .iter()
+        .copied()
+        .filter(|n| !n.starts_with("test_"))
+        .collect();
+    assert_eq!(own, ["repl-driven-development", "debug-error", "add-tests"]);
     let r = s.request(
         json!({"jsonrpc":"2.0","id":2,"method":"prompts/get","params":{
         "name":"debug-error","arguments":{"error":"DIVISION-BY-ZERO in FOO"}}}),
@@ -881,7 +885,11 @@ fn modern_resource_reads_carry_cache_fields_and_missing_is_invalid_params() {
     let missing = format!("file://{}/nope.lisp", root.display());
     let r = s.request(json!({"jsonrpc":"2.0","id":2,"method":"resources/read","params":{"uri":missing,"_meta":modern_meta()}}));
     assert_eq!(error_of(&r).0, -32602);
-    assert_eq!(error_of(&r).2["uri"], missing, "SEP-2164: data names the URI");
+    assert_eq!(
+        error_of(&r).2["uri"],
+        missing,
+        "SEP-2164: data names the URI"
+    );
     let mut s = Server::initialized(&["--project-root", root.to_str().unwrap()]);
     let r = s.request(
         json!({"jsonrpc":"2.0","id":3,"method":"resources/read","params":{"uri":missing}}),
@@ -993,4 +1001,112 @@ fn removed_methods_bad_cursors_and_unknown_resources() {
         assert_eq!(code, -32002, "{r}");
         assert_eq!(data["uri"], uri, "{r}");
     }
+}
+
+/// A stateless request that declares `caps`.
+fn meta_with(caps: Value) -> Value {
+    json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": caps
+    })
+}
+
+#[test]
+fn input_required_state_is_single_use_and_bound_to_its_request() {
+    let mut s = Server::start(&[]);
+    let call = |id: i64, tool: &str, extra: Value| {
+        let mut params =
+            json!({"name": tool, "arguments": {}, "_meta": meta_with(json!({"elicitation": {}}))});
+        if let (Value::Object(p), Value::Object(e)) = (&mut params, extra) {
+            p.extend(e);
+        }
+        json!({"jsonrpc":"2.0","id":id,"method":"tools/call","params":params})
+    };
+    let r = s.request(call(
+        1,
+        "test_input_required_result_request_state",
+        json!({}),
+    ));
+    assert_eq!(r["result"]["resultType"], "input_required", "{r}");
+    assert_eq!(
+        r["result"]["inputRequests"]["confirm"]["method"],
+        "elicitation/create"
+    );
+    let state = r["result"]["requestState"].as_str().unwrap().to_string();
+    let answer = json!({"confirm": {"action": "accept", "content": {"ok": true}}});
+    // Another request cannot use it, and an altered one is unknown.
+    let r = s.request(call(
+        2,
+        "test_input_required_result_tampered_state",
+        json!({"inputResponses": answer, "requestState": state}),
+    ));
+    assert_eq!(error_of(&r).0, -32602, "{r}");
+    let r = s.request(call(
+        3,
+        "test_input_required_result_request_state",
+        json!({"inputResponses": answer, "requestState": format!("{state}x")}),
+    ));
+    assert_eq!(error_of(&r).0, -32602, "{r}");
+    // A handle is used up once taken: the first use above (by the wrong
+    // request) consumed it, so even its own request cannot replay it.
+    let r = s.request(call(
+        4,
+        "test_input_required_result_request_state",
+        json!({"inputResponses": answer, "requestState": state}),
+    ));
+    assert_eq!(error_of(&r).0, -32602, "{r}");
+    // A fresh round trip completes.
+    let r = s.request(call(
+        5,
+        "test_input_required_result_request_state",
+        json!({}),
+    ));
+    let state = r["result"]["requestState"].as_str().unwrap().to_string();
+    let r = s.request(call(
+        6,
+        "test_input_required_result_request_state",
+        json!({"inputResponses": answer, "requestState": state}),
+    ));
+    assert_eq!(r["result"]["resultType"], "complete", "{r}");
+    assert!(tool_text(&r).contains("state-ok"), "{r}");
+    // A client without the capability is refused before the tool runs.
+    let r = s.request(
+        json!({"jsonrpc":"2.0","id":7,"method":"tools/call","params":{
+        "name":"test_missing_capability","arguments":{},"_meta":modern_meta()}}),
+    );
+    assert_eq!(error_of(&r).0, -32021, "{r}");
+    assert_eq!(
+        error_of(&r).2["requiredCapabilities"],
+        json!({"sampling": {}})
+    );
+}
+
+#[test]
+fn legacy_tools_ask_the_client_on_the_calls_stream() {
+    let mut s = Server::start(&[]);
+    s.request(
+        json!({"jsonrpc":"2.0","id":0,"method":"initialize","params":{
+        "protocolVersion":"2025-11-25","capabilities":{"sampling":{}}}}),
+    );
+    s.send(
+        &json!({"jsonrpc":"2.0","id":1,"method":"tools/call","params":{
+        "name":"test_sampling","arguments":{"prompt":"Capital of France?"}}}),
+    );
+    let ask = s.recv();
+    assert_eq!(ask["method"], "sampling/createMessage", "{ask}");
+    assert_eq!(
+        ask["params"]["messages"][0]["content"]["text"],
+        "Capital of France?"
+    );
+    s.send(&json!({"jsonrpc":"2.0","id":ask["id"],"result":{
+        "role":"assistant","content":{"type":"text","text":"Paris"},"model":"m"}}));
+    let r = s.recv();
+    assert_eq!(r["id"], 1, "{r}");
+    assert_eq!(tool_text(&r), "LLM response: Paris");
+    // Without the capability declared, the tool says so (legacy: a result).
+    let r = s.call_tool(2, "test_elicitation", json!({"message": "hi"}));
+    assert!(
+        tool_is_error(&r) && tool_text(&r).contains("elicitation"),
+        "{r}"
+    );
 }
