@@ -443,6 +443,33 @@ impl ToolDef {
         self
     }
 
+    /// Asks HTTP clients to mirror the argument `param` in an
+    /// `Mcp-Param-{header}` header (SEP-2243 `x-mcp-header`), which the
+    /// transport then checks against the body.
+    pub fn with_param_header(mut self, param: &str, header: &str) -> Self {
+        if let Some(p) = self
+            .input_schema
+            .pointer_mut(&format!("/properties/{param}"))
+        {
+            p["x-mcp-header"] = json!(header);
+        }
+        self
+    }
+
+    /// `(argument, header name)` of every `x-mcp-header` parameter.
+    pub fn param_headers(&self) -> Vec<(String, String)> {
+        let Some(Value::Object(props)) = self.input_schema.get("properties") else {
+            return Vec::new();
+        };
+        props
+            .iter()
+            .filter_map(|(k, v)| {
+                let h = v.get("x-mcp-header")?.as_str()?;
+                Some((k.clone(), h.to_string()))
+            })
+            .collect()
+    }
+
     /// Runs the tool on raw JSON arguments.
     pub async fn call(&self, args: Value, ctx: ToolContext) -> ToolOutput {
         (self.handler)(args, ctx).await

@@ -91,6 +91,13 @@ struct SamplingArgs {
 
 #[derive(Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct RegionArgs {
+    /// Where to route the call (mirrored in the Mcp-Param-Region header).
+    region: String,
+}
+
+#[derive(Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 struct ElicitationArgs {
     /// The message to show the user.
     message: String,
@@ -381,6 +388,14 @@ pub fn conformance_tools() -> Vec<ToolDef> {
             })
             .with_input_schema(contact_schema()),
     ];
+    tools.push(
+        tool("test_custom_header", g, "Mirrored parameter (conformance fixture)",
+            "Echoes `region`, which HTTP clients also send in an Mcp-Param-Region header (SEP-2243).", ro,
+            |a: RegionArgs, _ctx: ToolContext| async move {
+                ToolOutput::text(format!("region: {}", a.region))
+            })
+        .with_param_header("region", "Region"),
+    );
     tools.extend(input_required_tools());
     tools
 }
