@@ -555,7 +555,7 @@ fn base64_decode(s: &str) -> Option<Vec<u8>> {
     const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
     // Whole quads, with `=` only as the padding of the last one.
     let body = s.trim_end_matches('=');
-    if s.len() % 4 != 0 || s.len() - body.len() > 2 {
+    if !s.len().is_multiple_of(4) || s.len() - body.len() > 2 {
         return None;
     }
     let s = body;
