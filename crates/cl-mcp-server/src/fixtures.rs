@@ -16,7 +16,21 @@ mod imp {
     use crate::tools::{ClientInput, InputRequired};
 
     const STATIC_TEXT: &str = "This is the content of the static text resource.";
-    const WATCHED_TEXT: &str = "This is the watched resource; it has not changed.";
+    /// The watched resource's text: `test_update_watched_resource` changes it.
+    static WATCHED_TEXT: std::sync::Mutex<String> = std::sync::Mutex::new(String::new());
+
+    fn watched_text() -> String {
+        let text = WATCHED_TEXT.lock().unwrap();
+        if text.is_empty() {
+            "This is the watched resource; it has not changed yet.".to_string()
+        } else {
+            text.clone()
+        }
+    }
+
+    pub fn update_watched(text: &str) {
+        *WATCHED_TEXT.lock().unwrap() = text.to_string();
+    }
     const TEMPLATE: &str = "test://template/{id}/data";
 
     pub fn resources() -> Vec<Value> {
@@ -26,7 +40,7 @@ mod imp {
             json!({"uri": "test://static-binary", "name": "static-binary", "title": "Static Binary Resource",
                    "description": "A static binary resource, a 1x1 PNG (conformance fixture)", "mimeType": "image/png"}),
             json!({"uri": "test://watched-resource", "name": "watched-resource", "title": "Watched Resource",
-                   "description": "A resource clients may subscribe to (conformance fixture)", "mimeType": "text/plain"}),
+                   "description": "A resource clients may subscribe to; the tool test_update_watched_resource changes it (conformance fixture)", "mimeType": "text/plain"}),
         ]
     }
 
@@ -45,7 +59,7 @@ mod imp {
                 json!({"uri": uri, "mimeType": "image/png", "blob": TEST_PNG_BASE64})
             }
             "watched-resource" => {
-                json!({"uri": uri, "mimeType": "text/plain", "text": WATCHED_TEXT})
+                json!({"uri": uri, "mimeType": "text/plain", "text": watched_text()})
             }
             _ => match rest
                 .strip_prefix("template/")
@@ -103,7 +117,7 @@ mod imp {
         name: &str,
         args: &Map<String, Value>,
         input: &ClientInput,
-        _caps: &Value,
+        caps: &Value,
     ) -> Result<Result<Value, InputRequired>, String> {
         let arg = |n: &str| -> Result<String, String> {
             args.get(n)
@@ -139,6 +153,11 @@ mod imp {
                     .and_then(|r| r.pointer("/content/context"))
                     .and_then(Value::as_str);
                 let Some(context) = answered else {
+                    if caps.get("elicitation").is_none() {
+                        return Err(format!(
+                            "Prompt '{name}' asks the user for context: it needs a client with the elicitation capability"
+                        ));
+                    }
                     let mut requests = Map::new();
                     requests.insert(
                         "user_context".into(),
@@ -260,6 +279,12 @@ pub fn complete_prompt(name: &str, argument: &str) -> Option<Vec<String>> {
 /// other resource of this server sends change notifications).
 pub fn subscribable(uri: &str) -> bool {
     imp::subscribable(uri)
+}
+
+/// Changes the text of `test://watched-resource`.
+#[cfg(feature = "test-tools")]
+pub fn update_watched(text: &str) {
+    imp::update_watched(text)
 }
 
 /// Whether this build offers resource subscriptions at all.

@@ -1110,3 +1110,35 @@ fn legacy_tools_ask_the_client_on_the_calls_stream() {
         "{r}"
     );
 }
+
+#[test]
+fn subscribed_resources_notify_their_changes() {
+    let mut s = Server::initialized(&[]);
+    let r = s.request(json!({"jsonrpc":"2.0","id":1,"method":"resources/subscribe","params":{"uri":"test://nope"}}));
+    assert_eq!(error_of(&r).0, -32002, "only existing fixtures: {r}");
+    // Not subscribed yet: no notification.
+    s.send(
+        &json!({"jsonrpc":"2.0","id":2,"method":"tools/call","params":{
+        "name":"test_update_watched_resource","arguments":{"text":"one"}}}),
+    );
+    assert_eq!(s.recv()["id"], 2, "the result comes alone");
+    let r = s.request(json!({"jsonrpc":"2.0","id":3,"method":"resources/subscribe","params":{"uri":"test://watched-resource"}}));
+    assert_eq!(r["result"], json!({}));
+    s.send(
+        &json!({"jsonrpc":"2.0","id":4,"method":"tools/call","params":{
+        "name":"test_update_watched_resource","arguments":{"text":"two"}}}),
+    );
+    let n = s.recv();
+    assert_eq!(n["method"], "notifications/resources/updated", "{n}");
+    assert_eq!(n["params"]["uri"], "test://watched-resource");
+    assert_eq!(s.recv()["id"], 4);
+    let r = s.request(json!({"jsonrpc":"2.0","id":5,"method":"resources/read","params":{"uri":"test://watched-resource"}}));
+    assert_eq!(r["result"]["contents"][0]["text"], "two");
+    let r = s.request(json!({"jsonrpc":"2.0","id":6,"method":"resources/unsubscribe","params":{"uri":"test://watched-resource"}}));
+    assert_eq!(r["result"], json!({}));
+    s.send(
+        &json!({"jsonrpc":"2.0","id":7,"method":"tools/call","params":{
+        "name":"test_update_watched_resource","arguments":{"text":"three"}}}),
+    );
+    assert_eq!(s.recv()["id"], 7, "unsubscribed: no notification");
+}

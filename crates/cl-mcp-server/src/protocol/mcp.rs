@@ -628,8 +628,9 @@ async fn call_tool(req: &RequestCtx, params: Value) -> Result<Value, McpError> {
         ))
         .into_result());
     }
-    let mut ctx =
-        ToolContext::new(req.conn.session.clone(), req.cancel.clone()).with_log_sink(log_sink(req));
+    let mut ctx = ToolContext::new(req.conn.session.clone(), req.cancel.clone())
+        .with_log_sink(log_sink(req))
+        .with_change_sink(change_sink(req));
     ctx.client_capabilities = declared;
     let status_ctx = ctx.clone();
     let _progress = req.start_progress(move || status_ctx.status());
@@ -656,6 +657,22 @@ async fn call_tool(req: &RequestCtx, params: Value) -> Result<Value, McpError> {
         ))
         .into_result()
     }))
+}
+
+/// A resource a tool changed: `notifications/resources/updated` on the
+/// call's stream when this connection subscribed to it.
+fn change_sink(req: &RequestCtx) -> crate::tools::ChangeSink {
+    let out = req.out.clone();
+    let conn: Arc<ConnState> = req.conn.clone();
+    Arc::new(move |uri: &str| {
+        if conn.lifecycle.lock().unwrap().subscriptions.contains(uri) {
+            let params = json!({ "uri": uri });
+            let _ = out.send(jsonrpc::notification(
+                "notifications/resources/updated",
+                &params,
+            ));
+        }
+    })
 }
 
 fn modern_era(era: Era) -> bool {

@@ -260,6 +260,10 @@ pub type LogSink = Arc<dyn Fn(LogLevel, &str) + Send + Sync>;
 /// `message`); the protocol layer sends it when the client asked for progress.
 pub type ProgressSink = Arc<dyn Fn(f64, Option<f64>, Option<&str>) + Send + Sync>;
 
+/// Where a running tool call says that a resource changed (the protocol
+/// layer notifies the client if it subscribed to it).
+pub type ChangeSink = Arc<dyn Fn(&str) + Send + Sync>;
+
 /// What the client answered to a tool's earlier requests for input
 /// (SEP-2322): the responses by key, and the state the tool asked to get
 /// back. Empty on a first call.
@@ -299,6 +303,7 @@ pub struct ToolContext {
     status: Arc<Mutex<Option<String>>>,
     log: Option<LogSink>,
     progress: Option<ProgressSink>,
+    changes: Option<ChangeSink>,
     /// The capabilities the client declared (`sampling`, `elicitation`,
     /// `roots`, ...): a tool asks only for input the client can give.
     pub client_capabilities: Value,
@@ -314,6 +319,7 @@ impl ToolContext {
             status: Arc::new(Mutex::new(None)),
             log: None,
             progress: None,
+            changes: None,
             client_capabilities: Value::Null,
             input: ClientInput::default(),
         }
@@ -327,6 +333,18 @@ impl ToolContext {
     pub fn with_progress_sink(mut self, sink: ProgressSink) -> Self {
         self.progress = Some(sink);
         self
+    }
+
+    pub fn with_change_sink(mut self, sink: ChangeSink) -> Self {
+        self.changes = Some(sink);
+        self
+    }
+
+    /// Says that the resource `uri` changed.
+    pub fn resource_changed(&self, uri: &str) {
+        if let Some(sink) = &self.changes {
+            sink(uri);
+        }
     }
 
     /// Reports the call's own progress (it replaces the periodic status

@@ -91,6 +91,13 @@ struct SamplingArgs {
 
 #[derive(Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct WatchedArgs {
+    /// The resource's new text.
+    text: String,
+}
+
+#[derive(Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 struct RegionArgs {
     /// Where to route the call (mirrored in the Mcp-Param-Region header).
     region: String,
@@ -396,6 +403,16 @@ pub fn conformance_tools() -> Vec<ToolDef> {
             })
         .with_param_header("region", "Region"),
     );
+    tools.push(tool(
+        "test_update_watched_resource", g, "Change the watched resource (conformance fixture)",
+        "Sets the text of test://watched-resource; subscribers get notifications/resources/updated.",
+        Annotations::DESTRUCTIVE,
+        |a: WatchedArgs, ctx: ToolContext| async move {
+            crate::fixtures::update_watched(&a.text);
+            ctx.resource_changed("test://watched-resource");
+            ToolOutput::text("test://watched-resource updated")
+        },
+    ));
     tools.extend(input_required_tools());
     tools
 }
