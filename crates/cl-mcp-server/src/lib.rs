@@ -6,6 +6,7 @@
 pub mod cli;
 pub mod config;
 pub mod doctor;
+pub mod fixtures;
 pub mod image;
 pub mod logging;
 pub mod prompts;

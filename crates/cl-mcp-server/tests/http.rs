@@ -527,3 +527,58 @@ async fn session_rejections_carry_the_request_id() {
     let v: Value = r.json().await.unwrap();
     assert_eq!(v["id"], 43, "{v}");
 }
+
+#[tokio::test]
+async fn mirrored_parameters_must_match_their_mcp_param_headers() {
+    let s = start(&[]);
+    let list = modern("tools/list", 1, json!({}));
+    let v: Value = modern_post(&s, &list)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let tool = v["result"]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == "test_custom_header")
+        .unwrap()
+        .clone();
+    assert_eq!(
+        tool["inputSchema"]["properties"]["region"]["x-mcp-header"],
+        "Region"
+    );
+    let call = modern(
+        "tools/call",
+        2,
+        json!({"name":"test_custom_header","arguments":{"region":"eu-west"}}),
+    );
+    // (header value, accepted?)
+    let cases: &[(Option<&str>, bool)] = &[
+        (Some("eu-west"), true),
+        (Some("=?base64?ZXUtd2VzdA==?="), true),
+        (None, false),
+        (Some("us-east"), false),
+        (Some("=?base64?ZXUtd2VzdA?="), false), // unpadded
+        (Some("=?base64?ZXUt!!d2VzdA==?="), false),
+    ];
+    for (header, accepted) in cases {
+        let mut r = modern_post(&s, &call);
+        if let Some(h) = header {
+            r = r.header("mcp-param-region", *h);
+        }
+        let r = r.send().await.unwrap();
+        let status = r.status();
+        let v: Value = r.json().await.unwrap();
+        if *accepted {
+            assert_eq!(status, 200, "{header:?}: {v}");
+            assert_eq!(v["result"]["content"][0]["text"], "region: eu-west");
+        } else {
+            assert_eq!(status, 400, "{header:?}: {v}");
+            assert_eq!(v["error"]["code"], -32020, "{v}");
+            assert_eq!(v["id"], 2);
+        }
+    }
+}

@@ -56,7 +56,9 @@ fn seed_complete_session() {
     );
     let tools = r["result"]["tools"].as_array().unwrap();
     assert!(tools.iter().any(|t| t["name"] == "test-sleep"));
-    for t in tools {
+    // Ours (the conformance suite's fixtures are spelled with `_` and carry
+    // the schemas that suite asks for).
+    for t in tools.iter().filter(|t| t["name"].as_str().unwrap().contains('-')) {
         assert_eq!(t["inputSchema"]["type"], "object", "{t}");
         // MCP's default dialect (2020-12); no per-schema `$schema`.
         assert!(t["inputSchema"].get("$schema").is_none(), "{t}");
@@ -662,10 +664,14 @@ fn prompts_and_completion() {
         .iter()
         .map(|p| p["name"].as_str().unwrap())
         .collect();
-    assert_eq!(
-        names,
-        ["repl-driven-development", "debug-error", "add-tests"]
-    );
+    // The server's own prompts; the conformance fixtures (`test_*`, only
+    // with the test-tools feature) come after them.
+    let own: Vec<&str> = names
+        .iter()
+        .copied()
+        .filter(|n| !n.starts_with("test_"))
+        .collect();
+    assert_eq!(own, ["repl-driven-development", "debug-error", "add-tests"]);
     let r = s.request(
         json!({"jsonrpc":"2.0","id":2,"method":"prompts/get","params":{
         "name":"debug-error","arguments":{"error":"DIVISION-BY-ZERO in FOO"}}}),
@@ -916,6 +922,11 @@ fn modern_resource_reads_carry_cache_fields_and_missing_is_invalid_params() {
     let missing = format!("file://{}/nope.lisp", root.display());
     let r = s.request(json!({"jsonrpc":"2.0","id":2,"method":"resources/read","params":{"uri":missing,"_meta":modern_meta()}}));
     assert_eq!(error_of(&r).0, -32602);
+    assert_eq!(
+        error_of(&r).2["uri"],
+        missing,
+        "SEP-2164: data names the URI"
+    );
     let mut s = Server::initialized(&["--project-root", root.to_str().unwrap()]);
     let r = s.request(
         json!({"jsonrpc":"2.0","id":3,"method":"resources/read","params":{"uri":missing}}),
@@ -1032,8 +1043,10 @@ fn removed_methods_bad_cursors_and_unknown_resources() {
 #[test]
 fn tool_calls_run_as_tasks() {
     let mut s = Server::start(&[]);
-    let init = s.request(json!({"jsonrpc":"2.0","id":0,"method":"initialize","params":{
-        "protocolVersion":"2025-11-25","capabilities":{}}}));
+    let init = s.request(
+        json!({"jsonrpc":"2.0","id":0,"method":"initialize","params":{
+        "protocolVersion":"2025-11-25","capabilities":{}}}),
+    );
     assert_eq!(
         init["result"]["capabilities"]["tasks"]["requests"]["tools"]["call"],
         json!({}),
@@ -1050,8 +1063,10 @@ fn tool_calls_run_as_tasks() {
     assert!(support("fs-read-file").is_null());
 
     // Created at once, working, then completed with the tool's own result.
-    let r = s.request(json!({"jsonrpc":"2.0","id":2,"method":"tools/call","params":{
-        "name":"test-sleep","arguments":{"seconds":0.5},"task":{"ttl":60000}}}));
+    let r = s.request(
+        json!({"jsonrpc":"2.0","id":2,"method":"tools/call","params":{
+        "name":"test-sleep","arguments":{"seconds":0.5},"task":{"ttl":60000}}}),
+    );
     let task = &r["result"]["task"];
     assert_eq!(task["status"], "working", "{r}");
     assert_eq!(task["ttl"], 60000);
@@ -1070,25 +1085,31 @@ fn tool_calls_run_as_tasks() {
         id.as_str()
     );
     assert!(
-        seen.iter().any(|m| m["method"] == "notifications/tasks/status"
-            && m["params"]["taskId"] == id.as_str()
-            && m["params"]["status"] == "completed"),
+        seen.iter()
+            .any(|m| m["method"] == "notifications/tasks/status"
+                && m["params"]["taskId"] == id.as_str()
+                && m["params"]["status"] == "completed"),
         "{seen:?}"
     );
     let g = s.request(json!({"jsonrpc":"2.0","id":5,"method":"tasks/get","params":{"taskId":id}}));
     assert_eq!(g["result"]["status"], "completed");
 
     // Cancel: the work stops, the task is cancelled, a second cancel is refused.
-    let r = s.request(json!({"jsonrpc":"2.0","id":6,"method":"tools/call","params":{
-        "name":"test-sleep","arguments":{"seconds":30},"task":{}}}));
+    let r = s.request(
+        json!({"jsonrpc":"2.0","id":6,"method":"tools/call","params":{
+        "name":"test-sleep","arguments":{"seconds":30},"task":{}}}),
+    );
     let long = r["result"]["task"]["taskId"].as_str().unwrap().to_string();
-    let c = s.request(json!({"jsonrpc":"2.0","id":7,"method":"tasks/cancel","params":{"taskId":long}}));
+    let c =
+        s.request(json!({"jsonrpc":"2.0","id":7,"method":"tasks/cancel","params":{"taskId":long}}));
     assert_eq!(c["result"]["status"], "cancelled", "{c}");
     let t0 = Instant::now();
-    let res = s.request(json!({"jsonrpc":"2.0","id":8,"method":"tasks/result","params":{"taskId":long}}));
+    let res =
+        s.request(json!({"jsonrpc":"2.0","id":8,"method":"tasks/result","params":{"taskId":long}}));
     assert!(t0.elapsed() < Duration::from_secs(5), "the work stopped");
     assert!(res["result"]["isError"] == true, "{res}");
-    let c = s.request(json!({"jsonrpc":"2.0","id":9,"method":"tasks/cancel","params":{"taskId":long}}));
+    let c =
+        s.request(json!({"jsonrpc":"2.0","id":9,"method":"tasks/cancel","params":{"taskId":long}}));
     assert_eq!(c["error"]["code"], -32602, "{c}");
 
     // Listing shows both; unknown ids and cursors are -32602.
@@ -1109,7 +1130,149 @@ fn tool_calls_run_as_tasks() {
         assert_eq!(e["error"]["code"], -32602, "{m}: {e}");
     }
     // A tool that cannot run as a task says so.
-    let e = s.request(json!({"jsonrpc":"2.0","id":14,"method":"tools/call","params":{
-        "name":"fs-get-project-info","arguments":{},"task":{}}}));
+    let e = s.request(
+        json!({"jsonrpc":"2.0","id":14,"method":"tools/call","params":{
+        "name":"fs-get-project-info","arguments":{},"task":{}}}),
+    );
     assert_eq!(e["error"]["code"], -32601, "{e}");
+}
+
+/// A stateless request that declares `caps`.
+fn meta_with(caps: Value) -> Value {
+    json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": caps
+    })
+}
+
+#[test]
+fn input_required_state_is_single_use_and_bound_to_its_request() {
+    let mut s = Server::start(&[]);
+    let call = |id: i64, tool: &str, extra: Value| {
+        let mut params =
+            json!({"name": tool, "arguments": {}, "_meta": meta_with(json!({"elicitation": {}}))});
+        if let (Value::Object(p), Value::Object(e)) = (&mut params, extra) {
+            p.extend(e);
+        }
+        json!({"jsonrpc":"2.0","id":id,"method":"tools/call","params":params})
+    };
+    let r = s.request(call(
+        1,
+        "test_input_required_result_request_state",
+        json!({}),
+    ));
+    assert_eq!(r["result"]["resultType"], "input_required", "{r}");
+    assert_eq!(
+        r["result"]["inputRequests"]["confirm"]["method"],
+        "elicitation/create"
+    );
+    let state = r["result"]["requestState"].as_str().unwrap().to_string();
+    let answer = json!({"confirm": {"action": "accept", "content": {"ok": true}}});
+    // Another request cannot use it, and an altered one is unknown.
+    let r = s.request(call(
+        2,
+        "test_input_required_result_tampered_state",
+        json!({"inputResponses": answer, "requestState": state}),
+    ));
+    assert_eq!(error_of(&r).0, -32602, "{r}");
+    let r = s.request(call(
+        3,
+        "test_input_required_result_request_state",
+        json!({"inputResponses": answer, "requestState": format!("{state}x")}),
+    ));
+    assert_eq!(error_of(&r).0, -32602, "{r}");
+    // A handle is used up once taken: the first use above (by the wrong
+    // request) consumed it, so even its own request cannot replay it.
+    let r = s.request(call(
+        4,
+        "test_input_required_result_request_state",
+        json!({"inputResponses": answer, "requestState": state}),
+    ));
+    assert_eq!(error_of(&r).0, -32602, "{r}");
+    // A fresh round trip completes.
+    let r = s.request(call(
+        5,
+        "test_input_required_result_request_state",
+        json!({}),
+    ));
+    let state = r["result"]["requestState"].as_str().unwrap().to_string();
+    let r = s.request(call(
+        6,
+        "test_input_required_result_request_state",
+        json!({"inputResponses": answer, "requestState": state}),
+    ));
+    assert_eq!(r["result"]["resultType"], "complete", "{r}");
+    assert!(tool_text(&r).contains("state-ok"), "{r}");
+    // A client without the capability is refused before the tool runs.
+    let r = s.request(
+        json!({"jsonrpc":"2.0","id":7,"method":"tools/call","params":{
+        "name":"test_missing_capability","arguments":{},"_meta":modern_meta()}}),
+    );
+    assert_eq!(error_of(&r).0, -32021, "{r}");
+    assert_eq!(
+        error_of(&r).2["requiredCapabilities"],
+        json!({"sampling": {}})
+    );
+}
+
+#[test]
+fn legacy_tools_ask_the_client_on_the_calls_stream() {
+    let mut s = Server::start(&[]);
+    s.request(
+        json!({"jsonrpc":"2.0","id":0,"method":"initialize","params":{
+        "protocolVersion":"2025-11-25","capabilities":{"sampling":{}}}}),
+    );
+    s.send(
+        &json!({"jsonrpc":"2.0","id":1,"method":"tools/call","params":{
+        "name":"test_sampling","arguments":{"prompt":"Capital of France?"}}}),
+    );
+    let ask = s.recv();
+    assert_eq!(ask["method"], "sampling/createMessage", "{ask}");
+    assert_eq!(
+        ask["params"]["messages"][0]["content"]["text"],
+        "Capital of France?"
+    );
+    s.send(&json!({"jsonrpc":"2.0","id":ask["id"],"result":{
+        "role":"assistant","content":{"type":"text","text":"Paris"},"model":"m"}}));
+    let r = s.recv();
+    assert_eq!(r["id"], 1, "{r}");
+    assert_eq!(tool_text(&r), "LLM response: Paris");
+    // Without the capability declared, the tool says so (legacy: a result).
+    let r = s.call_tool(2, "test_elicitation", json!({"message": "hi"}));
+    assert!(
+        tool_is_error(&r) && tool_text(&r).contains("elicitation"),
+        "{r}"
+    );
+}
+
+#[test]
+fn subscribed_resources_notify_their_changes() {
+    let mut s = Server::initialized(&[]);
+    let r = s.request(json!({"jsonrpc":"2.0","id":1,"method":"resources/subscribe","params":{"uri":"test://nope"}}));
+    assert_eq!(error_of(&r).0, -32002, "only existing fixtures: {r}");
+    // Not subscribed yet: no notification.
+    s.send(
+        &json!({"jsonrpc":"2.0","id":2,"method":"tools/call","params":{
+        "name":"test_update_watched_resource","arguments":{"text":"one"}}}),
+    );
+    assert_eq!(s.recv()["id"], 2, "the result comes alone");
+    let r = s.request(json!({"jsonrpc":"2.0","id":3,"method":"resources/subscribe","params":{"uri":"test://watched-resource"}}));
+    assert_eq!(r["result"], json!({}));
+    s.send(
+        &json!({"jsonrpc":"2.0","id":4,"method":"tools/call","params":{
+        "name":"test_update_watched_resource","arguments":{"text":"two"}}}),
+    );
+    let n = s.recv();
+    assert_eq!(n["method"], "notifications/resources/updated", "{n}");
+    assert_eq!(n["params"]["uri"], "test://watched-resource");
+    assert_eq!(s.recv()["id"], 4);
+    let r = s.request(json!({"jsonrpc":"2.0","id":5,"method":"resources/read","params":{"uri":"test://watched-resource"}}));
+    assert_eq!(r["result"]["contents"][0]["text"], "two");
+    let r = s.request(json!({"jsonrpc":"2.0","id":6,"method":"resources/unsubscribe","params":{"uri":"test://watched-resource"}}));
+    assert_eq!(r["result"], json!({}));
+    s.send(
+        &json!({"jsonrpc":"2.0","id":7,"method":"tools/call","params":{
+        "name":"test_update_watched_resource","arguments":{"text":"three"}}}),
+    );
+    assert_eq!(s.recv()["id"], 7, "unsubscribed: no notification");
 }

@@ -38,6 +38,8 @@ pub struct Engine {
     shared_image: Arc<std::sync::OnceLock<crate::image::Image>>,
     /// The queues of the shared image.
     shared_turns: crate::session::ImageTurns,
+    /// `requestState`s handed to stateless clients (SEP-2322).
+    pub(crate) input_states: super::input::StateStore,
 }
 
 impl Engine {
@@ -56,6 +58,7 @@ impl Engine {
             tools,
             shared_image: Arc::new(std::sync::OnceLock::new()),
             shared_turns: Default::default(),
+            input_states: Default::default(),
         })
     }
 
@@ -107,6 +110,8 @@ pub(crate) struct Lifecycle {
     pub(crate) log_level: Option<LogLevel>,
     /// The client declared `elicitation` support in `initialize`.
     pub(crate) client_capabilities: Value,
+    /// URIs of `resources/subscribe` (legacy era).
+    pub(crate) subscriptions: std::collections::BTreeSet<String>,
 }
 
 struct InFlight {
@@ -387,6 +392,7 @@ impl Connection {
             out: out.clone(),
             progress_token: progress_token(&msg),
             started: Instant::now(),
+            modern_capabilities: mcp::modern_client_capabilities(&msg),
         };
         let conn = self.inner.clone();
         let reply_to = send_response.then(|| out.clone());
@@ -501,6 +507,8 @@ pub(crate) struct RequestCtx {
     pub(crate) out: Outbound,
     pub(crate) progress_token: Option<Value>,
     pub(crate) started: Instant,
+    /// The client capabilities a stateless request declared in `_meta`.
+    pub(crate) modern_capabilities: Value,
 }
 
 impl RequestCtx {
@@ -546,6 +554,47 @@ impl RequestCtx {
             }
         });
         Some(ProgressGuard(stop))
+    }
+
+    /// The capabilities the client declared: in `initialize` (legacy) or in
+    /// this request's `_meta` (stateless).
+    pub(crate) fn client_capabilities(&self) -> Value {
+        match self.era {
+            Era::Modern { .. } => self.modern_capabilities.clone(),
+            Era::Legacy => self
+                .conn
+                .lifecycle
+                .lock()
+                .unwrap()
+                .client_capabilities
+                .clone(),
+        }
+    }
+
+    /// A sink for progress the handler reports itself: it stops the status
+    /// ticker (`ticker`) at the first report, so values never go back.
+    pub(crate) fn progress_sink(
+        &self,
+        ticker: Option<&ProgressGuard>,
+    ) -> Option<crate::tools::ProgressSink> {
+        let token = self.progress_token.clone()?;
+        let out = self.out.clone();
+        let stop_ticker = ticker.map(|g| g.0.clone());
+        Some(Arc::new(
+            move |progress: f64, total: Option<f64>, message: Option<&str>| {
+                if let Some(t) = &stop_ticker {
+                    t.cancel();
+                }
+                let mut params = json!({ "progressToken": token, "progress": progress });
+                if let Some(total) = total {
+                    params["total"] = json!(total);
+                }
+                if let Some(m) = message {
+                    params["message"] = json!(m);
+                }
+                let _ = out.send(jsonrpc::notification("notifications/progress", &params));
+            },
+        ))
     }
 }
 

@@ -14,6 +14,8 @@ pub const INVALID_PARAMS: i64 = -32602;
 pub const INTERNAL_ERROR: i64 = -32603;
 /// MCP 2026-07-28: the request's protocol version is not supported.
 pub const UNSUPPORTED_PROTOCOL_VERSION: i64 = -32022;
+/// MCP 2026-07-28: the request needs a client capability it did not declare.
+pub const MISSING_CLIENT_CAPABILITY: i64 = -32021;
 
 /// A request id, as the raw JSON text the client sent.
 #[derive(Clone, Debug)]

@@ -16,7 +16,7 @@ use super::approval;
 use super::engine::{ConnState, RequestCtx};
 use super::jsonrpc::{self, Message, RequestId};
 use crate::image::NoteLevel;
-use crate::tools::{LogLevel, ToolContext};
+use crate::tools::{LogLevel, ToolContext, ToolOutput};
 
 /// Legacy protocol versions, oldest first.
 pub const LEGACY_VERSIONS: [&str; 4] = ["2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25"];
@@ -110,6 +110,15 @@ pub fn request_era(msg: &Message) -> Result<Era, McpError> {
     Ok(Era::Modern { log_level })
 }
 
+/// The client capabilities in a stateless request's `_meta` (null otherwise).
+pub(crate) fn modern_client_capabilities(msg: &Message) -> Value {
+    msg.params
+        .as_ref()
+        .and_then(|p| p.pointer("/_meta/io.modelcontextprotocol~1clientCapabilities"))
+        .cloned()
+        .unwrap_or(Value::Null)
+}
+
 /// Refuses requests that arrive before the legacy handshake.
 pub(crate) fn check_ready(conn: &ConnState, msg: &Message, era: Era) -> Result<(), McpError> {
     if era != Era::Legacy {
@@ -181,7 +190,7 @@ pub(crate) fn initialize(conn: &ConnState, msg: &Message, era: Era) -> Result<Va
     tracing::info!(protocol = %version, "initialized");
     Ok(json!({
         "protocolVersion": version,
-        "capabilities": capabilities(),
+        "capabilities": capabilities(Era::Legacy),
         "serverInfo": server_info(),
         "instructions": INSTRUCTIONS,
     }))
@@ -229,11 +238,15 @@ pub(crate) fn percent_decode(s: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
-fn capabilities() -> Value {
+/// What this server offers. Resource subscriptions exist only in the legacy
+/// era (2026-07-28 removed `resources/subscribe`) and only for resources that
+/// can change (the test fixtures; see `fixtures::SUBSCRIPTIONS`).
+fn capabilities(era: Era) -> Value {
+    let subscribe = crate::fixtures::SUBSCRIPTIONS && era == Era::Legacy;
     json!({
         "tools": { "listChanged": false },
         "prompts": { "listChanged": false },
-        "resources": { "listChanged": false, "subscribe": false },
+        "resources": { "listChanged": false, "subscribe": subscribe },
         "completions": {},
         "logging": {},
         "tasks": { "list": {}, "cancel": {}, "requests": { "tools": { "call": {} } } },
@@ -323,7 +336,7 @@ pub(crate) async fn dispatch(req: RequestCtx, msg: Message) -> Result<Value, Mcp
             req.conn.session.warm_up();
             json!({
                 "supportedVersions": supported_versions(),
-                "capabilities": capabilities(),
+                "capabilities": capabilities(req.era),
                 "serverInfo": server_info(),
                 "instructions": INSTRUCTIONS,
                 "ttlMs": 3_600_000,
@@ -384,10 +397,11 @@ pub(crate) async fn dispatch(req: RequestCtx, msg: Message) -> Result<Value, Mcp
             task.to_json()
         }
         "prompts/list" => {
-            let prompts: Vec<Value> = crate::prompts::PROMPTS
+            let mut prompts: Vec<Value> = crate::prompts::PROMPTS
                 .iter()
                 .map(|p| p.describe())
                 .collect();
+            prompts.extend(crate::fixtures::prompts());
             let mut r = json!({ "prompts": prompts });
             cache_hint(&mut r, req.era, Cache::Public);
             r
@@ -398,14 +412,32 @@ pub(crate) async fn dispatch(req: RequestCtx, msg: Message) -> Result<Value, Mcp
                 Some(_) => return Err(McpError::invalid_params("name must be a string")),
                 None => return Err(McpError::invalid_params("Missing required field: name")),
             };
-            let prompt = crate::prompts::find(name)
-                .ok_or_else(|| McpError::invalid_params(format!("Unknown prompt: {name}")))?;
             let args = match params.get("arguments") {
                 None | Some(Value::Null) => Map::new(),
                 Some(Value::Object(m)) => m.clone(),
                 Some(_) => return Err(McpError::invalid_params("arguments must be an object")),
             };
-            prompt.get(&args).map_err(McpError::invalid_params)?
+            if crate::fixtures::is_prompt(name) {
+                let caps = req.client_capabilities();
+                let empty = Map::new();
+                let params_map = params.as_object().unwrap_or(&empty);
+                let binding = format!("prompts/get {name}");
+                super::input::answer(&req, params_map, &binding, |input| {
+                    let r = crate::fixtures::get_prompt(name, &args, &input, &caps);
+                    async move { r.map_err(McpError::invalid_params) }
+                })
+                .await?
+                .map_err(|e| {
+                    McpError::invalid_params(format!(
+                        "Prompt '{name}' needed input from the client: {e}"
+                    ))
+                })?
+            } else {
+                crate::prompts::find(name)
+                    .ok_or_else(|| McpError::invalid_params(format!("Unknown prompt: {name}")))?
+                    .get(&args)
+                    .map_err(McpError::invalid_params)?
+            }
         }
         "completion/complete" => complete(&req, &params).await?,
         "resources/list" => {
@@ -415,6 +447,7 @@ pub(crate) async fn dispatch(req: RequestCtx, msg: Message) -> Result<Value, Mcp
                 .get("cursor")
                 .and_then(Value::as_str)
                 .map(str::to_string);
+            let first_page = cursor.is_none();
             let session = req.conn.session.clone();
             let mut r = tokio::task::spawn_blocking(move || {
                 crate::resources::list(&session, cursor.as_deref())
@@ -422,11 +455,20 @@ pub(crate) async fn dispatch(req: RequestCtx, msg: Message) -> Result<Value, Mcp
             .await
             .unwrap_or_else(|e| Err(format!("Listing the project failed: {e}")))
             .map_err(McpError::invalid_params)?;
+            if first_page {
+                if let Some(Value::Array(list)) = r.get_mut("resources") {
+                    list.extend(crate::fixtures::resources());
+                }
+            }
             cache_hint(&mut r, req.era, Cache::Private);
             r
         }
         "resources/templates/list" => {
-            let mut r = json!({ "resourceTemplates": crate::resources::templates() });
+            let mut templates = crate::resources::templates();
+            if let Value::Array(list) = &mut templates {
+                list.extend(crate::fixtures::templates());
+            }
+            let mut r = json!({ "resourceTemplates": templates });
             cache_hint(&mut r, req.era, Cache::Public);
             r
         }
@@ -436,7 +478,9 @@ pub(crate) async fn dispatch(req: RequestCtx, msg: Message) -> Result<Value, Mcp
                 Some(_) => return Err(McpError::invalid_params("uri must be a string")),
                 None => return Err(McpError::invalid_params("Missing required field: uri")),
             };
-            let read = if uri.starts_with("lisp://") {
+            let read = if let Some(r) = crate::fixtures::read(&uri) {
+                r
+            } else if uri.starts_with("lisp://") {
                 crate::resources::read_lisp_uri(req.conn.session.clone(), &uri).await
             } else {
                 // File reads run off the async workers (see tools::off_workers).
@@ -452,19 +496,46 @@ pub(crate) async fn dispatch(req: RequestCtx, msg: Message) -> Result<Value, Mcp
                     })
             };
             let mut r = read.map_err(|(code, msg)| {
-                // 2026-07-28 answers a missing resource with -32602.
-                if code == crate::resources::RESOURCE_NOT_FOUND && !modern {
-                    McpError {
+                // 2026-07-28 answers a missing resource with -32602 (both
+                // eras name the URI in data, SEP-2164).
+                match (code == crate::resources::RESOURCE_NOT_FOUND, modern) {
+                    (true, false) => McpError {
                         code,
                         message: "Resource not found",
                         data: json!({"uri": uri, "detail": msg}),
-                    }
-                } else {
-                    McpError::invalid_params(msg)
+                    },
+                    (true, true) => McpError {
+                        code: jsonrpc::INVALID_PARAMS,
+                        message: "Invalid params",
+                        data: json!({"uri": uri, "detail": msg}),
+                    },
+                    _ => McpError::invalid_params(msg),
                 }
             })?;
             cache_hint(&mut r, req.era, Cache::Private);
             r
+        }
+        "resources/subscribe" | "resources/unsubscribe"
+            if crate::fixtures::SUBSCRIPTIONS && !modern =>
+        {
+            let uri = match params.get("uri") {
+                Some(Value::String(s)) => s.clone(),
+                Some(_) => return Err(McpError::invalid_params("uri must be a string")),
+                None => return Err(McpError::invalid_params("Missing required field: uri")),
+            };
+            let mut lc = req.conn.lifecycle.lock().unwrap();
+            if msg.method == "resources/unsubscribe" {
+                lc.subscriptions.remove(&uri);
+            } else if crate::fixtures::subscribable(&uri) {
+                lc.subscriptions.insert(uri);
+            } else {
+                return Err(McpError {
+                    code: crate::resources::RESOURCE_NOT_FOUND,
+                    message: "Resource not found",
+                    data: json!({"uri": uri, "detail": "only the test:// fixture resources can be subscribed to"}),
+                });
+            }
+            json!({})
         }
         "logging/setLevel" => {
             let level = params
@@ -499,7 +570,7 @@ pub(crate) async fn dispatch(req: RequestCtx, msg: Message) -> Result<Value, Mcp
     };
     if matches!(req.era, Era::Modern { .. }) {
         if let Value::Object(m) = &mut result {
-            m.insert("resultType".into(), json!("complete"));
+            m.entry("resultType").or_insert(json!("complete"));
             // Stateless results identify the server on every response.
             m.insert(
                 "_meta".into(),
@@ -524,6 +595,9 @@ async fn complete(req: &RequestCtx, params: &Value) -> Result<Value, McpError> {
     let candidates: Vec<String> = match reference.get("type").and_then(Value::as_str) {
         Some("ref/prompt") => {
             let name = reference.get("name").and_then(Value::as_str).unwrap_or("");
+            if let Some(values) = crate::fixtures::complete_prompt(name, arg_name) {
+                return Ok(completion(values, typed));
+            }
             if crate::prompts::find(name).is_none() {
                 return Err(McpError::invalid_params(format!("Unknown prompt: {name}")));
             }
@@ -554,16 +628,23 @@ async fn complete(req: &RequestCtx, params: &Value) -> Result<Value, McpError> {
             ))
         }
     };
+    Ok(completion(candidates, typed))
+}
+
+/// A `completion/complete` result: the candidates starting with `typed`
+/// (case-insensitively), at most 100.
+fn completion(candidates: Vec<String>, typed: &str) -> Value {
     let lower = typed.to_lowercase();
     let values: Vec<String> = candidates
         .into_iter()
         .filter(|c| c.to_lowercase().starts_with(&lower))
         .take(100)
         .collect();
-    Ok(json!({ "completion": { "values": values, "total": values.len(), "hasMore": false } }))
+    json!({ "completion": { "values": values, "total": values.len(), "hasMore": false } })
 }
 
 async fn call_tool(req: &RequestCtx, params: Value) -> Result<Value, McpError> {
+    // `params` keeps `inputResponses` and `requestState` of a retry.
     let Value::Object(mut params) = params else {
         return Err(McpError::invalid_params(
             "tools/call needs params {\"name\": ..., \"arguments\": {...}}",
@@ -604,13 +685,41 @@ async fn call_tool(req: &RequestCtx, params: Value) -> Result<Value, McpError> {
     } else {
         arguments
     };
+    let declared = req.client_capabilities();
+    let missing: Vec<&str> = tool
+        .requires_client
+        .iter()
+        .copied()
+        .filter(|c| declared.get(*c).is_none())
+        .collect();
+    if !missing.is_empty() {
+        if modern_era(req.era) {
+            let required: Map<String, Value> =
+                missing.iter().map(|c| (c.to_string(), json!({}))).collect();
+            return Err(McpError {
+                code: jsonrpc::MISSING_CLIENT_CAPABILITY,
+                message: "Missing required client capability",
+                data: json!({ "requiredCapabilities": required }),
+            });
+        }
+        return Ok(ToolOutput::error(format!(
+            "The tool '{name}' needs the client capabilities {}, which this client did not declare in initialize.",
+            missing.join(", ")
+        ))
+        .into_result());
+    }
     if let Some(spec) = params.get("task").filter(|t| !t.is_null()) {
         return start_task(req, &name, tool.task_support, spec, arguments);
     }
-    let ctx =
-        ToolContext::new(req.conn.session.clone(), req.cancel.clone()).with_log_sink(log_sink(req));
+    let mut ctx = ToolContext::new(req.conn.session.clone(), req.cancel.clone())
+        .with_log_sink(log_sink(req))
+        .with_change_sink(change_sink(req));
+    ctx.client_capabilities = declared;
     let status_ctx = ctx.clone();
     let _progress = req.start_progress(move || status_ctx.status());
+    if let Some(sink) = req.progress_sink(_progress.as_ref()) {
+        ctx = ctx.with_progress_sink(sink);
+    }
     // Stateless requests have no connection to carry notes between calls:
     // what happens to the image during the call goes with the call's log.
     let notes = match req.era {
@@ -629,11 +738,49 @@ async fn call_tool(req: &RequestCtx, params: Value) -> Result<Value, McpError> {
         _ => None,
     };
     tracing::debug!(tool = %name, "tool call");
-    let output = tool.call(arguments, ctx).await;
+    let answered = super::input::answer(req, &params, &format!("tools/call {name}"), |input| {
+        let mut ctx = ctx.clone();
+        ctx.input = input;
+        let arguments = arguments.clone();
+        async move {
+            let mut output = tool.call(arguments, ctx).await;
+            Ok(match output.input_required.take() {
+                Some(needed) => Err(needed),
+                None => Ok(output.into_result()),
+            })
+        }
+    })
+    .await;
     if let Some(forwarder) = notes {
         forwarder.abort();
     }
-    Ok(output.into_result())
+    let answered = answered?;
+    Ok(answered.unwrap_or_else(|e| {
+        ToolOutput::error(format!(
+            "The tool '{name}' needed input from the client: {e}"
+        ))
+        .into_result()
+    }))
+}
+
+/// A resource a tool changed: `notifications/resources/updated` on the
+/// call's stream when this connection subscribed to it.
+fn change_sink(req: &RequestCtx) -> crate::tools::ChangeSink {
+    let out = req.out.clone();
+    let conn: Arc<ConnState> = req.conn.clone();
+    Arc::new(move |uri: &str| {
+        if conn.lifecycle.lock().unwrap().subscriptions.contains(uri) {
+            let params = json!({ "uri": uri });
+            let _ = out.send(jsonrpc::notification(
+                "notifications/resources/updated",
+                &params,
+            ));
+        }
+    })
+}
+
+fn modern_era(era: Era) -> bool {
+    matches!(era, Era::Modern { .. })
 }
 
 /// `_meta` key tying a message to its task.

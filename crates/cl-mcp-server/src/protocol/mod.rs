@@ -4,6 +4,7 @@
 
 pub mod approval;
 pub mod engine;
+pub mod input;
 pub mod jsonrpc;
 pub mod mcp;
 pub mod tasks;

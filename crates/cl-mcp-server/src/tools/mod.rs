@@ -137,6 +137,11 @@ pub struct ToolOutput {
     pub text: String,
     pub structured: Option<Value>,
     pub is_error: bool,
+    /// MCP content blocks replacing the single text block (images, audio,
+    /// embedded resources); `text` then holds their text parts.
+    pub blocks: Option<Vec<Value>>,
+    /// Not an answer yet: the tool needs this input from the client first.
+    pub input_required: Option<InputRequired>,
 }
 
 impl ToolOutput {
@@ -145,6 +150,34 @@ impl ToolOutput {
             text: text.into(),
             structured: None,
             is_error: false,
+            blocks: None,
+            input_required: None,
+        }
+    }
+
+    /// A result made of MCP content blocks (`{"type": "text" | "image" |
+    /// "audio" | "resource" | "resource_link", ...}`).
+    pub fn blocks(blocks: Vec<Value>) -> Self {
+        let text = blocks
+            .iter()
+            .filter_map(|b| b.get("text").and_then(Value::as_str))
+            .collect::<Vec<_>>()
+            .join("\n");
+        ToolOutput {
+            text,
+            structured: None,
+            is_error: false,
+            blocks: Some(blocks),
+            input_required: None,
+        }
+    }
+
+    /// Asks the client for input; the tool is called again with the
+    /// responses (and `state`) in [`ToolContext::input`].
+    pub fn input_required(requests: Map<String, Value>, state: Option<Value>) -> Self {
+        ToolOutput {
+            input_required: Some(InputRequired { requests, state }),
+            ..ToolOutput::default()
         }
     }
 
@@ -154,6 +187,8 @@ impl ToolOutput {
             text: text.into(),
             structured: None,
             is_error: true,
+            blocks: None,
+            input_required: None,
         }
     }
 
@@ -162,6 +197,8 @@ impl ToolOutput {
             text: text.into(),
             structured: Some(value),
             is_error: false,
+            blocks: None,
+            input_required: None,
         }
     }
 
@@ -173,10 +210,11 @@ impl ToolOutput {
     /// The MCP `CallToolResult` object.
     pub fn into_result(self) -> Value {
         let mut result = Map::new();
-        result.insert(
-            "content".into(),
-            json!([{ "type": "text", "text": self.text }]),
-        );
+        let content = match self.blocks {
+            Some(blocks) => Value::Array(blocks),
+            None => json!([{ "type": "text", "text": self.text }]),
+        };
+        result.insert("content".into(), content);
         if let Some(mut s) = self.structured {
             prune_nulls(&mut s);
             result.insert("structuredContent".into(), s);
@@ -232,6 +270,42 @@ impl LogLevel {
 /// protocol layer decides whether (and how) they reach it.
 pub type LogSink = Arc<dyn Fn(LogLevel, &str) + Send + Sync>;
 
+/// Where a running tool call reports its own progress (`progress`, `total`,
+/// `message`); the protocol layer sends it when the client asked for progress.
+pub type ProgressSink = Arc<dyn Fn(f64, Option<f64>, Option<&str>) + Send + Sync>;
+
+/// Where a running tool call says that a resource changed (the protocol
+/// layer notifies the client if it subscribed to it).
+pub type ChangeSink = Arc<dyn Fn(&str) + Send + Sync>;
+
+/// What the client answered to a tool's earlier requests for input
+/// (SEP-2322): the responses by key, and the state the tool asked to get
+/// back. Empty on a first call.
+#[derive(Clone, Debug, Default)]
+pub struct ClientInput {
+    pub responses: Option<Map<String, Value>>,
+    pub state: Option<Value>,
+}
+
+impl ClientInput {
+    /// The client's response to the input request named `key`.
+    pub fn response(&self, key: &str) -> Option<&Value> {
+        self.responses.as_ref()?.get(key)
+    }
+}
+
+/// A tool's (or prompt's) request for input from the client before it can
+/// answer: requests by key (`{"method": ..., "params": ...}`:
+/// `elicitation/create`, `sampling/createMessage`, `roots/list`), and state
+/// to get back with the responses. The protocol layer carries them: as an
+/// `input_required` result in 2026-07-28, as requests to the client on the
+/// call's stream in the legacy era.
+#[derive(Clone, Debug)]
+pub struct InputRequired {
+    pub requests: Map<String, Value>,
+    pub state: Option<Value>,
+}
+
 /// Everything a handler may use besides its arguments.
 #[derive(Clone)]
 pub struct ToolContext {
@@ -242,6 +316,13 @@ pub struct ToolContext {
     pub cancel: CancellationToken,
     status: Arc<Mutex<Option<String>>>,
     log: Option<LogSink>,
+    progress: Option<ProgressSink>,
+    changes: Option<ChangeSink>,
+    /// The capabilities the client declared (`sampling`, `elicitation`,
+    /// `roots`, ...): a tool asks only for input the client can give.
+    pub client_capabilities: Value,
+    /// The client's answers to this tool's requests for input, if any.
+    pub input: ClientInput,
 }
 
 impl ToolContext {
@@ -251,12 +332,46 @@ impl ToolContext {
             cancel,
             status: Arc::new(Mutex::new(None)),
             log: None,
+            progress: None,
+            changes: None,
+            client_capabilities: Value::Null,
+            input: ClientInput::default(),
         }
     }
 
     pub fn with_log_sink(mut self, sink: LogSink) -> Self {
         self.log = Some(sink);
         self
+    }
+
+    pub fn with_progress_sink(mut self, sink: ProgressSink) -> Self {
+        self.progress = Some(sink);
+        self
+    }
+
+    pub fn with_change_sink(mut self, sink: ChangeSink) -> Self {
+        self.changes = Some(sink);
+        self
+    }
+
+    /// Says that the resource `uri` changed.
+    pub fn resource_changed(&self, uri: &str) {
+        if let Some(sink) = &self.changes {
+            sink(uri);
+        }
+    }
+
+    /// Reports the call's own progress (it replaces the periodic status
+    /// ticker for the rest of the call). Values must not decrease.
+    pub fn report_progress(&self, progress: f64, total: Option<f64>, message: Option<&str>) {
+        if let Some(sink) = &self.progress {
+            sink(progress, total, message);
+        }
+    }
+
+    /// Whether the client declared the capability `name`.
+    pub fn client_can(&self, name: &str) -> bool {
+        self.client_capabilities.get(name).is_some()
     }
 
     /// Sets the status line shown in progress notifications (e.g. the latest
@@ -293,6 +408,10 @@ pub struct ToolDef {
     pub output_schema: Option<Value>,
     /// May run as an MCP task (`execution.taskSupport: optional`).
     pub task_support: bool,
+    /// Client capabilities the tool cannot work without (`sampling`,
+    /// `elicitation`, ...): calls from clients that did not declare them are
+    /// refused before the handler runs.
+    pub requires_client: Vec<&'static str>,
     handler: Handler,
 }
 
@@ -346,6 +465,7 @@ where
         input_schema: schema_of::<A>(),
         output_schema: None,
         task_support: false,
+        requires_client: Vec::new(),
         handler: erased,
     }
 }
@@ -361,6 +481,46 @@ impl ToolDef {
     pub fn with_output_schema<O: JsonSchema>(mut self) -> Self {
         self.output_schema = Some(output_schema_of::<O>());
         self
+    }
+
+    /// Declares a client capability the tool needs.
+    pub fn requires_client_capability(mut self, capability: &'static str) -> Self {
+        self.requires_client.push(capability);
+        self
+    }
+
+    /// Replaces the generated input schema (for schemas richer than a Rust
+    /// type says; the handler's type must still accept what it allows).
+    pub fn with_input_schema(mut self, schema: Value) -> Self {
+        self.input_schema = schema;
+        self
+    }
+
+    /// Asks HTTP clients to mirror the argument `param` in an
+    /// `Mcp-Param-{header}` header (SEP-2243 `x-mcp-header`), which the
+    /// transport then checks against the body.
+    pub fn with_param_header(mut self, param: &str, header: &str) -> Self {
+        if let Some(p) = self
+            .input_schema
+            .pointer_mut(&format!("/properties/{param}"))
+        {
+            p["x-mcp-header"] = json!(header);
+        }
+        self
+    }
+
+    /// `(argument, header name)` of every `x-mcp-header` parameter.
+    pub fn param_headers(&self) -> Vec<(String, String)> {
+        let Some(Value::Object(props)) = self.input_schema.get("properties") else {
+            return Vec::new();
+        };
+        props
+            .iter()
+            .filter_map(|(k, v)| {
+                let h = v.get("x-mcp-header")?.as_str()?;
+                Some((k.clone(), h.to_string()))
+            })
+            .collect()
     }
 
     /// Runs the tool on raw JSON arguments.

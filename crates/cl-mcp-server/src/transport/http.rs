@@ -372,7 +372,9 @@ async fn post_modern(
     text: String,
     value: Value,
 ) -> Response {
-    if let Err(problem) = check_modern_headers(&headers, &value) {
+    let checked = check_modern_headers(&headers, &value)
+        .and_then(|()| check_param_headers(&headers, &value, &state.engine.tools));
+    if let Err(problem) = checked {
         let id = value.get("id").cloned().unwrap_or(Value::Null);
         let body = serde_json::json!({"jsonrpc": "2.0", "id": id, "error": {
             "code": HEADER_MISMATCH, "message": "Header mismatch", "data": problem}});
@@ -413,6 +415,7 @@ fn status_for(message: &str) -> StatusCode {
             | jsonrpc::INVALID_REQUEST
             | jsonrpc::INVALID_PARAMS
             | jsonrpc::UNSUPPORTED_PROTOCOL_VERSION
+            | jsonrpc::MISSING_CLIENT_CAPABILITY
             | HEADER_MISMATCH,
         ) => StatusCode::BAD_REQUEST,
         _ => StatusCode::OK,
@@ -470,8 +473,74 @@ fn check_modern_headers(headers: &HeaderMap, body: &Value) -> Result<(), String>
     Ok(())
 }
 
+/// SEP-2243: each argument of a `tools/call` whose schema property carries
+/// `x-mcp-header: NAME` must be mirrored in an `Mcp-Param-NAME` header
+/// (absent exactly when the argument is absent or null), equal to it once
+/// decoded. Tools without such parameters need no headers.
+fn check_param_headers(
+    headers: &HeaderMap,
+    body: &Value,
+    tools: &crate::tools::ToolRegistry,
+) -> Result<(), String> {
+    if body.get("method").and_then(Value::as_str) != Some("tools/call") {
+        return Ok(());
+    }
+    let Some(tool) = body
+        .pointer("/params/name")
+        .and_then(Value::as_str)
+        .and_then(|n| tools.get(n))
+    else {
+        return Ok(());
+    };
+    for (param, name) in tool.param_headers() {
+        let header = format!("mcp-param-{}", name.to_ascii_lowercase());
+        if headers.get_all(header.as_str()).iter().count() > 1 {
+            return Err(format!(
+                "The Mcp-Param-{name} header appears more than once"
+            ));
+        }
+        let given = header_str(headers, &header);
+        let argument = body
+            .pointer(&format!("/params/arguments/{param}"))
+            .filter(|v| !v.is_null());
+        match (argument, given) {
+            (None, None) => {}
+            (None, Some(_)) => {
+                return Err(format!(
+                    "The Mcp-Param-{name} header is set but the argument `{param}` is absent"
+                ))
+            }
+            (Some(_), None) => {
+                return Err(format!(
+                    "The argument `{param}` must be mirrored in an Mcp-Param-{name} header"
+                ))
+            }
+            (Some(arg), Some(h)) => {
+                let decoded = decode_header_value(h).ok_or_else(|| {
+                    format!("The Mcp-Param-{name} header is not valid =?base64?...?= UTF-8")
+                })?;
+                let same = match arg {
+                    Value::String(s) => *s == decoded,
+                    Value::Bool(b) => decoded == b.to_string(),
+                    Value::Number(n) => match (n.as_f64(), decoded.trim().parse::<f64>()) {
+                        (Some(a), Ok(b)) => (a - b).abs() <= 1e-9 * a.abs().max(b.abs()),
+                        _ => false,
+                    },
+                    _ => false,
+                };
+                if !same {
+                    return Err(format!(
+                        "The Mcp-Param-{name} header must equal the argument `{param}`"
+                    ));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
 /// A header value, decoding the `=?base64?...?=` form used for values that
-/// are not plain visible ASCII.
+/// are not plain visible ASCII (strict: padded, base64 alphabet only).
 fn decode_header_value(v: &str) -> Option<String> {
     match v
         .strip_prefix("=?base64?")
@@ -484,7 +553,12 @@ fn decode_header_value(v: &str) -> Option<String> {
 
 fn base64_decode(s: &str) -> Option<Vec<u8>> {
     const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    let s = s.trim_end_matches('=');
+    // Whole quads, with `=` only as the padding of the last one.
+    let body = s.trim_end_matches('=');
+    if !s.len().is_multiple_of(4) || s.len() - body.len() > 2 {
+        return None;
+    }
+    let s = body;
     let mut out = Vec::with_capacity(s.len() * 3 / 4);
     let (mut acc, mut bits) = (0u32, 0u32);
     for c in s.bytes() {
