@@ -1,7 +1,7 @@
 //! The attacks of issue 10 on the file tools, performed for real against
 //! the built server: a directory swapped with a symlink out of the root
 //! (`renameat2(RENAME_EXCHANGE)`) while writes run, FIFOs swapped in where a
-//! file was checked, and a 3 GB sparse file read with a bounded memory.
+//! file was checked, and a 1 GB sparse file read with a bounded memory.
 
 mod common;
 mod source_support;
@@ -409,15 +409,17 @@ fn peak_rss_kib(pid: u32) -> u64 {
         .expect("VmHWM in /proc/PID/status")
 }
 
-/// A 3 GB file (sparse: no real disk) whose second line is ~3 GB long:
+/// A 1 GB file (sparse: no real disk) whose second line is ~1 GB long
+/// (the issue's attack used 3 GB; 1 GB keeps the test quick on a loaded
+/// machine and still shows the bound, 5x below the file's size):
 /// reading it page by page, skipping over it, continuing inside it with
 /// `byteOffset` and asking the source tools about it keep the server's
 /// peak memory under 200 MB.
 #[test]
-fn a_three_gigabyte_line_is_read_with_bounded_memory() {
+fn a_gigabyte_line_is_read_with_bounded_memory() {
     let (_d, root) = project();
     let path = root.join("huge.lisp");
-    const SIZE: u64 = 3 * 1024 * 1024 * 1024;
+    const SIZE: u64 = 1024 * 1024 * 1024;
     let tail = b"tail of the long line\nlast line\n";
     {
         use std::io::{Seek, SeekFrom, Write};
@@ -451,7 +453,7 @@ fn a_three_gigabyte_line_is_read_with_bounded_memory() {
         "{}",
         &r.text[..r.text.len().min(200)]
     );
-    // Inside the 3 GB line: its first 2 MB are NULs, refused as binary.
+    // Inside the 1 GB line: its first 2 MB are NULs, refused as binary.
     let e = server.call("fs-read-file", json!({"path": "huge.lisp", "offset": 1}));
     bounded("reading inside the long line");
     assert!(e.is_error && e.text.contains("binary"), "{}", e.text);
@@ -491,7 +493,7 @@ fn a_three_gigabyte_line_is_read_with_bounded_memory() {
 
     let peak = bounded("the source tools");
     eprintln!(
-        "3 GB file: server VmHWM {} MB before, {} MB after",
+        "1 GB file: server VmHWM {} MB before, {} MB after",
         before / 1024,
         peak / 1024
     );

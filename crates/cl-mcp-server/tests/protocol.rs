@@ -58,7 +58,10 @@ fn seed_complete_session() {
     assert!(tools.iter().any(|t| t["name"] == "test-sleep"));
     // Ours (the conformance suite's fixtures are spelled with `_` and carry
     // the schemas that suite asks for).
-    for t in tools.iter().filter(|t| t["name"].as_str().unwrap().contains('-')) {
+    for t in tools
+        .iter()
+        .filter(|t| t["name"].as_str().unwrap().contains('-'))
+    {
         assert_eq!(t["inputSchema"]["type"], "object", "{t}");
         // MCP's default dialect (2020-12); no per-schema `$schema`.
         assert!(t["inputSchema"].get("$schema").is_none(), "{t}");
