@@ -65,10 +65,15 @@ fn seed_complete_session() {
         assert_eq!(t["inputSchema"]["type"], "object", "{t}");
         // MCP's default dialect (2020-12); no per-schema `$schema`.
         assert!(t["inputSchema"].get("$schema").is_none(), "{t}");
-        // Only hints that differ from the spec's defaults are written.
-        let a = t["annotations"].as_object().expect("annotations");
-        assert!(a.values().all(Value::is_boolean), "{t}");
-        assert_eq!(a.get("openWorldHint"), Some(&json!(false)), "{t}");
+        let a = &t["annotations"];
+        for hint in [
+            "readOnlyHint",
+            "destructiveHint",
+            "idempotentHint",
+            "openWorldHint",
+        ] {
+            assert!(a[hint].is_boolean(), "{hint}: {t}");
+        }
         assert!(t["title"].is_string() && t["description"].is_string());
     }
     s.send_raw(r#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"test-sleep","arguments":{"seconds":0.1}}}"#);

@@ -19,12 +19,11 @@ use super::{cap_output, tool, Annotations, ToolContext, ToolDef, ToolGroup, Tool
 #[derive(Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 struct LoadArgs {
-    /// The system name, e.g. `alexandria` or `my-app/tests`.
+    /// System name, e.g. `my-app/tests`.
     system: String,
-    /// Recompile and reload the system even if it is up to date (plain ASDF,
-    /// no Quicklisp).
+    /// Recompile and reload even if up to date.
     force: Option<bool>,
-    /// Interrupt loading after this many seconds (default 600).
+    /// Seconds before it is interrupted (default 600).
     timeout_seconds: Option<f64>,
 }
 
@@ -67,13 +66,11 @@ async fn asdf_load_system(a: LoadArgs, ctx: ToolContext) -> ToolOutput {
 #[derive(Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 struct TestArgs {
-    /// The system whose tests to run (`asdf:test-system`).
+    /// The system to test.
     system: String,
-    /// Run only this FiveAM test or suite (`name` in any package, or
-    /// `package::name`): the system and its test systems are loaded as
-    /// `asdf:test-system` would, but their own test actions are skipped.
+    /// Run only this FiveAM test or suite (`name` or `package::name`).
     test: Option<String>,
-    /// Interrupt the test run after this many seconds (default 600).
+    /// Seconds before it is interrupted (default 600).
     timeout_seconds: Option<f64>,
 }
 
@@ -408,11 +405,9 @@ pub fn tools() -> Vec<ToolDef> {
             "asdf-load-system",
             ToolGroup::Asdf,
             "Load an ASDF system",
-            "Load an ASDF system into the image (through Quicklisp when it is installed, so \
-             missing dependencies are fetched; `force` recompiles with plain ASDF). Returns \
-             every compiler diagnostic as `path:line:column: severity: message`, whether the \
-             build succeeds or fails; a failed build first says which component failed and \
-             why. `success` follows compile-file's failure-p (a full WARNING fails).",
+            "Load an ASDF system by name (Quicklisp fetches missing dependencies when installed; \
+             `force` recompiles). Returns every diagnostic as `path:line:column: severity: \
+             message`; a failed build names the component and why.",
             Annotations::MUTATING,
             |a: LoadArgs, ctx: ToolContext| async move {
                 let c = ctx.clone();
@@ -425,11 +420,9 @@ pub fn tools() -> Vec<ToolDef> {
             "asdf-test-system",
             ToolGroup::Asdf,
             "Run a system's tests",
-            "Run `asdf:test-system` with output captured. For FiveAM, every failed check with \
-             its test, suite, message (expected and actual), form and the test's location, and \
-             counts; `test` runs one FiveAM test or suite by name. Counts from the printed \
-             summary for Parachute, Rove, lisp-unit2. A failing rebuild keeps its diagnostics. \
-             Never waits for input.",
+            "Run `asdf:test-system`, output captured, never waiting for input. FiveAM: each \
+             failed check with test, expected/actual, form and location; `test` runs one test or \
+             suite. Others: counts from their summary.",
             Annotations::MUTATING,
             |a: TestArgs, ctx: ToolContext| async move {
                 let c = ctx.clone();

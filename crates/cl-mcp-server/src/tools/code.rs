@@ -174,7 +174,7 @@ pub fn render_build_output(v: &Value) -> String {
 struct FindArgs {
     /// `pkg:name` (preferred), `pkg::name`, or a bare name; any case.
     symbol: String,
-    /// Package for a bare name (default: the session's current package).
+    /// Package for a bare name (default: the current one).
     package: Option<String>,
 }
 
@@ -277,7 +277,7 @@ fn package_key(package: &Option<String>, ctx: &ToolContext) -> Vec<(&'static str
 struct DescribeArgs {
     /// `pkg:name` (preferred), `pkg::name`, or a bare name.
     symbol: String,
-    /// Package for a bare name (default: the session's current package).
+    /// Package for a bare name (default: the current one).
     package: Option<String>,
 }
 
@@ -387,14 +387,14 @@ impl XrefKind {
 struct RefsArgs {
     /// `pkg:name` (preferred), `pkg::name`, or a bare name.
     symbol: String,
-    /// Package for a bare name (default: the session's current package).
+    /// Package for a bare name (default: the current one).
     package: Option<String>,
     /// `calls` (default; a function's callers), `references`/`binds`/`sets`
     /// (a variable), `macroexpands` (a macro), `specializes` (a class).
     kind: Option<XrefKind>,
-    /// Only references in files under the project root (default true).
+    /// Only references under the project root (default true).
     project_only: Option<bool>,
-    /// Most references listed (default 200); `count` has the total.
+    /// Most references listed (default 200).
     limit: Option<u32>,
 }
 
@@ -667,11 +667,11 @@ async fn code_macroexpand(a: MacroexpandArgs, ctx: ToolContext) -> ToolOutput {
 #[derive(Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 struct CompileArgs {
-    /// The file, relative to the project root or absolute.
+    /// File, relative to the project root.
     path: String,
     /// Load the compiled file (default true).
     load: Option<bool>,
-    /// Interrupt the compilation after this many seconds (default 600).
+    /// Seconds before it is interrupted (default 600).
     timeout_seconds: Option<f64>,
 }
 
@@ -928,9 +928,9 @@ pub fn tools() -> Vec<ToolDef> {
             "code-find-references",
             ToolGroup::Code,
             "Find references",
-            "Cross references from the live image: who calls a function, references/binds/sets \
-             a variable, expands a macro, or specializes on a class (`kind`). By default only \
-             references inside the project root (`projectOnly`).",
+            "Cross references from the live image (`kind`): callers of a function, code using a \
+             variable or macro, methods on a class. Only the project's by default \
+             (`projectOnly`).",
             Annotations::READ_ONLY,
             |a: RefsArgs, ctx: ToolContext| async move {
                 let c = ctx.clone();
@@ -968,10 +968,9 @@ pub fn tools() -> Vec<ToolDef> {
             "lisp-compile-file",
             ToolGroup::Code,
             "Compile a file",
-            "Compile a Lisp file in the image (and load it unless `load` is false), returning \
-             compiler diagnostics as `path:line:column: severity: message`. `success` follows \
-             compile-file's failure-p (`failureP`: a full WARNING fails, style-warnings do \
-             not). Definitions keep their source locations for code-find.",
+            "Compile a Lisp file in the image (and load it unless `load` is false). Returns \
+             diagnostics as `path:line:column: severity: message`; a full WARNING fails \
+             (`failureP`), style-warnings do not.",
             Annotations::MUTATING,
             |a: CompileArgs, ctx: ToolContext| async move {
                 let c = ctx.clone();

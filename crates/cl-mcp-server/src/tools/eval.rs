@@ -46,12 +46,11 @@ struct EvalArgs {
     print_readably: Option<bool>,
     /// Interrupt after this many seconds (default 30); state survives.
     timeout_seconds: Option<f64>,
-    /// Characters kept of each of stdout, stderr, values, warnings (default
-    /// 50000, at most 1000000).
+    /// Characters kept per part: stdout, stderr, values, warnings (default 50000).
     max_output_length: Option<usize>,
     /// Read the code with `*read-eval*` false (`#.` refused).
     safe_read: Option<bool>,
-    /// Text the code reads as `*standard-input*` (end-of-file without it).
+    /// Text for `*standard-input*` (else end-of-file).
     stdin: Option<String>,
 }
 

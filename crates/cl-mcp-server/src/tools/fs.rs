@@ -23,14 +23,13 @@ const LIST_CAP: usize = 2000;
 #[derive(Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 struct ReadArgs {
-    /// File to read (relative to the project root, or absolute).
+    /// File, relative to the project root.
     path: String,
     /// First line to return, 0-based (default 0).
     offset: Option<usize>,
-    /// Most lines to return (default: all, up to the 2 MB cap).
+    /// Most lines (default: all, up to 2 MB).
     limit: Option<usize>,
-    /// Byte position inside line `offset` (a line over 2 MB: the page's
-    /// `nextByteOffset`).
+    /// For a line over 2 MB: the page's `nextByteOffset`.
     byte_offset: Option<usize>,
 }
 
@@ -57,7 +56,7 @@ struct ReadOutput {
 #[derive(Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 struct WriteArgs {
-    /// File to write (relative to the project root, or absolute inside it).
+    /// File to write, relative to the project root.
     path: String,
     /// The complete new content of the file.
     content: String,
@@ -128,7 +127,7 @@ struct ProjectInfo {
 #[derive(Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 struct SetRootArgs {
-    /// An existing directory (absolute, or relative to the current root).
+    /// A directory, absolute or relative to the root.
     path: String,
 }
 
@@ -188,9 +187,8 @@ pub fn tools() -> Vec<ToolDef> {
             "fs-set-project-root",
             ToolGroup::Fs,
             "Set the project root",
-            "Sets this session's project root to an existing directory inside the root the server \
-             started with or a root the client declared (anywhere only with --allow-any-root). \
-             Use it when fs-get-project-info shows a root that is not your project.",
+            "Sets the session's project root to a directory inside the start root or a client \
+             root (anywhere with --allow-any-root).",
             Annotations::MUTATING,
             |a: SetRootArgs, ctx: ToolContext| async move { set_project_root(a, &ctx.session) },
         )

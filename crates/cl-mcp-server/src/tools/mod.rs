@@ -109,25 +109,15 @@ impl Annotations {
         open_world: false,
     };
 
-    /// The hints that differ from the spec's defaults (`readOnlyHint`
-    /// false, `destructiveHint` true, `idempotentHint` false, `openWorldHint`
-    /// true); the other two are meaningful only when not read-only.
+    /// All four hints, spelled out (a client need not know the spec's
+    /// defaults).
     fn to_json(self) -> Value {
-        let mut m = Map::new();
-        if self.read_only {
-            m.insert("readOnlyHint".into(), Value::Bool(true));
-        } else {
-            if !self.destructive {
-                m.insert("destructiveHint".into(), Value::Bool(false));
-            }
-            if self.idempotent {
-                m.insert("idempotentHint".into(), Value::Bool(true));
-            }
-        }
-        if !self.open_world {
-            m.insert("openWorldHint".into(), Value::Bool(false));
-        }
-        Value::Object(m)
+        json!({
+            "readOnlyHint": self.read_only,
+            "destructiveHint": self.destructive,
+            "idempotentHint": self.idempotent,
+            "openWorldHint": self.open_world,
+        })
     }
 }
 
@@ -555,6 +545,10 @@ impl ToolDef {
 pub fn schema_of<T: JsonSchema>() -> Value {
     let mut v = generate_schema::<T>(schemars::generate::SchemaSettings::draft2020_12());
     drop_null_from_optional(&mut v);
+    // Bounds the types already imply and `additionalProperties: false` cost
+    // bytes in every model's context for nothing: arguments are checked
+    // when they are parsed (an unknown or negative one is a clear error).
+    strip_keys(&mut v, &["minimum", "additionalProperties"]);
     v
 }
 
@@ -575,7 +569,29 @@ pub fn output_schema_of<T: JsonSchema>() -> Value {
     unrequire_nullable(&mut v);
     drop_null_from_optional(&mut v);
     strip_keys(&mut v, &["description", "minimum", "maximum"]);
+    shallow_nested_objects(&mut v);
     v
+}
+
+/// Keeps an output schema to its top level: each field with its type, an
+/// array's element type, and which fields are always there; a nested
+/// object (or an array's object elements) is just `object`. Still true of
+/// every result, at a fraction of the bytes; the tool's text and the README
+/// describe the nested shapes.
+fn shallow_nested_objects(v: &mut Value) {
+    let Some(Value::Object(props)) = v.get_mut("properties") else {
+        return;
+    };
+    for p in props.values_mut() {
+        let Value::Object(pm) = p else { continue };
+        if pm.get("type") == Some(&json!("object")) {
+            pm.retain(|k, _| k == "type");
+        } else if let Some(Value::Object(items)) = pm.get_mut("items") {
+            if items.get("type") == Some(&json!("object")) {
+                items.retain(|k, _| k == "type");
+            }
+        }
+    }
 }
 
 /// Removes every `null` member of every object in a result, recursively

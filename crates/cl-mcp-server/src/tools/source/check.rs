@@ -13,13 +13,13 @@ use crate::tools::{off_workers, tool, Annotations, ToolContext, ToolDef, ToolGro
 #[derive(Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 struct CheckArgs {
-    /// File to check (relative to the project root), or give `code`.
+    /// File to check, or give `code`.
     path: Option<String>,
     /// Lisp text to check. Give `path` or `code`.
     code: Option<String>,
-    /// With `path`: first line to check, 0-based (default 0).
+    /// With `path`: first line, 0-based.
     offset: Option<usize>,
-    /// With `path`: number of lines to check (default: to the end).
+    /// With `path`: lines to check (default: all).
     limit: Option<usize>,
 }
 
@@ -55,10 +55,9 @@ pub fn tool_def() -> ToolDef {
         "lisp-check-parens",
         ToolGroup::Source,
         "Check Lisp delimiters",
-        "Finds the first unbalanced delimiter in a file (`path`, optionally lines \
-         `offset`/`limit`) or in `code`: `kind` (extra-close, unclosed, too-large), `expected`, \
-         `found`, `position`, and a hint where a `)` is probably missing. Strings, comments, \
-         `#\\(` and `|a)b|` never cause false alarms.",
+        "Finds the first unbalanced delimiter in a file (`path`, lines `offset`/`limit`) or \
+         `code`: `kind`, `expected`, `found`, `position`, and a hint where a `)` is probably \
+         missing. Strings, comments, `#\\(`, `|a)b|` never cause false alarms.",
         Annotations::READ_ONLY,
         |a: CheckArgs, ctx: ToolContext| off_workers(move || {
             let (text, base_line, base_offset, label) = match (&a.path, &a.code) {

@@ -54,16 +54,16 @@ struct EditArgs {
     path: String,
     /// `defun`, `defmethod`, `defclass`, ...
     form_type: String,
-    /// Name; methods with qualifiers and specializers
-    /// (`initialize-instance :after (widget)`), setf functions as `(setf foo)`.
+    /// Name; for methods with qualifiers and specializers
+    /// (`print-object :after (point t)`); `(setf foo)`.
     form_name: String,
-    /// What to do with the form (`content` goes before/after it for the inserts).
+    /// What to do with the form.
     operation: Operation,
-    /// The new form(s), complete and balanced (not needed for `delete`).
+    /// The new form(s), balanced (not for `delete`).
     content: Option<String>,
     /// Show the diff without writing (default false).
     dry_run: Option<bool>,
-    /// Line where the target starts, to choose among same-named forms.
+    /// Start line, to pick among same-named forms.
     line: Option<usize>,
 }
 
@@ -90,12 +90,9 @@ pub fn tool_def() -> ToolDef {
         "lisp-edit-form",
         ToolGroup::Source,
         "Edit a Lisp definition",
-        "Replaces, deletes, or inserts before/after one top-level definition found by `formType` \
-         and `formName` (forms inside eval-when/progn count). The rest of the file stays \
-         byte-identical; nothing is written if the file would not read afterwards, another form \
-         would change, or the target is not closed. Comment lines directly above a form go with \
-         it; a `#+`/`#-` guard is kept on replace unless `content` brings its own. Returns a \
-         unified diff (`dryRun` only shows it).",
+        "Replaces, deletes, or inserts before/after one top-level definition (`formType`, \
+         `formName`). The rest stays byte-identical; nothing is written if the file would not \
+         read, another form would change, or the target is unclosed. Returns a unified diff.",
         Annotations::DESTRUCTIVE,
         |a: EditArgs, ctx: ToolContext| off_workers(move || edit(a, &ctx)),
     )

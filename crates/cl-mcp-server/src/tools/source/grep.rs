@@ -34,7 +34,7 @@ const MAX_FILE_BYTES: u64 = 8 * READ_CAP_BYTES as u64;
 struct SearchArgs {
     /// Regex (Rust syntax; `(?i)` for any case), matched per line.
     pattern: String,
-    /// File or directory to search (default: the project root).
+    /// File or directory (default: the project root).
     path: Option<String>,
     /// Only hits inside these form types, e.g. `["defun"]`.
     form_types: Option<Vec<String>>,
@@ -86,7 +86,7 @@ struct SearchOutput {
 struct SignaturesArgs {
     /// File or directory (default: the project root).
     path: Option<String>,
-    /// Keep only these definition types, e.g. `["defun", "defmacro"]`.
+    /// Only these definition types, e.g. `["defun"]`.
     form_types: Option<Vec<String>>,
     /// Most definitions returned (default 2000).
     limit: Option<usize>,

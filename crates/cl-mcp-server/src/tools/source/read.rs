@@ -29,12 +29,11 @@ const MAX_SHOWN_LINE: usize = 200;
 struct ReadArgs {
     /// File to read (relative to the project root).
     path: String,
-    /// Collapse forms to signatures (default true; Lisp files).
+    /// Collapse forms to signatures (default true).
     collapsed: Option<bool>,
-    /// Regex (any case) on definition names: matches shown whole.
+    /// Regex on definition names: matches shown whole.
     name_pattern: Option<String>,
-    /// Regex on form text: matches shown whole (other files: lines with
-    /// 5 lines of context).
+    /// Regex on form text: matching forms shown whole.
     content_pattern: Option<String>,
     /// First line to show, 0-based (default 0).
     offset: Option<usize>,
@@ -78,11 +77,9 @@ pub fn tool_def() -> ToolDef {
         "lisp-read-file",
         ToolGroup::Source,
         "Read a Lisp file (collapsed)",
-        "Reads a file with Lisp awareness: Lisp source is shown with each top-level form \
-         collapsed to its signature (`(defun name (args) ...)`) and line numbers; \
-         `namePattern`/`contentPattern` expand the definitions whose name/text matches, \
-         `collapsed: false` shows raw lines. `offset`/`limit` page (the closing note gives the \
-         next `offset`). Other files: lines, or the lines matching `contentPattern` with context.",
+        "Reads a file with Lisp awareness: each top-level form collapsed to its signature with \
+         line numbers; `namePattern`/`contentPattern` expand the matching definitions/forms, \
+         `collapsed: false` shows raw lines; `offset`/`limit` page.",
         Annotations::READ_ONLY,
         |a: ReadArgs, ctx: ToolContext| {
             off_workers(move || {
