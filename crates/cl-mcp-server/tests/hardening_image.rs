@@ -159,6 +159,12 @@ fn uninterruptible_evaluations_do_not_wedge_the_session() {
         assert!(r.text.contains("cannot be interrupted"), "{}", r.text);
         assert!(r.text.contains("fresh thread"), "{}", r.text);
         assert!(r.text.contains("image-restart"), "{}", r.text);
+        // What the stuck thread costs: a loop uses (nearly) a whole core.
+        assert!(
+            r.text.contains("busiest thread (OS thread ") && r.text.contains("% of a core"),
+            "{}",
+            r.text
+        );
         let started = Instant::now();
         let r = eval(&mut s, id + 1, "*hardening-kept*");
         assert_eq!(r.text, "=> :KEPT", "state kept, next call answers");

@@ -158,6 +158,24 @@ impl Live {
     }
 }
 
+/// CPU time (user + system, in clock ticks) of each thread of `pid`.
+fn thread_cpu_ticks(pid: u32) -> Vec<(u32, u64)> {
+    let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return Vec::new();
+    };
+    dir.filter_map(|e| {
+        let tid: u32 = e.ok()?.file_name().to_str()?.parse().ok()?;
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/stat")).ok()?;
+        // Fields after the command name: state is the 3rd field of the
+        // whole line, utime the 14th and stime the 15th.
+        let rest: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+        let utime: u64 = rest.get(11)?.parse().ok()?;
+        let stime: u64 = rest.get(12)?.parse().ok()?;
+        Some((tid, utime + stime))
+    })
+    .collect()
+}
+
 impl Inner {
     fn note(&self, level: NoteLevel, text: String) {
         send_note(&self.notes, level, text);
@@ -287,6 +305,28 @@ impl Image {
         let live = self.current_live()?;
         let old = live.worker.lock().unwrap().take();
         old
+    }
+
+    /// The local image's busiest thread over `sample`: its OS thread id and
+    /// the share of one core it used (100.0 = a whole core). For telling
+    /// the user what a stuck evaluation costs.
+    pub async fn busiest_thread(&self, sample: Duration) -> Option<(u32, f64)> {
+        let pid = self.pid()?;
+        let before = thread_cpu_ticks(pid);
+        tokio::time::sleep(sample).await;
+        let after = thread_cpu_ticks(pid);
+        // SAFETY: sysconf has no preconditions.
+        let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+        after
+            .iter()
+            .filter_map(|(tid, t1)| {
+                let t0 = before.iter().find(|(b, _)| b == tid).map_or(0, |(_, t)| *t);
+                Some((
+                    *tid,
+                    (t1.checked_sub(t0)? as f64 / hz) / sample.as_secs_f64() * 100.0,
+                ))
+            })
+            .max_by(|a, b| a.1.total_cmp(&b.1))
     }
 
     /// Whether the local image's process is stopped (SIGSTOP, a debugger):

@@ -214,13 +214,19 @@ async fn drive_evaluation(
                     ));
                 }
                 let old = image.abandon_eval_thread();
+                let cpu = match image.busiest_thread(Duration::from_millis(300)).await {
+                    Some((tid, pct)) if pct >= 5.0 => format!(
+                        "; the image's busiest thread (OS thread {tid}) is using {pct:.0}% of a core"
+                    ),
+                    Some(_) => "; the image is using almost no CPU now".to_string(),
+                    None => String::new(),
+                };
                 return Err(format!(
                     "The evaluation did not stop within {} s of being interrupted: it runs \
                      code that cannot be interrupted (e.g. inside WITHOUT-INTERRUPTS, an \
                      UNWIND-PROTECT cleanup, or foreign code). It is left running on its \
-                     thread{} and keeps using CPU; later evaluations run on a fresh thread, \
-                     with the image's state intact. Use image-restart to stop it (this loses \
-                     the image's state).",
+                     thread{}{cpu}. Later evaluations run on a fresh thread, with the image's \
+                     state intact. Use image-restart to stop it (this loses the image's state).",
                     grace.as_secs(),
                     old.map(|t| format!(" (Swank thread {t})")).unwrap_or_default()
                 ));
