@@ -30,14 +30,10 @@ fn compiled_fasls_go_to_a_private_directory_and_never_follow_planted_links() {
     let _ = std::fs::remove_file(&planted);
     std::os::unix::fs::symlink(&victim, &planted).unwrap();
 
-    let mut s = common::Server::start_with_env(
+    let mut s = common::Server::initialized_with_env(
         &["--project-root", root.to_str().unwrap()],
         &[("CL_MCP_CACHE_DIR", cache.to_str().unwrap())],
     );
-    let r = s.request(json!({"jsonrpc":"2.0","id":0,"method":"initialize","params":{
-        "protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"test","version":"1"}}}));
-    assert!(r.get("result").is_some(), "{r}");
-    s.send(&json!({"jsonrpc":"2.0","method":"notifications/initialized"}));
     let r = call(
         &mut s,
         1,

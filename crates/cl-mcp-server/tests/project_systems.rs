@@ -134,17 +134,13 @@ fn the_users_asdf_configuration_is_read_at_every_start() {
         "(:source-registry (:tree \"{}/\") :inherit-configuration)",
         elsewhere.display()
     );
-    let mut s = common::Server::start_with_env(
+    let mut s = common::Server::initialized_with_env(
         &["--project-root", empty.to_str().unwrap()],
         &[
             ("CL_MCP_CACHE_DIR", cache.to_str().unwrap()),
             ("CL_SOURCE_REGISTRY", registry.as_str()),
         ],
     );
-    let r = s.request(json!({"jsonrpc":"2.0","id":0,"method":"initialize","params":{
-        "protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"test","version":"1"}}}));
-    assert!(r.get("result").is_some(), "{r}");
-    s.send(&json!({"jsonrpc":"2.0","method":"notifications/initialized"}));
     let r = call(
         &mut s,
         1,

@@ -119,7 +119,12 @@ impl Server {
 
     /// Starts a server and completes the legacy handshake.
     pub fn initialized(args: &[&str]) -> Server {
-        let mut s = Server::start(args);
+        Server::initialized_with_env(args, &[])
+    }
+
+    /// Starts a server with extra environment and completes the handshake.
+    pub fn initialized_with_env(args: &[&str], env: &[(&str, &str)]) -> Server {
+        let mut s = Server::start_with_env(args, env);
         let r = s.request(json!({"jsonrpc":"2.0","id":0,"method":"initialize","params":{
             "protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"test","version":"1"}}}));
         assert!(r.get("result").is_some(), "initialize failed: {r}");
