@@ -258,6 +258,38 @@ fn introspection_builds_and_tests_on_a_real_project() {
         r.text
     );
     assert_eq!(r.structured["success"], false);
+    // A client that asked for logs hears the build: its headline, then each
+    // warning (not style-warnings) as a log message.
+    let r = s.request(
+        json!({"jsonrpc":"2.0","id":122,"method":"logging/setLevel","params":{"level":"warning"}}),
+    );
+    assert!(r.get("result").is_some(), "{r}");
+    s.send(&json!({"jsonrpc":"2.0","id":123,"method":"tools/call","params":{"name":"lisp-compile-file","arguments":{"path":"warn.lisp"}}}));
+    let seen = s.collect_until(std::time::Duration::from_secs(60), |m| m["id"] == 123);
+    let logs: Vec<(String, String)> = seen
+        .iter()
+        .filter(|m| m["method"] == "notifications/message")
+        .map(|m| {
+            (
+                m["params"]["level"].as_str().unwrap_or("").to_string(),
+                m["params"]["data"].as_str().unwrap_or("").to_string(),
+            )
+        })
+        .collect();
+    assert!(
+        logs.iter()
+            .any(|(l, d)| l == "warning" && d.starts_with("Compilation failed for warn.lisp")),
+        "{logs:?}"
+    );
+    assert!(
+        logs.iter()
+            .any(|(l, d)| l == "warning" && d.starts_with("warn.lisp:5:5: warning: Constant")),
+        "{logs:?}"
+    );
+    assert!(
+        !logs.iter().any(|(_, d)| d.contains(": style-warning:")),
+        "{logs:?}"
+    );
     let r = eval(&mut s, 23, "(not (null (fboundp 'warns-on-purpose)))");
     assert_eq!(r.text, "=> T", "loaded");
     let fasls: Vec<_> = std::fs::read_dir(&root)

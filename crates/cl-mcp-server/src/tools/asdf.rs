@@ -60,6 +60,7 @@ async fn asdf_load_system(a: LoadArgs, ctx: ToolContext) -> ToolOutput {
             out.summary()
         )
     };
+    crate::tools::code::note_build(&ctx, &out, &headline);
     build_result(headline, out, &v, "Loading", timeout)
 }
 

@@ -861,12 +861,36 @@ async fn lisp_compile_file(a: CompileArgs, ctx: ToolContext) -> ToolOutput {
             out.summary()
         )
     };
+    note_build(&ctx, &out, &headline);
     build_result(headline, out, &v, "The compilation", timeout)
 }
 
 /// The result of a compile or load: the headline, then the diagnostics as
 /// `path:line:column: severity: message`, any build error or interruption,
 /// and the captured output when it failed.
+/// A build note for a client that asked for logs: the headline at `info`
+/// (`warning` when the build failed), each warning or error diagnostic at
+/// `warning`/`error`.
+pub fn note_build(ctx: &ToolContext, out: &BuildOutput, headline: &str) {
+    use crate::tools::LogLevel;
+    ctx.log(
+        if out.success {
+            LogLevel::Info
+        } else {
+            LogLevel::Warning
+        },
+        headline,
+    );
+    for d in &out.diagnostics {
+        let level = match d.severity.as_str() {
+            "error" => LogLevel::Error,
+            "warning" => LogLevel::Warning,
+            _ => continue,
+        };
+        ctx.log(level, &render_diagnostics(std::slice::from_ref(d)));
+    }
+}
+
 pub fn build_result(
     headline: String,
     out: BuildOutput,
