@@ -39,6 +39,44 @@ machinery around user code (signalling, evaluation, interrupts)."
   #+sbcl (typep condition 'sb-kernel::control-stack-exhausted)
   #-sbcl (typep condition 'storage-condition))
 
+(defun restore-stack-guard ()
+  "After a control stack exhaustion was unwound, protect the thread's guard
+page again. SBCL re-arms it only when the stack next grows through the page
+above it; a thread that ends first leaves its stack memory disarmed for
+the next thread that reuses it, and a second exhaustion there kills the
+whole image (\"control_stack_guard_page_protected not NIL\"). Call it only
+where the stack is shallow (the guard page is then written to zero)."
+  #+sbcl
+  (let ((offset (ash sb-vm::thread-state-word-slot sb-vm:word-shift))
+        (thread (sb-thread::current-thread-sap)))
+    ;; The first byte of the state word is the "guard page protected" flag.
+    (when (zerop (sb-sys:sap-ref-8 thread offset))
+      (sb-alien:alien-funcall
+       (sb-alien:extern-alien "reset_thread_control_stack_guard_page"
+                              (function sb-alien:void sb-sys:system-area-pointer))
+       thread)))
+  #-sbcl nil)
+
+(defun stack-room ()
+  "The fraction of the current thread's control stack still free (1.0 when
+unknown), to stop deep work before it reaches the guard page: running out
+of stack while allocating is fatal to the whole SBCL image."
+  #+(and sbcl x86-64)
+  (let ((start (sb-sys:sap-int (sb-vm::current-thread-offset-sap
+                                 sb-vm::thread-control-stack-start-slot)))
+        (end (sb-sys:sap-int (sb-vm::current-thread-offset-sap
+                               sb-vm::thread-control-stack-end-slot)))
+        (sp (sb-sys:sap-int (sb-kernel:current-sp))))
+    (if (and (integerp start) (integerp end) (< start sp end))
+        (/ (float (- sp start)) (- end start))
+        1.0))
+  #-(and sbcl x86-64) 1.0)
+
+(defmacro with-stack-guard (&body body)
+  "Runs BODY (the whole of a request on its own thread); afterwards the
+thread's stack guard is armed again, however BODY ended."
+  `(unwind-protect (progn ,@body) (restore-stack-guard)))
+
 (defun current-pid ()
   (swank/backend:getpid))
 

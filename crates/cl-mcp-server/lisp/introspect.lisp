@@ -244,6 +244,15 @@ not in BEFORE), so expanding a form leaves no junk symbols behind."
                         (walk (row-major-aref x i)))))))
       (walk form))))
 
+(defun guarded-macroexpand-hook (expander form env)
+  "*MACROEXPAND-HOOK* for code-macroexpand: refuses to go on once three
+quarters of the stack are used."
+  (when (< (stack-room) 0.25)
+    (error "The expansion nests too deeply: three quarters of the control stack are used. ~
+A macro that expands into itself without end (or a very deep form) cannot be ~
+expanded completely; try mode 1."))
+  (funcall expander form env))
+
 (defun macroexpand-form (form-string &key package session (mode :all))
   "Macroexpand the form in FORM-STRING, read in PACKAGE (default SESSION's
 current package): MODE :ONE (or \"1\") expands once (MACROEXPAND-1), :ALL
@@ -263,9 +272,13 @@ uninterned again afterwards. Returns (:expansion S :expanded T-or-NIL) or
                (let* ((read (let ((*read-eval* nil)) (read-from-string form-string)))
                       (expansion (progn
                                    (setf form read)
-                                   (if (member mode '(:one 1))
-                                       (macroexpand-1 read)
-                                       (swank/backend:macroexpand-all read)))))
+                                   ;; Stop a runaway expansion before the
+                                   ;; stack runs out (fatal when it happens
+                                   ;; mid-allocation).
+                                   (let ((*macroexpand-hook* #'guarded-macroexpand-hook))
+                                     (if (member mode '(:one 1))
+                                         (macroexpand-1 read)
+                                         (swank/backend:macroexpand-all read))))))
                  (list :expansion (let ((*print-case* :downcase)
                                         (*print-pretty* t)
                                         (*print-right-margin* 100)

@@ -202,7 +202,6 @@ fn a_stopped_image_is_described_as_stopped() {
 }
 
 #[test]
-#[ignore = "known failure (issue 10 item 7): a macro whose expansion exhausts the control stack, expanded twice by code-macroexpand, still kills SBCL (plain SBCL recovers twice; something in the Swank path does not reset the guard page)"]
 fn stack_exhaustion_in_macroexpansion_leaves_the_image_alive() {
     let mut s = lisp_server(&[]);
     let r = eval(&mut s, 1, "(defvar *hardening-state* 42)");

@@ -414,7 +414,11 @@ async fn eval_on_worker(ctx: &ToolContext, form: &str) -> Result<Value, String> 
 async fn call_fresh(ctx: &ToolContext, form: &str) -> Result<Value, String> {
     ensure_project_registered(ctx).await;
     let image = ctx.session.image();
-    unpack(ctx, image.rex(form, BUFFER_PACKAGE, Thread::T).await)
+    // A request's thread re-arms its stack guard before it ends (see
+    // `with-stack-guard` in lisp/impl-sbcl.lisp): a deep recursion in a
+    // macro or a build must not leave the next thread unprotected.
+    let guarded = format!("(cl-mcp-server::with-stack-guard {form})");
+    unpack(ctx, image.rex(&guarded, BUFFER_PACKAGE, Thread::T).await)
 }
 
 /// Puts the image's one-time "state was lost" notice (if one is due) in
