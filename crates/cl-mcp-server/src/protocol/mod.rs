@@ -6,6 +6,7 @@ pub mod approval;
 pub mod engine;
 pub mod jsonrpc;
 pub mod mcp;
+pub mod outbound;
 
 pub use engine::{Connection, Engine, Outbound};
 

@@ -1,10 +1,11 @@
 //! Newline-delimited JSON framing, shared by stdio and TCP: one message per
 //! line, a cap on line length that skips (and reports) an oversized line
-//! without losing the next one.
+//! without losing the next one, and back-pressure: no line is handed to the
+//! engine while the connection is at capacity (answers piling up unread, or
+//! too many requests running), so an unread client stops being read.
 
 use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncWrite, AsyncWriteExt};
-use tokio::sync::mpsc;
-
+use crate::protocol::outbound::OutboundRx;
 use crate::protocol::{Connection, Outbound};
 
 /// Reads lines from `input` and hands each to `conn` until the input ends.
@@ -53,6 +54,7 @@ where
         }
         input.consume(consumed);
         if found_newline {
+            conn.wait_for_capacity(out).await;
             if oversized {
                 conn.reject_unreadable(&too_long, &prefix, out);
                 oversized = false;
@@ -81,7 +83,7 @@ fn deliver(line: &[u8], conn: &Connection, out: &Outbound) {
 }
 
 /// Writes each outgoing message as one line, flushing when no more are queued.
-pub async fn write_lines<W>(mut output: W, mut rx: mpsc::UnboundedReceiver<String>)
+pub async fn write_lines<W>(mut output: W, mut rx: OutboundRx)
 where
     W: AsyncWrite + Unpin,
 {
@@ -89,8 +91,8 @@ where
         let mut ok = write_one(&mut output, &msg).await;
         while ok {
             match rx.try_recv() {
-                Ok(m) => ok = write_one(&mut output, &m).await,
-                Err(_) => break,
+                Some(m) => ok = write_one(&mut output, &m).await,
+                None => break,
             }
         }
         if !ok || output.flush().await.is_err() {
