@@ -363,7 +363,15 @@ impl Connection {
                 }
             }
             if !lines.is_empty() {
-                let _ = out.send(format!("[{}]", lines.join(",")));
+                // Sent as pieces: the answers are never copied into one
+                // string, so a batch costs its answers' size once.
+                let mut pieces = Vec::with_capacity(lines.len() * 2 + 1);
+                for (i, line) in lines.into_iter().enumerate() {
+                    pieces.push(if i == 0 { "[" } else { "," }.to_string());
+                    pieces.push(line);
+                }
+                pieces.push("]".to_string());
+                let _ = out.send_pieces(pieces);
             }
         });
         cancels

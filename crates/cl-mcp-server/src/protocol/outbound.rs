@@ -30,11 +30,49 @@ impl Gauge {
     }
 }
 
+/// One outgoing message: a whole text, or the pieces of one (a batch's
+/// answer, written piece after piece so it is never copied into one string).
+pub enum Outgoing {
+    Text(String),
+    Pieces(Vec<String>),
+}
+
+impl Outgoing {
+    /// Its length in bytes.
+    pub fn len(&self) -> usize {
+        match self {
+            Outgoing::Text(t) => t.len(),
+            Outgoing::Pieces(p) => p.iter().map(String::len).sum(),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Its pieces, in order.
+    pub fn pieces(&self) -> impl Iterator<Item = &str> {
+        let (one, many): (Option<&str>, &[String]) = match self {
+            Outgoing::Text(t) => (Some(t.as_str()), &[]),
+            Outgoing::Pieces(p) => (None, p.as_slice()),
+        };
+        one.into_iter().chain(many.iter().map(String::as_str))
+    }
+
+    /// The whole text.
+    pub fn into_string(self) -> String {
+        match self {
+            Outgoing::Text(t) => t,
+            Outgoing::Pieces(p) => p.concat(),
+        }
+    }
+}
+
 /// Where a connection's outgoing messages go: one JSON text per item, without
 /// the trailing newline (the transport frames them).
 #[derive(Clone)]
 pub struct Outbound {
-    tx: mpsc::UnboundedSender<String>,
+    tx: mpsc::UnboundedSender<Outgoing>,
     gauge: Arc<Gauge>,
 }
 
@@ -45,6 +83,15 @@ pub struct Closed;
 impl Outbound {
     /// Queues one message; fails only when the transport stopped receiving.
     pub fn send(&self, message: String) -> Result<(), Closed> {
+        self.send_outgoing(Outgoing::Text(message))
+    }
+
+    /// Queues one message given as pieces to be written back to back.
+    pub fn send_pieces(&self, pieces: Vec<String>) -> Result<(), Closed> {
+        self.send_outgoing(Outgoing::Pieces(pieces))
+    }
+
+    fn send_outgoing(&self, message: Outgoing) -> Result<(), Closed> {
         let n = message.len();
         self.gauge.bytes.fetch_add(n, Ordering::AcqRel);
         self.tx.send(message).map_err(|_| {
@@ -78,25 +125,31 @@ impl Outbound {
 
 /// The receiving end: taking a message releases its bytes from the gauge.
 pub struct OutboundRx {
-    rx: mpsc::UnboundedReceiver<String>,
+    rx: mpsc::UnboundedReceiver<Outgoing>,
     gauge: Arc<Gauge>,
 }
 
 impl OutboundRx {
+    /// The next message as one text.
     pub async fn recv(&mut self) -> Option<String> {
+        self.recv_outgoing().await.map(Outgoing::into_string)
+    }
+
+    /// The next message, as queued. Its bytes leave the gauge once taken.
+    pub async fn recv_outgoing(&mut self) -> Option<Outgoing> {
         let m = self.rx.recv().await?;
         self.gauge.take(m.len());
         Some(m)
     }
 
-    pub fn try_recv(&mut self) -> Option<String> {
+    pub fn try_recv_outgoing(&mut self) -> Option<Outgoing> {
         let m = self.rx.try_recv().ok()?;
         self.gauge.take(m.len());
         Some(m)
     }
 
     /// For a plain thread (the stdout writer).
-    pub fn blocking_recv(&mut self) -> Option<String> {
+    pub fn blocking_recv_outgoing(&mut self) -> Option<Outgoing> {
         let m = self.rx.blocking_recv()?;
         self.gauge.take(m.len());
         Some(m)
@@ -119,6 +172,16 @@ pub fn channel() -> (Outbound, OutboundRx) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn pieces_are_one_message() {
+        let (tx, mut rx) = channel();
+        tx.send_pieces(vec!["[".into(), "1".into(), ",2]".into()])
+            .unwrap();
+        assert_eq!(tx.queued_bytes(), 5);
+        assert_eq!(rx.recv().await.unwrap(), "[1,2]");
+        assert_eq!(tx.queued_bytes(), 0);
+    }
 
     #[tokio::test]
     async fn the_gauge_counts_queued_bytes_and_wakes_the_reader() {

@@ -5,7 +5,7 @@
 //! too many requests running), so an unread client stops being read.
 
 use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncWrite, AsyncWriteExt};
-use crate::protocol::outbound::OutboundRx;
+use crate::protocol::outbound::{Outgoing, OutboundRx};
 use crate::protocol::{Connection, Outbound};
 
 /// Reads lines from `input` and hands each to `conn` until the input ends.
@@ -87,11 +87,11 @@ pub async fn write_lines<W>(mut output: W, mut rx: OutboundRx)
 where
     W: AsyncWrite + Unpin,
 {
-    while let Some(msg) = rx.recv().await {
-        let mut ok = write_one(&mut output, &msg).await;
+    while let Some(msg) = rx.recv_outgoing().await {
+        let mut ok = write_one(&mut output, msg).await;
         while ok {
-            match rx.try_recv() {
-                Some(m) => ok = write_one(&mut output, &m).await,
+            match rx.try_recv_outgoing() {
+                Some(m) => ok = write_one(&mut output, m).await,
                 None => break,
             }
         }
@@ -102,7 +102,12 @@ where
     }
 }
 
-async fn write_one<W: AsyncWrite + Unpin>(output: &mut W, msg: &str) -> bool {
-    debug_assert!(!msg.contains('\n'));
-    output.write_all(msg.as_bytes()).await.is_ok() && output.write_all(b"\n").await.is_ok()
+async fn write_one<W: AsyncWrite + Unpin>(output: &mut W, msg: Outgoing) -> bool {
+    for piece in msg.pieces() {
+        debug_assert!(!piece.contains('\n'));
+        if output.write_all(piece.as_bytes()).await.is_err() {
+            return false;
+        }
+    }
+    output.write_all(b"\n").await.is_ok()
 }

@@ -83,11 +83,11 @@ fn stdin_reader() -> impl tokio::io::AsyncBufRead + Unpin {
 /// Writes each message as one line; flushes when the queue is empty.
 fn write_lines(stdout: std::fs::File, mut rx: crate::protocol::outbound::OutboundRx) {
     let mut out = std::io::BufWriter::with_capacity(64 * 1024, stdout);
-    while let Some(msg) = rx.blocking_recv() {
-        let mut ok = write_line(&mut out, &msg);
+    while let Some(msg) = rx.blocking_recv_outgoing() {
+        let mut ok = write_line(&mut out, msg);
         while ok {
-            match rx.try_recv() {
-                Some(m) => ok = write_line(&mut out, &m),
+            match rx.try_recv_outgoing() {
+                Some(m) => ok = write_line(&mut out, m),
                 None => break,
             }
         }
@@ -98,6 +98,6 @@ fn write_lines(stdout: std::fs::File, mut rx: crate::protocol::outbound::Outboun
     }
 }
 
-fn write_line(out: &mut impl Write, msg: &str) -> bool {
-    out.write_all(msg.as_bytes()).is_ok() && out.write_all(b"\n").is_ok()
+fn write_line(out: &mut impl Write, msg: crate::protocol::outbound::Outgoing) -> bool {
+    msg.pieces().all(|p| out.write_all(p.as_bytes()).is_ok()) && out.write_all(b"\n").is_ok()
 }
