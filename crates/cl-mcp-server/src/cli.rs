@@ -141,7 +141,12 @@ pub struct ServerOptions {
     #[arg(long, env = "CL_MCP_MAX_MESSAGE_BYTES", global = true, default_value_t = 16 * 1024 * 1024)]
     pub max_message_bytes: usize,
     /// Most TCP or HTTP connections served at once; one more is told so and closed.
-    #[arg(long, env = "CL_MCP_MAX_CONNECTIONS", global = true, default_value_t = 128)]
+    #[arg(
+        long,
+        env = "CL_MCP_MAX_CONNECTIONS",
+        global = true,
+        default_value_t = 128
+    )]
     pub max_connections: usize,
 }
 

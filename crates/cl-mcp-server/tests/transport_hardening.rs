@@ -219,7 +219,10 @@ fn one_batch_line_of_a_flood_keeps_memory_bounded() {
     );
     let items: Vec<Value> = serde_json::from_str(&line).unwrap();
     assert_eq!(items.len(), FLOOD);
-    assert_eq!(items.iter().filter(|i| i["result"].is_object()).count(), 1000);
+    assert_eq!(
+        items.iter().filter(|i| i["result"].is_object()).count(),
+        1000
+    );
     assert!(items[1000]["error"]["data"]
         .as_str()
         .unwrap()
@@ -427,7 +430,10 @@ fn http_refuses_connections_over_the_cap_with_503() {
         .unwrap();
     let (reply, _) = read_until_closed(&third, Duration::from_secs(5));
     assert!(reply.starts_with("HTTP/1.1 503"), "{reply}");
-    assert!(reply.contains("2 connections (--max-connections)"), "{reply}");
+    assert!(
+        reply.contains("2 connections (--max-connections)"),
+        "{reply}"
+    );
     wait_for_log(&server, "connection limit reached");
     drop(held);
 }
@@ -461,12 +467,8 @@ fn http_closes_slow_header_connections() {
 
 #[test]
 fn http_bounds_request_bodies_in_size_and_time() {
-    let (_server, hostport) = http_start(&[
-        "--max-message-bytes",
-        "4096",
-        "--body-timeout-secs",
-        "1",
-    ]);
+    let (_server, hostport) =
+        http_start(&["--max-message-bytes", "4096", "--body-timeout-secs", "1"]);
     // Declared too large: refused before any of it is sent.
     let big = TcpStream::connect(&hostport).unwrap();
     (&big)
@@ -512,8 +514,10 @@ async fn dropping_a_legacy_http_post_interrupts_its_evaluation() {
     let r = client
         .post(&url)
         .header("accept", accept)
-        .json(&json!({"jsonrpc":"2.0","id":1,"method":"initialize","params":{
-            "protocolVersion":"2025-11-25","capabilities":{}}}))
+        .json(
+            &json!({"jsonrpc":"2.0","id":1,"method":"initialize","params":{
+            "protocolVersion":"2025-11-25","capabilities":{}}}),
+        )
         .send()
         .await
         .unwrap();
@@ -572,8 +576,10 @@ async fn dropping_a_legacy_http_post_cancels_its_request() {
     let r = client
         .post(&url)
         .header("accept", "application/json, text/event-stream")
-        .json(&json!({"jsonrpc":"2.0","id":1,"method":"initialize","params":{
-            "protocolVersion":"2025-11-25","capabilities":{}}}))
+        .json(
+            &json!({"jsonrpc":"2.0","id":1,"method":"initialize","params":{
+            "protocolVersion":"2025-11-25","capabilities":{}}}),
+        )
         .send()
         .await
         .unwrap();

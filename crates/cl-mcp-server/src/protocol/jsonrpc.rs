@@ -182,8 +182,10 @@ pub fn parse_message(raw: &RawValue) -> Result<Message, Invalid> {
             Ok(v @ (Value::Object(_) | Value::Array(_))) => Some(v),
             other => {
                 let why = match other {
-                    Err(e) if is_too_deep(&e) => "params is nested too deeply: at most 128 \
-                         levels of arrays and objects are accepted",
+                    Err(e) if is_too_deep(&e) => {
+                        "params is nested too deeply: at most 127 \
+                         levels of nested arrays and objects are accepted"
+                    }
                     _ => "params must be an object",
                 };
                 let mut e = invalid(id, INVALID_PARAMS, "Invalid params", why);
@@ -195,7 +197,8 @@ pub fn parse_message(raw: &RawValue) -> Result<Message, Invalid> {
     Ok(Message { id, method, params })
 }
 
-/// serde_json refused a value nested deeper than its recursion limit (128).
+/// serde_json refused a value nested deeper than its recursion limit (127
+/// levels: its depth budget of 128 runs out on the 128th).
 fn is_too_deep(e: &serde_json::Error) -> bool {
     e.to_string().starts_with("recursion limit exceeded")
 }
@@ -315,9 +318,16 @@ mod tests {
         let e = parse(&text).unwrap_err();
         assert_eq!(e.code, INVALID_PARAMS);
         assert_eq!(e.id.unwrap().json(), "7");
-        assert!(e.data.as_str().unwrap().contains("nested too deeply"), "{}", e.data);
+        assert!(
+            e.data.as_str().unwrap().contains("nested too deeply"),
+            "{}",
+            e.data
+        );
         // 100 levels are fine.
         let ok = format!("{}{}", "[".repeat(100), "]".repeat(100));
-        parse(&format!(r#"{{"jsonrpc":"2.0","id":7,"method":"ping","params":{ok}}}"#)).unwrap();
+        parse(&format!(
+            r#"{{"jsonrpc":"2.0","id":7,"method":"ping","params":{ok}}}"#
+        ))
+        .unwrap();
     }
 }

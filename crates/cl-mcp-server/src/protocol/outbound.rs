@@ -193,7 +193,10 @@ mod tests {
             tokio::spawn(async move { tx.wait_for_room().await })
         };
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-        assert!(!waiter.is_finished(), "a full queue must make the reader wait");
+        assert!(
+            !waiter.is_finished(),
+            "a full queue must make the reader wait"
+        );
         assert_eq!(rx.recv().await.unwrap().len(), OUTBOUND_QUEUE_BYTES);
         tokio::time::timeout(std::time::Duration::from_secs(5), waiter)
             .await

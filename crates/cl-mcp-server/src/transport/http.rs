@@ -31,16 +31,16 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::any;
 use axum::Router;
 use futures::stream;
-use serde_json::Value;
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioIo, TokioTimer};
+use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 use tower_service::Service;
 
 use super::listen::{accept, refuse, ConnectionLimit};
 use crate::protocol::jsonrpc;
-use crate::protocol::outbound::{self, OutboundRx};
 use crate::protocol::mcp::{LEGACY_VERSIONS, MODERN_VERSION};
+use crate::protocol::outbound::{self, OutboundRx};
 use crate::protocol::{Connection, Engine};
 use crate::session::Session;
 
@@ -447,7 +447,7 @@ async fn read_body(
     })?;
     let value: Value = serde_json::from_str(&text).map_err(|e| {
         let detail = if e.to_string().starts_with("recursion limit exceeded") {
-            format!("Message is nested too deeply: at most 128 levels of arrays and objects are accepted ({e})")
+            format!("Message is nested too deeply: at most 127 levels of nested arrays and objects are accepted ({e})")
         } else {
             e.to_string()
         };
@@ -662,11 +662,7 @@ impl Drop for CancelOnDrop {
 
 /// An SSE response: `first`, then messages from `rx`, ending after the
 /// final answer; `guard` cancels the request if the stream is dropped early.
-fn sse_until_final(
-    first: String,
-    rx: OutboundRx,
-    guard: CancelOnDrop,
-) -> Response {
+fn sse_until_final(first: String, rx: OutboundRx, guard: CancelOnDrop) -> Response {
     struct StreamState {
         pending: Option<String>,
         rx: OutboundRx,

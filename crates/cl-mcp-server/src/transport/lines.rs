@@ -4,9 +4,9 @@
 //! engine while the connection is at capacity (answers piling up unread, or
 //! too many requests running), so an unread client stops being read.
 
-use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncWrite, AsyncWriteExt};
-use crate::protocol::outbound::{Outgoing, OutboundRx};
+use crate::protocol::outbound::{OutboundRx, Outgoing};
 use crate::protocol::{Connection, Outbound};
+use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncWrite, AsyncWriteExt};
 
 /// Reads lines from `input` and hands each to `conn` until the input ends.
 /// The caller decides what happens to requests still running then.
