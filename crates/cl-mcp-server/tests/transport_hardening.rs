@@ -495,6 +495,47 @@ fn http_bounds_request_bodies_in_size_and_time() {
     assert!(took < Duration::from_secs(4), "408 after {took:?}");
 }
 
+#[test]
+fn http_bounds_the_bodies_held_across_connections() {
+    let (server, hostport) = http_start(&["--body-timeout-secs", "20"]);
+    let head = b"POST /mcp HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: application/json\r\n\
+                 content-length: 16000000\r\n\r\n";
+    // Four uploads of almost 16 MB that stall one byte short: 64 MB held.
+    let stalled: Vec<TcpStream> = (0..4)
+        .map(|_| {
+            let s = TcpStream::connect(&hostport).unwrap();
+            (&s).write_all(head).unwrap();
+            (&s).write_all(&vec![b' '; 15_999_999]).unwrap();
+            s
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(500));
+    // A fifth would pass the 64 MiB budget: refused at once, not held.
+    let fifth = TcpStream::connect(&hostport).unwrap();
+    (&fifth).write_all(head).unwrap();
+    let started = Instant::now();
+    let mut sent = 0usize;
+    let chunk = vec![b' '; 64 * 1024];
+    fifth
+        .set_write_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    while sent < 3_200_000 {
+        match (&fifth).write(&chunk[..chunk.len().min(3_200_000 - sent)]) {
+            Ok(n) => sent += n,
+            Err(_) => break,
+        }
+    }
+    let (reply, _) = read_until_closed(&fifth, Duration::from_secs(5));
+    assert!(reply.starts_with("HTTP/1.1 503"), "{reply:.200}");
+    assert!(reply.contains("request bodies"), "{reply:.400}");
+    assert!(started.elapsed() < Duration::from_secs(5));
+    wait_for_log(&server, "exceed their budget");
+    let peak = peak_rss_kb(server.child.id());
+    eprintln!("http: peak RSS {peak} KiB with 64 MB of stalled bodies");
+    assert!(peak < 160 * 1024, "peak RSS {peak} KiB");
+    drop(stalled);
+}
+
 /// `evaluate-lisp` over a legacy HTTP session.
 fn eval_body(id: i64, code: &str) -> Value {
     json!({"jsonrpc":"2.0","id":id,"method":"tools/call",

@@ -74,6 +74,52 @@ struct HttpState {
     sessions: Mutex<Sessions>,
     /// The one session stateless requests share (project root, image).
     stateless: Arc<Session>,
+    /// Bytes of request bodies being received, across all connections.
+    bodies: Arc<BodyBudget>,
+}
+
+/// A server-wide bound on request bodies held in memory while they arrive:
+/// the larger of 64 MiB and one `--max-message-bytes` body. A body that
+/// would pass it is answered 503, so slow or stalled uploads cannot add up.
+struct BodyBudget {
+    held: std::sync::atomic::AtomicUsize,
+    max: usize,
+}
+
+impl BodyBudget {
+    fn new(max_message_bytes: usize) -> BodyBudget {
+        BodyBudget {
+            held: Default::default(),
+            max: max_message_bytes.max(64 * 1024 * 1024),
+        }
+    }
+}
+
+/// What one body holds of the [`BodyBudget`]; given back when dropped.
+struct BodyShare<'a> {
+    budget: &'a BodyBudget,
+    held: usize,
+}
+
+impl BodyShare<'_> {
+    fn grow(&mut self, n: usize) -> bool {
+        use std::sync::atomic::Ordering;
+        let before = self.budget.held.fetch_add(n, Ordering::AcqRel);
+        if before + n > self.budget.max {
+            self.budget.held.fetch_sub(n, Ordering::AcqRel);
+            return false;
+        }
+        self.held += n;
+        true
+    }
+}
+
+impl Drop for BodyShare<'_> {
+    fn drop(&mut self) {
+        self.budget
+            .held
+            .fetch_sub(self.held, std::sync::atomic::Ordering::AcqRel);
+    }
 }
 
 /// Serves `/mcp` until the process ends.
@@ -83,7 +129,9 @@ pub async fn serve(
     listener: tokio::net::TcpListener,
 ) -> std::io::Result<()> {
     let stateless = engine.new_session();
+    let bodies = Arc::new(BodyBudget::new(engine.config.max_message_bytes));
     let state = Arc::new(HttpState {
+        bodies,
         engine,
         options,
         sessions: Mutex::new(Sessions {
@@ -417,10 +465,61 @@ async fn read_body(
         return Err(too_large());
     }
     let timeout = state.options.body_timeout;
-    let bytes: Bytes = match tokio::time::timeout(timeout, axum::body::to_bytes(body, limit)).await
-    {
+    let mut share = BodyShare {
+        budget: &state.bodies,
+        held: 0,
+    };
+    let read = async {
+        use futures::StreamExt;
+        // Sized once from the declared length (untouched capacity costs no
+        // memory), so the buffer is not re-grown and copied as data arrives.
+        let mut data = Vec::with_capacity(declared.unwrap_or(0) as usize);
+        let mut chunks = body.into_data_stream();
+        while let Some(chunk) = chunks.next().await {
+            let Ok(chunk) = chunk else {
+                return Err(StatusCode::BAD_REQUEST);
+            };
+            if data.len() + chunk.len() > limit {
+                return Err(StatusCode::PAYLOAD_TOO_LARGE);
+            }
+            if !share.grow(chunk.len()) {
+                return Err(StatusCode::SERVICE_UNAVAILABLE);
+            }
+            data.extend_from_slice(&chunk);
+        }
+        Ok(Bytes::from(data))
+    };
+    let bytes: Bytes = match tokio::time::timeout(timeout, read).await {
         Ok(Ok(b)) => b,
-        Ok(Err(_)) => return Err(too_large()),
+        Ok(Err(StatusCode::PAYLOAD_TOO_LARGE)) => return Err(too_large()),
+        Ok(Err(StatusCode::SERVICE_UNAVAILABLE)) => {
+            tracing::warn!(
+                limit = state.bodies.max,
+                "http request bodies in progress exceed their budget; one refused"
+            );
+            let mut r = rpc_error_response(
+                StatusCode::SERVICE_UNAVAILABLE,
+                jsonrpc::LIMIT_EXCEEDED,
+                "Limit exceeded",
+                &format!(
+                    "The server is receiving {} bytes of request bodies already; try again shortly",
+                    state.bodies.max
+                ),
+            );
+            r.headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+            r.headers_mut()
+                .insert(header::CONNECTION, HeaderValue::from_static("close"));
+            return Err(r);
+        }
+        Ok(Err(_)) => {
+            return Err(rpc_error_response(
+                StatusCode::BAD_REQUEST,
+                jsonrpc::PARSE_ERROR,
+                "Parse error",
+                "The request body could not be read",
+            ))
+        }
         Err(_) => {
             tracing::warn!(?timeout, "http request body too slow; refused");
             let mut r = rpc_error_response(
@@ -437,6 +536,8 @@ async fn read_body(
             return Err(r);
         }
     };
+    // The body is parsed into the message below; its share of the budget
+    // is given back when this function returns.
     let text = String::from_utf8(bytes.to_vec()).map_err(|e| {
         rpc_error_response(
             StatusCode::BAD_REQUEST,
