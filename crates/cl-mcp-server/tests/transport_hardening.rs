@@ -59,7 +59,7 @@ fn flood_then_read(pid: u32, reader: impl Read, what: &str) {
     let mut lines = BufReader::with_capacity(1 << 20, reader);
     let mut answered = 0usize;
     let mut line = String::new();
-    let deadline = Instant::now() + Duration::from_secs(120);
+    let deadline = Instant::now() + Duration::from_secs(400);
     while answered < FLOOD + 1 {
         assert!(Instant::now() < deadline, "{what}: only {answered} answers");
         line.clear();
@@ -336,6 +336,64 @@ fn tcp_survives_running_out_of_file_descriptors() {
     let answer = tcp_ping(&addr, Duration::from_secs(20));
     assert!(answer.contains(r#""result":{}"#), "{answer}");
     assert!(server.child.try_wait().unwrap().is_none());
+}
+
+#[test]
+fn http_survives_running_out_of_file_descriptors() {
+    let mut server = listening_with_nofile(
+        64,
+        &[
+            "http",
+            "--bind",
+            "127.0.0.1:0",
+            "--lazy-image",
+            "--header-timeout-secs",
+            "60",
+        ],
+    );
+    let hostport = server
+        .address
+        .strip_prefix("http://")
+        .and_then(|a| a.strip_suffix("/mcp"))
+        .unwrap()
+        .to_string();
+    let idle: Vec<TcpStream> = (0..100)
+        .map(|_| TcpStream::connect(&hostport).unwrap())
+        .collect();
+    wait_for_log(&server, "out of resources");
+    std::thread::sleep(Duration::from_secs(1));
+    assert!(
+        server.child.try_wait().unwrap().is_none(),
+        "the server exited on EMFILE"
+    );
+    drop(idle);
+    // Serves again: a request over a fresh connection.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let answer = (|| -> std::io::Result<String> {
+            let s = TcpStream::connect(&hostport)?;
+            s.set_read_timeout(Some(Duration::from_secs(3)))?;
+            let body = r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#;
+            write!(
+                &s,
+                "POST /mcp HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: application/json\r\n\
+                 accept: application/json, text/event-stream\r\nmcp-session-id: none\r\n\
+                 connection: close\r\ncontent-length: {}\r\n\r\n{body}",
+                body.len()
+            )?;
+            let mut all = String::new();
+            (&s).read_to_string(&mut all)?;
+            Ok(all)
+        })();
+        match answer {
+            // Unknown session: 404 with the request's id, from a live server.
+            Ok(a) if a.starts_with("HTTP/1.1 404") && a.contains(r#""id":1"#) => break,
+            other => {
+                assert!(Instant::now() < deadline, "http did not recover: {other:?}");
+                std::thread::sleep(Duration::from_millis(200));
+            }
+        }
+    }
 }
 
 #[test]
