@@ -52,6 +52,12 @@ pub enum Command {
         /// Forget a session idle this many seconds (later requests with its id get 404).
         #[arg(long, env = "CL_MCP_SESSION_IDLE_SECS", default_value_t = 3600)]
         session_idle_secs: u64,
+        /// Close a connection whose request headers have not all arrived this many seconds after it (or its previous request) began.
+        #[arg(long, env = "CL_MCP_HEADER_TIMEOUT_SECS", default_value_t = 10)]
+        header_timeout_secs: u64,
+        /// Answer 408 to a request whose body has not all arrived this many seconds after its headers.
+        #[arg(long, env = "CL_MCP_BODY_TIMEOUT_SECS", default_value_t = 30)]
+        body_timeout_secs: u64,
     },
     /// Check the Lisp, Swank, the core cache and a live image; print each check with its fix.
     Doctor,
@@ -144,6 +150,14 @@ pub struct ServerOptions {
     /// Longest accepted message line, in bytes.
     #[arg(long, env = "CL_MCP_MAX_MESSAGE_BYTES", global = true, default_value_t = 16 * 1024 * 1024)]
     pub max_message_bytes: usize,
+    /// Most TCP or HTTP connections served at once; one more is told so and closed.
+    #[arg(
+        long,
+        env = "CL_MCP_MAX_CONNECTIONS",
+        global = true,
+        default_value_t = 128
+    )]
+    pub max_connections: usize,
 }
 
 impl ServerOptions {
@@ -176,6 +190,10 @@ impl ServerOptions {
             return Err("--max-message-bytes must be at least 1024".into());
         }
         config.max_message_bytes = self.max_message_bytes;
+        if self.max_connections == 0 {
+            return Err("--max-connections must be at least 1".into());
+        }
+        config.max_connections = self.max_connections;
         if self
             .swank
             .as_deref()

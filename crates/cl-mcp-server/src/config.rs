@@ -13,6 +13,8 @@ pub struct ServerConfig {
     pub tool_groups: Vec<ToolGroup>,
     /// Longest accepted message line, in bytes.
     pub max_message_bytes: usize,
+    /// `--max-connections`: open TCP/HTTP connections served at once.
+    pub max_connections: usize,
     /// `--require-approval`: tools that ask the user before running.
     pub require_approval: Vec<String>,
     /// `--approval-fallback token`: without elicitation, hand out
@@ -36,6 +38,7 @@ impl Default for ServerConfig {
             project_root: None,
             tool_groups: ToolGroup::ALL.to_vec(),
             max_message_bytes: 16 * 1024 * 1024,
+            max_connections: 128,
             require_approval: Vec::new(),
             approval_token_fallback: false,
             allow_any_root: false,

@@ -80,6 +80,8 @@ fn main() -> ExitCode {
             allow_origins,
             allow_hosts,
             session_idle_secs,
+            header_timeout_secs,
+            body_timeout_secs,
         } => runtime.block_on(async {
             let engine = Engine::new(config);
             let options = transport::http::HttpOptions {
@@ -88,6 +90,8 @@ fn main() -> ExitCode {
                 allowed_origins: allow_origins,
                 allowed_hosts: allow_hosts,
                 session_idle: std::time::Duration::from_secs(session_idle_secs),
+                header_timeout: std::time::Duration::from_secs(header_timeout_secs.max(1)),
+                body_timeout: std::time::Duration::from_secs(body_timeout_secs.max(1)),
             };
             let listener = match tokio::net::TcpListener::bind(bind).await {
                 Ok(l) => l,

@@ -187,6 +187,60 @@ async fn origin_host_and_token_guards() {
         .await
         .unwrap();
     assert_eq!(r.status(), 403);
+    // Parsed strictly and compared exactly: look-alikes of localhost fail.
+    for origin in [
+        "http://localhost:3000.evil.example",
+        "http://localhost.evil.example",
+        "http://localhost@evil.example",
+        "http://evil.example#localhost",
+        "http://localhost:3000/path",
+        "localhost",
+        "null",
+    ] {
+        let r = client()
+            .post(&s.url)
+            .bearer_auth("s3cret")
+            .header("origin", origin)
+            .json(&init_body())
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 403, "Origin {origin}");
+    }
+    for host in [
+        "localhost:80@evil.example",
+        "localhost:3000.evil.example",
+        "evil.example:80",
+        "localhost:",
+        "localhost:99999",
+        "127.0.0.1.evil.example",
+    ] {
+        let r = client()
+            .post(&s.url)
+            .bearer_auth("s3cret")
+            .header("host", host)
+            .json(&init_body())
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 403, "Host {host}");
+    }
+    for (origin, host) in [
+        ("http://127.0.0.1:9", "127.0.0.1:9"),
+        ("https://LOCALHOST", "localhost"),
+        ("http://[::1]:8080", "[0:0:0:0:0:0:0:1]:8080"),
+    ] {
+        let r = client()
+            .post(&s.url)
+            .bearer_auth("s3cret")
+            .header("origin", origin)
+            .header("host", host)
+            .json(&init_body())
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200, "Origin {origin}, Host {host}");
+    }
 }
 
 fn modern(method: &str, id: i64, mut params: Value) -> Value {

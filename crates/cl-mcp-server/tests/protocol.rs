@@ -100,6 +100,46 @@ fn seed_malformed_request_and_unknown_method_exact_lines() {
 }
 
 #[test]
+fn params_nested_too_deeply_are_named_as_such() {
+    let mut s = Server::initialized(&["--lazy-image"]);
+    for depth in [129, 1000, 100_000] {
+        let params = format!("{}{}", "[".repeat(depth), "]".repeat(depth));
+        s.send_raw(&format!(
+            r#"{{"jsonrpc":"2.0","id":"deep-{depth}","method":"tools/list","params":{params}}}"#
+        ));
+        let r = s.recv_within(Duration::from_secs(20));
+        assert_eq!(r["id"], format!("deep-{depth}"), "{r}");
+        assert_eq!(r["error"]["code"], -32602, "{r}");
+        let why = r["error"]["data"].as_str().unwrap();
+        assert!(
+            why.contains("nested too deeply") && why.contains("127"),
+            "depth {depth}: {why}"
+        );
+    }
+    // Nested objects too, and 127 levels (params itself and 126 inside) pass.
+    let obj = format!("{}1{}", r#"{"a":"#.repeat(200), "}".repeat(200));
+    s.send_raw(&format!(
+        r#"{{"jsonrpc":"2.0","id":2,"method":"ping","params":{{"x":{obj}}}}}"#
+    ));
+    let r = s.recv_within(Duration::from_secs(20));
+    assert!(r["error"]["data"]
+        .as_str()
+        .unwrap()
+        .contains("nested too deeply"));
+    let ok = format!("{}1{}", "[".repeat(126), "]".repeat(126));
+    let r = s.request(json!({"jsonrpc":"2.0","id":3,"method":"ping"}));
+    assert!(r["result"].is_object());
+    s.send_raw(&format!(
+        r#"{{"jsonrpc":"2.0","id":4,"method":"ping","params":{{"_meta":{{}},"x":{ok}}}}}"#
+    ));
+    let r = s.recv_within(Duration::from_secs(20));
+    assert!(
+        !r.to_string().contains("nested too deeply"),
+        "127 levels are accepted: {r}"
+    );
+}
+
+#[test]
 fn every_error_row_of_the_table() {
     let mut s = Server::initialized(&["--tools", "eval"]);
     let cases: Vec<(&str, i64, &str, &str, Value)> = vec![

@@ -11,9 +11,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::value::RawValue;
 use serde_json::{json, Value};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{oneshot, Notify};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -24,9 +24,15 @@ use crate::config::ServerConfig;
 use crate::session::{ImageSlot, Session};
 use crate::tools::{LogLevel, ToolRegistry};
 
-/// Where a connection's outgoing messages go: one JSON text per item, without
-/// the trailing newline (the transport frames them).
-pub type Outbound = mpsc::UnboundedSender<String>;
+pub use super::outbound::Outbound;
+
+/// Requests running on one connection past which its transport reads no
+/// further input until one finishes ([`Connection::wait_for_capacity`]).
+pub const MAX_IN_FLIGHT: usize = 256;
+/// Elements of one batch that are run; the rest are answered with an error.
+pub const MAX_BATCH_ELEMENTS: usize = 1000;
+/// Bytes of one batch's response; answers past it are replaced by an error.
+pub const MAX_BATCH_RESPONSE_BYTES: usize = 32 * 1024 * 1024;
 
 /// The server: configuration and tools, shared by every connection.
 pub struct Engine {
@@ -96,6 +102,8 @@ impl Engine {
                 client_requests: Mutex::new(HashMap::new()),
                 roots_settled: tokio::sync::watch::channel(true).0,
                 next_client_request: AtomicU64::new(1),
+                running: AtomicUsize::new(0),
+                finished: Notify::new(),
                 notify,
             }),
         }
@@ -132,6 +140,10 @@ pub(crate) struct ConnState {
     /// (briefly) so they run under the right project root.
     pub(crate) roots_settled: tokio::sync::watch::Sender<bool>,
     next_client_request: AtomicU64,
+    /// Requests started and not yet finished (including batch elements).
+    running: AtomicUsize,
+    /// Signalled whenever a request finishes.
+    finished: Notify,
     /// Messages not tied to a request (our requests to the client).
     pub(crate) notify: Outbound,
 }
@@ -243,7 +255,8 @@ pub struct Connection {
 
 enum Started {
     Done(Option<String>),
-    Running(JoinHandle<Option<String>>),
+    /// A running request's task, and its cancellation.
+    Running(JoinHandle<Option<String>>, CancellationToken),
 }
 
 impl Connection {
@@ -271,20 +284,31 @@ impl Connection {
     /// responses, and notifications about the requests in it, go to `out`,
     /// now or when the requests finish.
     pub fn handle_text(&self, text: &str, out: &Outbound) {
+        self.handle_text_cancellable(text, out);
+    }
+
+    /// [`Connection::handle_text`], returning the cancellation of each
+    /// request it started: a transport that sees its client go away cancels
+    /// them (as `notifications/cancelled` would).
+    pub fn handle_text_cancellable(&self, text: &str, out: &Outbound) -> Vec<CancellationToken> {
         let raw: &RawValue = match serde_json::from_str(text) {
             Ok(r) => r,
             Err(e) => {
                 let _ = out.send(jsonrpc::parse_error(&e.to_string()));
-                return;
+                return Vec::new();
             }
         };
         if raw.get().trim_start().starts_with('[') {
-            self.handle_batch(raw, out);
-            return;
+            return self.handle_batch(raw, out);
         }
         // A lone message's task sends its own response (no extra task).
-        if let Started::Done(Some(line)) = self.start(raw, out, true) {
-            let _ = out.send(line);
+        match self.start(raw, out, None) {
+            Started::Done(Some(line)) => {
+                let _ = out.send(line);
+                Vec::new()
+            }
+            Started::Done(None) => Vec::new(),
+            Started::Running(_, cancel) => vec![cancel],
         }
     }
 
@@ -301,12 +325,12 @@ impl Connection {
         ));
     }
 
-    fn handle_batch(&self, raw: &RawValue, out: &Outbound) {
+    fn handle_batch(&self, raw: &RawValue, out: &Outbound) -> Vec<CancellationToken> {
         let elements: Vec<&RawValue> = match serde_json::from_str(raw.get()) {
             Ok(e) => e,
             Err(e) => {
                 let _ = out.send(jsonrpc::parse_error(&e.to_string()));
-                return;
+                return Vec::new();
             }
         };
         if elements.is_empty() {
@@ -316,11 +340,34 @@ impl Connection {
                 "Invalid Request",
                 &json!("Batch must not be empty"),
             ));
-            return;
+            return Vec::new();
         }
+        let total = elements.len();
+        let budget = Arc::new(AtomicUsize::new(0));
         let started: Vec<Started> = elements
             .into_iter()
-            .map(|e| self.start(e, out, false))
+            .enumerate()
+            .map(|(i, e)| {
+                if i < MAX_BATCH_ELEMENTS {
+                    self.start(e, out, Some(&budget))
+                } else {
+                    Started::Done(self.refuse_excess_element(e, i, total))
+                }
+            })
+            .collect();
+        if total > MAX_BATCH_ELEMENTS {
+            tracing::warn!(
+                elements = total,
+                limit = MAX_BATCH_ELEMENTS,
+                "batch too long; excess elements refused"
+            );
+        }
+        let cancels = started
+            .iter()
+            .filter_map(|s| match s {
+                Started::Running(_, c) => Some(c.clone()),
+                Started::Done(_) => None,
+            })
             .collect();
         let out = out.clone();
         self.inner.tasks.spawn(async move {
@@ -329,7 +376,7 @@ impl Connection {
                 match s {
                     Started::Done(Some(l)) => lines.push(l),
                     Started::Done(None) => {}
-                    Started::Running(h) => {
+                    Started::Running(h, _) => {
                         if let Ok(Some(l)) = h.await {
                             lines.push(l)
                         }
@@ -337,15 +384,65 @@ impl Connection {
                 }
             }
             if !lines.is_empty() {
-                let _ = out.send(format!("[{}]", lines.join(",")));
+                // Sent as pieces: the answers are never copied into one
+                // string, so a batch costs its answers' size once.
+                let mut pieces = Vec::with_capacity(lines.len() * 2 + 1);
+                for (i, line) in lines.into_iter().enumerate() {
+                    pieces.push(if i == 0 { "[" } else { "," }.to_string());
+                    pieces.push(line);
+                }
+                pieces.push("]".to_string());
+                let _ = out.send_pieces(pieces);
             }
         });
+        cancels
+    }
+
+    /// The answer to a batch element past [`MAX_BATCH_ELEMENTS`]: not run,
+    /// and (for a request) an error saying why.
+    fn refuse_excess_element(&self, raw: &RawValue, index: usize, total: usize) -> Option<String> {
+        if self.inner.take_client_response(raw) {
+            return None;
+        }
+        let id = match jsonrpc::parse_message(raw) {
+            Ok(msg) => Some(msg.id?),
+            Err(inv) if inv.is_notification => return None,
+            Err(inv) => inv.id,
+        };
+        Some(jsonrpc::error(
+            id.as_ref(),
+            jsonrpc::LIMIT_EXCEEDED,
+            "Limit exceeded",
+            &Value::String(format!(
+                "The batch has {total} elements; only the first {MAX_BATCH_ELEMENTS} are run. \
+                 Element {} was not run: send it again in another batch or alone.",
+                index + 1
+            )),
+        ))
+    }
+
+    /// Waits while the connection cannot take more input: its outgoing queue
+    /// is full (the client is not reading) or [`MAX_IN_FLIGHT`] requests are
+    /// running. Transports call this before handing over each message, so a
+    /// client flooding requests is slowed to the pace it reads answers.
+    pub async fn wait_for_capacity(&self, out: &Outbound) {
+        loop {
+            out.wait_for_room().await;
+            let finished = self.inner.finished.notified();
+            tokio::pin!(finished);
+            finished.as_mut().enable();
+            if self.inner.running.load(Ordering::Acquire) < MAX_IN_FLIGHT {
+                return;
+            }
+            finished.await;
+        }
     }
 
     /// Validates and starts one message. Quick lifecycle decisions happen here,
     /// in arrival order; real work runs as a task, which sends its response
-    /// to `out` itself when `send_response` (else the task returns it).
-    fn start(&self, raw: &RawValue, out: &Outbound, send_response: bool) -> Started {
+    /// to `out` itself, unless it is part of a batch: then the task returns
+    /// it, within the batch's response `budget` (bytes).
+    fn start(&self, raw: &RawValue, out: &Outbound, budget: Option<&Arc<AtomicUsize>>) -> Started {
         if self.inner.take_client_response(raw) {
             return Started::Done(None);
         }
@@ -377,6 +474,7 @@ impl Connection {
             return Started::Done(Some(e.into_line(&id)));
         }
         let cancel = CancellationToken::new();
+        let cancel_handle = cancel.clone();
         let key = id.key();
         self.inner.inflight.lock().unwrap().insert(
             key.clone(),
@@ -395,8 +493,11 @@ impl Connection {
             modern_capabilities: mcp::modern_client_capabilities(&msg),
         };
         let conn = self.inner.clone();
-        let reply_to = send_response.then(|| out.clone());
-        Started::Running(self.inner.tasks.spawn(async move {
+        let reply_to = budget.is_none().then(|| out.clone());
+        let budget = budget.cloned();
+        let running = Running::start(self.inner.clone());
+        let handle = self.inner.tasks.spawn(async move {
+            let _running = running;
             // A panicking handler becomes -32603; the connection lives on.
             let outcome = AssertUnwindSafe(mcp::dispatch(request, msg))
                 .catch_unwind()
@@ -419,14 +520,16 @@ impl Connection {
                     )
                 }
             };
-            match reply_to {
-                Some(out) => {
+            match (reply_to, budget) {
+                (Some(out), _) => {
                     let _ = out.send(line);
                     None
                 }
-                None => Some(line),
+                (None, Some(budget)) => Some(within_batch_budget(&budget, &id, line)),
+                (None, None) => Some(line),
             }
-        }))
+        });
+        Started::Running(handle, cancel_handle)
     }
 
     fn handle_notification(&self, msg: &Message) {
@@ -476,6 +579,50 @@ impl Connection {
             f.cancel.cancel();
         }
     }
+}
+
+/// Counts a running request for [`Connection::wait_for_capacity`], until
+/// dropped (when the request's task ends, however it ends).
+struct Running(Arc<ConnState>);
+
+impl Running {
+    fn start(conn: Arc<ConnState>) -> Running {
+        conn.running.fetch_add(1, Ordering::AcqRel);
+        Running(conn)
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.0.running.fetch_sub(1, Ordering::AcqRel);
+        self.0.finished.notify_waiters();
+    }
+}
+
+/// A batch element's response, or, when it would take the batch's response
+/// past [`MAX_BATCH_RESPONSE_BYTES`], an error saying so.
+fn within_batch_budget(budget: &AtomicUsize, id: &RequestId, line: String) -> String {
+    let n = line.len();
+    let before = budget.fetch_add(n, Ordering::AcqRel);
+    if before + n <= MAX_BATCH_RESPONSE_BYTES {
+        return line;
+    }
+    budget.fetch_sub(n, Ordering::AcqRel);
+    tracing::warn!(
+        bytes = n,
+        limit = MAX_BATCH_RESPONSE_BYTES,
+        "batch response too large; an answer replaced by an error"
+    );
+    jsonrpc::error(
+        Some(id),
+        jsonrpc::LIMIT_EXCEEDED,
+        "Limit exceeded",
+        &Value::String(format!(
+            "This answer ({n} bytes) would take the batch's response past its \
+             {MAX_BATCH_RESPONSE_BYTES}-byte limit, so it was dropped: send the request \
+             again alone or in a smaller batch."
+        )),
+    )
 }
 
 fn progress_token(msg: &Message) -> Option<Value> {

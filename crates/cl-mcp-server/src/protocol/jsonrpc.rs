@@ -12,6 +12,9 @@ pub const INVALID_REQUEST: i64 = -32600;
 pub const METHOD_NOT_FOUND: i64 = -32601;
 pub const INVALID_PARAMS: i64 = -32602;
 pub const INTERNAL_ERROR: i64 = -32603;
+/// A server limit refused the request (a batch too long, a response too
+/// large); `data` says which and what to do.
+pub const LIMIT_EXCEEDED: i64 = -32000;
 /// MCP 2026-07-28: the request's protocol version is not supported.
 pub const UNSUPPORTED_PROTOCOL_VERSION: i64 = -32022;
 /// MCP 2026-07-28: the request needs a client capability it did not declare.
@@ -179,19 +182,27 @@ pub fn parse_message(raw: &RawValue) -> Result<Message, Invalid> {
         None => None,
         Some(p) => match serde_json::from_str::<Value>(p.get()) {
             Ok(v @ (Value::Object(_) | Value::Array(_))) => Some(v),
-            _ => {
-                let mut e = invalid(
-                    id,
-                    INVALID_PARAMS,
-                    "Invalid params",
-                    "params must be an object",
-                );
+            other => {
+                let why = match other {
+                    Err(e) if is_too_deep(&e) => {
+                        "params is nested too deeply: at most 127 \
+                         levels of nested arrays and objects are accepted"
+                    }
+                    _ => "params must be an object",
+                };
+                let mut e = invalid(id, INVALID_PARAMS, "Invalid params", why);
                 e.is_notification = is_notification;
                 return Err(e);
             }
         },
     };
     Ok(Message { id, method, params })
+}
+
+/// serde_json refused a value nested deeper than its recursion limit (127
+/// levels: its depth budget of 128 runs out on the 128th).
+fn is_too_deep(e: &serde_json::Error) -> bool {
+    e.to_string().starts_with("recursion limit exceeded")
 }
 
 /// A success response line.
@@ -300,5 +311,25 @@ mod tests {
         let e = parse(r#"{"jsonrpc":"2.0","id":"a","method":"x","params":3}"#).unwrap_err();
         assert_eq!(e.code, INVALID_PARAMS);
         assert_eq!(e.id.unwrap().json(), "\"a\"");
+    }
+
+    #[test]
+    fn params_nested_too_deeply_say_so() {
+        let deep = format!("{}{}", "[".repeat(200), "]".repeat(200));
+        let text = format!(r#"{{"jsonrpc":"2.0","id":7,"method":"ping","params":{deep}}}"#);
+        let e = parse(&text).unwrap_err();
+        assert_eq!(e.code, INVALID_PARAMS);
+        assert_eq!(e.id.unwrap().json(), "7");
+        assert!(
+            e.data.as_str().unwrap().contains("nested too deeply"),
+            "{}",
+            e.data
+        );
+        // 100 levels are fine.
+        let ok = format!("{}{}", "[".repeat(100), "]".repeat(100));
+        parse(&format!(
+            r#"{{"jsonrpc":"2.0","id":7,"method":"ping","params":{ok}}}"#
+        ))
+        .unwrap();
     }
 }

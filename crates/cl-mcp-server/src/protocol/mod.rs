@@ -7,6 +7,7 @@ pub mod engine;
 pub mod input;
 pub mod jsonrpc;
 pub mod mcp;
+pub mod outbound;
 pub mod tasks;
 
 pub use engine::{Connection, Engine, Outbound};

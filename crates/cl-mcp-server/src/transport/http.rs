@@ -9,7 +9,14 @@
 //!   response, else as an SSE stream (progress, log messages, then the
 //!   response). Notifications-only POSTs get 202.
 //! - Guards: `Origin` must be allowed (403), `Host` must name this server
-//!   (403; DNS-rebinding protection), an optional bearer token (401).
+//!   (403; DNS-rebinding protection), an optional bearer token (401). Both
+//!   headers are parsed strictly (scheme, host, numeric port, nothing else)
+//!   and the host compared exactly.
+//! - Bounds: at most `--max-connections` connections (the next gets 503 and
+//!   is closed), request headers within `--header-timeout-secs` (else the
+//!   connection is closed), a body within `--max-message-bytes` (413) and
+//!   `--body-timeout-secs` (408). A client that drops a POST's stream
+//!   cancels the requests of that POST.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -24,11 +31,16 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::any;
 use axum::Router;
 use futures::stream;
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioIo, TokioTimer};
 use serde_json::Value;
-use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+use tower_service::Service;
 
+use super::listen::{accept, refuse, ConnectionLimit};
 use crate::protocol::jsonrpc;
 use crate::protocol::mcp::{LEGACY_VERSIONS, MODERN_VERSION};
+use crate::protocol::outbound::{self, OutboundRx};
 use crate::protocol::{Connection, Engine};
 use crate::session::Session;
 
@@ -45,6 +57,11 @@ pub struct HttpOptions {
     pub allowed_hosts: Vec<String>,
     /// A legacy session idle this long is forgotten (404 afterwards).
     pub session_idle: Duration,
+    /// A connection's request headers must all arrive within this (counted
+    /// from when the server starts waiting for them); else it is closed.
+    pub header_timeout: Duration,
+    /// A request's body must all arrive within this after its headers.
+    pub body_timeout: Duration,
 }
 
 struct Sessions {
@@ -57,6 +74,52 @@ struct HttpState {
     sessions: Mutex<Sessions>,
     /// The one session stateless requests share (project root, image).
     stateless: Arc<Session>,
+    /// Bytes of request bodies being received, across all connections.
+    bodies: Arc<BodyBudget>,
+}
+
+/// A server-wide bound on request bodies held in memory while they arrive:
+/// the larger of 64 MiB and one `--max-message-bytes` body. A body that
+/// would pass it is answered 503, so slow or stalled uploads cannot add up.
+struct BodyBudget {
+    held: std::sync::atomic::AtomicUsize,
+    max: usize,
+}
+
+impl BodyBudget {
+    fn new(max_message_bytes: usize) -> BodyBudget {
+        BodyBudget {
+            held: Default::default(),
+            max: max_message_bytes.max(64 * 1024 * 1024),
+        }
+    }
+}
+
+/// What one body holds of the [`BodyBudget`]; given back when dropped.
+struct BodyShare<'a> {
+    budget: &'a BodyBudget,
+    held: usize,
+}
+
+impl BodyShare<'_> {
+    fn grow(&mut self, n: usize) -> bool {
+        use std::sync::atomic::Ordering;
+        let before = self.budget.held.fetch_add(n, Ordering::AcqRel);
+        if before + n > self.budget.max {
+            self.budget.held.fetch_sub(n, Ordering::AcqRel);
+            return false;
+        }
+        self.held += n;
+        true
+    }
+}
+
+impl Drop for BodyShare<'_> {
+    fn drop(&mut self) {
+        self.budget
+            .held
+            .fetch_sub(self.held, std::sync::atomic::Ordering::AcqRel);
+    }
 }
 
 /// Serves `/mcp` until the process ends.
@@ -66,7 +129,9 @@ pub async fn serve(
     listener: tokio::net::TcpListener,
 ) -> std::io::Result<()> {
     let stateless = engine.new_session();
+    let bodies = Arc::new(BodyBudget::new(engine.config.max_message_bytes));
     let state = Arc::new(HttpState {
+        bodies,
         engine,
         options,
         sessions: Mutex::new(Sessions {
@@ -98,8 +163,48 @@ pub async fn serve(
                 "cl-mcp-server: the MCP endpoint is /mcp\n",
             )
         })
-        .with_state(state);
-    axum::serve(listener, app).await
+        .with_state(state.clone());
+    let limit = ConnectionLimit::new(state.engine.config.max_connections);
+    loop {
+        let (stream, peer) = accept(&listener, "http").await;
+        let Some(slot) = limit.try_acquire() else {
+            tracing::warn!(%peer, limit = limit.max, "http connection refused: connection limit reached");
+            refuse(stream, busy_response(limit.max));
+            continue;
+        };
+        let _ = stream.set_nodelay(true);
+        let app = app.clone();
+        let header_timeout = state.options.header_timeout;
+        tokio::spawn(async move {
+            let _slot = slot;
+            let service = hyper::service::service_fn(move |request: Request<Incoming>| {
+                let mut app = app.clone();
+                async move { app.call(request.map(Body::new)).await }
+            });
+            let served = hyper::server::conn::http1::Builder::new()
+                .timer(TokioTimer::new())
+                .header_read_timeout(header_timeout)
+                .serve_connection(TokioIo::new(stream), service)
+                .await;
+            if let Err(e) = served {
+                tracing::debug!(%peer, error = %e, "http connection ended with an error");
+            }
+        });
+    }
+}
+
+/// What a connection over `--max-connections` receives before it is closed.
+fn busy_response(max: usize) -> Vec<u8> {
+    let body = format!(
+        "cl-mcp-server: the server already serves {max} connections (--max-connections); \
+         try again later\n"
+    );
+    format!(
+        "HTTP/1.1 503 Service Unavailable\r\ncontent-type: text/plain; charset=utf-8\r\n\
+         retry-after: 1\r\nconnection: close\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .into_bytes()
 }
 
 fn rpc_error_response(status: StatusCode, code: i64, message: &str, data: &str) -> Response {
@@ -133,34 +238,69 @@ fn header_str<'a>(h: &'a HeaderMap, name: &str) -> Option<&'a str> {
 }
 
 fn is_loopback_host(host: &str) -> bool {
-    matches!(host, "localhost" | "127.0.0.1" | "[::1]" | "::1")
+    matches!(host, "localhost" | "127.0.0.1" | "[::1]")
 }
 
-/// Strips the port from a `Host`-style authority.
-fn host_name(authority: &str) -> &str {
-    if authority.starts_with('[') {
-        return authority
-            .split(']')
-            .next()
-            .map(|h| &authority[..h.len() + 1])
-            .unwrap_or(authority);
+/// The host of an authority `host[:port]`, lowercased, when the whole text
+/// is exactly that: a registered name or IPv4 address (letters, digits, `-`,
+/// `.`), or an IPv6 address in brackets; an optional port of digits only.
+/// Anything else (userinfo `@`, a path, a second colon, a non-numeric port)
+/// is refused, so `localhost:80@evil.example` or `localhost:3000.evil.example`
+/// never pass for `localhost`.
+fn authority_host(authority: &str) -> Option<String> {
+    let (host, port) = if let Some(rest) = authority.strip_prefix('[') {
+        let (inside, after) = rest.split_once(']')?;
+        let ip = inside.parse::<std::net::Ipv6Addr>().ok()?;
+        let port = match after {
+            "" => None,
+            p => Some(p.strip_prefix(':')?),
+        };
+        (format!("[{ip}]"), port)
+    } else {
+        let (host, port) = match authority.split_once(':') {
+            Some((h, p)) => (h, Some(p)),
+            None => (authority, None),
+        };
+        let name_ok = !host.is_empty()
+            && host
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'.');
+        if !name_ok {
+            return None;
+        }
+        (host.to_ascii_lowercase(), port)
+    };
+    if let Some(p) = port {
+        if p.is_empty() || p.len() > 5 || !p.bytes().all(|b| b.is_ascii_digit()) {
+            return None;
+        }
+        p.parse::<u16>().ok()?;
     }
-    authority
-        .rsplit_once(':')
-        .map(|(h, _)| h)
-        .unwrap_or(authority)
+    Some(host)
+}
+
+/// The host of an `Origin` header (`scheme://host[:port]`, nothing more).
+fn origin_host(origin: &str) -> Option<String> {
+    let (scheme, authority) = origin.split_once("://")?;
+    let scheme_ok = scheme
+        .bytes()
+        .next()
+        .is_some_and(|b| b.is_ascii_alphabetic())
+        && scheme
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"+-.".contains(&b));
+    if !scheme_ok {
+        return None;
+    }
+    authority_host(authority)
 }
 
 impl HttpState {
     fn check_guards(&self, headers: &HeaderMap) -> Result<(), Box<Response>> {
-        if let Some(origin) = header_str(headers, "origin") {
-            let host = origin
-                .split("://")
-                .nth(1)
-                .map(|rest| host_name(rest.split('/').next().unwrap_or(rest)))
-                .unwrap_or("");
-            let allowed =
-                is_loopback_host(host) || self.options.allowed_origins.iter().any(|o| o == origin);
+        if let Some(origin) = headers.get("origin") {
+            let origin = origin.to_str().unwrap_or("");
+            let allowed = origin_host(origin).is_some_and(|h| is_loopback_host(&h))
+                || self.options.allowed_origins.iter().any(|o| o == origin);
             if !allowed {
                 return Err(Box::new(rpc_error_response(
                     StatusCode::FORBIDDEN,
@@ -170,13 +310,21 @@ impl HttpState {
                 )));
             }
         }
-        if let Some(host) = header_str(headers, "host") {
-            let name = host_name(host);
-            let bind_ip = self.options.bind.ip().to_string();
-            let allowed = is_loopback_host(name)
-                || name == bind_ip
-                || name.trim_matches(|c| c == '[' || c == ']') == bind_ip
-                || self.options.allowed_hosts.iter().any(|h| h == name);
+        if let Some(host) = headers.get("host") {
+            let host = host.to_str().unwrap_or("");
+            let bind_ip = match self.options.bind.ip() {
+                std::net::IpAddr::V4(ip) => ip.to_string(),
+                std::net::IpAddr::V6(ip) => format!("[{ip}]"),
+            };
+            let allowed = authority_host(host).is_some_and(|name| {
+                is_loopback_host(&name)
+                    || name == bind_ip
+                    || self
+                        .options
+                        .allowed_hosts
+                        .iter()
+                        .any(|h| h.eq_ignore_ascii_case(&name))
+            });
             if !allowed {
                 return Err(Box::new(rpc_error_response(
                     StatusCode::FORBIDDEN,
@@ -296,16 +444,100 @@ fn shape_of(value: &Value) -> BodyShape {
     shape
 }
 
-async fn read_body(state: &HttpState, body: Body) -> Result<(String, Value), Response> {
+async fn read_body(
+    state: &HttpState,
+    headers: &HeaderMap,
+    body: Body,
+) -> Result<(String, Value), Response> {
     let limit = state.engine.config.max_message_bytes;
-    let bytes: Bytes = axum::body::to_bytes(body, limit).await.map_err(|_| {
+    let too_large = || {
         rpc_error_response(
             StatusCode::PAYLOAD_TOO_LARGE,
             jsonrpc::PARSE_ERROR,
             "Parse error",
-            &format!("Message exceeds the {limit}-byte limit"),
+            &format!("Message exceeds the {limit}-byte limit (--max-message-bytes)"),
         )
-    })?;
+    };
+    // A declared length over the limit is refused before any of it is read.
+    let declared = header_str(headers, header::CONTENT_LENGTH.as_str())
+        .and_then(|v| v.trim().parse::<u64>().ok());
+    if declared.is_some_and(|n| n > limit as u64) {
+        return Err(too_large());
+    }
+    let timeout = state.options.body_timeout;
+    let mut share = BodyShare {
+        budget: &state.bodies,
+        held: 0,
+    };
+    let read = async {
+        use futures::StreamExt;
+        // Sized once from the declared length (untouched capacity costs no
+        // memory), so the buffer is not re-grown and copied as data arrives.
+        let mut data = Vec::with_capacity(declared.unwrap_or(0) as usize);
+        let mut chunks = body.into_data_stream();
+        while let Some(chunk) = chunks.next().await {
+            let Ok(chunk) = chunk else {
+                return Err(StatusCode::BAD_REQUEST);
+            };
+            if data.len() + chunk.len() > limit {
+                return Err(StatusCode::PAYLOAD_TOO_LARGE);
+            }
+            if !share.grow(chunk.len()) {
+                return Err(StatusCode::SERVICE_UNAVAILABLE);
+            }
+            data.extend_from_slice(&chunk);
+        }
+        Ok(Bytes::from(data))
+    };
+    let bytes: Bytes = match tokio::time::timeout(timeout, read).await {
+        Ok(Ok(b)) => b,
+        Ok(Err(StatusCode::PAYLOAD_TOO_LARGE)) => return Err(too_large()),
+        Ok(Err(StatusCode::SERVICE_UNAVAILABLE)) => {
+            tracing::warn!(
+                limit = state.bodies.max,
+                "http request bodies in progress exceed their budget; one refused"
+            );
+            let mut r = rpc_error_response(
+                StatusCode::SERVICE_UNAVAILABLE,
+                jsonrpc::LIMIT_EXCEEDED,
+                "Limit exceeded",
+                &format!(
+                    "The server is receiving {} bytes of request bodies already; try again shortly",
+                    state.bodies.max
+                ),
+            );
+            r.headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+            r.headers_mut()
+                .insert(header::CONNECTION, HeaderValue::from_static("close"));
+            return Err(r);
+        }
+        Ok(Err(_)) => {
+            return Err(rpc_error_response(
+                StatusCode::BAD_REQUEST,
+                jsonrpc::PARSE_ERROR,
+                "Parse error",
+                "The request body could not be read",
+            ))
+        }
+        Err(_) => {
+            tracing::warn!(?timeout, "http request body too slow; refused");
+            let mut r = rpc_error_response(
+                StatusCode::REQUEST_TIMEOUT,
+                jsonrpc::PARSE_ERROR,
+                "Parse error",
+                &format!(
+                    "The request body did not arrive within {}s (--body-timeout-secs)",
+                    timeout.as_secs()
+                ),
+            );
+            r.headers_mut()
+                .insert(header::CONNECTION, HeaderValue::from_static("close"));
+            return Err(r);
+        }
+    };
+    // The body is parsed into the message below; its share of the budget
+    // is given back when this function returns.
     let text = String::from_utf8(bytes.to_vec()).map_err(|e| {
         rpc_error_response(
             StatusCode::BAD_REQUEST,
@@ -315,18 +547,23 @@ async fn read_body(state: &HttpState, body: Body) -> Result<(String, Value), Res
         )
     })?;
     let value: Value = serde_json::from_str(&text).map_err(|e| {
+        let detail = if e.to_string().starts_with("recursion limit exceeded") {
+            format!("Message is nested too deeply: at most 127 levels of nested arrays and objects are accepted ({e})")
+        } else {
+            e.to_string()
+        };
         rpc_error_response(
             StatusCode::BAD_REQUEST,
             jsonrpc::PARSE_ERROR,
             "Parse error",
-            &e.to_string(),
+            &detail,
         )
     })?;
     Ok((text, value))
 }
 
 async fn post(state: Arc<HttpState>, headers: HeaderMap, body: Body) -> Response {
-    let (text, value) = match read_body(&state, body).await {
+    let (text, value) = match read_body(&state, &headers, body).await {
         Ok(b) => b,
         Err(r) => return r,
     };
@@ -385,12 +622,11 @@ async fn post_modern(
         )
             .into_response();
     }
-    let (notify, _) = mpsc::unbounded_channel();
+    let (notify, _) = outbound::channel();
     let conn = state.engine.connect_to(state.stateless.clone(), notify);
-    let (tx, mut rx) = mpsc::unbounded_channel::<String>();
-    conn.handle_text(&text, &tx);
+    let (tx, mut rx) = outbound::channel();
+    let mut guard = CancelOnDrop(conn.handle_text_cancellable(&text, &tx));
     drop(tx);
-    let mut guard = CancelOnDrop(Some(conn));
     let Some(first) = rx.recv().await else {
         guard.disarm();
         return StatusCode::ACCEPTED.into_response();
@@ -574,35 +810,37 @@ fn base64_decode(s: &str) -> Option<Vec<u8>> {
     Some(out)
 }
 
-/// Cancels the connection's requests unless disarmed: dropped with the
+/// Cancels the requests of one POST unless disarmed: dropped with the
 /// response (the client went away) before the final answer was sent.
-struct CancelOnDrop(Option<Connection>);
+struct CancelOnDrop(Vec<CancellationToken>);
 
 impl CancelOnDrop {
     fn disarm(&mut self) {
-        self.0 = None;
+        self.0.clear();
     }
 }
 
 impl Drop for CancelOnDrop {
     fn drop(&mut self) {
-        if let Some(conn) = self.0.take() {
-            tracing::info!("client closed the request's stream; cancelling it");
-            conn.cancel_all();
+        let running: Vec<_> = self.0.drain(..).filter(|c| !c.is_cancelled()).collect();
+        if !running.is_empty() {
+            tracing::info!(
+                requests = running.len(),
+                "client closed the request's stream; cancelling it"
+            );
+            for c in running {
+                c.cancel();
+            }
         }
     }
 }
 
 /// An SSE response: `first`, then messages from `rx`, ending after the
 /// final answer; `guard` cancels the request if the stream is dropped early.
-fn sse_until_final(
-    first: String,
-    rx: mpsc::UnboundedReceiver<String>,
-    guard: CancelOnDrop,
-) -> Response {
+fn sse_until_final(first: String, rx: OutboundRx, guard: CancelOnDrop) -> Response {
     struct StreamState {
         pending: Option<String>,
-        rx: mpsc::UnboundedReceiver<String>,
+        rx: OutboundRx,
         guard: CancelOnDrop,
         done: bool,
     }
@@ -667,7 +905,7 @@ async fn post_legacy(
 
     let mut new_session: Option<String> = None;
     let conn = if shape.is_initialize && session_header.is_none() {
-        let (notify, _rx) = mpsc::unbounded_channel();
+        let (notify, _rx) = outbound::channel();
         new_session = Some(crate::protocol::random_token());
         state.engine.connect(notify)
     } else {
@@ -699,8 +937,10 @@ async fn post_legacy(
         }
     }
 
-    let (tx, mut rx) = mpsc::unbounded_channel::<String>();
-    conn.handle_text(&text, &tx);
+    let (tx, mut rx) = outbound::channel();
+    // Dropped with this handler (the client closed the POST or its stream
+    // before the answer): the POST's requests are cancelled.
+    let mut guard = CancelOnDrop(conn.handle_text_cancellable(&text, &tx));
     drop(tx);
 
     if let Some(id) = &new_session {
@@ -728,10 +968,14 @@ async fn post_legacy(
     let mut response = match rx.recv().await {
         // Every request was cancelled: an empty stream ends the POST.
         None => {
+            guard.disarm();
             Sse::new(stream::empty::<Result<Event, std::convert::Infallible>>()).into_response()
         }
-        Some(first) if is_final(&first) => json_response(first),
-        Some(first) if accepts_sse => sse_until_final(first, rx, CancelOnDrop(None)),
+        Some(first) if is_final(&first) => {
+            guard.disarm();
+            json_response(first)
+        }
+        Some(first) if accepts_sse => sse_until_final(first, rx, guard),
         Some(_) => {
             // The client cannot read a stream: answer with the response only.
             let mut last = None;
@@ -741,6 +985,7 @@ async fn post_legacy(
                     break;
                 }
             }
+            guard.disarm();
             match last {
                 Some(m) => json_response(m),
                 None => StatusCode::ACCEPTED.into_response(),

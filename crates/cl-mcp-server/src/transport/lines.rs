@@ -1,11 +1,12 @@
 //! Newline-delimited JSON framing, shared by stdio and TCP: one message per
 //! line, a cap on line length that skips (and reports) an oversized line
-//! without losing the next one.
+//! without losing the next one, and back-pressure: no line is handed to the
+//! engine while the connection is at capacity (answers piling up unread, or
+//! too many requests running), so an unread client stops being read.
 
-use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncWrite, AsyncWriteExt};
-use tokio::sync::mpsc;
-
+use crate::protocol::outbound::{OutboundRx, Outgoing};
 use crate::protocol::{Connection, Outbound};
+use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncWrite, AsyncWriteExt};
 
 /// Reads lines from `input` and hands each to `conn` until the input ends.
 /// The caller decides what happens to requests still running then.
@@ -53,6 +54,7 @@ where
         }
         input.consume(consumed);
         if found_newline {
+            conn.wait_for_capacity(out).await;
             if oversized {
                 conn.reject_unreadable(&too_long, &prefix, out);
                 oversized = false;
@@ -81,16 +83,16 @@ fn deliver(line: &[u8], conn: &Connection, out: &Outbound) {
 }
 
 /// Writes each outgoing message as one line, flushing when no more are queued.
-pub async fn write_lines<W>(mut output: W, mut rx: mpsc::UnboundedReceiver<String>)
+pub async fn write_lines<W>(mut output: W, mut rx: OutboundRx)
 where
     W: AsyncWrite + Unpin,
 {
-    while let Some(msg) = rx.recv().await {
-        let mut ok = write_one(&mut output, &msg).await;
+    while let Some(msg) = rx.recv_outgoing().await {
+        let mut ok = write_one(&mut output, msg).await;
         while ok {
-            match rx.try_recv() {
-                Ok(m) => ok = write_one(&mut output, &m).await,
-                Err(_) => break,
+            match rx.try_recv_outgoing() {
+                Some(m) => ok = write_one(&mut output, m).await,
+                None => break,
             }
         }
         if !ok || output.flush().await.is_err() {
@@ -100,7 +102,12 @@ where
     }
 }
 
-async fn write_one<W: AsyncWrite + Unpin>(output: &mut W, msg: &str) -> bool {
-    debug_assert!(!msg.contains('\n'));
-    output.write_all(msg.as_bytes()).await.is_ok() && output.write_all(b"\n").await.is_ok()
+async fn write_one<W: AsyncWrite + Unpin>(output: &mut W, msg: Outgoing) -> bool {
+    for piece in msg.pieces() {
+        debug_assert!(!piece.contains('\n'));
+        if output.write_all(piece.as_bytes()).await.is_err() {
+            return false;
+        }
+    }
+    output.write_all(b"\n").await.is_ok()
 }

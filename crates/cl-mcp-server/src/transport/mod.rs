@@ -2,5 +2,6 @@
 
 pub mod http;
 pub mod lines;
+pub mod listen;
 pub mod stdio;
 pub mod tcp;

@@ -23,7 +23,7 @@ const EOF_GRACE: std::time::Duration = std::time::Duration::from_secs(10);
 /// protocol's private handle (fd 1 itself is pointed at stderr at start, so
 /// nothing else can write protocol-breaking text there).
 pub async fn serve(engine: Arc<Engine>, stdout: std::fs::File) {
-    let (tx, rx) = mpsc::unbounded_channel::<String>();
+    let (tx, rx) = crate::protocol::outbound::channel();
     let writer = std::thread::Builder::new()
         .name("stdout".into())
         .spawn(move || write_lines(stdout, rx))
@@ -81,14 +81,14 @@ fn stdin_reader() -> impl tokio::io::AsyncBufRead + Unpin {
 }
 
 /// Writes each message as one line; flushes when the queue is empty.
-fn write_lines(stdout: std::fs::File, mut rx: mpsc::UnboundedReceiver<String>) {
+fn write_lines(stdout: std::fs::File, mut rx: crate::protocol::outbound::OutboundRx) {
     let mut out = std::io::BufWriter::with_capacity(64 * 1024, stdout);
-    while let Some(msg) = rx.blocking_recv() {
-        let mut ok = write_line(&mut out, &msg);
+    while let Some(msg) = rx.blocking_recv_outgoing() {
+        let mut ok = write_line(&mut out, msg);
         while ok {
-            match rx.try_recv() {
-                Ok(m) => ok = write_line(&mut out, &m),
-                Err(_) => break,
+            match rx.try_recv_outgoing() {
+                Some(m) => ok = write_line(&mut out, m),
+                None => break,
             }
         }
         if !ok || out.flush().is_err() {
@@ -98,6 +98,6 @@ fn write_lines(stdout: std::fs::File, mut rx: mpsc::UnboundedReceiver<String>) {
     }
 }
 
-fn write_line(out: &mut impl Write, msg: &str) -> bool {
-    out.write_all(msg.as_bytes()).is_ok() && out.write_all(b"\n").is_ok()
+fn write_line(out: &mut impl Write, msg: crate::protocol::outbound::Outgoing) -> bool {
+    msg.pieces().all(|p| out.write_all(p.as_bytes()).is_ok()) && out.write_all(b"\n").is_ok()
 }
