@@ -14,7 +14,7 @@ use lisp_syntax::data::Value;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::image::{
+use super::lisp_call::{
     self, helper_form, plist_bool, plist_i64, plist_list, plist_str, plist_strings,
 };
 use super::output::DEFAULT_MAX_OUTPUT;
@@ -258,7 +258,7 @@ async fn evaluate(a: EvalArgs, ctx: ToolContext) -> ToolOutput {
             "timeoutSeconds must be a positive number of seconds (default 30).",
         );
     }
-    if let Err(e) = image::check_read_depth(&a.code, "`code`") {
+    if let Err(e) = lisp_call::check_read_depth(&a.code, "`code`") {
         return ToolOutput::error(e);
     }
     let max_output = a
@@ -266,8 +266,8 @@ async fn evaluate(a: EvalArgs, ctx: ToolContext) -> ToolOutput {
         .unwrap_or(DEFAULT_MAX_OUTPUT)
         .clamp(1, MAX_OUTPUT_CEILING);
     let id = NEXT_EVAL_ID.fetch_add(1, Ordering::Relaxed);
-    let form = request_form(&a, id, &image::session_key(&ctx), max_output);
-    let run = image::run_evaluation(
+    let form = request_form(&a, id, &lisp_call::session_key(&ctx), max_output);
+    let run = lisp_call::run_evaluation(
         &ctx,
         id,
         form,
@@ -282,8 +282,8 @@ async fn evaluate(a: EvalArgs, ctx: ToolContext) -> ToolOutput {
     };
     let out = EvalOutput::from_plist(&value);
     let cause = cause.map(|c| match c {
-        image::StopCause::Timeout => InterruptCause::Timeout(timeout),
-        image::StopCause::Cancelled => InterruptCause::Cancelled,
+        lisp_call::StopCause::Timeout => InterruptCause::Timeout(timeout),
+        lisp_call::StopCause::Cancelled => InterruptCause::Cancelled,
     });
     let cause = if out.interrupted && cause.is_none() {
         Some(InterruptCause::External)
@@ -310,7 +310,7 @@ pub fn tools() -> Vec<ToolDef> {
         Annotations::MUTATING,
         |a: EvalArgs, ctx: ToolContext| async move {
             let c = ctx.clone();
-            image::finish(&c, evaluate(a, ctx).await)
+            lisp_call::finish(&c, evaluate(a, ctx).await)
         },
     )
     .with_output_schema::<EvalOutput>()

@@ -27,6 +27,7 @@ pub mod eval;
 pub mod fs;
 pub mod fs_paths;
 pub mod image;
+pub mod lisp_call;
 pub mod output;
 pub mod safe_walk;
 pub mod source;
