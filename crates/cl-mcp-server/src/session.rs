@@ -26,6 +26,9 @@ pub struct Session {
     pub eval: EvalState,
     /// MCP tasks (tool calls run in the background, polled for results).
     pub tasks: crate::protocol::tasks::TaskStore,
+    /// Evaluations suspended in the debugger (`evaluate-lisp` with
+    /// `debug: true`); aborted when the session ends.
+    pub debuggers: crate::tools::debug::Debuggers,
 }
 
 /// Where a session's image lives: its own, or the one all sessions share
@@ -110,6 +113,7 @@ impl Session {
                 project_registered: Default::default(),
             },
             tasks: Default::default(),
+            debuggers: Default::default(),
         })
     }
 

@@ -41,6 +41,9 @@ struct InfoOutput {
     #[serde(skip_serializing_if = "Option::is_none")]
     loaded_systems: Option<i64>,
     features: Vec<String>,
+    /// Evaluations of this session waiting in the debugger.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pending_debuggers: Vec<String>,
     /// The cached core the image started from, if any.
     #[serde(skip_serializing_if = "Option::is_none")]
     core: Option<String>,
@@ -64,6 +67,7 @@ fn info_output(image: &Image, v: &Value) -> InfoOutput {
         asdf_version: plist_str(v, "asdf-version"),
         loaded_systems: plist_i64(v, "loaded-systems"),
         features: plist_strings(v, "features"),
+        pending_debuggers: Vec::new(),
         core: info.core.map(|p| p.display().to_string()),
         machine: plist_str(v, "machine").unwrap_or_default(),
     }
@@ -93,6 +97,9 @@ fn render_info(o: &InfoOutput) -> String {
     }
     text.push_str(&format!("\nMachine: {}", o.machine));
     text.push_str(&format!("\nFeatures: {}", o.features.join(" ")));
+    for d in &o.pending_debuggers {
+        text.push_str(&format!("\nPending {d}"));
+    }
     text
 }
 
@@ -102,7 +109,8 @@ async fn image_info(_a: NoArgs, ctx: ToolContext) -> ToolOutput {
         Ok(v) => v,
         Err(e) => return ToolOutput::error(e),
     };
-    let out = info_output(&ctx.session.image(), &v);
+    let mut out = info_output(&ctx.session.image(), &v);
+    out.pending_debuggers = super::debug::pending_lines(&ctx);
     ToolOutput::structured(
         render_info(&out),
         serde_json::to_value(&out).unwrap_or_default(),
@@ -194,7 +202,7 @@ pub fn tools() -> Vec<ToolDef> {
             "Image information",
             "The Lisp image behind this session: implementation and version, PID, uptime, \
              mode (local/attached), Swank version, current package, ASDF and loaded systems, \
-             features.",
+             features, pending debuggers.",
             Annotations::READ_ONLY,
             |a: NoArgs, ctx: ToolContext| async move {
                 let c = ctx.clone();
@@ -224,3 +232,4 @@ pub fn tools() -> Vec<ToolDef> {
         .with_output_schema::<InterruptOutput>(),
     ]
 }
+

@@ -328,7 +328,7 @@ fn add_id(form: &str, id: u64) -> String {
 
 /// The buffer package Swank reads our forms in; every symbol in them is
 /// package-qualified, so any existing package would do.
-const BUFFER_PACKAGE: &str = "COMMON-LISP-USER";
+pub const BUFFER_PACKAGE: &str = "COMMON-LISP-USER";
 
 /// Turns an image reply into the helper's value, keeping the one-time
 /// notice for [`finish`].
@@ -336,11 +336,23 @@ fn unpack(
     ctx: &ToolContext,
     reply: Result<ImageReply, crate::image::ImageError>,
 ) -> Result<Value, String> {
-    let reply = reply.map_err(|e| e.to_string())?;
-    if let Some(n) = reply.state_lost {
+    let (notice, value) = reply_value(reply);
+    if let Some(n) = notice {
         *eval_slot(ctx).notice.lock().unwrap() = Some(n);
     }
-    match reply.outcome {
+    value
+}
+
+/// An image reply as the helper's value, and the one-time notice it
+/// carried (for callers without a [`ToolContext`]).
+pub fn reply_value(
+    reply: Result<ImageReply, crate::image::ImageError>,
+) -> (Option<String>, Result<Value, String>) {
+    let reply = match reply {
+        Ok(r) => r,
+        Err(e) => return (None, Err(e.to_string())),
+    };
+    let value = match reply.outcome {
         RexOutcome::Ok(v) => Ok(v),
         RexOutcome::Abort(reason) => Err(format!(
             "The image aborted the request{}. This is a problem in the server's Lisp helpers \
@@ -348,12 +360,13 @@ fn unpack(
              starts a fresh one.",
             reason.map(|r| format!(" ({r})")).unwrap_or_default()
         )),
-    }
+    };
+    (reply.state_lost, value)
 }
 
 /// Waits until the session's image is up (starting it if needed), unless
 /// the request is cancelled first.
-async fn ensure_ready(ctx: &ToolContext) -> Result<(), String> {
+pub async fn ensure_ready(ctx: &ToolContext) -> Result<(), String> {
     let image = ctx.session.image();
     tokio::select! {
         r = image.ready() => r.map_err(|e| e.to_string())?,
@@ -407,6 +420,13 @@ pub async fn call_fresh(ctx: &ToolContext, form: &str) -> Result<Value, String> 
     ensure_project_registered(ctx).await;
     let image = ctx.session.image();
     unpack(ctx, image.rex(form, BUFFER_PACKAGE, Thread::T).await)
+}
+
+/// Runs `form` on the Swank thread `thread` (a thread waiting in the
+/// debugger serves such requests inside its debugger's dynamic extent).
+pub async fn call_on_thread(ctx: &ToolContext, form: &str, thread: i64) -> Result<Value, String> {
+    let image = ctx.session.image();
+    unpack(ctx, image.rex(form, BUFFER_PACKAGE, Thread::Id(thread)).await)
 }
 
 /// Puts the image's one-time "state was lost" notice (if one is due) in
