@@ -58,11 +58,22 @@ left out. INDEX is Swank's frame number."
             collect (list i frame))))
 
 (defun frame-location (index)
-  "(:path P :line L :column C :offset O) of frame INDEX, or NIL."
+  "(:path P :line L :column C :offset O) of frame INDEX, or NIL. The
+position is moved past whitespace to the form itself (SBCL may point at
+the whitespace before it)."
   (let ((loc (ignore-errors
               (location-plist (swank/backend:frame-source-location index)
                               :octets t))))
-    (and loc (getf loc :path) (getf loc :line) loc)))
+    (when (and loc (getf loc :path) (getf loc :line))
+      (let* ((text (cached-file-text (getf loc :path)))
+             (offset (getf loc :offset))
+             (start (and text offset
+                         (position-if-not (lambda (c) (member c '(#\Space #\Tab #\Newline #\Return)))
+                                          text :start (min offset (length text))))))
+        (when (and start (/= start offset))
+          (multiple-value-bind (line column) (offset-line-column text start)
+            (setf loc (list :path (getf loc :path) :offset start :line line :column column)))))
+      loc)))
 
 (defun frame-plist (index frame &key location)
   (append (list :index index :frame (frame-text frame))
@@ -127,7 +138,8 @@ capped at LIMIT characters."
                  :form (and (getf loc :offset)
                             (form-text-at (getf loc :path) (getf loc :offset)))))
          (list :locals (loop for l in shown
-                             collect (list :name (prin1-to-string* (getf l :name))
+                             collect (list :name (let ((n (getf l :name)))
+                                                   (if (symbolp n) (symbol-name n) (princ-to-string* n)))
                                            :value (print-capped (getf l :value) max-value
                                                                 :escape t)))
                :more-locals (- (length locals) (length shown))
@@ -136,7 +148,8 @@ capped at LIMIT characters."
 
 (defun read-forms (code package)
   "The forms of CODE read in PACKAGE (a name or NIL for the current one)."
-  (let ((*package* (or (and package (find-package* package))
+  (let ((*package* (or (and (packagep package) package)
+                       (and package (find-package* package))
                        (and *current-evaluation* (evaluation-package *current-evaluation*))
                        *package*))
         (eof (list :eof))
@@ -149,13 +162,17 @@ capped at LIMIT characters."
 
 (defun debugger-eval-in-frame (index code &key package (max-output 50000))
   "Evaluate the forms of CODE one by one in the lexical environment of
-frame INDEX. Returns (:values (S ...) :stdout S). An error in CODE enters a
+frame INDEX, read in PACKAGE (default: the package of the frame's
+function). Returns (:values (S ...) :stdout S). An error in CODE enters a
 nested debugger level (like SLDB's eval-in-frame)."
   (let* ((out (make-capture-stream max-output))
          (values '()))
     (let ((*standard-output* out)
           (*trace-output* out))
-      (dolist (form (read-forms code package))
+      (dolist (form (read-forms code (or package
+                                         ;; Like SLDB: read in the package of
+                                         ;; the frame's function.
+                                         (ignore-errors (swank/backend:frame-package index)))))
         (setf values (multiple-value-list
                       (swank/backend:eval-in-frame form index)))))
     (list :values (print-values values :max-output max-output)

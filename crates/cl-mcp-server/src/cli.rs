@@ -142,7 +142,12 @@ pub struct ServerOptions {
     )]
     pub lisp_args: Vec<String>,
     /// Abort a pending debugger (evaluate-lisp with debug) nobody has touched for this many seconds.
-    #[arg(long, env = "CL_MCP_DEBUGGER_IDLE_SECS", global = true, default_value_t = 600)]
+    #[arg(
+        long,
+        env = "CL_MCP_DEBUGGER_IDLE_SECS",
+        global = true,
+        default_value_t = 600
+    )]
     pub debugger_idle_secs: u64,
     /// Longest accepted message line, in bytes.
     #[arg(long, env = "CL_MCP_MAX_MESSAGE_BYTES", global = true, default_value_t = 16 * 1024 * 1024)]

@@ -13,7 +13,7 @@ use serde_json::json;
 const ORDERS: &str = r#"(defpackage :dbg-demo (:use :cl))
 (in-package :dbg-demo)
 
-(declaim (optimize (debug 2)))
+(declaim (optimize (debug 3)))
 
 (defun parse-qty (s)
   (let ((n (parse-integer s :junk-allowed t)))
@@ -49,7 +49,12 @@ fn fix_the_function_and_restart_its_frame() {
     std::fs::write(root.join("orders.lisp"), ORDERS).unwrap();
     let root_s = root.to_string_lossy().into_owned();
     let mut s = lisp_server(&["--project-root", &root_s]);
-    let r = call(&mut s, 1, "lisp-compile-file", json!({"path": "orders.lisp"}));
+    let r = call(
+        &mut s,
+        1,
+        "lisp-compile-file",
+        json!({"path": "orders.lisp"}),
+    );
     assert!(!r.is_error, "{}", r.text);
 
     // An error three frames deep waits in the debugger.
@@ -61,8 +66,16 @@ fn fix_the_function_and_restart_its_frame() {
     );
     assert!(r.is_error);
     assert!(r.text.starts_with("[DEBUGGER level 1]"), "{}", r.text);
-    assert!(r.text.contains("TYPE-ERROR"), "{}", r.text);
-    assert!(r.text.contains("orders.lisp:"), "frames carry source locations: {}", r.text);
+    assert!(
+        r.text.contains("The value NIL is not of type INTEGER"),
+        "{}",
+        r.text
+    );
+    assert!(
+        r.text.contains("orders.lisp:"),
+        "frames carry source locations: {}",
+        r.text
+    );
     let d = &r.structured["debugger"];
     assert_eq!(d["level"], 1);
     assert!(d["restarts"]
@@ -85,13 +98,28 @@ fn fix_the_function_and_restart_its_frame() {
     assert!(!r.is_error, "{}", r.text);
     let locals = r.structured["locals"].as_array().unwrap();
     assert!(
-        locals.iter().any(|l| l["name"] == "S" && l["value"] == "\"x\""),
+        locals
+            .iter()
+            .any(|l| l["name"] == "S" && l["value"] == "\"x\""),
         "{}",
         r.text
     );
-    assert!(locals.iter().any(|l| l["name"] == "N" && l["value"] == "NIL"), "{}", r.text);
-    assert!(r.structured["path"].as_str().unwrap().ends_with("orders.lisp"));
-    assert!(r.structured["form"].as_str().unwrap().contains('*'), "{}", r.text);
+    assert!(
+        locals
+            .iter()
+            .any(|l| l["name"] == "N" && l["value"] == "NIL"),
+        "{}",
+        r.text
+    );
+    assert!(r.structured["path"]
+        .as_str()
+        .unwrap()
+        .ends_with("orders.lisp"));
+    assert!(
+        r.structured["form"].as_str().unwrap().contains('*'),
+        "{}",
+        r.text
+    );
 
     // Evaluation in the frame sees its lexical variables.
     let r = call(
@@ -114,7 +142,12 @@ fn fix_the_function_and_restart_its_frame() {
                "content": "(defun parse-qty (s)\n  (let ((n (parse-integer s :junk-allowed t)))\n    (* (or n 0) 2)))"}),
     );
     assert!(!r.is_error, "{}", r.text);
-    let r = call(&mut s, 8, "lisp-compile-file", json!({"path": "orders.lisp"}));
+    let r = call(
+        &mut s,
+        8,
+        "lisp-compile-file",
+        json!({"path": "orders.lisp"}),
+    );
     assert!(!r.is_error, "{}", r.text);
 
     // Restarting the frame runs the new definition; the suspended
@@ -128,10 +161,19 @@ fn fix_the_function_and_restart_its_frame() {
     assert!(!r.is_error, "{}", r.text);
     assert_eq!(r.text, "=> 6");
     let r = call(&mut s, 10, "debugger-backtrace", json!({}));
-    assert!(r.is_error && r.text.contains("no pending debugger"), "{}", r.text);
+    assert!(
+        r.is_error && r.text.contains("no pending debugger"),
+        "{}",
+        r.text
+    );
 
     // store-value with a value form.
-    let r = eval_with(&mut s, 11, "(* 10 (dbg-demo::checked-qty \"?\"))", json!({"debug": true}));
+    let r = eval_with(
+        &mut s,
+        11,
+        "(* 10 (dbg-demo::checked-qty \"?\"))",
+        json!({"debug": true}),
+    );
     assert!(r.text.starts_with("[DEBUGGER level 1]"), "{}", r.text);
     let r = call(
         &mut s,
@@ -142,12 +184,26 @@ fn fix_the_function_and_restart_its_frame() {
     assert_eq!(r.text, "=> 60", "{}", r.structured);
 
     // Paging the backtrace.
-    let r = eval_with(&mut s, 13, "(dbg-demo::order-total '((\"b\" \"x\")))", json!({"debug": true}));
+    let r = eval_with(
+        &mut s,
+        13,
+        "(dbg-demo::order-total '((\"b\" . \"x\")))",
+        json!({"debug": true}),
+    );
     assert!(r.text.starts_with("[DEBUGGER level 1]"), "{}", r.text);
-    let r = call(&mut s, 14, "debugger-backtrace", json!({"start": 1, "count": 1}));
+    let r = call(
+        &mut s,
+        14,
+        "debugger-backtrace",
+        json!({"start": 1, "count": 1}),
+    );
     assert!(!r.is_error, "{}", r.text);
     assert_eq!(r.structured["frames"].as_array().unwrap().len(), 1);
-    assert!(r.structured["totalFrames"].as_i64().unwrap() >= 3);
+    assert!(
+        r.structured["totalFrames"].as_i64().unwrap() >= 2,
+        "{}",
+        r.text
+    );
     let r = call(&mut s, 15, "debugger-restart", json!({"action": "abort"}));
     assert!(r.is_error);
     assert!(r.text.contains("[ERROR] ABORT"), "{}", r.text);
@@ -156,7 +212,12 @@ fn fix_the_function_and_restart_its_frame() {
 #[test]
 fn nested_levels_break_and_continue() {
     let mut s = lisp_server(&[]);
-    let r = eval_with(&mut s, 1, "(list :outer (error \"outer ~a\" 1))", json!({"debug": true}));
+    let r = eval_with(
+        &mut s,
+        1,
+        "(list :outer (error \"outer ~a\" 1))",
+        json!({"debug": true}),
+    );
     assert!(r.text.starts_with("[DEBUGGER level 1]"), "{}", r.text);
     assert!(r.text.contains("outer 1"), "{}", r.text);
     let id = r.structured["debugger"]["debugger"].as_u64().unwrap();
@@ -178,7 +239,12 @@ fn nested_levels_break_and_continue() {
     assert!(r.text.contains("outer 1"), "{}", r.text);
 
     // use-value on a plain error has no such restart: said, still pending.
-    let r = call(&mut s, 4, "debugger-restart", json!({"restart": "use-value"}));
+    let r = call(
+        &mut s,
+        4,
+        "debugger-restart",
+        json!({"restart": "use-value"}),
+    );
     assert!(r.is_error && r.text.contains("still pending"), "{}", r.text);
 
     let r = call(&mut s, 5, "debugger-restart", json!({"action": "abort"}));
@@ -208,12 +274,19 @@ fn idle_pending_debugger_is_aborted() {
     let r = eval_with(&mut s, 1, "(error \"left alone\")", json!({"debug": true}));
     assert!(r.text.starts_with("[DEBUGGER level 1]"), "{}", r.text);
     let r = call(&mut s, 2, "image-info", json!({}));
-    assert_eq!(r.structured["pendingDebuggers"].as_array().unwrap().len(), 1);
+    assert_eq!(
+        r.structured["pendingDebuggers"].as_array().unwrap().len(),
+        1
+    );
     std::thread::sleep(Duration::from_secs(4));
     let r = call(&mut s, 3, "image-info", json!({}));
     assert!(r.structured.get("pendingDebuggers").is_none(), "{}", r.text);
     let r = call(&mut s, 4, "debugger-backtrace", json!({}));
-    assert!(r.is_error && r.text.contains("no pending debugger"), "{}", r.text);
+    assert!(
+        r.is_error && r.text.contains("no pending debugger"),
+        "{}",
+        r.text
+    );
     // The image is fine.
     let r = eval(&mut s, 5, "(+ 2 3)");
     assert_eq!(r.text, "=> 5");

@@ -25,8 +25,8 @@ use tokio_util::sync::{CancellationToken, DropGuard};
 use super::eval::{render_text, EvalOutput, InterruptCause};
 use super::fs_paths::display_path;
 use super::lisp_call::{
-    call_on_thread, check_read_depth, finish, helper_form, plist_i64, plist_list,
-    plist_str, plist_strings, reply_value, BUFFER_PACKAGE,
+    call_on_thread, check_read_depth, finish, helper_form, plist_i64, plist_list, plist_str,
+    plist_strings, reply_value, BUFFER_PACKAGE,
 };
 use super::{tool, Annotations, ToolContext, ToolDef, ToolGroup, ToolOutput};
 use crate::image::Image;
@@ -249,7 +249,11 @@ async fn monitor(
 /// Unwinds evaluation `id` wherever it is (debugger included), through
 /// `cl-mcp:interrupt-evaluation` on a fresh thread.
 async fn abort_in_image(image: &Image, id: u64) {
-    let form = helper_form("interrupt-evaluation", vec![Value::Integer(id as i64)], vec![]);
+    let form = helper_form(
+        "interrupt-evaluation",
+        vec![Value::Integer(id as i64)],
+        vec![],
+    );
     let _ = tokio::time::timeout(
         UNWIND_GRACE,
         image.rex(&form, BUFFER_PACKAGE, crate::image::Thread::T),
@@ -290,7 +294,11 @@ pub async fn wait(
         _ = ctx.cancel.cancelled() => InterruptCause::Cancelled,
     };
     abort_in_image(&ctx.session.image(), p.id).await;
-    let done = async { rx.wait_for(|s| s.outcome.is_some()).await.map(|s| waited_of(&s)) };
+    let done = async {
+        rx.wait_for(|s| s.outcome.is_some())
+            .await
+            .map(|s| waited_of(&s))
+    };
     match tokio::time::timeout(UNWIND_GRACE, done).await {
         Ok(Ok(w)) => (w, Some(cause)),
         _ => (
@@ -510,7 +518,14 @@ async fn debugger_backtrace(a: BacktraceArgs, ctx: ToolContext) -> ToolOutput {
         Err(e) => return ToolOutput::error(e),
     };
     p.touch();
-    match read_debugger(&ctx, &p, a.start.unwrap_or(0), a.count.unwrap_or(20).min(500)).await {
+    match read_debugger(
+        &ctx,
+        &p,
+        a.start.unwrap_or(0),
+        a.count.unwrap_or(20).min(500),
+    )
+    .await
+    {
         Ok(d) => ToolOutput::structured(
             render_debugger(&d),
             serde_json::to_value(&d).unwrap_or_default(),
@@ -772,7 +787,9 @@ fn restart_form(a: &RestartArgs) -> Result<String, String> {
             )
         }
         (Some(Action::Abort), None) => helper_form("debugger-abort", vec![], vec![]),
-        (Some(Action::Restart), None) => helper_form("debugger-restart-frame", vec![frame()?], vec![]),
+        (Some(Action::Restart), None) => {
+            helper_form("debugger-restart-frame", vec![frame()?], vec![])
+        }
         (Some(Action::Return), None) => {
             let Some(v) = values.first() else {
                 return Err("`return` needs the value as a form in `values`.".into());
@@ -792,7 +809,11 @@ fn restart_form(a: &RestartArgs) -> Result<String, String> {
             };
             let mut keys = vec![(
                 "values",
-                Value::list(values.into_iter().map(Value::string).collect::<Vec<_>>()),
+                Value::list(
+                    std::iter::once(Value::symbol_named(Some("CL"), "LIST"))
+                        .chain(values.into_iter().map(Value::string))
+                        .collect::<Vec<_>>(),
+                ),
             )];
             keys.extend(pkg_key());
             helper_form("debugger-invoke-restart", vec![target], keys)

@@ -14,10 +14,10 @@ use lisp_syntax::data::Value;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use super::debug;
 use super::lisp_call::{
     self, helper_form, plist_bool, plist_i64, plist_list, plist_str, plist_strings,
 };
-use super::debug;
 use super::output::DEFAULT_MAX_OUTPUT;
 use super::{tool, Annotations, ToolContext, ToolDef, ToolGroup, ToolOutput};
 
@@ -281,15 +281,7 @@ async fn evaluate(a: EvalArgs, ctx: ToolContext) -> ToolOutput {
     if a.debug == Some(true) {
         return evaluate_debuggable(&ctx, id, form, &a.code, timeout_d).await;
     }
-    let run = lisp_call::run_evaluation(
-        &ctx,
-        id,
-        form,
-        timeout_d,
-        STATUS_POLL,
-        UNWIND_GRACE,
-    )
-    .await;
+    let run = lisp_call::run_evaluation(&ctx, id, form, timeout_d, STATUS_POLL, UNWIND_GRACE).await;
     let (value, cause) = match run {
         Ok(r) => (r.value, r.cause),
         Err(e) => return ToolOutput::error(e),

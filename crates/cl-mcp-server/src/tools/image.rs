@@ -232,4 +232,3 @@ pub fn tools() -> Vec<ToolDef> {
         .with_output_schema::<InterruptOutput>(),
     ]
 }
-

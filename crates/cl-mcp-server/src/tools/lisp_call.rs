@@ -426,7 +426,10 @@ pub async fn call_fresh(ctx: &ToolContext, form: &str) -> Result<Value, String> 
 /// debugger serves such requests inside its debugger's dynamic extent).
 pub async fn call_on_thread(ctx: &ToolContext, form: &str, thread: i64) -> Result<Value, String> {
     let image = ctx.session.image();
-    unpack(ctx, image.rex(form, BUFFER_PACKAGE, Thread::Id(thread)).await)
+    unpack(
+        ctx,
+        image.rex(form, BUFFER_PACKAGE, Thread::Id(thread)).await,
+    )
 }
 
 /// Puts the image's one-time "state was lost" notice (if one is due) in
