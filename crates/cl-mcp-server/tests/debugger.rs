@@ -250,6 +250,22 @@ fn nested_levels_break_and_continue() {
     let r = call(&mut s, 5, "debugger-restart", json!({"action": "abort"}));
     assert!(r.text.contains("ABORT"), "{}", r.text);
 
+    // use-value with a value form.
+    let r = eval_with(
+        &mut s,
+        51,
+        "(* 2 (restart-case (error \"need a number\") (use-value (v) v)))",
+        json!({"debug": true}),
+    );
+    assert!(r.text.starts_with("[DEBUGGER level 1]"), "{}", r.text);
+    let r = call(
+        &mut s,
+        52,
+        "debugger-restart",
+        json!({"restart": "USE-VALUE", "values": ["(+ 20 1)"]}),
+    );
+    assert_eq!(r.text, "=> 42");
+
     // break waits; continue resumes the evaluation after it.
     let r = eval_with(
         &mut s,

@@ -543,8 +543,6 @@ struct FrameArgs {
     frame: Option<u32>,
     /// Forms to evaluate in the frame's lexical environment.
     code: Option<String>,
-    /// Package to read `code` in (default: the evaluation's).
-    package: Option<String>,
 }
 
 /// A local variable of a frame.
@@ -565,8 +563,6 @@ struct FrameOutput {
     path: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     line: Option<i64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    column: Option<i64>,
     /// The text of the form the frame is in.
     #[serde(skip_serializing_if = "Option::is_none")]
     form: Option<String>,
@@ -594,9 +590,6 @@ fn render_frame(o: &FrameOutput) -> String {
     let mut t = format!("[Frame {}] {}", o.index, o.frame);
     if let (Some(p), Some(l)) = (&o.path, o.line) {
         t.push_str(&format!("\nAt {p}:{l}"));
-        if let Some(c) = o.column {
-            t.push_str(&format!(":{c}"));
-        }
     }
     if let Some(f) = &o.form {
         t.push_str(&format!("\nForm: {f}"));
@@ -664,7 +657,6 @@ async fn debugger_frame(a: FrameArgs, ctx: ToolContext) -> ToolOutput {
         frame: plist_str(&v, "frame").unwrap_or_default(),
         path: plist_str(&v, "path").map(|s| rel_path(&ctx, &s)),
         line: plist_i64(&v, "line"),
-        column: plist_i64(&v, "column"),
         form: plist_str(&v, "form"),
         locals: plist_list(&v, "locals")
             .unwrap_or(&[])
@@ -683,14 +675,10 @@ async fn debugger_frame(a: FrameArgs, ctx: ToolContext) -> ToolOutput {
         if let Err(e) = check_read_depth(code, "`code`") {
             return ToolOutput::error(e);
         }
-        let mut keys = vec![];
-        if let Some(pkg) = &a.package {
-            keys.push(("package", Value::string(pkg.clone())));
-        }
         let form = helper_form(
             "debugger-eval-in-frame",
             vec![Value::Integer(index.into()), Value::string(code.clone())],
-            keys,
+            vec![],
         );
         let since = p.state().debug_seq;
         let mut rx = p.state.subscribe();
@@ -729,7 +717,7 @@ enum RestartRef {
     Name(String),
 }
 
-/// What `debugger-restart` does besides invoking a restart.
+/// Instead of `restart`.
 #[derive(Deserialize, JsonSchema, Clone, Copy, Debug, PartialEq)]
 #[serde(rename_all = "lowercase")]
 enum Action {
@@ -750,15 +738,13 @@ struct RestartArgs {
     debugger: Option<u64>,
     /// Restart number or name (e.g. "USE-VALUE").
     restart: Option<RestartRef>,
-    /// Forms whose values are the restart's arguments (`return`: the value).
+    /// Forms giving the restart's arguments (`return`: the value).
     values: Option<Vec<String>>,
     /// Instead of `restart`.
     action: Option<Action>,
     /// Frame for `return`/`restart`.
     frame: Option<u32>,
-    /// Package to read `values` in.
-    package: Option<String>,
-    /// Wait this long for the outcome (default 30); then interrupt.
+    /// Seconds to wait for the outcome (default 30).
     timeout_seconds: Option<f64>,
 }
 
@@ -767,11 +753,6 @@ fn restart_form(a: &RestartArgs) -> Result<String, String> {
     for v in &values {
         check_read_depth(v, "`values`")?;
     }
-    let pkg_key = || {
-        a.package
-            .as_ref()
-            .map(|p| ("package", Value::string(p.clone())))
-    };
     let frame = || {
         a.frame
             .map(|f| Value::Integer(f.into()))
@@ -797,7 +778,7 @@ fn restart_form(a: &RestartArgs) -> Result<String, String> {
             helper_form(
                 "debugger-return-from-frame",
                 vec![frame()?, Value::string(v.clone())],
-                pkg_key().into_iter().collect(),
+                vec![],
             )
         }
         (action, r) => {
@@ -807,7 +788,7 @@ fn restart_form(a: &RestartArgs) -> Result<String, String> {
                 (_, Some(RestartRef::Name(n))) => Value::string(n.clone()),
                 _ => unreachable!("handled above"),
             };
-            let mut keys = vec![(
+            let keys = vec![(
                 "values",
                 Value::list(
                     std::iter::once(Value::symbol_named(Some("CL"), "LIST"))
@@ -815,7 +796,6 @@ fn restart_form(a: &RestartArgs) -> Result<String, String> {
                         .collect::<Vec<_>>(),
                 ),
             )];
-            keys.extend(pkg_key());
             helper_form("debugger-invoke-restart", vec![target], keys)
         }
     })
@@ -891,8 +871,8 @@ pub fn tools() -> Vec<ToolDef> {
             "debugger-backtrace",
             ToolGroup::Debug,
             "Debugger backtrace",
-            "A pending debugger (evaluate-lisp with debug: true): condition, numbered restarts \
-             and user frames with source locations, paged by start/count.",
+            "A pending debugger (evaluate-lisp debug: true): condition, numbered restarts, user \
+             frames with source locations, paged.",
             Annotations::READ_ONLY,
             |a: BacktraceArgs, ctx: ToolContext| async move {
                 let c = ctx.clone();
@@ -904,8 +884,8 @@ pub fn tools() -> Vec<ToolDef> {
             "debugger-frame",
             ToolGroup::Debug,
             "Debugger frame",
-            "One frame of a pending debugger: locals, source location and form text, catch \
-             tags. With `code`, evaluates it in the frame's lexical environment.",
+            "A frame of a pending debugger: locals, source location and form, catch tags; `code` \
+             is evaluated in the frame.",
             Annotations::MUTATING,
             |a: FrameArgs, ctx: ToolContext| async move {
                 let c = ctx.clone();
@@ -918,8 +898,7 @@ pub fn tools() -> Vec<ToolDef> {
             ToolGroup::Debug,
             "Resolve a debugger",
             "Invoke a restart of a pending debugger (number or name, `values` as arguments) or \
-             an action (abort, continue, return/restart a frame), then wait and return the \
-             evaluation's outcome or its next debugger.",
+             an action, then return the evaluation's outcome or its next debugger.",
             Annotations::MUTATING,
             |a: RestartArgs, ctx: ToolContext| async move {
                 let c = ctx.clone();
