@@ -212,10 +212,10 @@ async fn monitor(
                             });
                         }
                     }
-                    SwankEvent::DebugReturn { thread, level } => {
-                        if p.state.borrow().thread == Some(thread) {
-                            p.state.send_modify(|s| s.level = s.level.min(level - 1));
-                        }
+                    SwankEvent::DebugReturn { thread, level }
+                        if p.state.borrow().thread == Some(thread) =>
+                    {
+                        p.state.send_modify(|s| s.level = s.level.min(level - 1));
                     }
                     _ => {}
                 },
@@ -504,11 +504,11 @@ pub async fn outcome_output(
 #[derive(Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 struct BacktraceArgs {
-    /// Debugger number (default: the newest).
+    /// Default: the newest.
     debugger: Option<u64>,
-    /// First frame of the page (default 0).
+    /// First frame (default 0).
     start: Option<u32>,
-    /// Frames in the page (default 20).
+    /// Frames (default 20).
     count: Option<u32>,
 }
 
@@ -537,11 +537,11 @@ async fn debugger_backtrace(a: BacktraceArgs, ctx: ToolContext) -> ToolOutput {
 #[derive(Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 struct FrameArgs {
-    /// Debugger number (default: the newest).
+    /// Default: the newest.
     debugger: Option<u64>,
-    /// Frame number (default: the first user frame).
+    /// Default: the top user frame.
     frame: Option<u32>,
-    /// Forms to evaluate in the frame's lexical environment.
+    /// Forms to evaluate in the frame.
     code: Option<String>,
 }
 
@@ -709,7 +709,7 @@ async fn debugger_frame(a: FrameArgs, ctx: ToolContext) -> ToolOutput {
     .with_error(is_error)
 }
 
-/// A restart by number or by name.
+/// Number or name.
 #[derive(Deserialize, JsonSchema, Clone, Debug)]
 #[serde(untagged)]
 enum RestartRef {
@@ -734,9 +734,9 @@ enum Action {
 #[derive(Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 struct RestartArgs {
-    /// Debugger number (default: the newest).
+    /// Default: the newest.
     debugger: Option<u64>,
-    /// Restart number or name (e.g. "USE-VALUE").
+    /// Number or name.
     restart: Option<RestartRef>,
     /// Forms giving the restart's arguments (`return`: the value).
     values: Option<Vec<String>>,
@@ -744,7 +744,7 @@ struct RestartArgs {
     action: Option<Action>,
     /// Frame for `return`/`restart`.
     frame: Option<u32>,
-    /// Seconds to wait for the outcome (default 30).
+    /// Seconds to wait (default 30).
     timeout_seconds: Option<f64>,
 }
 
