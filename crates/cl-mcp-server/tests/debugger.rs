@@ -307,3 +307,90 @@ fn idle_pending_debugger_is_aborted() {
     let r = eval(&mut s, 5, "(+ 2 3)");
     assert_eq!(r.text, "=> 5");
 }
+
+#[test]
+fn cerror_invoke_debugger_return_and_timeout() {
+    let mut s = lisp_server(&[]);
+    // cerror: continue goes on after it.
+    let r = eval_with(
+        &mut s,
+        1,
+        "(progn (cerror \"Go on.\" \"soft ~a\" 1) :went-on)",
+        json!({"debug": true}),
+    );
+    assert!(r.text.starts_with("[DEBUGGER level 1]"), "{}", r.text);
+    assert!(r.text.contains("[CONTINUE] Go on."), "{}", r.text);
+    let r = call(&mut s, 2, "debugger-restart", json!({"restart": 0}));
+    assert_eq!(r.text, "=> :WENT-ON");
+
+    // invoke-debugger on a condition nobody signalled.
+    let r = eval_with(
+        &mut s,
+        3,
+        "(invoke-debugger (make-condition 'simple-warning :format-control \"look ~a\" :format-arguments '(2)))",
+        json!({"debug": true}),
+    );
+    assert!(r.text.starts_with("[DEBUGGER level 1]"), "{}", r.text);
+    assert!(r.text.contains("look 2"), "{}", r.text);
+    let r = call(&mut s, 4, "debugger-restart", json!({"action": "abort"}));
+    assert!(r.is_error && r.text.contains("ABORT"), "{}", r.text);
+
+    // A traced function that breaks on entry.
+    let r = eval(
+        &mut s,
+        41,
+        "(defun dbg-traced (x) (* x 2)) (trace dbg-traced :break t)",
+    );
+    assert!(!r.is_error, "{}", r.text);
+    let r = eval_with(&mut s, 42, "(dbg-traced 4)", json!({"debug": true}));
+    assert!(r.text.starts_with("[DEBUGGER level 1]"), "{}", r.text);
+    assert!(r.text.contains("DBG-TRACED"), "{}", r.text);
+    let r = call(
+        &mut s,
+        43,
+        "debugger-restart",
+        json!({"action": "continue"}),
+    );
+    assert!(r.text.ends_with("=> 8"), "{}", r.text);
+    eval(&mut s, 44, "(untrace dbg-traced)");
+
+    // Returning a value from a frame (compiled with debug 3).
+    let r = eval(
+        &mut s,
+        5,
+        "(defun dbg-inner (x) (declare (optimize (debug 3))) (if (> x 0) (error \"too big ~a\" x) x))
+         (defun dbg-outer (x) (declare (optimize (debug 3))) (list :got (dbg-inner x)))",
+    );
+    assert!(!r.is_error, "{}", r.text);
+    let r = eval_with(&mut s, 6, "(dbg-outer 5)", json!({"debug": true}));
+    assert!(r.text.starts_with("[DEBUGGER level 1]"), "{}", r.text);
+    let frame = r.structured["debugger"]["frames"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["frame"].as_str().unwrap().contains("DBG-INNER"))
+        .unwrap_or_else(|| panic!("{}", r.text))["index"]
+        .clone();
+    let r = call(
+        &mut s,
+        7,
+        "debugger-restart",
+        json!({"action": "return", "frame": frame, "values": ["(* 6 7)"]}),
+    );
+    assert_eq!(r.text, "=> (:GOT 42)");
+
+    // A restart whose continuation runs too long is interrupted.
+    let r = eval_with(&mut s, 8, "(progn (break) (loop))", json!({"debug": true}));
+    assert!(r.text.starts_with("[DEBUGGER level 1]"), "{}", r.text);
+    let r = call(
+        &mut s,
+        9,
+        "debugger-restart",
+        json!({"action": "continue", "timeoutSeconds": 1}),
+    );
+    assert!(r.is_error);
+    assert!(r.text.contains("[TIMEOUT]"), "{}", r.text);
+    assert_eq!(r.structured["interrupted"], true);
+    let r = eval(&mut s, 10, "(+ 1 1)");
+    assert_eq!(r.text, "=> 2");
+}

@@ -25,8 +25,8 @@ use tokio_util::sync::{CancellationToken, DropGuard};
 use super::eval::{render_text, EvalOutput, InterruptCause};
 use super::fs_paths::display_path;
 use super::lisp_call::{
-    call_on_thread, check_read_depth, finish, helper_form, plist_i64, plist_list, plist_str,
-    plist_strings, reply_value, BUFFER_PACKAGE,
+    call_fresh, call_on_thread, check_read_depth, finish, helper_form, plist_i64, plist_list,
+    plist_str, plist_strings, reply_value, BUFFER_PACKAGE,
 };
 use super::{tool, Annotations, ToolContext, ToolDef, ToolGroup, ToolOutput};
 use crate::image::Image;
@@ -35,6 +35,9 @@ use crate::session::Session;
 /// How long an interrupted (timed-out, cancelled, idle) suspended
 /// evaluation may take to unwind.
 const UNWIND_GRACE: Duration = Duration::from_secs(5);
+/// Status polls (progress) start after this long, then come this often.
+const STATUS_DELAY: Duration = Duration::from_millis(1000);
+const STATUS_POLL: Duration = Duration::from_millis(500);
 
 // ---------------------------------------------------------------------------
 // Pending debuggers.
@@ -283,15 +286,33 @@ pub async fn wait(
     let settled = |s: &PendState| s.outcome.is_some() || (s.level > 0 && s.debug_seq > since);
     let deadline = tokio::time::sleep(timeout);
     tokio::pin!(deadline);
-    let cause = tokio::select! {
-        r = async { rx.wait_for(settled).await.map(|s| waited_of(&s)) } => {
-            return match r {
-                Ok(w) => (w, None),
-                Err(_) => (Waited::Done(Err("The evaluation's monitor ended.".into())), None),
-            };
+    let started = Instant::now();
+    let mut ticker =
+        tokio::time::interval_at(tokio::time::Instant::now() + STATUS_DELAY, STATUS_POLL);
+    let cause = {
+        let done = async { rx.wait_for(settled).await.map(|s| waited_of(&s)) };
+        tokio::pin!(done);
+        loop {
+            tokio::select! {
+                r = &mut done => {
+                    return match r {
+                        Ok(w) => (w, None),
+                        Err(_) => (Waited::Done(Err("The evaluation's monitor ended.".into())), None),
+                    };
+                }
+                _ = &mut deadline => break InterruptCause::Timeout(timeout.as_secs_f64()),
+                _ = ctx.cancel.cancelled() => break InterruptCause::Cancelled,
+                _ = ticker.tick() => {
+                    // Progress, as evaluate-lisp reports it: the latest output line.
+                    let form = helper_form("eval-status", vec![Value::Integer(p.id as i64)], vec![]);
+                    if let Ok(Ok(v)) = tokio::time::timeout(STATUS_POLL, call_fresh(ctx, &form)).await {
+                        ctx.set_status(plist_str(&v, "line").unwrap_or_else(|| {
+                            format!("evaluating ({} s)", started.elapsed().as_secs())
+                        }));
+                    }
+                }
+            }
         }
-        _ = &mut deadline => InterruptCause::Timeout(timeout.as_secs_f64()),
-        _ = ctx.cancel.cancelled() => InterruptCause::Cancelled,
     };
     abort_in_image(&ctx.session.image(), p.id).await;
     let done = async {
