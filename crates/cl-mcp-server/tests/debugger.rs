@@ -7,7 +7,7 @@ mod eval_support;
 
 use std::time::Duration;
 
-use eval_support::{call, eval, eval_with, lisp_server};
+use eval_support::{call, eval, eval_with, lisp_server, UserLisp};
 use serde_json::json;
 
 const ORDERS: &str = r#"(defpackage :dbg-demo (:use :cl))
@@ -393,4 +393,33 @@ fn cerror_invoke_debugger_return_and_timeout() {
     assert_eq!(r.structured["interrupted"], true);
     let r = eval(&mut s, 10, "(+ 1 1)");
     assert_eq!(r.text, "=> 2");
+}
+
+/// Attach mode: the debugger waits in the user's own image, on a thread of
+/// our connection; the user's REPL and image are untouched.
+#[test]
+fn debugger_in_an_attached_image() {
+    let mut user = UserLisp::start();
+    let addr = format!("127.0.0.1:{}", user.port);
+    let mut s = lisp_server(&["--swank", &addr]);
+    let r = eval_with(
+        &mut s,
+        1,
+        "(let ((state cl-user::*user-state*)) (list state (error \"bad state ~a\" state)))",
+        json!({"debug": true}),
+    );
+    assert!(r.text.starts_with("[DEBUGGER level 1]"), "{}", r.text);
+    assert!(r.text.contains("bad state MINE"), "{}", r.text);
+    let r = call(&mut s, 2, "debugger-frame", json!({"code": "(+ 1 2)"}));
+    assert_eq!(r.structured["values"], json!(["3"]), "{}", r.text);
+    let r = eval(&mut s, 3, "(+ 2 2)");
+    assert_eq!(r.text, "=> 4");
+    let r = call(&mut s, 4, "debugger-restart", json!({"action": "abort"}));
+    assert!(r.text.contains("ABORT"), "{}", r.text);
+    drop(s);
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(
+        user.child.try_wait().unwrap().is_none(),
+        "the user's image lives on"
+    );
 }
