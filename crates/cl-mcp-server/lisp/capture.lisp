@@ -222,7 +222,13 @@ share what is left equally."
 ;;; Running evaluations, visible to other threads.
 
 (defstruct (evaluation (:constructor %make-evaluation))
-  id thread stdout stderr (start (get-internal-real-time)))
+  id thread stdout stderr (start (get-internal-real-time))
+  ;; The evaluation's own ABORT restart ("Abandon this evaluation."): the
+  ;; debugger lists the restarts down to it, never Swank's outer ones.
+  abort-restart
+  ;; *PACKAGE* where the evaluation entered the debugger (forms sent to the
+  ;; debugger are read there).
+  package)
 
 (defvar *evaluations* '()
   "Evaluations running right now (EVALUATION structs), newest first.")
@@ -413,9 +419,23 @@ frames)."
 (defparameter *max-warnings* 200
   "At most this many warnings are listed per request.")
 
+(defun enter-debugger (condition)
+  "Suspend this thread in Swank's debugger (SLDB) on CONDITION: Swank
+sends :debug to the connection that made the request and serves its
+requests on this thread until a restart is invoked. Nested errors enter
+nested levels."
+  (when *current-evaluation*
+    (setf (evaluation-package *current-evaluation*) *package*))
+  (flet ((hook (c h)
+           (declare (ignore h))
+           (enter-debugger c)))
+    (call-with-debugger-hooks
+     #'hook
+     (lambda () (swank::swank-debugger-hook condition nil)))))
+
 (defun run-captured (thunk &key id (max-output 50000) stdin
                              (backtrace-limit 20) (warnings :collect)
-                             (on-warning nil))
+                             (on-warning nil) debug)
   "Run THUNK (a function of no arguments) as user code.
 
 Returns a plist: :VALUE (the list of THUNK's values, when it returned),
@@ -423,7 +443,9 @@ Returns a plist: :VALUE (the list of THUNK's values, when it returned),
 \"TYPE: message\", when WARNINGS is :COLLECT; :MUFFLE drops them; :PASS lets
 them through), :ELAPSED-MS, and :ERROR (a plist :TYPE :MESSAGE :RESTARTS
 :BACKTRACE) or :INTERRUPTED T with :WHERE (frames where it was).
-ON-WARNING, when given, is called with each warning first."
+ON-WARNING, when given, is called with each warning first. With DEBUG,
+what reaches the debugger suspends the evaluation in Swank's debugger
+(ENTER-DEBUGGER) instead of ending it."
   (let* ((start (get-internal-real-time))
          (stdout (make-capture-stream max-output))
          (stderr (make-capture-stream max-output))
@@ -461,7 +483,9 @@ ON-WARNING, when given, is called with each warning first."
                      (call-with-debugger-hooks
                       (lambda (condition hook)
                         (declare (ignore hook))
-                        (fail condition))
+                        (if debug
+                            (enter-debugger condition)
+                            (fail condition)))
                       (lambda ()
                        (call-without-outer-handlers
                         (lambda ()
@@ -497,15 +521,19 @@ ON-WARNING, when given, is called with each warning first."
                                 ;; Restarts the user code establishes are
                                 ;; the ones worth listing.
                                 (setf outer-restarts (compute-restarts))
+                                (setf (evaluation-abort-restart evaluation)
+                                      (find-restart 'abort))
                                 (list :value (multiple-value-list
                                               (call-with-user-code thunk))))
                             (abort ()
                               :report "Abandon this evaluation."
                               (list :error
                                     (list :type "ABORT"
-                                          :message "The code invoked the ABORT restart: the evaluation was abandoned."
+                                          :message (if debug
+                                                       "The evaluation was abandoned (the ABORT restart, from the code or the debugger)."
+                                                       "The code invoked the ABORT restart: the evaluation was abandoned.")
                                           :restarts nil :backtrace nil))))))
-                        #'fail)))))))
+                        (if debug #'enter-debugger #'fail))))))))
       (unregister-evaluation evaluation))
     (append
      (cond ((eq (first outcome) :value) (list :value (second outcome)))

@@ -68,7 +68,7 @@ reply stays within *REPLY-BYTE-BUDGET* bytes. Returns them as 5 values."
 
 (defun eval-request (code &key package session id print-level print-length
                             print-readably safe-read stdin (max-output 50000)
-                            (backtrace-limit 20))
+                            (backtrace-limit 20) debug)
   "Read and evaluate the forms of CODE one at a time, like a REPL.
 
 PACKAGE (a name) is where reading starts, for this call only; without it,
@@ -77,7 +77,9 @@ the forms affects the forms after it, and a *PACKAGE* the code changed is
 remembered for SESSION. :package is SESSION's package after the call.
 SAFE-READ binds *READ-EVAL* to NIL. STDIN is the whole standard input
 (end-of-file right away without it). ID names this evaluation for
-INTERRUPT-EVALUATION and EVAL-STATUS.
+INTERRUPT-EVALUATION and EVAL-STATUS. With DEBUG, an error (or BREAK,
+INVOKE-DEBUGGER) suspends the evaluation in Swank's debugger (see
+debug.lisp) instead of returning it as :error.
 
 Returns (:values (STRING...) :stdout S :stderr S :warnings (S...)
 :package NAME :elapsed-ms N :error NIL-or-(:type :message :restarts
@@ -118,6 +120,8 @@ Returns (:values (STRING...) :stdout S :stderr S :warnings (S...)
                      (call-with-debugger-hooks
                       (lambda (condition hook)
                         (declare (ignore hook))
+                        (when debug
+                          (enter-debugger condition))
                         (setf form-error
                               (condition-plist condition
                                                :backtrace (user-backtrace backtrace-limit)
@@ -155,7 +159,7 @@ Returns (:values (STRING...) :stdout S :stderr S :warnings (S...)
                                                     :max-output max-output)))
                   (values))))
               :id id :max-output max-output :stdin stdin
-              :backtrace-limit backtrace-limit)))
+              :backtrace-limit backtrace-limit :debug debug)))
       ;; A per-call PACKAGE applies to this call only; the session moves
       ;; only when the code itself changed *PACKAGE* (IN-PACKAGE).
       (unless (and start-package (eq current start-package))

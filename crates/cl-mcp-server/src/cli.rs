@@ -80,7 +80,7 @@ pub struct ServerOptions {
     /// Project root for file tools (default: the client's root, else the working directory).
     #[arg(long, env = "MCP_PROJECT_ROOT", global = true)]
     pub project_root: Option<PathBuf>,
-    /// Tool groups to offer, comma-separated: eval,image,code,asdf,source,fs (default: all).
+    /// Tool groups to offer, comma-separated: eval,image,code,asdf,source,fs,debug (default: all).
     #[arg(long, env = "CL_MCP_TOOLS", global = true, value_delimiter = ',')]
     pub tools: Option<Vec<String>>,
     /// Log level of the JSON logs on stderr: debug, info, warn, error.
@@ -147,6 +147,14 @@ pub struct ServerOptions {
         allow_hyphen_values = true
     )]
     pub lisp_args: Vec<String>,
+    /// Abort a pending debugger (evaluate-lisp with debug) nobody has touched for this many seconds.
+    #[arg(
+        long,
+        env = "CL_MCP_DEBUGGER_IDLE_SECS",
+        global = true,
+        default_value_t = 600
+    )]
+    pub debugger_idle_secs: u64,
     /// Longest accepted message line, in bytes.
     #[arg(long, env = "CL_MCP_MAX_MESSAGE_BYTES", global = true, default_value_t = 16 * 1024 * 1024)]
     pub max_message_bytes: usize,
@@ -180,7 +188,7 @@ impl ServerOptions {
             let mut parsed = Vec::new();
             for g in groups.iter().filter(|g| !g.trim().is_empty()) {
                 let group = ToolGroup::parse(g).ok_or_else(|| {
-                    format!("--tools: unknown group '{g}' (groups: eval, image, code, asdf, source, fs)")
+                    format!("--tools: unknown group '{g}' (groups: eval, image, code, asdf, source, fs, debug)")
                 })?;
                 parsed.push(group);
             }
@@ -194,6 +202,10 @@ impl ServerOptions {
             return Err("--max-connections must be at least 1".into());
         }
         config.max_connections = self.max_connections;
+        if self.debugger_idle_secs == 0 {
+            return Err("--debugger-idle-secs must be at least 1".into());
+        }
+        config.debugger_idle_secs = self.debugger_idle_secs;
         if self
             .swank
             .as_deref()

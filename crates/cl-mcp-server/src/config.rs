@@ -30,6 +30,9 @@ pub struct ServerConfig {
     pub eager_image: bool,
     /// How sessions find, start or attach to their Lisp image.
     pub image: crate::image::ImageConfig,
+    /// `--debugger-idle-secs`: a pending debugger nobody touched for this
+    /// long is aborted.
+    pub debugger_idle_secs: u64,
 }
 
 impl Default for ServerConfig {
@@ -45,6 +48,7 @@ impl Default for ServerConfig {
             shared_image: false,
             eager_image: true,
             image: crate::image::ImageConfig::from_env(),
+            debugger_idle_secs: 600,
         }
     }
 }

@@ -13,7 +13,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::session::Session;
 use crate::tools::fs::{read_text_capped, resolve_existing_file};
-use crate::tools::image::{call_lookup, helper_form, plist_i64, plist_str, plist_strings};
+use crate::tools::lisp_call::{call_lookup, helper_form, plist_i64, plist_str, plist_strings};
 use crate::tools::{ToolContext, ToolGroup, ToolRegistry};
 
 /// Most resources one `resources/list` page holds.

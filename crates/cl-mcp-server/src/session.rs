@@ -18,7 +18,7 @@ pub struct Session {
     allowed_roots: RwLock<Vec<PathBuf>>,
     image: ImageSlot,
     /// Source directories of the image's ASDF systems: file tools may read
-    /// there too. Refreshed from the image (see `tools::image`).
+    /// there too. Refreshed from the image (see `tools::lisp_call`).
     read_roots: RwLock<Vec<PathBuf>>,
     /// Unique in this process: names the session inside a (shared) image.
     pub id: u64,
@@ -26,6 +26,9 @@ pub struct Session {
     pub eval: EvalState,
     /// MCP tasks (tool calls run in the background, polled for results).
     pub tasks: crate::protocol::tasks::TaskStore,
+    /// Evaluations suspended in the debugger (`evaluate-lisp` with
+    /// `debug: true`); aborted when the session ends.
+    pub debuggers: crate::tools::debug::Debuggers,
 }
 
 /// Where a session's image lives: its own, or the one all sessions share
@@ -58,7 +61,7 @@ pub struct ImageTurns {
     pub build: Arc<tokio::sync::Mutex<()>>,
 }
 
-/// A session's evaluation bookkeeping (see `tools::image`).
+/// A session's evaluation bookkeeping (see `tools::lisp_call`).
 pub struct EvalState {
     /// Held while an evaluation runs; tokio's mutex is fair, so waiting
     /// evaluations run in arrival order. Sessions sharing one image share the
@@ -110,6 +113,7 @@ impl Session {
                 project_registered: Default::default(),
             },
             tasks: Default::default(),
+            debuggers: Default::default(),
         })
     }
 

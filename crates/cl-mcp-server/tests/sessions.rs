@@ -102,3 +102,43 @@ async fn shared_image_is_shared() {
         "=> \"COMMON-LISP-USER\""
     );
 }
+
+/// A session's pending debuggers are aborted when it ends: in a shared
+/// image the suspended evaluation does not outlive its session.
+#[tokio::test]
+async fn ending_a_session_aborts_its_pending_debuggers() {
+    let http = Http {
+        server: Listening::start(&["http", "--bind", "127.0.0.1:0", "--shared-image"]),
+    };
+    let a = http.session().await;
+    let b = http.session().await;
+    let (_, v) = http
+        .post(
+            Some(&a),
+            json!({"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"evaluate-lisp",
+                   "arguments":{"code":"(error \"waits\")","debug":true}}}),
+        )
+        .await;
+    let text = v["result"]["content"][0]["text"].as_str().unwrap();
+    assert!(text.starts_with("[DEBUGGER level 1]"), "{text}");
+    // Running now: the suspended one and the one that counts.
+    let count = "(length (cl-mcp::running-evaluations))";
+    assert_eq!(http.eval(&b, count).await, "=> 2");
+    let status = reqwest::Client::new()
+        .delete(&http.server.address)
+        .header("mcp-session-id", &a)
+        .send()
+        .await
+        .unwrap()
+        .status();
+    assert!(status.is_success(), "{status}");
+    let mut left = String::new();
+    for _ in 0..50 {
+        left = http.eval(&b, count).await;
+        if left == "=> 1" {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert_eq!(left, "=> 1", "the suspended evaluation was aborted");
+}

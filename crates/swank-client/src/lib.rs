@@ -305,7 +305,25 @@ impl SwankClient {
     /// symbols (`swank:connection-info`) and build string arguments with
     /// [`lisp_string`]. `package` is the buffer package name (e.g. `"CL-USER"`).
     pub async fn rex(&self, form: &str, package: &str, thread: Thread) -> Result<RexOutcome> {
-        let id = self.shared.next_id.fetch_add(1, Ordering::Relaxed);
+        let id = self.new_request_id();
+        self.rex_with_id(id, form, package, thread).await
+    }
+
+    /// A fresh request id for [`SwankClient::rex_with_id`]: a caller that
+    /// knows its request's id can recognise it among the continuations of
+    /// a [`SwankEvent::Debug`].
+    pub fn new_request_id(&self) -> u64 {
+        self.shared.next_id.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// [`SwankClient::rex`] with an id from [`SwankClient::new_request_id`].
+    pub async fn rex_with_id(
+        &self,
+        id: u64,
+        form: &str,
+        package: &str,
+        thread: Thread,
+    ) -> Result<RexOutcome> {
         let (tx, rx) = oneshot::channel();
         {
             let mut p = self.shared.pending.lock().unwrap();

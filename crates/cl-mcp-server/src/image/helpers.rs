@@ -13,6 +13,7 @@ const EMBEDDED: &[(&str, &str)] = &[
     ("util.lisp", include_str!("../../lisp/util.lisp")),
     ("capture.lisp", include_str!("../../lisp/capture.lisp")),
     ("eval.lisp", include_str!("../../lisp/eval.lisp")),
+    ("debug.lisp", include_str!("../../lisp/debug.lisp")),
     (
         "introspect.lisp",
         include_str!("../../lisp/introspect.lisp"),

@@ -10,6 +10,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant, SystemTime};
 
+use lisp_syntax::data::Value;
 use swank_client::{lisp_string, RexOutcome, SwankClient, SwankError, SwankEvent, Thread};
 use tokio::io::BufReader;
 use tokio::sync::{broadcast, oneshot, watch};
@@ -103,6 +104,9 @@ struct Inner {
     deaths: Mutex<VecDeque<(Instant, String)>>,
     generation: AtomicU64,
     core_build_failed: AtomicBool,
+    /// Request ids of calls whose debugger entries are answered by their
+    /// caller (see [`Image::eval_debuggable`]), not aborted.
+    debuggable: Mutex<std::collections::HashSet<u64>>,
 }
 
 struct Live {
@@ -232,6 +236,7 @@ impl Image {
                 deaths: Mutex::new(VecDeque::new()),
                 generation: AtomicU64::new(0),
                 core_build_failed: AtomicBool::new(false),
+                debuggable: Mutex::new(Default::default()),
             }),
         }
     }
@@ -288,6 +293,32 @@ impl Image {
                 return self.reply(&live, r).await;
             }
         }
+        self.reply(&live, r).await
+    }
+
+    /// Runs `form` on a fresh Swank thread whose debugger entries are left
+    /// waiting for the caller: a [`SwankEvent::Debug`] whose continuations
+    /// hold this call's request id (stored in `request_id` before the
+    /// request leaves) is not aborted, and the thread serves requests sent
+    /// to it ([`Thread::Id`]) until a restart lets the call finish.
+    pub async fn eval_debuggable(
+        &self,
+        form: &str,
+        package: &str,
+        request_id: &AtomicU64,
+    ) -> Result<ImageReply, ImageError> {
+        let live = self.live().await?;
+        let id = live.client.new_request_id();
+        request_id.store(id, Ordering::SeqCst);
+        self.inner.debuggable.lock().unwrap().insert(id);
+        struct Forget<'a>(&'a Inner, u64);
+        impl Drop for Forget<'_> {
+            fn drop(&mut self) {
+                self.0.debuggable.lock().unwrap().remove(&self.1);
+            }
+        }
+        let _forget = Forget(&self.inner, id);
+        let r = live.client.rex_with_id(id, form, package, Thread::T).await;
         self.reply(&live, r).await
     }
 
@@ -365,8 +396,8 @@ impl Image {
     }
 
     /// Receives every Swank event of this image and its successors.
-    /// Subscribers must answer `Debug` events of calls they wait for;
-    /// debugger entries nobody waits for are aborted by the supervisor.
+    /// Debugger entries are aborted by the supervisor unless they belong
+    /// to a call of [`Image::eval_debuggable`], whose caller answers them.
     pub fn subscribe(&self) -> broadcast::Receiver<ImageEvent> {
         self.inner.events.subscribe()
     }
@@ -934,8 +965,13 @@ fn handle_event(inner: &Inner, live: &Arc<Live>, event: &SwankEvent) {
             continuations,
             ..
         } => {
-            let waiting = continuations.as_list().is_some_and(|l| !l.is_empty());
-            if !waiting || inner.events.receiver_count() == 0 {
+            let claimed = continuations.as_list().is_some_and(|l| {
+                let ids = inner.debuggable.lock().unwrap();
+                l.iter()
+                    .filter_map(Value::as_i64)
+                    .any(|id| ids.contains(&(id as u64)))
+            });
+            if !claimed {
                 let text = condition
                     .as_list()
                     .and_then(|l| l.first())

@@ -10,7 +10,7 @@ use super::code::{
     build_result, build_timeout, render_build_error, render_diagnostics, render_interruption,
     BuildOutput, Diagnostic, FailedAction,
 };
-use super::image::{
+use super::lisp_call::{
     self, helper_form, plist_bool, plist_i64, plist_list, plist_str, plist_strings,
 };
 use super::output::DEFAULT_MAX_OUTPUT;
@@ -37,11 +37,11 @@ async fn asdf_load_system(a: LoadArgs, ctx: ToolContext) -> ToolOutput {
         keys.push(("force", Value::t()));
     }
     let form = helper_form("load-system", vec![Value::string(a.system.clone())], keys);
-    let v = match image::call_build(&ctx, &form, timeout).await {
+    let v = match lisp_call::call_build(&ctx, &form, timeout).await {
         Ok(v) => v,
         Err(e) => return ToolOutput::error(e),
     };
-    image::refresh_read_roots(&ctx).await;
+    lisp_call::refresh_read_roots(&ctx).await;
     let root = ctx.session.project_root();
     let out = BuildOutput::from_plist(&v, &root);
     let via = plist_str(&v, "via").unwrap_or_else(|| "asdf".into());
@@ -139,7 +139,7 @@ async fn asdf_test_system(a: TestArgs, ctx: ToolContext) -> ToolOutput {
         keys.push(("test", Value::string(t.clone())));
     }
     let form = helper_form("test-system", vec![Value::string(a.system.clone())], keys);
-    let v = match image::call_build(&ctx, &form, timeout).await {
+    let v = match lisp_call::call_build(&ctx, &form, timeout).await {
         Ok(v) => v,
         Err(e) => return ToolOutput::error(e),
     };
@@ -280,7 +280,7 @@ async fn asdf_list_systems(a: ListArgs, ctx: ToolContext) -> ToolOutput {
         keys.push(("loaded-only", Value::t()));
     }
     let form = helper_form("list-systems", vec![], keys);
-    let v = match image::call_lookup(&ctx, &form).await {
+    let v = match lisp_call::call_lookup(&ctx, &form).await {
         Ok(v) => v,
         Err(e) => return ToolOutput::error(e),
     };
@@ -345,7 +345,7 @@ struct InfoOutput {
 
 async fn asdf_system_info(a: InfoArgs, ctx: ToolContext) -> ToolOutput {
     let form = helper_form("system-info", vec![Value::string(a.system.clone())], vec![]);
-    let v = match image::call_lookup(&ctx, &form).await {
+    let v = match lisp_call::call_lookup(&ctx, &form).await {
         Ok(v) => v,
         Err(e) => return ToolOutput::error(e),
     };
@@ -412,7 +412,7 @@ pub fn tools() -> Vec<ToolDef> {
             Annotations::MUTATING,
             |a: LoadArgs, ctx: ToolContext| async move {
                 let c = ctx.clone();
-                image::finish(&c, asdf_load_system(a, ctx).await)
+                lisp_call::finish(&c, asdf_load_system(a, ctx).await)
             },
         )
         .with_output_schema::<BuildOutput>()
@@ -427,7 +427,7 @@ pub fn tools() -> Vec<ToolDef> {
             Annotations::MUTATING,
             |a: TestArgs, ctx: ToolContext| async move {
                 let c = ctx.clone();
-                image::finish(&c, asdf_test_system(a, ctx).await)
+                lisp_call::finish(&c, asdf_test_system(a, ctx).await)
             },
         )
         .with_output_schema::<TestOutput>()
@@ -441,7 +441,7 @@ pub fn tools() -> Vec<ToolDef> {
             Annotations::READ_ONLY,
             |a: ListArgs, ctx: ToolContext| async move {
                 let c = ctx.clone();
-                image::finish(&c, asdf_list_systems(a, ctx).await)
+                lisp_call::finish(&c, asdf_list_systems(a, ctx).await)
             },
         )
         .with_output_schema::<ListOutput>(),
@@ -454,7 +454,7 @@ pub fn tools() -> Vec<ToolDef> {
             Annotations::READ_ONLY,
             |a: InfoArgs, ctx: ToolContext| async move {
                 let c = ctx.clone();
-                image::finish(&c, asdf_system_info(a, ctx).await)
+                lisp_call::finish(&c, asdf_system_info(a, ctx).await)
             },
         )
         .with_output_schema::<InfoOutput>(),

@@ -12,7 +12,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::fs_paths::{self, Access};
-use super::image::{
+use super::lisp_call::{
     self, helper_form, plist_bool, plist_i64, plist_list, plist_str, plist_strings,
 };
 use super::output::DEFAULT_MAX_OUTPUT;
@@ -200,7 +200,7 @@ struct FindOutput {
 }
 
 async fn code_find(a: FindArgs, ctx: ToolContext) -> ToolOutput {
-    if let Err(e) = image::check_read_depth(&a.symbol, "`symbol`") {
+    if let Err(e) = lisp_call::check_read_depth(&a.symbol, "`symbol`") {
         return ToolOutput::error(e);
     }
     let form = helper_form(
@@ -208,12 +208,12 @@ async fn code_find(a: FindArgs, ctx: ToolContext) -> ToolOutput {
         vec![Value::string(a.symbol.clone())],
         package_key(&a.package, &ctx),
     );
-    let v = match image::call_lookup(&ctx, &form).await {
+    let v = match lisp_call::call_lookup(&ctx, &form).await {
         Ok(v) => v,
         Err(e) => return ToolOutput::error(e),
     };
     // The files found may be read next: make their systems' directories readable.
-    image::refresh_read_roots(&ctx).await;
+    lisp_call::refresh_read_roots(&ctx).await;
     let root = ctx.session.project_root();
     let symbol = plist_str(&v, "symbol").unwrap_or_default();
     let defs: Vec<Definition> = plist_list(&v, "definitions")
@@ -265,7 +265,7 @@ fn package_key(package: &Option<String>, ctx: &ToolContext) -> Vec<(&'static str
         .iter()
         .map(|p| ("package", Value::string(p.clone())))
         .collect();
-    keys.push(("session", Value::string(image::session_key(ctx))));
+    keys.push(("session", Value::string(lisp_call::session_key(ctx))));
     keys
 }
 
@@ -304,7 +304,7 @@ struct DescribeOutput {
 }
 
 async fn code_describe(a: DescribeArgs, ctx: ToolContext) -> ToolOutput {
-    if let Err(e) = image::check_read_depth(&a.symbol, "`symbol`") {
+    if let Err(e) = lisp_call::check_read_depth(&a.symbol, "`symbol`") {
         return ToolOutput::error(e);
     }
     let mut keys = package_key(&a.package, &ctx);
@@ -314,7 +314,7 @@ async fn code_describe(a: DescribeArgs, ctx: ToolContext) -> ToolOutput {
         vec![Value::string(a.symbol.clone())],
         keys,
     );
-    let v = match image::call_lookup(&ctx, &form).await {
+    let v = match lisp_call::call_lookup(&ctx, &form).await {
         Ok(v) => v,
         Err(e) => return ToolOutput::error(e),
     };
@@ -429,7 +429,7 @@ struct RefsOutput {
 }
 
 async fn code_find_references(a: RefsArgs, ctx: ToolContext) -> ToolOutput {
-    if let Err(e) = image::check_read_depth(&a.symbol, "`symbol`") {
+    if let Err(e) = lisp_call::check_read_depth(&a.symbol, "`symbol`") {
         return ToolOutput::error(e);
     }
     let kind = a.kind.unwrap_or_default();
@@ -447,7 +447,7 @@ async fn code_find_references(a: RefsArgs, ctx: ToolContext) -> ToolOutput {
         vec![Value::keyword(kind.name()), Value::string(a.symbol.clone())],
         keys,
     );
-    let v = match image::call_lookup(&ctx, &form).await {
+    let v = match lisp_call::call_lookup(&ctx, &form).await {
         Ok(v) => v,
         Err(e) => return ToolOutput::error(e),
     };
@@ -568,7 +568,7 @@ async fn code_apropos(a: AproposArgs, ctx: ToolContext) -> ToolOutput {
         vec![Value::string(a.query.clone())],
         keys,
     );
-    let v = match image::call_lookup(&ctx, &form).await {
+    let v = match lisp_call::call_lookup(&ctx, &form).await {
         Ok(v) => v,
         Err(e) => return ToolOutput::error(e),
     };
@@ -629,7 +629,7 @@ struct MacroexpandOutput {
 }
 
 async fn code_macroexpand(a: MacroexpandArgs, ctx: ToolContext) -> ToolOutput {
-    if let Err(e) = image::check_read_depth(&a.form, "`form`") {
+    if let Err(e) = lisp_call::check_read_depth(&a.form, "`form`") {
         return ToolOutput::error(e);
     }
     let mut keys = package_key(&a.package, &ctx);
@@ -643,7 +643,7 @@ async fn code_macroexpand(a: MacroexpandArgs, ctx: ToolContext) -> ToolOutput {
         vec![Value::string(a.form.clone())],
         keys,
     );
-    let v = match image::call_lookup(&ctx, &form).await {
+    let v = match lisp_call::call_lookup(&ctx, &form).await {
         Ok(v) => v,
         Err(e) => return ToolOutput::error(e),
     };
@@ -830,7 +830,7 @@ async fn lisp_compile_file(a: CompileArgs, ctx: ToolContext) -> ToolOutput {
             ("max-output", Value::Integer(DEFAULT_MAX_OUTPUT as i64)),
         ],
     );
-    let v = match image::call_build(&ctx, &form, timeout).await {
+    let v = match lisp_call::call_build(&ctx, &form, timeout).await {
         Ok(v) => v,
         Err(e) => return ToolOutput::error(e),
     };
@@ -931,7 +931,7 @@ pub fn tools() -> Vec<ToolDef> {
             Annotations::READ_ONLY,
             |a: FindArgs, ctx: ToolContext| async move {
                 let c = ctx.clone();
-                image::finish(&c, code_find(a, ctx).await)
+                lisp_call::finish(&c, code_find(a, ctx).await)
             },
         )
         .with_output_schema::<FindOutput>(),
@@ -944,7 +944,7 @@ pub fn tools() -> Vec<ToolDef> {
             Annotations::READ_ONLY,
             |a: DescribeArgs, ctx: ToolContext| async move {
                 let c = ctx.clone();
-                image::finish(&c, code_describe(a, ctx).await)
+                lisp_call::finish(&c, code_describe(a, ctx).await)
             },
         )
         .with_output_schema::<DescribeOutput>(),
@@ -958,7 +958,7 @@ pub fn tools() -> Vec<ToolDef> {
             Annotations::READ_ONLY,
             |a: RefsArgs, ctx: ToolContext| async move {
                 let c = ctx.clone();
-                image::finish(&c, code_find_references(a, ctx).await)
+                lisp_call::finish(&c, code_find_references(a, ctx).await)
             },
         )
         .with_output_schema::<RefsOutput>(),
@@ -971,7 +971,7 @@ pub fn tools() -> Vec<ToolDef> {
             Annotations::READ_ONLY,
             |a: AproposArgs, ctx: ToolContext| async move {
                 let c = ctx.clone();
-                image::finish(&c, code_apropos(a, ctx).await)
+                lisp_call::finish(&c, code_apropos(a, ctx).await)
             },
         )
         .with_output_schema::<AproposOutput>(),
@@ -984,7 +984,7 @@ pub fn tools() -> Vec<ToolDef> {
             Annotations::READ_ONLY,
             |a: MacroexpandArgs, ctx: ToolContext| async move {
                 let c = ctx.clone();
-                image::finish(&c, code_macroexpand(a, ctx).await)
+                lisp_call::finish(&c, code_macroexpand(a, ctx).await)
             },
         )
         .with_output_schema::<MacroexpandOutput>(),
@@ -998,7 +998,7 @@ pub fn tools() -> Vec<ToolDef> {
             Annotations::MUTATING,
             |a: CompileArgs, ctx: ToolContext| async move {
                 let c = ctx.clone();
-                image::finish(&c, lisp_compile_file(a, ctx).await)
+                lisp_call::finish(&c, lisp_compile_file(a, ctx).await)
             },
         )
         .with_output_schema::<BuildOutput>()

@@ -14,7 +14,8 @@ use lisp_syntax::data::Value;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::image::{
+use super::debug;
+use super::lisp_call::{
     self, helper_form, plist_bool, plist_i64, plist_list, plist_str, plist_strings,
 };
 use super::output::DEFAULT_MAX_OUTPUT;
@@ -52,6 +53,8 @@ struct EvalArgs {
     safe_read: Option<bool>,
     /// Text for `*standard-input*` (else end-of-file).
     stdin: Option<String>,
+    /// Keep an error/break waiting in the debugger (debug tools).
+    debug: Option<bool>,
 }
 
 /// One frame of a backtrace.
@@ -97,6 +100,9 @@ pub struct EvalOutput {
     /// Where an interrupted evaluation was (top frames). Present only then.
     #[serde(default, skip_serializing_if = "Vec::is_empty", rename = "where")]
     pub where_: Vec<String>,
+    /// The debugger the evaluation waits in (`debug: true`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub debugger: Option<super::debug::DebuggerInfo>,
 }
 
 impl EvalOutput {
@@ -131,6 +137,7 @@ impl EvalOutput {
             error,
             interrupted: plist_bool(v, "interrupted"),
             where_: plist_strings(v, "where"),
+            debugger: None,
         }
     }
 }
@@ -248,6 +255,9 @@ fn request_form(a: &EvalArgs, id: u64, session: &str, max_output: usize) -> Stri
     if let Some(s) = &a.stdin {
         keys.push(("stdin", Value::string(s.clone())));
     }
+    if a.debug == Some(true) {
+        keys.push(("debug", Value::t()));
+    }
     helper_form("eval-request", vec![Value::string(a.code.clone())], keys)
 }
 
@@ -258,7 +268,7 @@ async fn evaluate(a: EvalArgs, ctx: ToolContext) -> ToolOutput {
             "timeoutSeconds must be a positive number of seconds (default 30).",
         );
     }
-    if let Err(e) = image::check_read_depth(&a.code, "`code`") {
+    if let Err(e) = lisp_call::check_read_depth(&a.code, "`code`") {
         return ToolOutput::error(e);
     }
     let max_output = a
@@ -266,24 +276,20 @@ async fn evaluate(a: EvalArgs, ctx: ToolContext) -> ToolOutput {
         .unwrap_or(DEFAULT_MAX_OUTPUT)
         .clamp(1, MAX_OUTPUT_CEILING);
     let id = NEXT_EVAL_ID.fetch_add(1, Ordering::Relaxed);
-    let form = request_form(&a, id, &image::session_key(&ctx), max_output);
-    let run = image::run_evaluation(
-        &ctx,
-        id,
-        form,
-        Duration::from_secs_f64(timeout.min(1.0e7)),
-        STATUS_POLL,
-        UNWIND_GRACE,
-    )
-    .await;
+    let form = request_form(&a, id, &lisp_call::session_key(&ctx), max_output);
+    let timeout_d = Duration::from_secs_f64(timeout.min(1.0e7));
+    if a.debug == Some(true) {
+        return evaluate_debuggable(&ctx, id, form, &a.code, timeout_d).await;
+    }
+    let run = lisp_call::run_evaluation(&ctx, id, form, timeout_d, STATUS_POLL, UNWIND_GRACE).await;
     let (value, cause) = match run {
         Ok(r) => (r.value, r.cause),
         Err(e) => return ToolOutput::error(e),
     };
     let out = EvalOutput::from_plist(&value);
     let cause = cause.map(|c| match c {
-        image::StopCause::Timeout => InterruptCause::Timeout(timeout),
-        image::StopCause::Cancelled => InterruptCause::Cancelled,
+        lisp_call::StopCause::Timeout => InterruptCause::Timeout(timeout),
+        lisp_call::StopCause::Cancelled => InterruptCause::Cancelled,
     });
     let cause = if out.interrupted && cause.is_none() {
         Some(InterruptCause::External)
@@ -296,6 +302,34 @@ async fn evaluate(a: EvalArgs, ctx: ToolContext) -> ToolOutput {
     ToolOutput::structured(text, structured).with_error(is_error)
 }
 
+/// `debug: true`: runs the evaluation so that a debugger entry waits, and
+/// returns at once when it does (releasing the session's turn), else the
+/// evaluation's outcome.
+async fn evaluate_debuggable(
+    ctx: &ToolContext,
+    id: u64,
+    form: String,
+    code: &str,
+    timeout: Duration,
+) -> ToolOutput {
+    let slot = &ctx.session.eval;
+    let _turn = tokio::select! {
+        t = slot.turn.lock() => t,
+        _ = ctx.cancel.cancelled() => {
+            return ToolOutput::error("Cancelled before the evaluation started (an earlier evaluation of this session was still running).")
+        }
+    };
+    if let Err(e) = lisp_call::ensure_ready(ctx).await {
+        return ToolOutput::error(e);
+    }
+    *slot.running.lock().unwrap() = Some(id);
+    let p = debug::start(ctx, id, form, code);
+    let (waited, cause) = debug::wait(ctx, &p, 0, timeout).await;
+    *slot.running.lock().unwrap() = None;
+    drop(_turn);
+    debug::outcome_output(ctx, &p, waited, cause).await
+}
+
 /// The tools of the `eval` group.
 pub fn tools() -> Vec<ToolDef> {
     vec![tool(
@@ -304,13 +338,13 @@ pub fn tools() -> Vec<ToolDef> {
         "Evaluate Common Lisp",
         "Evaluate Common Lisp code in the session's persistent image, form by form; `*package*` \
          persists between calls. Returns output, warnings and `=> value` lines. An error returns \
-         its type, message, backtrace and restarts (listed only: the error has already unwound, \
-         so they cannot be invoked). A timeout interrupts the evaluation and keeps the image's \
-         state.",
+         its type, message, backtrace and restarts; with `debug: true` it waits in the debugger \
+         instead ([DEBUGGER level N], debug tools). A timeout interrupts the evaluation and keeps \
+         the image's state.",
         Annotations::MUTATING,
         |a: EvalArgs, ctx: ToolContext| async move {
             let c = ctx.clone();
-            image::finish(&c, evaluate(a, ctx).await)
+            lisp_call::finish(&c, evaluate(a, ctx).await)
         },
     )
     .with_output_schema::<EvalOutput>()
@@ -392,6 +426,7 @@ two" :warnings ("STYLE-WARNING: x") :package "CL-USER" :elapsed-ms 3 :error nil)
             max_output_length: None,
             safe_read: Some(true),
             stdin: None,
+            debug: None,
         };
         let f = request_form(&a, 7, "s1", 100);
         assert!(

@@ -1,434 +1,15 @@
-//! The `image` tools (`image-info`, `image-restart`, `image-interrupt`) and
-//! the one place where the Lisp-backed tool families talk to the image:
-//! building calls to the helpers in `lisp/` (package `CL-MCP`), running
-//! them, and reading the plists they return.
-//!
-//! Two kinds of calls exist. Evaluations (`evaluate-lisp`) are serialised per
-//! session in arrival order and can be interrupted; everything else
-//! (introspection, builds, status polls, interrupts) runs on a fresh Swank
-//! thread so it never waits behind a running evaluation.
-
-use std::time::{Duration, Instant};
+//! The `image` tools (`image-info`, `image-restart`, `image-interrupt`).
 
 use lisp_syntax::data::Value;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use super::lisp_call::{
+    call_fresh, eval_slot, finish, helper_form, interrupt_evaluation, plist_i64, plist_str,
+    plist_strings, session_key,
+};
 use super::{tool, Annotations, ToolContext, ToolDef, ToolGroup, ToolOutput};
-use crate::image::{Image, ImageMode, ImageReply, RexOutcome, Thread};
-
-// ---------------------------------------------------------------------------
-// Building helper calls and reading their results.
-
-/// The deepest nesting (lists and reader prefixes such as `'`) of text the
-/// server hands the image's reader. Much deeper text exhausts the reader's
-/// control stack, and a second exhaustion before the stack guard is reset
-/// kills the image with all its state.
-pub const MAX_READ_DEPTH: usize = 1000;
-
-/// Refuses text nested deeper than [`MAX_READ_DEPTH`] before the image
-/// reads it; `what` names the argument (e.g. "`code`").
-pub fn check_read_depth(text: &str, what: &str) -> Result<(), String> {
-    let depth = lisp_syntax::nesting_depth(text);
-    if depth > MAX_READ_DEPTH {
-        return Err(format!(
-            "{what} nests {depth} levels deep (lists and prefixes such as ' or #'); the server \
-             hands the Lisp reader at most {MAX_READ_DEPTH} levels, because deeper text would \
-             exhaust the image's control stack. Nothing was sent to the image. Build deeply \
-             nested data with code (e.g. a loop) instead of writing it out."
-        ));
-    }
-    Ok(())
-}
-
-/// The form `(CL-MCP:NAME ARG... :KEY VALUE...)`, printed so that the Lisp
-/// reader reads every argument back exactly (strings are escaped by the data
-/// printer; no caller splices raw text into a form).
-pub fn helper_form(name: &str, args: Vec<Value>, keys: Vec<(&str, Value)>) -> String {
-    let mut items = Vec::with_capacity(1 + args.len() + 2 * keys.len());
-    items.push(Value::symbol_named(Some("CL-MCP"), &name.to_uppercase()));
-    items.extend(args);
-    for (k, v) in keys {
-        items.push(Value::keyword(k));
-        items.push(v);
-    }
-    Value::list(items).to_string()
-}
-
-/// A string value of a plist, `None` when absent or not a string.
-pub fn plist_str(v: &Value, key: &str) -> Option<String> {
-    v.plist_get(key)
-        .and_then(|x| x.as_str())
-        .map(str::to_string)
-}
-
-/// An integer value of a plist.
-pub fn plist_i64(v: &Value, key: &str) -> Option<i64> {
-    v.plist_get(key).and_then(Value::as_i64)
-}
-
-/// True when the key is present and not `nil`.
-pub fn plist_bool(v: &Value, key: &str) -> bool {
-    v.plist_get(key).is_some_and(|x| !x.is_nil())
-}
-
-/// A non-empty list value of a plist (`None` for absent or `nil`).
-pub fn plist_list<'a>(v: &'a Value, key: &str) -> Option<&'a [Value]> {
-    v.plist_get(key)
-        .and_then(Value::as_list)
-        .filter(|l| !l.is_empty())
-}
-
-/// The strings of a list value of a plist (non-strings skipped).
-pub fn plist_strings(v: &Value, key: &str) -> Vec<String> {
-    plist_list(v, key)
-        .unwrap_or(&[])
-        .iter()
-        .filter_map(|x| x.as_str().map(str::to_string))
-        .collect()
-}
-
-/// The `(:error MESSAGE)` a helper returns for a bad name or argument.
-fn helper_error(v: &Value) -> Option<String> {
-    plist_str(v, "error")
-}
-
-// ---------------------------------------------------------------------------
-// Per-session evaluation state: the FIFO turn and the running evaluation.
-
-/// The session's evaluation bookkeeping (its turn, running evaluation and
-/// pending notice).
-fn eval_slot(ctx: &ToolContext) -> &crate::session::EvalState {
-    &ctx.session.eval
-}
-
-/// A name for the session inside the image (`:session` of
-/// `cl-mcp:eval-request`), so sessions sharing an attached image keep their
-/// own current package.
-pub fn session_key(ctx: &ToolContext) -> String {
-    format!("session-{}", ctx.session.id)
-}
-
-/// Why the server stopped an evaluation.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum StopCause {
-    Timeout,
-    Cancelled,
-}
-
-/// How an evaluation ended, as far as the server is concerned.
-pub struct EvalRun {
-    /// The plist `cl-mcp:eval-request` returned.
-    pub value: Value,
-    /// Set when the server interrupted it (timeout or cancellation).
-    pub cause: Option<StopCause>,
-}
-
-/// Status polls start only after this long: short evaluations never pay
-/// for them.
-const STATUS_DELAY: Duration = Duration::from_millis(1000);
-/// Longest wait for one status poll.
-const STATUS_POLL_LIMIT: Duration = Duration::from_millis(1000);
-/// Longest wait for the image to take an interrupt request.
-const INTERRUPT_CALL_LIMIT: Duration = Duration::from_secs(5);
-
-/// Runs an `eval-request` form: waits for the session's turn, then runs it
-/// on the image's evaluation worker, interrupting it (through
-/// `cl-mcp:interrupt-evaluation` on another Swank thread) on timeout or
-/// cancellation, and refreshing the status line from `cl-mcp:eval-status`
-/// every `poll` while it runs.
-pub async fn run_evaluation(
-    ctx: &ToolContext,
-    id: u64,
-    form: String,
-    timeout: Duration,
-    poll: Duration,
-    grace: Duration,
-) -> Result<EvalRun, String> {
-    let slot = eval_slot(ctx);
-    let _turn = tokio::select! {
-        t = slot.turn.lock() => t,
-        _ = ctx.cancel.cancelled() => {
-            return Err("Cancelled before the evaluation started (an earlier evaluation of this session was still running).".into())
-        }
-    };
-    // The timeout is for the evaluation, not for starting the image (a cold
-    // start may build the core first).
-    ensure_ready(ctx).await?;
-    *slot.running.lock().unwrap() = Some(id);
-    let result = drive_evaluation(ctx, id, &form, timeout, poll, grace).await;
-    *slot.running.lock().unwrap() = None;
-    result.map(|(value, cause)| EvalRun { value, cause })
-}
-
-async fn drive_evaluation(
-    ctx: &ToolContext,
-    id: u64,
-    form: &str,
-    timeout: Duration,
-    poll: Duration,
-    grace: Duration,
-) -> Result<(Value, Option<StopCause>), String> {
-    let started = Instant::now();
-    let eval = eval_on_worker(ctx, form);
-    tokio::pin!(eval);
-    let deadline = tokio::time::sleep(timeout);
-    tokio::pin!(deadline);
-    let mut ticker = tokio::time::interval_at(tokio::time::Instant::now() + STATUS_DELAY, poll);
-    let mut cause: Option<StopCause> = None;
-    let mut gave_up_at: Option<tokio::time::Instant> = None;
-    loop {
-        tokio::select! {
-            r = &mut eval => return r.map(|v| (v, cause)),
-            _ = &mut deadline, if cause.is_none() => {
-                cause = Some(StopCause::Timeout);
-                interrupt_evaluation(ctx, Some(id)).await;
-                gave_up_at = Some(tokio::time::Instant::now() + grace);
-            }
-            _ = ctx.cancel.cancelled(), if cause.is_none() => {
-                cause = Some(StopCause::Cancelled);
-                interrupt_evaluation(ctx, Some(id)).await;
-                gave_up_at = Some(tokio::time::Instant::now() + grace);
-            }
-            _ = ticker.tick(), if cause.is_none() => {
-                let status = helper_form("eval-status", vec![Value::Integer(id as i64)], vec![]);
-                // A poll must never hold up the loop (and the timeout) when
-                // the image is slow to answer.
-                let polled = tokio::time::timeout(STATUS_POLL_LIMIT, call_fresh(ctx, &status)).await;
-                if let Ok(Ok(v)) = polled {
-                    match plist_str(&v, "line") {
-                        Some(line) => ctx.set_status(line),
-                        None => ctx.set_status(format!("evaluating ({} s)", started.elapsed().as_secs())),
-                    }
-                }
-            }
-            _ = sleep_until_opt(gave_up_at) => {
-                let image = ctx.session.image();
-                if image.process_stopped() {
-                    return Err(format!(
-                        "The evaluation did not stop within {} s of being interrupted: the \
-                         image's process (pid {}) is stopped (SIGSTOP or a debugger), so it \
-                         runs nothing. Resume it (kill -CONT) or use image-restart.",
-                        grace.as_secs(),
-                        image.pid().map(|p| p.to_string()).unwrap_or_default()
-                    ));
-                }
-                let old = image.abandon_eval_thread();
-                let cpu = match image.busiest_thread(Duration::from_millis(300)).await {
-                    Some((tid, pct)) if pct >= 5.0 => format!(
-                        "; the image's busiest thread (OS thread {tid}) is using {pct:.0}% of a core"
-                    ),
-                    Some(_) => "; the image is using almost no CPU now".to_string(),
-                    None => String::new(),
-                };
-                return Err(format!(
-                    "The evaluation did not stop within {} s of being interrupted: it runs \
-                     code that cannot be interrupted (e.g. inside WITHOUT-INTERRUPTS, an \
-                     UNWIND-PROTECT cleanup, or foreign code). It is left running on its \
-                     thread{}{cpu}. Later evaluations run on a fresh thread, with the image's \
-                     state intact. Use image-restart to stop it (this loses the image's state).",
-                    grace.as_secs(),
-                    old.map(|t| format!(" (Swank thread {t})")).unwrap_or_default()
-                ));
-            }
-        }
-    }
-}
-
-async fn sleep_until_opt(at: Option<tokio::time::Instant>) {
-    match at {
-        Some(at) => tokio::time::sleep_until(at).await,
-        None => std::future::pending().await,
-    }
-}
-
-/// Interrupts the evaluation `id` (every evaluation of the image when
-/// `None`); returns the ids the image interrupted.
-async fn interrupt_evaluation(ctx: &ToolContext, id: Option<u64>) -> Vec<i64> {
-    let args = id
-        .map(|n| vec![Value::Integer(n as i64)])
-        .unwrap_or_default();
-    let form = helper_form("interrupt-evaluation", args, vec![]);
-    match tokio::time::timeout(INTERRUPT_CALL_LIMIT, call_fresh(ctx, &form)).await {
-        Ok(Ok(v)) => plist_list(&v, "interrupted")
-            .unwrap_or(&[])
-            .iter()
-            .filter_map(Value::as_i64)
-            .collect(),
-        _ => Vec::new(),
-    }
-}
-
-/// Calls a lookup helper on a fresh Swank thread; a name that did not
-/// resolve (the helper's `(:error "...")`) is an error too.
-pub async fn call_lookup(ctx: &ToolContext, form: &str) -> Result<Value, String> {
-    let v = call_fresh(ctx, form).await?;
-    match helper_error(&v) {
-        Some(e) => Err(e),
-        None => Ok(v),
-    }
-}
-
-/// Refreshes the session's extra read roots from the image's registered ASDF
-/// systems (after loading systems, and when code-find points at files).
-pub async fn refresh_read_roots(ctx: &ToolContext) {
-    let form = helper_form("source-directories", vec![], vec![]);
-    if let Ok(v) = call_fresh(ctx, &form).await {
-        let dirs = plist_list(&v, "directories")
-            .unwrap_or(&[])
-            .iter()
-            .filter_map(|d| d.as_str().map(std::path::PathBuf::from))
-            .collect();
-        ctx.session.set_read_roots(dirs);
-    }
-}
-
-/// Calls a long-running helper (compiling, loading, testing) on a fresh
-/// Swank thread, interrupting it when the request is cancelled or after
-/// `timeout`. A timed-out result gets `:timed-out t` added to its plist.
-pub async fn call_build(ctx: &ToolContext, form: &str, timeout: Duration) -> Result<Value, String> {
-    // Builds run on their own thread: they do not take the evaluation turn,
-    // but they are interrupted like evaluations, through their id.
-    static NEXT_BUILD_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1 << 40);
-    let id = NEXT_BUILD_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let form = add_id(form, id);
-    // ASDF and the compiler are not thread-safe: one build at a time per image.
-    let _build_turn = tokio::select! {
-        t = eval_slot(ctx).build_turn.lock() => t,
-        _ = ctx.cancel.cancelled() => {
-            return Err("Cancelled while waiting for another build in this image to finish.".into())
-        }
-    };
-    ensure_ready(ctx).await?;
-    let call = call_fresh(ctx, &form);
-    tokio::pin!(call);
-    let timed_out = tokio::select! {
-        r = &mut call => return r,
-        _ = ctx.cancel.cancelled() => false,
-        _ = tokio::time::sleep(timeout) => true,
-    };
-    interrupt_evaluation(ctx, Some(id)).await;
-    let grace = Duration::from_secs(10);
-    let mut v = tokio::time::timeout(grace, call).await.map_err(|_| {
-        format!(
-            "The operation did not stop within {} s of being interrupted; the image is still \
-             busy. Use image-restart to start a fresh one.",
-            grace.as_secs()
-        )
-    })??;
-    if timed_out {
-        if let Value::List(items, None) = &mut v {
-            items.push(Value::keyword("timed-out"));
-            items.push(Value::t());
-        }
-    }
-    Ok(v)
-}
-
-/// Appends `:id ID` to a helper form (all build helpers take it).
-fn add_id(form: &str, id: u64) -> String {
-    let body = form.strip_suffix(')').unwrap_or(form);
-    format!("{body} :ID {id})")
-}
-
-// ---------------------------------------------------------------------------
-// Talking to the image.
-
-/// The buffer package Swank reads our forms in; every symbol in them is
-/// package-qualified, so any existing package would do.
-const BUFFER_PACKAGE: &str = "COMMON-LISP-USER";
-
-/// Turns an image reply into the helper's value, keeping the one-time
-/// notice for [`finish`].
-fn unpack(
-    ctx: &ToolContext,
-    reply: Result<ImageReply, crate::image::ImageError>,
-) -> Result<Value, String> {
-    let reply = reply.map_err(|e| e.to_string())?;
-    if let Some(n) = reply.state_lost {
-        *eval_slot(ctx).notice.lock().unwrap() = Some(n);
-    }
-    match reply.outcome {
-        RexOutcome::Ok(v) => Ok(v),
-        RexOutcome::Abort(reason) => Err(format!(
-            "The image aborted the request{}. This is a problem in the server's Lisp helpers \
-             or the image's state, not in your code; image-info shows the image, image-restart \
-             starts a fresh one.",
-            reason.map(|r| format!(" ({r})")).unwrap_or_default()
-        )),
-    }
-}
-
-/// Waits until the session's image is up (starting it if needed), unless
-/// the request is cancelled first.
-async fn ensure_ready(ctx: &ToolContext) -> Result<(), String> {
-    let image = ctx.session.image();
-    tokio::select! {
-        r = image.ready() => r.map_err(|e| e.to_string())?,
-        _ = ctx.cancel.cancelled() => return Err("Cancelled while the Lisp image was starting.".into()),
-    }
-    ensure_project_registered(ctx).await;
-    Ok(())
-}
-
-/// Tells the image about the session's project root (every `.asd` under it
-/// becomes findable by name) once per image generation and root: after a
-/// start, a restart, a crash or `fs-set-project-root`. One extra round trip
-/// then, none otherwise. A failure is logged, never the caller's error.
-async fn ensure_project_registered(ctx: &ToolContext) {
-    let image = ctx.session.image();
-    if image.ready().await.is_err() {
-        return; // the caller's own call reports why
-    }
-    let generation = image.info().generation;
-    let root = ctx.session.project_root();
-    let want = Some((generation, root.clone()));
-    if *eval_slot(ctx).project_registered.lock().unwrap() == want {
-        return;
-    }
-    let form = helper_form(
-        "register-project-root",
-        vec![Value::string(root.to_string_lossy().into_owned())],
-        vec![],
-    );
-    // Through `unpack`, so a "state was lost" notice this call happens to
-    // receive still reaches the user.
-    match unpack(ctx, image.rex(&form, BUFFER_PACKAGE, Thread::T).await) {
-        Ok(v) => {
-            tracing::debug!(root = %root.display(), systems = ?plist_strings(&v, "systems"), "project systems registered");
-            *eval_slot(ctx).project_registered.lock().unwrap() = want;
-        }
-        Err(e) => {
-            tracing::warn!(root = %root.display(), error = %e, "could not register the project's systems")
-        }
-    }
-}
-
-/// Runs `form` where evaluations run (the image's evaluation worker).
-async fn eval_on_worker(ctx: &ToolContext, form: &str) -> Result<Value, String> {
-    let image = ctx.session.image();
-    unpack(ctx, image.eval(form, BUFFER_PACKAGE).await)
-}
-
-/// Runs `form` on a fresh Swank thread (never waits behind an evaluation).
-async fn call_fresh(ctx: &ToolContext, form: &str) -> Result<Value, String> {
-    ensure_project_registered(ctx).await;
-    let image = ctx.session.image();
-    // A request's thread re-arms its stack guard before it ends (see
-    // `with-stack-guard` in lisp/impl-sbcl.lisp): a deep recursion in a
-    // macro or a build must not leave the next thread unprotected.
-    let guarded = format!("(cl-mcp-server::with-stack-guard {form})");
-    unpack(ctx, image.rex(&guarded, BUFFER_PACKAGE, Thread::T).await)
-}
-
-/// Puts the image's one-time "state was lost" notice (if one is due) in
-/// front of a tool's result. Every Lisp-backed tool's result passes here.
-pub fn finish(ctx: &ToolContext, mut out: ToolOutput) -> ToolOutput {
-    if let Some(n) = eval_slot(ctx).notice.lock().unwrap().take() {
-        out.text = format!("[NOTICE] {n}\n\n{}", out.text);
-    }
-    out
-}
+use crate::image::{Image, ImageMode};
 
 // ---------------------------------------------------------------------------
 // image-info, image-restart, image-interrupt
@@ -460,6 +41,9 @@ struct InfoOutput {
     #[serde(skip_serializing_if = "Option::is_none")]
     loaded_systems: Option<i64>,
     features: Vec<String>,
+    /// Evaluations of this session waiting in the debugger.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pending_debuggers: Vec<String>,
     /// The cached core the image started from, if any.
     #[serde(skip_serializing_if = "Option::is_none")]
     core: Option<String>,
@@ -483,6 +67,7 @@ fn info_output(image: &Image, v: &Value) -> InfoOutput {
         asdf_version: plist_str(v, "asdf-version"),
         loaded_systems: plist_i64(v, "loaded-systems"),
         features: plist_strings(v, "features"),
+        pending_debuggers: Vec::new(),
         core: info.core.map(|p| p.display().to_string()),
         machine: plist_str(v, "machine").unwrap_or_default(),
     }
@@ -512,6 +97,9 @@ fn render_info(o: &InfoOutput) -> String {
     }
     text.push_str(&format!("\nMachine: {}", o.machine));
     text.push_str(&format!("\nFeatures: {}", o.features.join(" ")));
+    for d in &o.pending_debuggers {
+        text.push_str(&format!("\nPending {d}"));
+    }
     text
 }
 
@@ -521,7 +109,8 @@ async fn image_info(_a: NoArgs, ctx: ToolContext) -> ToolOutput {
         Ok(v) => v,
         Err(e) => return ToolOutput::error(e),
     };
-    let out = info_output(&ctx.session.image(), &v);
+    let mut out = info_output(&ctx.session.image(), &v);
+    out.pending_debuggers = super::debug::pending_lines(&ctx);
     ToolOutput::structured(
         render_info(&out),
         serde_json::to_value(&out).unwrap_or_default(),
@@ -613,7 +202,7 @@ pub fn tools() -> Vec<ToolDef> {
             "Image information",
             "The Lisp image behind this session: implementation and version, PID, uptime, \
              mode (local/attached), Swank version, current package, ASDF and loaded systems, \
-             features.",
+             features, pending debuggers.",
             Annotations::READ_ONLY,
             |a: NoArgs, ctx: ToolContext| async move {
                 let c = ctx.clone();
@@ -642,39 +231,4 @@ pub fn tools() -> Vec<ToolDef> {
         )
         .with_output_schema::<InterruptOutput>(),
     ]
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use lisp_syntax::data;
-
-    #[test]
-    fn helper_form_reads_back() {
-        let f = helper_form(
-            "describe-symbol",
-            vec![Value::string("foo:\"bar\"")],
-            vec![
-                ("package", Value::string("CL-USER")),
-                ("max-output", Value::Integer(5)),
-            ],
-        );
-        assert_eq!(
-            f,
-            "(CL-MCP::DESCRIBE-SYMBOL \"foo:\\\"bar\\\"\" :PACKAGE \"CL-USER\" :MAX-OUTPUT 5)"
-        );
-        assert!(data::read(&f).is_ok());
-    }
-
-    #[test]
-    fn plist_accessors() {
-        let v = data::read(r#"(:a "x" :n 3 :flag t :none nil :l ("p" 1 "q"))"#).unwrap();
-        assert_eq!(plist_str(&v, "a").as_deref(), Some("x"));
-        assert_eq!(plist_i64(&v, "n"), Some(3));
-        assert!(plist_bool(&v, "flag"));
-        assert!(!plist_bool(&v, "none"));
-        assert!(!plist_bool(&v, "missing"));
-        assert!(plist_list(&v, "none").is_none());
-        assert_eq!(plist_strings(&v, "l"), vec!["p", "q"]);
-    }
 }

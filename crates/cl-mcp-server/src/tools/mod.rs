@@ -23,10 +23,12 @@ use crate::session::Session;
 
 pub mod asdf;
 pub mod code;
+pub mod debug;
 pub mod eval;
 pub mod fs;
 pub mod fs_paths;
 pub mod image;
+pub mod lisp_call;
 pub mod output;
 pub mod safe_walk;
 pub mod source;
@@ -44,18 +46,20 @@ pub enum ToolGroup {
     Asdf,
     Source,
     Fs,
+    Debug,
     /// Test-only tools (cargo feature `test-tools`); always listed when built in.
     Testing,
 }
 
 impl ToolGroup {
-    pub const ALL: [ToolGroup; 6] = [
+    pub const ALL: [ToolGroup; 7] = [
         ToolGroup::Eval,
         ToolGroup::Image,
         ToolGroup::Code,
         ToolGroup::Asdf,
         ToolGroup::Source,
         ToolGroup::Fs,
+        ToolGroup::Debug,
     ];
 
     pub fn name(self) -> &'static str {
@@ -66,6 +70,7 @@ impl ToolGroup {
             ToolGroup::Asdf => "asdf",
             ToolGroup::Source => "source",
             ToolGroup::Fs => "fs",
+            ToolGroup::Debug => "debug",
             ToolGroup::Testing => "testing",
         }
     }
@@ -894,6 +899,7 @@ impl ToolRegistry {
         // Tool families register here (one line each).
         all.extend(eval::tools());
         all.extend(image::tools());
+        all.extend(debug::tools());
         all.extend(code::tools());
         all.extend(asdf::tools());
         all.extend(fs::tools());

@@ -47,6 +47,16 @@ async def run(target, label: str, mode: str) -> None:
         r = await call(client, "evaluate-lisp", {"code": "(sdk-twice 5)"})
         assert r.structured_content["values"] == ["10"], "state lost after a timeout"
 
+        # The debugger that waits: an error suspended, resolved with use-value.
+        code = '(sdk-twice (restart-case (error "no x") (use-value (v) v)))'
+        r = await call(client, "evaluate-lisp", {"code": code, "debug": True}, error=True)
+        assert text_of(r).startswith("[DEBUGGER level 1]"), text_of(r)
+        number = r.structured_content["debugger"]["debugger"]
+        r = await call(client, "debugger-backtrace", {"debugger": number})
+        assert any(x["name"] == "USE-VALUE" for x in r.structured_content["restarts"]), r.structured_content
+        r = await call(client, "debugger-restart", {"debugger": number, "restart": "use-value", "values": ["4"]})
+        assert r.structured_content["values"] == ["8"], r.structured_content
+
         # One tool of each family.
         r = await call(client, "image-info", {})
         assert "SBCL" in text_of(r)

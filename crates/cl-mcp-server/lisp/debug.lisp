@@ -1,0 +1,233 @@
+;;;; debug.lisp --- a debugger that waits: reading and driving a suspended
+;;;; evaluation.
+;;;;
+;;;; An evaluation run with :debug t (EVAL-REQUEST, RUN-CAPTURED) that
+;;;; reaches the debugger sits in Swank's SLDB loop on its own thread (see
+;;;; ENTER-DEBUGGER). The functions here are sent to that thread (an
+;;;; :emacs-rex with its thread id), so they run inside the debugger's
+;;;; dynamic extent: Swank's *SLDB-RESTARTS*, *SWANK-DEBUGGER-CONDITION* and
+;;;; its frame numbering (0 = the top of the stack the debugger saw) apply.
+
+(in-package #:cl-mcp-server)
+
+(defmacro with-debugger-errors (() &body body)
+  "Run BODY; an error in it is returned as (:error MESSAGE) instead of
+entering a nested debugger level (for the functions that only look)."
+  `(handler-case (progn ,@body)
+     (error (e) (list :error (print-capped e 2000)))))
+
+(defun debugger-restarts ()
+  "The restarts of the current debugger level as a list of (INDEX
+RESTART): Swank's numbering, cut after this evaluation's own ABORT
+restart (the ones past it belong to Swank's request loop)."
+  (let* ((all swank::*sldb-restarts*)
+         (ours (and *current-evaluation*
+                    (evaluation-abort-restart *current-evaluation*)))
+         (end (or (and ours (position ours all)) (1- (length all)))))
+    (loop for r in all
+          for i from 0 to end
+          collect (list i r))))
+
+(defun debugger-restart-plists ()
+  (loop for (i r) in (debugger-restarts)
+        collect (list :index i
+                      :name (let ((n (restart-name r)))
+                              (if n (type-name-of-symbol n) ""))
+                      :description (print-capped r 1000))))
+
+(defun frame-text (frame)
+  (handler-case
+      (let ((*print-length* 10) (*print-level* 4)
+            (*print-readably* nil) (*print-pretty* nil)
+            (s (make-capture-stream 400 :stop-after 400)))
+        (catch 'capture-full (swank/backend:print-frame frame s))
+        (truncate-string (substitute #\Space #\Newline (capture-contents s)) 400))
+    (error () "#<frame>")))
+
+(defun debugger-user-frames (&optional (limit 500))
+  "The user's frames of the current debugger level as (INDEX FRAME): the
+stack is cut where the evaluation's user code was entered, and the
+debugger's, Swank's and our own frames (and the signalling machinery) are
+left out. INDEX is Swank's frame number."
+  (let ((frames (swank/backend:compute-backtrace 0 limit)))
+    (loop for frame in frames
+          for i from 0
+          for name = (frame-function-name frame)
+          until (sentinel-frame-p name)
+          unless (machinery-frame-p name (frame-text frame))
+            collect (list i frame))))
+
+(defun frame-location (index)
+  "(:path P :line L :column C :offset O) of frame INDEX, or NIL. The
+position is moved past whitespace to the form itself (SBCL may point at
+the whitespace before it)."
+  (let ((loc (ignore-errors
+              (location-plist (swank/backend:frame-source-location index)
+                              :octets t))))
+    (when (and loc (getf loc :path) (getf loc :line))
+      (let* ((text (cached-file-text (getf loc :path)))
+             (offset (getf loc :offset))
+             (start (and text offset
+                         (position-if-not (lambda (c) (member c '(#\Space #\Tab #\Newline #\Return)))
+                                          text :start (min offset (length text))))))
+        (when (and start (/= start offset))
+          (multiple-value-bind (line column) (offset-line-column text start)
+            (setf loc (list :path (getf loc :path) :offset start :line line :column column)))))
+      loc)))
+
+(defun frame-plist (index frame &key location)
+  (append (list :index index :frame (frame-text frame))
+          (when location
+            (let ((loc (frame-location index)))
+              (when loc
+                (list :path (namestring (getf loc :path))
+                      :line (getf loc :line)
+                      :column (getf loc :column)))))))
+
+(defun debugger-state (&key (start 0) (count 20))
+  "The current debugger level: (:level N :type S :message S :restarts
+((:index I :name S :description S) ...) :frames ((:index I :frame S
+[:path P :line L :column C]) ...) :total-frames N). Frames are the user's
+(DEBUGGER-USER-FRAMES), START and COUNT page through them."
+  (with-debugger-errors ()
+  (let* ((condition swank::*swank-debugger-condition*)
+         (frames (debugger-user-frames))
+         (page (subseq frames (min start (length frames))
+                       (min (length frames) (+ start (max 0 count))))))
+    (with-file-cache ()
+      (list :level swank::*sldb-level*
+            :type (type-name condition)
+            :message (print-capped condition 20000)
+            :restarts (debugger-restart-plists)
+            :frames (loop for (i f) in page
+                          collect (frame-plist i f :location t))
+            :total-frames (length frames))))))
+
+(defun form-text-at (path offset &optional (limit 2000))
+  "The text of the form that starts at character OFFSET of the file PATH,
+capped at LIMIT characters."
+  (let ((text (cached-file-text path)))
+    (when (and text (< offset (length text)))
+      (let ((end (handler-case
+                     (let ((*read-suppress* t))
+                       (nth-value 1 (read-from-string text nil nil :start offset)))
+                   (error () nil))))
+        (truncate-string (subseq text offset (or end (min (length text) (+ offset limit))))
+                         limit)))))
+
+(defun debugger-frame (index &key (max-locals 50) (max-value 500))
+  "Frame INDEX: (:index I :frame S :path P :line L :column C :form S
+:locals ((:name S :value S) ...) :more-locals N :catch-tags (S ...)), or
+(:error MESSAGE) for a frame that does not exist."
+  (with-debugger-errors ()
+  (let ((frame (and (integerp index) (>= index 0)
+                    (first (swank/backend:compute-backtrace index (1+ index))))))
+    (unless frame
+      (return-from debugger-frame
+        (list :error (format nil "There is no frame ~D in this debugger." index))))
+    (with-file-cache ()
+      (let* ((loc (frame-location index))
+             (locals (ignore-errors (swank/backend:frame-locals index)))
+             (shown (subseq locals 0 (min max-locals (length locals)))))
+        (append
+         (frame-plist index frame)
+         (when loc
+           (list :path (namestring (getf loc :path))
+                 :line (getf loc :line)
+                 :column (getf loc :column)
+                 :form (and (getf loc :offset)
+                            (form-text-at (getf loc :path) (getf loc :offset)))))
+         (list :locals (loop for l in shown
+                             collect (list :name (let ((n (getf l :name)))
+                                                   (if (symbolp n) (symbol-name n) (princ-to-string* n)))
+                                           :value (print-capped (getf l :value) max-value
+                                                                :escape t)))
+               :more-locals (- (length locals) (length shown))
+               :catch-tags (mapcar (lambda (tag) (print-capped tag 200 :escape t))
+                                   (ignore-errors (swank/backend:frame-catch-tags index))))))))))
+
+(defun read-forms (code package)
+  "The forms of CODE read in PACKAGE (a name or NIL for the current one)."
+  (let ((*package* (or (and (packagep package) package)
+                       (and package (find-package* package))
+                       (and *current-evaluation* (evaluation-package *current-evaluation*))
+                       *package*))
+        (eof (list :eof))
+        (forms '()))
+    (with-input-from-string (in code)
+      (loop for form = (read in nil eof)
+            until (eq form eof)
+            do (push form forms)))
+    (nreverse forms)))
+
+(defun debugger-eval-in-frame (index code &key package (max-output 50000))
+  "Evaluate the forms of CODE one by one in the lexical environment of
+frame INDEX, read in PACKAGE (default: the package of the frame's
+function). Returns (:values (S ...) :stdout S). An error in CODE enters a
+nested debugger level (like SLDB's eval-in-frame)."
+  (let* ((out (make-capture-stream max-output))
+         (values '()))
+    (let ((*standard-output* out)
+          (*trace-output* out))
+      (dolist (form (read-forms code (or package
+                                         ;; Like SLDB: read in the package of
+                                         ;; the frame's function.
+                                         (ignore-errors (swank/backend:frame-package index)))))
+        (setf values (multiple-value-list
+                      (swank/backend:eval-in-frame form index)))))
+    (list :values (print-values values :max-output max-output)
+          :stdout (capture-contents out))))
+
+(defun find-debugger-restart (restart)
+  "RESTART is Swank's index or a restart name (a string, matched without
+package): the (INDEX RESTART) of the current level, or NIL."
+  (let ((restarts (debugger-restarts)))
+    (if (integerp restart)
+        (assoc restart restarts)
+        (find-if (lambda (entry)
+                   (let ((n (restart-name (second entry))))
+                     (and n (string-equal (symbol-name n) restart))))
+                 restarts))))
+
+(defun debugger-invoke-restart (restart &key values package)
+  "Invoke RESTART (see FIND-DEBUGGER-RESTART) with the values of the forms
+VALUES (strings, read in PACKAGE and evaluated). Does not return when the
+restart transfers control; returns (:error MESSAGE) when there is no such
+restart."
+  (let ((entry (find-debugger-restart restart)))
+    (unless entry
+      (return-from debugger-invoke-restart
+        (list :error (format nil "No restart ~A at this level; the restarts are:~{ ~A~}."
+                             restart
+                             (mapcar (lambda (e)
+                                       (format nil "~D ~A" (first e)
+                                               (or (restart-name (second e)) "")))
+                                     (debugger-restarts))))))
+    (let ((args (loop for v in values
+                      append (mapcar #'eval (read-forms v package)))))
+      (apply #'invoke-restart (second entry) args))))
+
+(defun debugger-abort ()
+  "Abandon the whole evaluation (its own ABORT restart), from any level."
+  (let ((r (and *current-evaluation* (evaluation-abort-restart *current-evaluation*))))
+    (if r
+        (invoke-restart r)
+        (list :error "This debugger does not belong to an evaluation of this server."))))
+
+(defun debugger-return-from-frame (index form &key package)
+  "Make frame INDEX return the values of FORM (read in PACKAGE, evaluated
+in the frame). Returns (:error MESSAGE) when the implementation cannot."
+  (let* ((forms (read-forms form package))
+         (result (swank/backend:return-from-frame
+                  index (if (cdr forms) `(progn ,@forms) (first forms)))))
+    (list :error (format nil "Cannot return from frame ~D: ~A. Only frames of functions compiled with (debug 2) or more can return a value, e.g. after (declaim (optimize (debug 2)))."
+                         index (if (stringp result) result "not supported here")))))
+
+(defun debugger-restart-frame (index)
+  "Restart frame INDEX (call its function again with the same arguments;
+a redefined function runs its new definition). Returns (:error MESSAGE)
+when the implementation cannot."
+  (let ((result (swank/backend:restart-frame index)))
+    (list :error (format nil "~A. Only frames of functions compiled with (debug 2) or more can be restarted, e.g. after (declaim (optimize (debug 2)))."
+                         (if (stringp result) result
+                             (format nil "Cannot restart frame ~D" index))))))

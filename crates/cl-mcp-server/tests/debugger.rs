@@ -1,0 +1,425 @@
+//! The debugger that waits (CONTRACT §8) through the built binary against a
+//! real SBCL: `evaluate-lisp` with `debug: true`, the `debug` tools, fixing
+//! a function while its error waits, nested levels, break, idle abort.
+
+mod common;
+mod eval_support;
+
+use std::time::Duration;
+
+use eval_support::{call, eval, eval_with, lisp_server, UserLisp};
+use serde_json::json;
+
+const ORDERS: &str = r#"(defpackage :dbg-demo (:use :cl))
+(in-package :dbg-demo)
+
+(declaim (optimize (debug 3)))
+
+(defun parse-qty (s)
+  (let ((n (parse-integer s :junk-allowed t)))
+    (* n 2)))
+
+(defun line-total (line)
+  (parse-qty (second line)))
+
+(defun order-total (lines)
+  (reduce #'+ (mapcar #'line-total lines)))
+
+(defun checked-qty (s)
+  (let ((n (parse-integer s :junk-allowed t)))
+    (check-type n integer)
+    (* n 2)))
+"#;
+
+fn frame_index(structured: &serde_json::Value, name: &str) -> u64 {
+    structured["debugger"]["frames"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["frame"].as_str().unwrap().contains(name))
+        .unwrap_or_else(|| panic!("no frame {name} in {structured}"))["index"]
+        .as_u64()
+        .unwrap()
+}
+
+#[test]
+fn fix_the_function_and_restart_its_frame() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().canonicalize().unwrap();
+    std::fs::write(root.join("orders.lisp"), ORDERS).unwrap();
+    let root_s = root.to_string_lossy().into_owned();
+    let mut s = lisp_server(&["--project-root", &root_s]);
+    let r = call(
+        &mut s,
+        1,
+        "lisp-compile-file",
+        json!({"path": "orders.lisp"}),
+    );
+    assert!(!r.is_error, "{}", r.text);
+
+    // An error three frames deep waits in the debugger.
+    let r = eval_with(
+        &mut s,
+        2,
+        "(dbg-demo::order-total '((\"a\" \"3\") (\"b\" \"x\")))",
+        json!({"debug": true}),
+    );
+    assert!(r.is_error);
+    assert!(r.text.starts_with("[DEBUGGER level 1]"), "{}", r.text);
+    assert!(
+        r.text.contains("The value NIL is not of type INTEGER"),
+        "{}",
+        r.text
+    );
+    assert!(
+        r.text.contains("orders.lisp:"),
+        "frames carry source locations: {}",
+        r.text
+    );
+    let d = &r.structured["debugger"];
+    assert_eq!(d["level"], 1);
+    assert!(d["restarts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|x| x["name"] == "ABORT"));
+    let frame = frame_index(&r.structured, "PARSE-QTY");
+    assert!(r.text.find("PARSE-QTY").unwrap() < r.text.find("LINE-TOTAL").unwrap());
+    assert!(r.text.find("LINE-TOTAL").unwrap() < r.text.find("ORDER-TOTAL").unwrap());
+
+    // The session's turn is free: another evaluation runs meanwhile.
+    let r = eval(&mut s, 3, "(+ 1 2)");
+    assert_eq!(r.text, "=> 3");
+    let r = call(&mut s, 4, "image-info", json!({}));
+    assert!(r.text.contains("Pending debugger"), "{}", r.text);
+
+    // The failing frame's locals show the bad value.
+    let r = call(&mut s, 5, "debugger-frame", json!({"frame": frame}));
+    assert!(!r.is_error, "{}", r.text);
+    let locals = r.structured["locals"].as_array().unwrap();
+    assert!(
+        locals
+            .iter()
+            .any(|l| l["name"] == "S" && l["value"] == "\"x\""),
+        "{}",
+        r.text
+    );
+    assert!(
+        locals
+            .iter()
+            .any(|l| l["name"] == "N" && l["value"] == "NIL"),
+        "{}",
+        r.text
+    );
+    assert!(r.structured["path"]
+        .as_str()
+        .unwrap()
+        .ends_with("orders.lisp"));
+    assert!(
+        r.structured["form"].as_str().unwrap().contains('*'),
+        "{}",
+        r.text
+    );
+
+    // Evaluation in the frame sees its lexical variables.
+    let r = call(
+        &mut s,
+        6,
+        "debugger-frame",
+        json!({"frame": frame, "code": "(format t \"seen ~a\" s) (list s n)"}),
+    );
+    assert!(!r.is_error, "{}", r.text);
+    assert_eq!(r.structured["values"], json!(["(\"x\" NIL)"]));
+    assert_eq!(r.structured["stdout"], "seen x");
+
+    // Fix the function in its file and compile it.
+    let r = call(
+        &mut s,
+        7,
+        "lisp-edit-form",
+        json!({"path": "orders.lisp", "formType": "defun", "formName": "parse-qty",
+               "operation": "replace",
+               "content": "(defun parse-qty (s)\n  (let ((n (parse-integer s :junk-allowed t)))\n    (* (or n 0) 2)))"}),
+    );
+    assert!(!r.is_error, "{}", r.text);
+    let r = call(
+        &mut s,
+        8,
+        "lisp-compile-file",
+        json!({"path": "orders.lisp"}),
+    );
+    assert!(!r.is_error, "{}", r.text);
+
+    // Restarting the frame runs the new definition; the suspended
+    // evaluation finishes with the corrected value.
+    let r = call(
+        &mut s,
+        9,
+        "debugger-restart",
+        json!({"action": "restart", "frame": frame}),
+    );
+    assert!(!r.is_error, "{}", r.text);
+    assert_eq!(r.text, "=> 6");
+    let r = call(&mut s, 10, "debugger-backtrace", json!({}));
+    assert!(
+        r.is_error && r.text.contains("no pending debugger"),
+        "{}",
+        r.text
+    );
+
+    // store-value with a value form.
+    let r = eval_with(
+        &mut s,
+        11,
+        "(* 10 (dbg-demo::checked-qty \"?\"))",
+        json!({"debug": true}),
+    );
+    assert!(r.text.starts_with("[DEBUGGER level 1]"), "{}", r.text);
+    let r = call(
+        &mut s,
+        12,
+        "debugger-restart",
+        json!({"restart": "store-value", "values": ["(+ 1 2)"]}),
+    );
+    assert_eq!(r.text, "=> 60", "{}", r.structured);
+
+    // Paging the backtrace.
+    let r = eval_with(
+        &mut s,
+        13,
+        "(dbg-demo::order-total '((\"b\" . \"x\")))",
+        json!({"debug": true}),
+    );
+    assert!(r.text.starts_with("[DEBUGGER level 1]"), "{}", r.text);
+    let r = call(
+        &mut s,
+        14,
+        "debugger-backtrace",
+        json!({"start": 1, "count": 1}),
+    );
+    assert!(!r.is_error, "{}", r.text);
+    assert_eq!(r.structured["frames"].as_array().unwrap().len(), 1);
+    assert!(
+        r.structured["totalFrames"].as_i64().unwrap() >= 2,
+        "{}",
+        r.text
+    );
+    let r = call(&mut s, 15, "debugger-restart", json!({"action": "abort"}));
+    assert!(r.is_error);
+    assert!(r.text.contains("[ERROR] ABORT"), "{}", r.text);
+}
+
+#[test]
+fn nested_levels_break_and_continue() {
+    let mut s = lisp_server(&[]);
+    let r = eval_with(
+        &mut s,
+        1,
+        "(list :outer (error \"outer ~a\" 1))",
+        json!({"debug": true}),
+    );
+    assert!(r.text.starts_with("[DEBUGGER level 1]"), "{}", r.text);
+    assert!(r.text.contains("outer 1"), "{}", r.text);
+    let id = r.structured["debugger"]["debugger"].as_u64().unwrap();
+
+    // An error in code evaluated in a frame enters level 2.
+    let r = call(
+        &mut s,
+        2,
+        "debugger-frame",
+        json!({"debugger": id, "code": "(error \"inner\")"}),
+    );
+    assert!(r.is_error);
+    assert_eq!(r.structured["nested"]["level"], 2, "{}", r.text);
+    assert!(r.text.contains("inner"), "{}", r.text);
+
+    // ABORT at level 2 returns to level 1.
+    let r = call(&mut s, 3, "debugger-restart", json!({"restart": "ABORT"}));
+    assert!(r.text.starts_with("[DEBUGGER level 1]"), "{}", r.text);
+    assert!(r.text.contains("outer 1"), "{}", r.text);
+
+    // use-value on a plain error has no such restart: said, still pending.
+    let r = call(
+        &mut s,
+        4,
+        "debugger-restart",
+        json!({"restart": "use-value"}),
+    );
+    assert!(r.is_error && r.text.contains("still pending"), "{}", r.text);
+
+    let r = call(&mut s, 5, "debugger-restart", json!({"action": "abort"}));
+    assert!(r.text.contains("ABORT"), "{}", r.text);
+
+    // use-value with a value form.
+    let r = eval_with(
+        &mut s,
+        51,
+        "(* 2 (restart-case (error \"need a number\") (use-value (v) v)))",
+        json!({"debug": true}),
+    );
+    assert!(r.text.starts_with("[DEBUGGER level 1]"), "{}", r.text);
+    let r = call(
+        &mut s,
+        52,
+        "debugger-restart",
+        json!({"restart": "USE-VALUE", "values": ["(+ 20 1)"]}),
+    );
+    assert_eq!(r.text, "=> 42");
+
+    // break waits; continue resumes the evaluation after it.
+    let r = eval_with(
+        &mut s,
+        6,
+        "(progn (princ \"before \") (break \"pause ~a\" 7) (princ \"after\") :done)",
+        json!({"debug": true}),
+    );
+    assert!(r.text.starts_with("[DEBUGGER level 1]"), "{}", r.text);
+    assert!(r.text.contains("pause 7"), "{}", r.text);
+    let r = call(&mut s, 7, "debugger-restart", json!({"action": "continue"}));
+    assert!(!r.is_error, "{}", r.text);
+    assert_eq!(r.text, "before after\n=> :DONE");
+
+    // Without debug, errors unwind as before.
+    let r = eval(&mut s, 8, "(error \"plain\")");
+    assert!(r.text.starts_with("[ERROR]"), "{}", r.text);
+}
+
+#[test]
+fn idle_pending_debugger_is_aborted() {
+    let mut s = lisp_server(&["--debugger-idle-secs", "2"]);
+    let r = eval_with(&mut s, 1, "(error \"left alone\")", json!({"debug": true}));
+    assert!(r.text.starts_with("[DEBUGGER level 1]"), "{}", r.text);
+    let r = call(&mut s, 2, "image-info", json!({}));
+    assert_eq!(
+        r.structured["pendingDebuggers"].as_array().unwrap().len(),
+        1
+    );
+    std::thread::sleep(Duration::from_secs(4));
+    let r = call(&mut s, 3, "image-info", json!({}));
+    assert!(r.structured.get("pendingDebuggers").is_none(), "{}", r.text);
+    let r = call(&mut s, 4, "debugger-backtrace", json!({}));
+    assert!(
+        r.is_error && r.text.contains("no pending debugger"),
+        "{}",
+        r.text
+    );
+    // The image is fine.
+    let r = eval(&mut s, 5, "(+ 2 3)");
+    assert_eq!(r.text, "=> 5");
+}
+
+#[test]
+fn cerror_invoke_debugger_return_and_timeout() {
+    let mut s = lisp_server(&[]);
+    // cerror: continue goes on after it.
+    let r = eval_with(
+        &mut s,
+        1,
+        "(progn (cerror \"Go on.\" \"soft ~a\" 1) :went-on)",
+        json!({"debug": true}),
+    );
+    assert!(r.text.starts_with("[DEBUGGER level 1]"), "{}", r.text);
+    assert!(r.text.contains("[CONTINUE] Go on."), "{}", r.text);
+    let r = call(&mut s, 2, "debugger-restart", json!({"restart": 0}));
+    assert_eq!(r.text, "=> :WENT-ON");
+
+    // invoke-debugger on a condition nobody signalled.
+    let r = eval_with(
+        &mut s,
+        3,
+        "(invoke-debugger (make-condition 'simple-warning :format-control \"look ~a\" :format-arguments '(2)))",
+        json!({"debug": true}),
+    );
+    assert!(r.text.starts_with("[DEBUGGER level 1]"), "{}", r.text);
+    assert!(r.text.contains("look 2"), "{}", r.text);
+    let r = call(&mut s, 4, "debugger-restart", json!({"action": "abort"}));
+    assert!(r.is_error && r.text.contains("ABORT"), "{}", r.text);
+
+    // A traced function that breaks on entry.
+    let r = eval(
+        &mut s,
+        41,
+        "(defun dbg-traced (x) (* x 2)) (trace dbg-traced :break t)",
+    );
+    assert!(!r.is_error, "{}", r.text);
+    let r = eval_with(&mut s, 42, "(dbg-traced 4)", json!({"debug": true}));
+    assert!(r.text.starts_with("[DEBUGGER level 1]"), "{}", r.text);
+    assert!(r.text.contains("DBG-TRACED"), "{}", r.text);
+    let r = call(
+        &mut s,
+        43,
+        "debugger-restart",
+        json!({"action": "continue"}),
+    );
+    assert!(r.text.ends_with("=> 8"), "{}", r.text);
+    eval(&mut s, 44, "(untrace dbg-traced)");
+
+    // Returning a value from a frame (compiled with debug 3).
+    let r = eval(
+        &mut s,
+        5,
+        "(defun dbg-inner (x) (declare (optimize (debug 3))) (if (> x 0) (error \"too big ~a\" x) x))
+         (defun dbg-outer (x) (declare (optimize (debug 3))) (list :got (dbg-inner x)))",
+    );
+    assert!(!r.is_error, "{}", r.text);
+    let r = eval_with(&mut s, 6, "(dbg-outer 5)", json!({"debug": true}));
+    assert!(r.text.starts_with("[DEBUGGER level 1]"), "{}", r.text);
+    let frame = r.structured["debugger"]["frames"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["frame"].as_str().unwrap().contains("DBG-INNER"))
+        .unwrap_or_else(|| panic!("{}", r.text))["index"]
+        .clone();
+    let r = call(
+        &mut s,
+        7,
+        "debugger-restart",
+        json!({"action": "return", "frame": frame, "values": ["(* 6 7)"]}),
+    );
+    assert_eq!(r.text, "=> (:GOT 42)");
+
+    // A restart whose continuation runs too long is interrupted.
+    let r = eval_with(&mut s, 8, "(progn (break) (loop))", json!({"debug": true}));
+    assert!(r.text.starts_with("[DEBUGGER level 1]"), "{}", r.text);
+    let r = call(
+        &mut s,
+        9,
+        "debugger-restart",
+        json!({"action": "continue", "timeoutSeconds": 1}),
+    );
+    assert!(r.is_error);
+    assert!(r.text.contains("[TIMEOUT]"), "{}", r.text);
+    assert_eq!(r.structured["interrupted"], true);
+    let r = eval(&mut s, 10, "(+ 1 1)");
+    assert_eq!(r.text, "=> 2");
+}
+
+/// Attach mode: the debugger waits in the user's own image, on a thread of
+/// our connection; the user's REPL and image are untouched.
+#[test]
+fn debugger_in_an_attached_image() {
+    let mut user = UserLisp::start();
+    let addr = format!("127.0.0.1:{}", user.port);
+    let mut s = lisp_server(&["--swank", &addr]);
+    let r = eval_with(
+        &mut s,
+        1,
+        "(let ((state cl-user::*user-state*)) (list state (error \"bad state ~a\" state)))",
+        json!({"debug": true}),
+    );
+    assert!(r.text.starts_with("[DEBUGGER level 1]"), "{}", r.text);
+    assert!(r.text.contains("bad state MINE"), "{}", r.text);
+    let r = call(&mut s, 2, "debugger-frame", json!({"code": "(+ 1 2)"}));
+    assert_eq!(r.structured["values"], json!(["3"]), "{}", r.text);
+    let r = eval(&mut s, 3, "(+ 2 2)");
+    assert_eq!(r.text, "=> 4");
+    let r = call(&mut s, 4, "debugger-restart", json!({"action": "abort"}));
+    assert!(r.text.contains("ABORT"), "{}", r.text);
+    drop(s);
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(
+        user.child.try_wait().unwrap().is_none(),
+        "the user's image lives on"
+    );
+}
