@@ -19,6 +19,7 @@ const EMBEDDED: &[(&str, &str)] = &[
     ),
     ("project.lisp", include_str!("../../lisp/project.lisp")),
     ("build.lisp", include_str!("../../lisp/build.lisp")),
+    ("debug.lisp", include_str!("../../lisp/debug.lisp")),
 ];
 
 const ORDER: &str = include_str!("../../lisp/ORDER");
