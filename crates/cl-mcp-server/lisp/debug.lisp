@@ -53,7 +53,7 @@ fragment, or NIL when it returned normally."
          (list :interrupted t :where (getf result :where)
                :stdout (getf result :stdout) :stderr (getf result :stderr)))
         ((getf result :error)
-         (list :eval-error (getf result :error)
+         (list :error (getf result :error)
                :stdout (getf result :stdout) :stderr (getf result :stderr)))))
 
 ;;; The inspector.
@@ -254,7 +254,7 @@ current one, or go BACK one level; then show the current object's parts
 from START (at most COUNT). Returns (:object S :type S :kind S :path
 (LABEL...) :attributes ((:name :value)...) :location PLIST-OR-NIL :start N
 :total N :parts ((:index :label :value :drillable)...)), or with CODE
-failing :eval-error / :interrupted, or (:error MESSAGE)."
+failing :error (a condition plist) / :interrupted, or (:error MESSAGE)."
   (let ((start (max 0 (or start 0)))
         (count (max 1 (min 500 (or count 50)))))
     (cond
@@ -495,7 +495,7 @@ calls; returns (values THUNK-VALUES COUNTS) with COUNTS ((SPEC . N)...)."
 :alloc), counting calls of the functions named in COUNT-CALLS. Returns
 (:samples N :mode S :functions ((:name S :self N :cumulative N :self-percent
 F :cumulative-percent F)...) :by-cumulative (...) :calls ((:name :count)...)
-:values (S...) :stdout :stderr :elapsed-ms), or :eval-error / :interrupted,
+:values (S...) :stdout :stderr :elapsed-ms), or :error (a condition plist) / :interrupted,
 or (:error MESSAGE)."
   (let* ((package* (or (resolve-package package) (session-package session)))
          (specs '())

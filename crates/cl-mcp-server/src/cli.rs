@@ -74,7 +74,7 @@ pub struct ServerOptions {
     /// Project root for file tools (default: the client's root, else the working directory).
     #[arg(long, env = "MCP_PROJECT_ROOT", global = true)]
     pub project_root: Option<PathBuf>,
-    /// Tool groups to offer, comma-separated: eval,image,code,asdf,source,fs (default: all).
+    /// Tool groups to offer, comma-separated: eval,image,code,asdf,source,fs,debug (default: all).
     #[arg(long, env = "CL_MCP_TOOLS", global = true, value_delimiter = ',')]
     pub tools: Option<Vec<String>>,
     /// Log level of the JSON logs on stderr: debug, info, warn, error.
@@ -166,7 +166,7 @@ impl ServerOptions {
             let mut parsed = Vec::new();
             for g in groups.iter().filter(|g| !g.trim().is_empty()) {
                 let group = ToolGroup::parse(g).ok_or_else(|| {
-                    format!("--tools: unknown group '{g}' (groups: eval, image, code, asdf, source, fs)")
+                    format!("--tools: unknown group '{g}' (groups: eval, image, code, asdf, source, fs, debug)")
                 })?;
                 parsed.push(group);
             }

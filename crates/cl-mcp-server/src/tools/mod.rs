@@ -23,6 +23,7 @@ use crate::session::Session;
 
 pub mod asdf;
 pub mod code;
+pub mod debug;
 pub mod eval;
 pub mod fs;
 pub mod fs_paths;
@@ -44,18 +45,21 @@ pub enum ToolGroup {
     Asdf,
     Source,
     Fs,
+    /// Looking into the live image: inspector, trace, profiler, threads.
+    Debug,
     /// Test-only tools (cargo feature `test-tools`); always listed when built in.
     Testing,
 }
 
 impl ToolGroup {
-    pub const ALL: [ToolGroup; 6] = [
+    pub const ALL: [ToolGroup; 7] = [
         ToolGroup::Eval,
         ToolGroup::Image,
         ToolGroup::Code,
         ToolGroup::Asdf,
         ToolGroup::Source,
         ToolGroup::Fs,
+        ToolGroup::Debug,
     ];
 
     pub fn name(self) -> &'static str {
@@ -66,6 +70,7 @@ impl ToolGroup {
             ToolGroup::Asdf => "asdf",
             ToolGroup::Source => "source",
             ToolGroup::Fs => "fs",
+            ToolGroup::Debug => "debug",
             ToolGroup::Testing => "testing",
         }
     }
@@ -898,6 +903,7 @@ impl ToolRegistry {
         all.extend(asdf::tools());
         all.extend(fs::tools());
         all.extend(source::tools());
+        all.extend(debug::tools());
         #[cfg(feature = "test-tools")]
         all.extend(testing::tools());
         all.retain(|t| t.group == ToolGroup::Testing || groups.contains(&t.group));
