@@ -462,7 +462,9 @@ machinery around the profiled code, which every sample passes through."
     (cond ((null name) t)
           ((stringp name)
            (some (lambda (word) (search word name))
-                 '("call_into_lisp" "funcall" "bogus")))
+                 '("call_into_lisp" "funcall" "bogus" "trampoline"
+                   ;; the function the profiled forms were compiled into
+                   "(LAMBDA ()) in #<code")))
           ((null symbol) nil)
           ((our-package-p (symbol-package symbol)) t)
           ((member symbol '(eval funcall apply load)) t)
@@ -494,7 +496,7 @@ calls; returns (values THUNK-VALUES COUNTS) with COUNTS ((SPEC . N)...)."
   "Run CODE (compiled) under the statistical profiler in MODE (:cpu or
 :alloc), counting calls of the functions named in COUNT-CALLS. Returns
 (:samples N :mode S :functions ((:name S :self N :cumulative N :self-percent
-F :cumulative-percent F)...) :by-cumulative (...) :calls ((:name :count)...)
+F :cumulative-percent F)...) :calls ((:name :count)...)
 :values (S...) :stdout :stderr :elapsed-ms), or :error (a condition plist) / :interrupted,
 or (:error MESSAGE)."
   (let* ((package* (or (resolve-package package) (session-package session)))
@@ -533,17 +535,24 @@ or (:error MESSAGE)."
       (let* ((samples (getf report :samples))
              (nodes (remove-if (lambda (n) (profiler-noise-p (first n)))
                                (getf report :nodes))))
-        (flet ((entries (key)
-                 (loop for (name self cumulative) in (sort (copy-list nodes) #'> :key key)
-                       repeat top
-                       collect (list :name (if (stringp name) name (short-print name 300))
-                                     :self self :cumulative cumulative
-                                     :self-percent (percent self samples)
-                                     :cumulative-percent (percent cumulative samples)))))
+        (flet ((entry (node)
+                 (destructuring-bind (name self cumulative) node
+                   (list :name (if (stringp name) name (short-print name 300))
+                         :self self :cumulative cumulative
+                         :self-percent (percent self samples)
+                         :cumulative-percent (percent cumulative samples))))
+               (top-by (key)
+                 (let ((sorted (sort (copy-list nodes) #'> :key key)))
+                   (subseq sorted 0 (min top (length sorted))))))
           (list :mode (string-downcase (symbol-name mode))
                 :samples samples
-                :functions (entries #'second)
-                :by-cumulative (entries #'third)
+                ;; The top functions by self samples, then those of the top
+                ;; by cumulative samples not among them.
+                :functions (mapcar #'entry
+                                   (let ((by-self (top-by #'second)))
+                                     (append by-self
+                                             (sort (set-difference (top-by #'third) by-self)
+                                                   #'> :key #'third))))
                 :calls (loop for (spec . n) in (reverse counts)
                              collect (list :name (short-print spec) :count n))
                 :values (printed-list (getf result :value))
@@ -570,7 +579,7 @@ or (:error MESSAGE)."
             :status (cond ((not alive) "dead")
                           ((thread-waiting-on thread)
                            (format nil "waiting on ~A" (thread-waiting-on thread)))
-                          (t "running"))
+                          (t "alive"))
             :in-debugger (and in-debugger t)
             :condition (and condition (print-capped condition 500))
             :current (and (eq thread (swank/backend:current-thread)) t)))))

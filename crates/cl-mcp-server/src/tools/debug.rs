@@ -98,17 +98,16 @@ fn package_keys(package: &Option<String>) -> Vec<(&'static str, Value)> {
 #[derive(Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 struct InspectArgs {
-    /// Forms to evaluate; the last value is inspected (a new inspection).
+    /// Forms; the last value is inspected.
     code: Option<String>,
-    /// Drill into this part (its index) of the current object.
+    /// Index of a part to drill into.
     part: Option<u32>,
-    /// Go back to the object this one was reached from.
+    /// Back to the previous object.
     back: Option<bool>,
     /// First part shown (default 0).
     start: Option<u32>,
-    /// Parts shown (default 50, at most 500).
+    /// Parts shown (default 50).
     count: Option<u32>,
-    /// Package to read `code` in (default: the session's).
     package: Option<String>,
     /// Default 30.
     timeout_seconds: Option<f64>,
@@ -271,11 +270,10 @@ struct TraceArgs {
     untrace: Option<Vec<String>>,
     /// Untrace everything traced here.
     untrace_all: Option<bool>,
-    /// Package for bare names (default: the session's).
     package: Option<String>,
     /// Most records returned (default 200).
     limit: Option<u32>,
-    /// Keep the returned records (default: they are removed once returned).
+    /// Keep returned records (default: removed).
     keep: Option<bool>,
 }
 
@@ -451,7 +449,7 @@ enum ProfileMode {
 #[derive(Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 struct ProfileArgs {
-    /// Forms to run (compiled first) under the profiler.
+    /// Forms to run (compiled first).
     code: String,
     /// `cpu` (default) or `alloc`.
     mode: Option<ProfileMode>,
@@ -459,7 +457,6 @@ struct ProfileArgs {
     top: Option<u32>,
     /// Functions whose calls are counted exactly.
     count_calls: Option<Vec<String>>,
-    /// Package to read in (default: the session's).
     package: Option<String>,
     /// Default 120.
     timeout_seconds: Option<f64>,
@@ -489,13 +486,11 @@ struct CallCount {
 struct ProfileOutput {
     mode: String,
     samples: i64,
-    /// By self samples.
+    /// The top `top` by self samples, then the rest of the top by cumulative.
     functions: Vec<ProfiledFunction>,
-    by_cumulative: Vec<ProfiledFunction>,
     calls: Vec<CallCount>,
     values: Vec<String>,
     stdout: String,
-    stderr: String,
     elapsed_ms: i64,
 }
 
@@ -531,7 +526,7 @@ fn render_profile(o: &ProfileOutput) -> String {
     if o.samples == 0 {
         text.push_str(" (the code ran too briefly to be sampled: repeat it in a loop)");
     }
-    let table = |title: &str, fs: &[ProfiledFunction]| {
+    let table = |title: &str, fs: Vec<&ProfiledFunction>| {
         let mut t = format!("\n\n{title}\n   self%   cumul%  function");
         for f in fs {
             t.push_str(&format!(
@@ -542,8 +537,11 @@ fn render_profile(o: &ProfileOutput) -> String {
         t
     };
     if !o.functions.is_empty() {
-        text.push_str(&table("By self samples:", &o.functions));
-        text.push_str(&table("By cumulative samples:", &o.by_cumulative));
+        let by_self = o.functions.iter().filter(|f| f.self_samples > 0).collect();
+        text.push_str(&table("By self samples:", by_self));
+        let mut by_cumulative: Vec<&ProfiledFunction> = o.functions.iter().collect();
+        by_cumulative.sort_by_key(|f| std::cmp::Reverse(f.cumulative));
+        text.push_str(&table("By cumulative samples:", by_cumulative));
     }
     if !o.calls.is_empty() {
         text.push_str("\n\nCalls:");
@@ -595,7 +593,6 @@ async fn profile_code(a: ProfileArgs, ctx: ToolContext) -> ToolOutput {
         mode: plist_str(&v, "mode").unwrap_or_default(),
         samples: plist_i64(&v, "samples").unwrap_or(0),
         functions: profiled_functions(&v, "functions"),
-        by_cumulative: profiled_functions(&v, "by-cumulative"),
         calls: plist_list(&v, "calls")
             .unwrap_or(&[])
             .iter()
@@ -606,7 +603,6 @@ async fn profile_code(a: ProfileArgs, ctx: ToolContext) -> ToolOutput {
             .collect(),
         values: plist_strings(&v, "values"),
         stdout: plist_str(&v, "stdout").unwrap_or_default(),
-        stderr: plist_str(&v, "stderr").unwrap_or_default(),
         elapsed_ms: plist_i64(&v, "elapsed-ms").unwrap_or(0),
     };
     ToolOutput::structured(
@@ -631,9 +627,9 @@ enum ThreadAction {
 #[derive(Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 struct ThreadsArgs {
-    /// `list` (default), `backtrace`, `interrupt` (enter the debugger) or `kill`.
+    /// Default `list`.
     action: Option<ThreadAction>,
-    /// Thread id (from the list), for the other actions.
+    /// Thread id, for the other actions.
     thread: Option<i64>,
     /// Most frames of a backtrace (default 30).
     limit: Option<u32>,
