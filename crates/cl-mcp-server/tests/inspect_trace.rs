@@ -130,7 +130,11 @@ fn trace_records_a_recursive_function_with_its_nesting() {
     );
     assert!(!r.is_error, "{}", r.text);
     // Nothing of the trace reaches the evaluation's output.
-    assert!(r.structured["stdout"].as_str().unwrap().is_empty(), "{}", r.text);
+    assert!(
+        r.structured["stdout"].as_str().unwrap().is_empty(),
+        "{}",
+        r.text
+    );
 
     let r = call(&mut s, 4, "trace-functions", json!({}));
     assert!(!r.is_error, "{}", r.text);
@@ -153,7 +157,8 @@ fn trace_records_a_recursive_function_with_its_nesting() {
     assert_eq!(area[0]["values"], json!(["25"]));
     assert!(recs.iter().any(|x| x["function"] == "(SETF TR-THING)"));
     assert!(
-        r.text.contains("  0: (TR-FACT 4) => 24\n    1: (TR-FACT 3) => 6"),
+        r.text
+            .contains("  0: (TR-FACT 4) => 24\n    1: (TR-FACT 3) => 6"),
         "{}",
         r.text
     );
@@ -168,7 +173,11 @@ fn trace_records_a_recursive_function_with_its_nesting() {
     assert!(r.structured["records"].as_array().unwrap().is_empty());
     eval(&mut s, 6, "(tr-fact 3)");
     let r = call(&mut s, 7, "trace-functions", json!({}));
-    assert!(r.structured["records"].as_array().unwrap().is_empty(), "{}", r.text);
+    assert!(
+        r.structured["records"].as_array().unwrap().is_empty(),
+        "{}",
+        r.text
+    );
     assert_eq!(r.structured["traced"].as_array().unwrap().len(), 2);
 
     // Unknown names are errors that say so.
@@ -208,14 +217,22 @@ fn profile_names_the_hot_spot_and_counts_calls() {
     let st = &r.structured;
     assert!(st["samples"].as_i64().unwrap() > 10, "{}", r.text);
     assert_eq!(st["functions"][0]["name"], "PROF-HOT", "{}", r.text);
-    assert!(st["functions"][0]["selfPercent"].as_f64().unwrap() > 50.0, "{}", r.text);
+    assert!(
+        st["functions"][0]["selfPercent"].as_f64().unwrap() > 50.0,
+        "{}",
+        r.text
+    );
     let outer = st["functions"]
         .as_array()
         .unwrap()
         .iter()
         .find(|f| f["name"] == "PROF-OUTER")
         .unwrap_or_else(|| panic!("{}", r.text));
-    assert!(outer["cumulativePercent"].as_f64().unwrap() > 80.0, "{}", r.text);
+    assert!(
+        outer["cumulativePercent"].as_f64().unwrap() > 80.0,
+        "{}",
+        r.text
+    );
     // The server's own frames are not in the profile.
     let all = st["functions"].to_string();
     assert!(!all.contains("CL-MCP"), "{all}");
@@ -286,7 +303,12 @@ fn threads_are_listed_with_a_backtrace_and_can_be_killed() {
     assert!(frames.contains("THR-WAIT"), "{}", r.text);
     assert!(!frames.contains("CL-MCP"), "{}", r.text);
 
-    let r = call(&mut s, 4, "list-threads", json!({"action": "kill", "thread": id}));
+    let r = call(
+        &mut s,
+        4,
+        "list-threads",
+        json!({"action": "kill", "thread": id}),
+    );
     assert!(!r.is_error, "{}", r.text);
     assert!(
         !r.structured["threads"]
@@ -297,7 +319,12 @@ fn threads_are_listed_with_a_backtrace_and_can_be_killed() {
         "{}",
         r.text
     );
-    let r = call(&mut s, 5, "list-threads", json!({"action": "backtrace", "thread": id}));
+    let r = call(
+        &mut s,
+        5,
+        "list-threads",
+        json!({"action": "backtrace", "thread": id}),
+    );
     assert!(r.is_error, "{}", r.text);
     let r = call(&mut s, 6, "list-threads", json!({"action": "kill"}));
     assert!(r.is_error, "{}", r.text);

@@ -206,7 +206,10 @@ fn render_inspection(o: &InspectOutput) -> String {
         ));
         for p in &o.parts {
             let mark = if p.drillable { "  >" } else { "" };
-            text.push_str(&format!("\n  [{}] {} = {}{mark}", p.index, p.label, p.value));
+            text.push_str(&format!(
+                "\n  [{}] {} = {}{mark}",
+                p.index, p.label, p.value
+            ));
         }
         if end < o.total {
             text.push_str(&format!("\n({} more: start {end})", o.total - end));
@@ -289,7 +292,6 @@ struct TraceChange {
 
 #[derive(Serialize, JsonSchema)]
 struct TraceRecord {
-    id: i64,
     /// Nesting among traced calls in its thread (0 = outermost).
     depth: i64,
     function: String,
@@ -331,7 +333,6 @@ fn trace_output(v: &Value) -> TraceOutput {
             .unwrap_or(&[])
             .iter()
             .map(|r| TraceRecord {
-                id: plist_i64(r, "id").unwrap_or(0),
                 depth: plist_i64(r, "depth").unwrap_or(0),
                 function: plist_str(r, "name").unwrap_or_default(),
                 thread: plist_str(r, "thread").unwrap_or_default(),
@@ -845,6 +846,9 @@ mod tests {
         assert_eq!(out.records[1].depth, 1);
         let text = render_trace(&out);
         assert!(text.contains("traced FACT"), "{text}");
-        assert!(text.contains("\n  0: (FACT 2) => 2\n    1: (FACT 1) => 1"), "{text}");
+        assert!(
+            text.contains("\n  0: (FACT 2) => 2\n    1: (FACT 1) => 1"),
+            "{text}"
+        );
     }
 }
