@@ -272,15 +272,18 @@ fn profile_names_the_hot_spot_and_counts_calls() {
 
 #[test]
 fn threads_are_listed_with_a_backtrace_and_can_be_killed() {
-    let mut s = lisp_server(&[]);
-    let r = eval(
+    // The debug group on its own: inspect-object runs the code.
+    let mut s = lisp_server(&["--tools", "debug"]);
+    let r = call(
         &mut s,
         1,
-        "(defun thr-wait () (loop (sleep 0.05)) (values))
-         (defvar *thr* (sb-thread:make-thread (lambda () (thr-wait) nil) :name \"test-waiter\"))
-         (sleep 0.1)",
+        "inspect-object",
+        json!({"code": "(defun thr-wait () (loop (sleep 0.05)) (values))
+                        (prog1 (sb-thread:make-thread (lambda () (thr-wait) nil) :name \"test-waiter\")
+                          (sleep 0.1))"}),
     );
     assert!(!r.is_error, "{}", r.text);
+    assert_eq!(r.structured["type"], "SB-THREAD:THREAD", "{}", r.text);
     let r = call(&mut s, 2, "list-threads", json!({}));
     assert!(!r.is_error, "{}", r.text);
     let threads = r.structured["threads"].as_array().unwrap().clone();
