@@ -298,7 +298,7 @@ failing :error (a condition plist) / :interrupted, or (:error MESSAGE)."
 ;;; keeps them as records (not text on *trace-output*): a bounded store the
 ;;; tool reads and clears.
 
-(defparameter *max-trace-records* 10000
+(defparameter *max-trace-records* 5000
   "Records kept; later calls are counted as dropped.")
 
 (defstruct (trace-record (:constructor make-trace-record
@@ -319,7 +319,7 @@ failing :error (a condition plist) / :interrupted, or (:error MESSAGE)."
   (let ((n (length objects)))
     (append (loop for o in objects
                   repeat 20
-                  collect (short-print o 500))
+                  collect (short-print o 300))
             (when (> n 20) (list (format nil "[~D more]" (- n 20)))))))
 
 (defun trace-report (depth name event values)
@@ -445,7 +445,9 @@ calls so far. Returns (:traced (S...) :changes ((:name :action :ok
                         (change (short-print spec) "trace" nil (print-capped e 500))))))))))
       (append (list :traced (mapcar #'short-print *traced-specs*)
                     :changes (nreverse changes))
-              (take-trace-records (max 0 (or limit 200)) clear)))))
+              ;; At most 500 records: a reply stays far below Swank's
+              ;; message limit (each holds 40 strings of 300 characters).
+              (take-trace-records (max 0 (min 500 (or limit 200))) clear)))))
 
 #+sbcl
 (defun trace-report-sbcl (depth name event frame values)
@@ -688,8 +690,23 @@ id from the list). Returns (:threads ((:id :name :status :in-debugger
                      (make-condition 'simple-condition
                                      :format-control "Interrupted by cl-mcp-server (list-threads)."
                                      :format-arguments nil)))))
-               (list :thread thread :done t
-                     :message "The thread was interrupted: it entered the debugger where it was (its CONTINUE restart resumes it)."))
+               ;; Who takes the debugger over depends on the image: the
+               ;; user's SLIME in attach mode; without a taker the server
+               ;; aborts it, which ends a thread of the user's own.
+               ;; What became of it after half a second (a debugger nobody
+               ;; holds is aborted within a round trip).
+               (let ((state :running))
+                 (loop repeat 25
+                       do (sleep 0.02)
+                          (setf state (cond ((not (swank/backend:thread-alive-p target)) :dead)
+                                            ((thread-debugger-condition target) :debugger)
+                                            (t :running)))
+                          (when (eq state :dead) (return)))
+                 (list :thread thread :done t
+                       :message (case state
+                                  (:debugger "The thread was interrupted: it sits in the debugger where it was (its CONTINUE restart resumes it).")
+                                  (:dead "The thread was interrupted and entered the debugger, but nothing in this image holds a debugger for it: it was aborted, which ended the thread.")
+                                  (t "The thread was interrupted and entered the debugger, which was left at once (aborted to the thread's top level, or continued).")))))
               (t (return-from thread-request
                    (list :error (format nil "Unknown action ~(~A~): use list, backtrace, interrupt or kill." action)))))))
       (append (list :threads (mapcar #'thread-plist (swank/backend:all-threads)))

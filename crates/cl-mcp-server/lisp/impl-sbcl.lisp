@@ -154,8 +154,9 @@ symbol naming a function of DEPTH NAME EVENT ARGS-OR-VALUES, EVENT being
 (defun thread-waiting-on (thread)
   "What THREAD is blocked on (a string), or NIL when running or unknown."
   #+sbcl (let ((what (ignore-errors (sb-thread::thread-waiting-for thread))))
-           (and what (princ-to-string* (or (ignore-errors (sb-thread:mutex-name what))
-                                            (ignore-errors (type-of what))))))
+           (and what (ignore-errors
+                      (princ-to-string (or (ignore-errors (sb-thread:mutex-name what))
+                                           (type-of what))))))
   #-sbcl (progn thread nil))
 
 (defun thread-debugger-condition (thread)

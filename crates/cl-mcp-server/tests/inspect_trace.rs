@@ -331,4 +331,49 @@ fn threads_are_listed_with_a_backtrace_and_can_be_killed() {
     assert!(r.is_error, "{}", r.text);
     let r = call(&mut s, 6, "list-threads", json!({"action": "kill"}));
     assert!(r.is_error, "{}", r.text);
+
+    // interrupt: the answer says what became of the thread, and the list
+    // agrees with it.
+    let r = call(
+        &mut s,
+        7,
+        "inspect-object",
+        json!({"code": "(prog1 (sb-thread:make-thread (lambda () (thr-wait)) :name \"test-spinner\") (sleep 0.1))"}),
+    );
+    assert!(!r.is_error, "{}", r.text);
+    let r = call(&mut s, 8, "list-threads", json!({}));
+    let id = r.structured["threads"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == "test-spinner")
+        .unwrap_or_else(|| panic!("{}", r.text))["id"]
+        .as_i64()
+        .unwrap();
+    let r = call(
+        &mut s,
+        9,
+        "list-threads",
+        json!({"action": "interrupt", "thread": id}),
+    );
+    assert!(!r.is_error, "{}", r.text);
+    let message = r.structured["message"].as_str().unwrap().to_string();
+    let r = call(&mut s, 10, "list-threads", json!({}));
+    let now = r.structured["threads"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["id"] == id)
+        .cloned();
+    if message.contains("ended the thread") {
+        assert!(
+            now.is_none_or(|t| t["status"] == "dead"),
+            "{message}\n{}",
+            r.text
+        );
+    } else if message.contains("sits in the debugger") {
+        assert_eq!(now.unwrap()["inDebugger"], true, "{message}\n{}", r.text);
+    } else {
+        assert_eq!(now.unwrap()["inDebugger"], false, "{message}\n{}", r.text);
+    }
 }

@@ -274,7 +274,7 @@ struct TraceArgs {
     /// Untrace everything traced here.
     untrace_all: Option<bool>,
     package: Option<String>,
-    /// Most records returned (default 200).
+    /// Most records returned (default 200, at most 500).
     limit: Option<u32>,
     /// Keep returned records (default: removed).
     keep: Option<bool>,
