@@ -6,7 +6,7 @@ mod eval_support;
 
 use std::time::Duration;
 
-use eval_support::{call, eval, lisp_server, reply_of};
+use eval_support::{call, eval, lisp_server, reply_of, UserLisp};
 use serde_json::json;
 
 #[test]
@@ -76,58 +76,6 @@ fn restart_and_crash_recovery() {
     assert!(r.text.ends_with("=> 2"), "{}", r.text);
     let r = eval(&mut s, 6, "(+ 1 1)");
     assert_eq!(r.text, "=> 2", "the notice comes once");
-}
-
-/// A Lisp with Swank the way a SLIME user runs it, for attach mode.
-struct UserLisp {
-    child: std::process::Child,
-    port: u16,
-}
-
-impl UserLisp {
-    fn start() -> UserLisp {
-        use std::io::{BufRead, BufReader};
-        let mut child = std::process::Command::new("sbcl")
-            .args(["--noinform", "--no-userinit", "--no-sysinit"])
-            .args([
-                "--eval",
-                "(load \"/usr/share/common-lisp/source/slime/swank-loader.lisp\")",
-                "--eval",
-                "(swank-loader:init)",
-                "--eval",
-                "(progn (defvar cl-user::*user-state* :mine) \
-                 (format t \"~&USER-SWANK-PORT ~D~%\" (swank:create-server :port 0 :dont-close t)) \
-                 (finish-output))",
-                "--eval",
-                "(loop (sleep 1))",
-            ])
-            .stdin(std::process::Stdio::null())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .expect("start sbcl");
-        let stdout = child.stdout.take().unwrap();
-        let mut lines = BufReader::new(stdout).lines();
-        let port = loop {
-            let line = lines
-                .next()
-                .expect("the user's Lisp printed its Swank port")
-                .unwrap();
-            if let Some(p) = line.trim().strip_prefix("USER-SWANK-PORT ") {
-                break p.parse().unwrap();
-            }
-        };
-        // Keep draining its output so it never blocks on a full pipe.
-        std::thread::spawn(move || for _ in lines {});
-        UserLisp { child, port }
-    }
-}
-
-impl Drop for UserLisp {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 #[test]

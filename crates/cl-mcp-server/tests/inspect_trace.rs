@@ -8,7 +8,7 @@
 mod common;
 mod eval_support;
 
-use eval_support::{call, eval, lisp_server};
+use eval_support::{call, eval, lisp_server, UserLisp};
 use serde_json::{json, Value};
 
 fn labels(parts: &Value) -> Vec<String> {
@@ -376,4 +376,62 @@ fn threads_are_listed_with_a_backtrace_and_can_be_killed() {
     } else {
         assert_eq!(now.unwrap()["inDebugger"], false, "{message}\n{}", r.text);
     }
+}
+
+#[test]
+fn attached_image_shows_the_users_threads_and_traces_their_calls() {
+    // The user's image runs an application thread calling APP-STEP.
+    let user = UserLisp::start_with(&[
+        "(defun cl-user::app-step (n) (* n 2))",
+        "(defun cl-user::app-loop () (loop for i from 0 do (cl-user::app-step i) (sleep 0.02)))",
+        "(sb-thread:make-thread #'cl-user::app-loop :name \"user-app\")",
+    ]);
+    let addr = format!("127.0.0.1:{}", user.port);
+    let mut s = lisp_server(&["--swank", &addr]);
+
+    let r = call(&mut s, 1, "list-threads", json!({}));
+    assert!(!r.is_error, "{}", r.text);
+    let app = r.structured["threads"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == "user-app")
+        .unwrap_or_else(|| panic!("{}", r.text))
+        .clone();
+    let r = call(
+        &mut s,
+        2,
+        "list-threads",
+        json!({"action": "backtrace", "thread": app["id"]}),
+    );
+    assert!(!r.is_error, "{}", r.text);
+    assert!(
+        r.structured["frames"].to_string().contains("APP-LOOP"),
+        "{}",
+        r.text
+    );
+
+    // Calls made by the user's thread are recorded, with that thread's name.
+    let r = call(
+        &mut s,
+        3,
+        "trace-functions",
+        json!({"trace": ["cl-user::app-step"]}),
+    );
+    assert!(!r.is_error, "{}", r.text);
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let r = call(&mut s, 4, "trace-functions", json!({"untraceAll": true}));
+    let recs = r.structured["records"].as_array().unwrap();
+    assert!(recs.len() >= 3, "{}", r.text);
+    assert!(recs.iter().all(|x| x["thread"] == "user-app"), "{}", r.text);
+    let n: i64 = recs[0]["arguments"][0].as_str().unwrap().parse().unwrap();
+    assert_eq!(
+        recs[0]["values"],
+        json!([(2 * n).to_string()]),
+        "{}",
+        r.text
+    );
+    // The application thread runs on, untouched.
+    let r = call(&mut s, 5, "list-threads", json!({}));
+    assert!(r.text.contains("\"user-app\" alive"), "{}", r.text);
 }

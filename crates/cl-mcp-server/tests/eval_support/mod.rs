@@ -70,3 +70,69 @@ pub fn eval_with(s: &mut Server, id: i64, code: &str, extra: Value) -> Reply {
 pub fn eval(s: &mut Server, id: i64, code: &str) -> Reply {
     eval_with(s, id, code, json!({}))
 }
+
+/// A Lisp with Swank the way a SLIME user runs it, for attach mode.
+pub struct UserLisp {
+    pub child: std::process::Child,
+    pub port: u16,
+}
+
+impl UserLisp {
+    pub fn start() -> UserLisp {
+        UserLisp::start_with(&[])
+    }
+
+    /// Starts it after evaluating `forms` (the user's own code, e.g. an
+    /// application thread).
+    pub fn start_with(forms: &[&str]) -> UserLisp {
+        use std::io::{BufRead, BufReader};
+        let mut args: Vec<&str> = vec![
+            "--noinform",
+            "--no-userinit",
+            "--no-sysinit",
+            "--eval",
+            "(load \"/usr/share/common-lisp/source/slime/swank-loader.lisp\")",
+            "--eval",
+            "(swank-loader:init)",
+        ];
+        for f in forms {
+            args.extend(["--eval", f]);
+        }
+        args.extend([
+            "--eval",
+            "(progn (defvar cl-user::*user-state* :mine) \
+             (format t \"~&USER-SWANK-PORT ~D~%\" (swank:create-server :port 0 :dont-close t)) \
+             (finish-output))",
+            "--eval",
+            "(loop (sleep 1))",
+        ]);
+        let mut child = std::process::Command::new("sbcl")
+            .args(args)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("start sbcl");
+        let stdout = child.stdout.take().unwrap();
+        let mut lines = BufReader::new(stdout).lines();
+        let port = loop {
+            let line = lines
+                .next()
+                .expect("the user's Lisp printed its Swank port")
+                .unwrap();
+            if let Some(p) = line.trim().strip_prefix("USER-SWANK-PORT ") {
+                break p.parse().unwrap();
+            }
+        };
+        // Keep draining its output so it never blocks on a full pipe.
+        std::thread::spawn(move || for _ in lines {});
+        UserLisp { child, port }
+    }
+}
+
+impl Drop for UserLisp {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
