@@ -75,10 +75,17 @@ fragment, or NIL when it returned normally."
   (swank/backend:call-with-lock-held
    *inspections-lock* (lambda () (setf (gethash session *inspections*) stack))))
 
+(defvar *unbound-slot* (make-symbol "UNBOUND-SLOT")
+  "Stands for the value of an unbound slot among an object's parts.")
+
 (defun short-print (object &optional (limit 300))
-  (print-capped object limit :escape t :length 20 :level 3))
+  (if (eq object *unbound-slot*)
+      "#<unbound>"
+      (print-capped object limit :escape t :length 20 :level 3)))
 
 (defun has-parts-p (object)
+  (when (eq object *unbound-slot*)
+    (return-from has-parts-p nil))
   (typecase object
     ((or null (eql t) number character keyword) nil)
     (string (plusp (length object)))
@@ -93,7 +100,8 @@ fragment, or NIL when it returned normally."
     (and n (null (cdr (last list))) n)))
 
 (defun object-slots (object)
-  "(NAME . VALUE-OR-:UNBOUND) for every slot of a CLOS or structure object."
+  "(NAME . VALUE) for every slot of a CLOS or structure object; an unbound
+slot's value is *UNBOUND-SLOT*."
   (let ((class (class-of object)))
     (ignore-errors (swank-mop:finalize-inheritance class))
     (loop for slot in (ignore-errors (swank-mop:class-slots class))
@@ -101,7 +109,7 @@ fragment, or NIL when it returned normally."
           collect (cons name
                         (if (ignore-errors (slot-boundp object name))
                             (ignore-errors (slot-value object name))
-                            :unbound)))))
+                            *unbound-slot*)))))
 
 (defun function-facts (function)
   "Attributes of a function: name, lambda list, source location."
@@ -130,6 +138,14 @@ LOCATION), ATTRIBUTES a list of (NAME . STRING), PARTS the page
          (let ((entries '()))
            (maphash (lambda (k v) (push (cons (short-print k 200) v) entries)) object)
            (setf all (nreverse entries))))
+        (package
+         (setf kind "package")
+         (attr "name" (package-name object))
+         (attr "nicknames" (short-print (package-nicknames object)))
+         (let ((n 0)) (do-external-symbols (s object) (declare (ignore s)) (incf n))
+           (attr "external-symbols" (princ-to-string n)))
+         (setf all (list (cons "use-list" (package-use-list object))
+                         (cons "used-by" (package-used-by-list object)))))
         ((or standard-object structure-object condition)
          (setf kind (typecase object
                       (structure-object "structure")
@@ -159,7 +175,9 @@ LOCATION), ATTRIBUTES a list of (NAME . STRING), PARTS the page
            (attr "name" (short-print (getf facts :name)))
            (attr "lambda-list" (short-print (getf facts :arglist)))
            (setf location (getf facts :location)))
-         (setf all '()))
+         (setf all (loop for value in (closure-values object)
+                         for i from 0
+                         collect (cons (format nil "closed-over ~D" i) value))))
         (cons
          (let ((n (proper-list-length object)))
            (cond (n (setf kind "list")
@@ -207,16 +225,8 @@ LOCATION), ATTRIBUTES a list of (NAME . STRING), PARTS the page
                              (list (cons "class" (find-class object))))
                            (when (symbol-plist object)
                              (list (cons "plist" (symbol-plist object)))))))
-        (package
-         (setf kind "package")
-         (attr "name" (package-name object))
-         (attr "nicknames" (short-print (package-nicknames object)))
-         (let ((n 0)) (do-external-symbols (s object) (declare (ignore s)) (incf n))
-           (attr "external-symbols" (princ-to-string n)))
-         (setf all (list (cons "use-list" (package-use-list object))
-                         (cons "used-by" (package-used-by-list object)))))
         (t
-         (setf kind (string-downcase (princ-to-string* (type-of object))))
+         (setf kind (string-downcase (princ-to-string* (class-name (class-of object)))))
          (attr "description"
                (truncate-string (string-trim '(#\Newline #\Space)
                                              (with-output-to-string (s)

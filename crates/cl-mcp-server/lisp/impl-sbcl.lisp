@@ -205,3 +205,17 @@ being (:samples N :elsewhere N :nodes ((NAME SELF CUMULATIVE) ...)), or
                                          (sb-sprof::graph-vertices graph)))
                     (list :samples 0 :elsewhere 0 :nodes nil))))))
   #-sbcl (values (progn mode (multiple-value-list (funcall thunk))) :unsupported))
+
+(defun closure-values (function)
+  "The values a closure closed over (in the order the compiler keeps
+them), or NIL for a function that is not a closure."
+  #+sbcl (when (sb-kernel:closurep function)
+           (loop for i below (1- (sb-kernel:get-closure-length function))
+                 collect (let ((v (sb-kernel:%closure-index-ref function i)))
+                           ;; A variable the closure assigns lives in a
+                           ;; value cell: show the value.
+                           (if (and (sb-kernel:%other-pointer-p v)
+                                    (= (sb-kernel:widetag-of v) sb-vm:value-cell-widetag))
+                               (sb-kernel:value-cell-ref v)
+                               v))))
+  #-sbcl (progn function nil))

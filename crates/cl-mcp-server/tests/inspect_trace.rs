@@ -94,8 +94,33 @@ fn inspector_drills_into_an_instance_and_a_hash_table_and_back() {
     assert!(attrs.contains("INSPECTED-FN"), "{attrs}");
     assert!(attrs.contains("(ALPHA &OPTIONAL BETA)"), "{attrs}");
 
+    // A closure's closed-over values; an unbound slot says so.
+    let r = call(
+        &mut s,
+        10,
+        "inspect-object",
+        json!({"code": "(let ((hidden (list :secret 42))) (lambda () hidden))"}),
+    );
+    assert!(
+        r.structured["parts"].to_string().contains("(:SECRET 42)"),
+        "{}",
+        r.text
+    );
+    let r = call(
+        &mut s,
+        11,
+        "inspect-object",
+        json!({"code": "(make-instance 'point :x 1)"}),
+    );
+    assert_eq!(
+        r.structured["parts"][1]["value"], "#<unbound>",
+        "{}",
+        r.text
+    );
+    assert_eq!(r.structured["parts"][1]["drillable"], false);
+
     // An error in the code is the code's error, with its type.
-    let r = call(&mut s, 10, "inspect-object", json!({"code": "(car 5)"}));
+    let r = call(&mut s, 12, "inspect-object", json!({"code": "(car 5)"}));
     assert!(r.is_error, "{}", r.text);
     assert!(r.text.contains("[ERROR] TYPE-ERROR"), "{}", r.text);
 }
