@@ -774,9 +774,8 @@ pub fn tools() -> Vec<ToolDef> {
             "inspect-object",
             ToolGroup::Debug,
             "Inspect an object",
-            "Inspect the value of `code` as numbered parts: slots, hash-table entries, \
-             elements, car/cdr, a function's name, lambda list and source. `part` N drills \
-             into a part, `back` returns, `start`/`count` page.",
+            "Show the value of `code` as numbered parts (slots, hash-table entries, elements, \
+             car/cdr; a function's lambda list and source). `part` N drills in, `back` returns.",
             Annotations::MUTATING,
             |a: InspectArgs, ctx: ToolContext| async move {
                 let c = ctx.clone();
@@ -788,9 +787,8 @@ pub fn tools() -> Vec<ToolDef> {
             "trace-functions",
             ToolGroup::Debug,
             "Trace functions",
-            "Trace/untrace functions, (setf f) and (method f (class)); returns what is traced \
-             and the calls since the last call as records (arguments, values, nesting depth, \
-             thread), not printed output.",
+            "Trace/untrace functions, (setf f), (method f (class)). Returns what is traced and the \
+             calls since the last call as records: arguments, values, depth, thread.",
             Annotations::MUTATING,
             |a: TraceArgs, ctx: ToolContext| async move {
                 let c = ctx.clone();
@@ -802,9 +800,8 @@ pub fn tools() -> Vec<ToolDef> {
             "profile-code",
             ToolGroup::Debug,
             "Profile code",
-            "Run `code` under the statistical profiler (`mode` cpu or alloc) and list the top \
-             functions by self and cumulative samples (server frames left out); `countCalls` \
-             counts calls of named functions exactly.",
+            "Run `code` under the statistical profiler (`mode` cpu/alloc): top functions by self \
+             and cumulative samples, server frames left out; `countCalls` counts calls exactly.",
             Annotations::MUTATING,
             |a: ProfileArgs, ctx: ToolContext| async move {
                 let c = ctx.clone();
