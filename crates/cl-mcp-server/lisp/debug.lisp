@@ -35,15 +35,20 @@ Returns RUN-CAPTURED's plist; :value holds the last form's values."
         (let ((package (or start-package (session-package session))))
           (run-captured
            (lambda ()
-             (let* ((forms (read-all-forms code package))
-                    (*package* package))
+             (let ((*package* package))
                (if compile
-                   (funcall around (compile nil `(lambda () ,@forms)))
+                   (funcall around (compile nil `(lambda () ,@(read-all-forms code package))))
+                   ;; Read one form at a time, like evaluate-lisp, so an
+                   ;; IN-PACKAGE among them affects the forms after it.
                    (funcall around
                             (lambda ()
-                              (let ((values '()))
-                                (dolist (form forms (values-list values))
-                                  (setf values (multiple-value-list (eval form))))))))))
+                              (let ((values '())
+                                    (eof (list :eof)))
+                                (with-input-from-string (in code)
+                                  (loop for form = (read in nil eof)
+                                        until (eq form eof)
+                                        do (setf values (multiple-value-list (eval form)))))
+                                (values-list values)))))))
            :id id :max-output (or max-output 50000))))))
 
 (defun run-failure (result)
