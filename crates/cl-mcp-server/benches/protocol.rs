@@ -112,13 +112,14 @@ fn main() {
         "bytes   tools   bytes/tool".into(),
     ));
     for groups in [
-        "eval,image,code,asdf,source,fs",
+        "eval,image,code,asdf,source,fs,debug",
         "eval",
         "image",
         "code",
         "asdf",
         "source",
         "fs",
+        "debug",
     ] {
         let (bytes, tools) = tool_list_size(groups);
         let label = if groups.contains(',') { "all" } else { groups };

@@ -130,3 +130,130 @@ of a missing package) be reported as a located diagnostic."
                 (when pos
                   (values (namestring (truename stream)) pos))))))
   #-sbcl nil)
+
+;;; Debugging tools (debug.lisp): trace, threads, the statistical profiler.
+
+#+sbcl
+(eval-when (:compile-toplevel :load-toplevel :execute)
+  (require :sb-sprof))
+
+(defun trace-spec-supported-p (spec)
+  "True when SPEC names something the tracer here can trace: on SBCL a
+function name, (SETF NAME) or (METHOD NAME QUALIFIER* (SPECIALIZER*));
+elsewhere only symbols (through Swank's WRAP)."
+  #+sbcl (or (symbolp spec)
+             (and (consp spec) (member (first spec) '(setf method))))
+  #-sbcl (symbolp spec))
+
+(defun trace-spec-defined-p (spec)
+  "Whether SPEC names an existing function or method."
+  (if (and (consp spec) (eq (first spec) 'method))
+      (let* ((name (second spec))
+             (rest (cddr spec))
+             (qualifiers (butlast rest))
+             (specializers (car (last rest))))
+        (and (fboundp name)
+             (typep (fdefinition name) 'generic-function)
+             (listp specializers)
+             (ignore-errors
+              (find-method (fdefinition name) qualifiers
+                           (mapcar (lambda (s)
+                                     (if (and (consp s) (eq (first s) 'eql))
+                                         #+sbcl (sb-mop:intern-eql-specializer (second s)) #-sbcl s
+                                         (find-class s)))
+                                   specializers)
+                           nil))))
+      (ignore-errors (fboundp spec))))
+
+(defun install-trace (spec reporter)
+  "Trace SPEC so that every call and return is handed to REPORTER (a
+symbol naming a function of DEPTH NAME EVENT ARGS-OR-VALUES, EVENT being
+:ENTER, :EXIT or :NON-LOCAL-EXIT), printing nothing."
+  #+sbcl (let ((*trace-output* (make-broadcast-stream)))
+           (eval `(trace ,spec :report ,reporter)))
+  #-sbcl (let ((depths (make-hash-table :test 'eq)))
+           (flet ((depth (delta)
+                    (let ((thread (swank/backend:current-thread)))
+                      (incf (gethash thread depths 0) delta))))
+             (swank/backend:wrap spec 'cl-mcp-trace
+                                 :before (lambda (args)
+                                           (funcall reporter (depth 0) spec :enter args)
+                                           (depth 1))
+                                 :after (lambda (values)
+                                          (depth -1)
+                                          (if (eq values :exited-non-locally)
+                                              (funcall reporter (depth 0) spec :non-local-exit nil)
+                                              (funcall reporter (depth 0) spec :exit values)))))))
+
+(defun remove-trace (spec)
+  #+sbcl (eval `(untrace ,spec))
+  #-sbcl (swank/backend:unwrap spec 'cl-mcp-trace))
+
+(defun thread-waiting-on (thread)
+  "What THREAD is blocked on (a string), or NIL when running or unknown."
+  #+sbcl (let ((what (ignore-errors (sb-thread::thread-waiting-for thread))))
+           (and what (ignore-errors
+                      (princ-to-string (or (ignore-errors (sb-thread:mutex-name what))
+                                           (type-of what))))))
+  #-sbcl (progn thread nil))
+
+(defun thread-debugger-condition (thread)
+  "(values IN-DEBUGGER CONDITION) for THREAD: true when it sits in Swank's
+or the implementation's debugger, and the condition it entered with."
+  (flet ((in-thread (symbol)
+           #+sbcl (multiple-value-bind (value ok)
+                      (ignore-errors (sb-thread:symbol-value-in-thread symbol thread nil))
+                    (if ok value nil))
+           #-sbcl (progn symbol nil)))
+    (let* ((swank-level (let ((s (find-symbol "*SLDB-LEVEL*" "SWANK")))
+                          (and s (in-thread s))))
+           (swank-condition (let ((s (find-symbol "*SWANK-DEBUGGER-CONDITION*" "SWANK")))
+                              (and s (in-thread s))))
+           (own #+sbcl (in-thread 'sb-debug::*debug-condition*) #-sbcl nil))
+      (cond ((and (integerp swank-level) (plusp swank-level))
+             (values t swank-condition))
+            ((typep own 'condition) (values t own))
+            (t (values nil nil))))))
+
+(defun call-with-statistical-profile (thunk mode)
+  "Call THUNK under the statistical profiler, sampling the current thread
+only (MODE :CPU or :ALLOC). Returns (values THUNK-VALUES REPORT), REPORT
+being (:samples N :elsewhere N :nodes ((NAME SELF CUMULATIVE) ...)), or
+(values NIL :UNSUPPORTED) where no profiler exists."
+  #+sbcl
+  (progn
+    (sb-sprof:reset)
+    (let ((vals nil))
+      (unwind-protect
+           (progn
+             (sb-sprof:start-profiling :mode mode :sample-interval 0.001
+                                       :max-samples 200000
+                                       :threads (list sb-thread:*current-thread*))
+             (setf vals (multiple-value-list (funcall thunk))))
+        (sb-sprof:stop-profiling))
+      (let ((graph (sb-sprof:report :type nil)))
+        (values vals
+                (if graph
+                    (list :samples (sb-sprof::call-graph-nsamples graph)
+                          :elsewhere (sb-sprof::call-graph-elsewhere-count graph)
+                          :nodes (mapcar (lambda (node)
+                                           (list (sb-sprof::node-name node)
+                                                 (sb-sprof::node-count node)
+                                                 (sb-sprof::node-accrued-count node)))
+                                         (sb-sprof::graph-vertices graph)))
+                    (list :samples 0 :elsewhere 0 :nodes nil))))))
+  #-sbcl (values (progn mode (multiple-value-list (funcall thunk))) :unsupported))
+
+(defun closure-values (function)
+  "The values a closure closed over (in the order the compiler keeps
+them), or NIL for a function that is not a closure."
+  #+sbcl (when (sb-kernel:closurep function)
+           (loop for i below (1- (sb-kernel:get-closure-length function))
+                 collect (let ((v (sb-kernel:%closure-index-ref function i)))
+                           ;; A variable the closure assigns lives in a
+                           ;; value cell: show the value.
+                           (if (and (sb-kernel:%other-pointer-p v)
+                                    (= (sb-kernel:widetag-of v) sb-vm:value-cell-widetag))
+                               (sb-kernel:value-cell-ref v)
+                               v))))
+  #-sbcl (progn function nil))

@@ -33,4 +33,9 @@
    #:source-directories
    #:package-info
    #:complete-names
-   #:summarize-test-output))
+   #:summarize-test-output
+   ;; debug.lisp
+   #:inspect-request
+   #:trace-request
+   #:profile-request
+   #:thread-request))

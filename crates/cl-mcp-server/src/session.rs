@@ -130,7 +130,11 @@ impl Session {
         self.config.tool_groups.iter().any(|g| {
             matches!(
                 g,
-                ToolGroup::Eval | ToolGroup::Image | ToolGroup::Code | ToolGroup::Asdf
+                ToolGroup::Eval
+                    | ToolGroup::Image
+                    | ToolGroup::Code
+                    | ToolGroup::Asdf
+                    | ToolGroup::Debug
             )
         })
     }

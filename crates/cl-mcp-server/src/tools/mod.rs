@@ -28,6 +28,7 @@ pub mod eval;
 pub mod fs;
 pub mod fs_paths;
 pub mod image;
+pub mod inspect;
 pub mod lisp_call;
 pub mod output;
 pub mod safe_walk;
@@ -46,6 +47,8 @@ pub enum ToolGroup {
     Asdf,
     Source,
     Fs,
+    /// Looking into the live image: the debugger that waits, inspector,
+    /// trace, profiler, threads.
     Debug,
     /// Test-only tools (cargo feature `test-tools`); always listed when built in.
     Testing,
@@ -904,6 +907,7 @@ impl ToolRegistry {
         all.extend(asdf::tools());
         all.extend(fs::tools());
         all.extend(source::tools());
+        all.extend(inspect::tools());
         #[cfg(feature = "test-tools")]
         all.extend(testing::tools());
         all.retain(|t| t.group == ToolGroup::Testing || groups.contains(&t.group));

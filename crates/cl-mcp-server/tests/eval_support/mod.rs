@@ -79,21 +79,35 @@ pub struct UserLisp {
 
 impl UserLisp {
     pub fn start() -> UserLisp {
+        UserLisp::start_with(&[])
+    }
+
+    /// Starts it after evaluating `forms` (the user's own code, e.g. an
+    /// application thread).
+    pub fn start_with(forms: &[&str]) -> UserLisp {
         use std::io::{BufRead, BufReader};
+        let mut args: Vec<&str> = vec![
+            "--noinform",
+            "--no-userinit",
+            "--no-sysinit",
+            "--eval",
+            "(load \"/usr/share/common-lisp/source/slime/swank-loader.lisp\")",
+            "--eval",
+            "(swank-loader:init)",
+        ];
+        for f in forms {
+            args.extend(["--eval", f]);
+        }
+        args.extend([
+            "--eval",
+            "(progn (defvar cl-user::*user-state* :mine) \
+             (format t \"~&USER-SWANK-PORT ~D~%\" (swank:create-server :port 0 :dont-close t)) \
+             (finish-output))",
+            "--eval",
+            "(loop (sleep 1))",
+        ]);
         let mut child = std::process::Command::new("sbcl")
-            .args(["--noinform", "--no-userinit", "--no-sysinit"])
-            .args([
-                "--eval",
-                "(load \"/usr/share/common-lisp/source/slime/swank-loader.lisp\")",
-                "--eval",
-                "(swank-loader:init)",
-                "--eval",
-                "(progn (defvar cl-user::*user-state* :mine) \
-                 (format t \"~&USER-SWANK-PORT ~D~%\" (swank:create-server :port 0 :dont-close t)) \
-                 (finish-output))",
-                "--eval",
-                "(loop (sleep 1))",
-            ])
+            .args(args)
             .stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::null())

@@ -68,6 +68,20 @@ async def run(target, label: str, mode: str) -> None:
         r = await call(client, "clgrep-signatures", {"path": "lisp/eval.lisp"})
         r = await call(client, "fs-get-project-info", {})
 
+        # The debug tools.
+        r = await call(client, "inspect-object", {"code": "(let ((h (make-hash-table))) (setf (gethash :a h) (list 1 2)) h)"})
+        assert r.structured_content["kind"] == "hash-table", r.structured_content
+        r = await call(client, "inspect-object", {"part": 0})
+        assert r.structured_content["kind"] == "list", r.structured_content
+        r = await call(client, "trace-functions", {"trace": ["sdk-twice"]})
+        await call(client, "evaluate-lisp", {"code": "(sdk-twice 4)"})
+        r = await call(client, "trace-functions", {"untraceAll": True})
+        assert r.structured_content["records"][-1]["values"] == ["8"], r.structured_content
+        r = await call(client, "profile-code", {"code": "(loop repeat 1000 sum (sdk-twice 3))", "countCalls": ["sdk-twice"]})
+        assert r.structured_content["calls"] == [{"name": "SDK-TWICE", "count": 1000}], r.structured_content
+        r = await call(client, "list-threads", {})
+        assert any(t["current"] for t in r.structured_content["threads"]), r.structured_content
+
         # A resource, a prompt, a completion.
         res = await client.read_resource("lisp://image/info")
         assert res.contents and "SBCL" in res.contents[0].text, res

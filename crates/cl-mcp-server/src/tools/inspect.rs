@@ -1,0 +1,851 @@
+//! The `debug` tools that look into the live image: `inspect-object`,
+//! `trace-functions`, `profile-code` and `list-threads`. The Lisp halves are
+//! in `lisp/debug.lisp` (SBCL specifics in `lisp/impl-sbcl.lisp`).
+//!
+//! Tools that run user code (`inspect-object`, `profile-code`) run it as an
+//! evaluation of the session (its turn, timeout, cancellation, interrupt);
+//! `trace-functions` and `list-threads` run on fresh Swank threads, so they
+//! work while an evaluation runs (trace records of a running evaluation,
+//! the backtrace of a busy thread).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use lisp_syntax::data::Value;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::code::{render_build_error, render_interruption, Location};
+use super::lisp_call::{
+    self as image, helper_form, plist_bool, plist_i64, plist_list, plist_str, plist_strings,
+};
+use super::output::DEFAULT_MAX_OUTPUT;
+use super::{tool, Annotations, ToolContext, ToolDef, ToolGroup, ToolOutput};
+
+/// Evaluation ids of these tools (a range of their own, apart from
+/// `evaluate-lisp`'s and the builds').
+static NEXT_ID: AtomicU64 = AtomicU64::new(1 << 41);
+const STATUS_POLL: Duration = Duration::from_millis(500);
+const UNWIND_GRACE: Duration = Duration::from_secs(5);
+
+fn timeout_of(seconds: Option<f64>, default: f64) -> Result<Duration, String> {
+    let s = seconds.unwrap_or(default);
+    if s > 0.0 && s.is_finite() {
+        Ok(Duration::from_secs_f64(s.min(1.0e7)))
+    } else {
+        Err("timeoutSeconds must be a positive number of seconds.".into())
+    }
+}
+
+/// Runs a helper that evaluates user code as one of the session's
+/// evaluations; the helper form gets `:id` and `:session`.
+async fn run_user_code(
+    ctx: &ToolContext,
+    name: &str,
+    args: Vec<Value>,
+    mut keys: Vec<(&str, Value)>,
+    timeout: Duration,
+) -> Result<Value, String> {
+    let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
+    keys.push(("id", Value::Integer(id as i64)));
+    keys.push(("session", Value::string(image::session_key(ctx))));
+    keys.push(("max-output", Value::Integer(DEFAULT_MAX_OUTPUT as i64)));
+    let form = helper_form(name, args, keys);
+    let run = image::run_evaluation(ctx, id, form, timeout, STATUS_POLL, UNWIND_GRACE).await?;
+    let mut v = run.value;
+    if run.cause == Some(image::StopCause::Timeout) {
+        if let Value::List(items, None) = &mut v {
+            items.push(Value::keyword("timed-out"));
+            items.push(Value::t());
+        }
+    }
+    Ok(v)
+}
+
+/// The failure of a helper that ran user code, as the tool's error: a
+/// usage error (`(:error "message")`), the code's own error, or its
+/// interruption. `None` when it succeeded.
+fn user_code_failure(v: &Value, what: &str, timeout: Duration) -> Option<ToolOutput> {
+    if let Some(message) = plist_str(v, "error") {
+        return Some(ToolOutput::error(message));
+    }
+    let mut text = render_build_error(v).or_else(|| render_interruption(v, what, timeout))?;
+    for (key, label) in [("stdout", "[stdout]"), ("stderr", "[stderr]")] {
+        if let Some(s) = plist_str(v, key).filter(|s| !s.trim().is_empty()) {
+            text.push_str(&format!("\n\n{label}\n{}", s.trim_end()));
+        }
+    }
+    Some(ToolOutput::error(text))
+}
+
+/// The form `(CL:LIST "a" ...)`: helper arguments are evaluated, so a
+/// list of strings is passed as a call that builds it.
+fn string_list(items: &Option<Vec<String>>) -> Value {
+    let items = items.iter().flatten().map(|s| Value::string(s.clone()));
+    Value::list(std::iter::once(Value::symbol_named(Some("CL"), "LIST")).chain(items))
+}
+
+fn package_keys(package: &Option<String>) -> Vec<(&'static str, Value)> {
+    package
+        .iter()
+        .map(|p| ("package", Value::string(p.clone())))
+        .collect()
+}
+
+// ---------------------------------------------------------------------------
+// inspect-object
+
+#[derive(Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct InspectArgs {
+    /// Forms; the last value is inspected.
+    code: Option<String>,
+    /// Index of a part to drill into.
+    part: Option<u32>,
+    /// Back to the previous object.
+    back: Option<bool>,
+    /// First part shown (default 0).
+    start: Option<u32>,
+    /// Parts shown (default 50).
+    count: Option<u32>,
+    package: Option<String>,
+    /// Default 30.
+    timeout_seconds: Option<f64>,
+}
+
+#[derive(Serialize, JsonSchema)]
+struct Attribute {
+    name: String,
+    value: String,
+}
+
+#[derive(Serialize, JsonSchema)]
+struct Part {
+    index: i64,
+    label: String,
+    value: String,
+    /// Has parts of its own (`part` drills in).
+    drillable: bool,
+}
+
+#[derive(Serialize, JsonSchema)]
+struct InspectOutput {
+    /// The object, printed.
+    object: String,
+    #[serde(rename = "type")]
+    type_name: String,
+    /// instance, structure, condition, hash-table, list, cons, vector,
+    /// string, array, function, generic-function, symbol, package, or the
+    /// type of anything else.
+    kind: String,
+    /// How it was reached: the code, then each part's label.
+    path: Vec<String>,
+    attributes: Vec<Attribute>,
+    /// A function's source location.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    location: Option<Location>,
+    start: i64,
+    /// Number of parts.
+    total: i64,
+    parts: Vec<Part>,
+}
+
+fn inspect_output(v: &Value, root: &std::path::Path) -> InspectOutput {
+    InspectOutput {
+        object: plist_str(v, "object").unwrap_or_default(),
+        type_name: plist_str(v, "type").unwrap_or_default(),
+        kind: plist_str(v, "kind").unwrap_or_default(),
+        path: plist_strings(v, "path"),
+        attributes: plist_list(v, "attributes")
+            .unwrap_or(&[])
+            .iter()
+            .map(|a| Attribute {
+                name: plist_str(a, "name").unwrap_or_default(),
+                value: plist_str(a, "value").unwrap_or_default(),
+            })
+            .collect(),
+        location: v
+            .plist_get("location")
+            .filter(|l| !l.is_nil())
+            .map(|l| Location::from_plist(l, root)),
+        start: plist_i64(v, "start").unwrap_or(0),
+        total: plist_i64(v, "total").unwrap_or(0),
+        parts: plist_list(v, "parts")
+            .unwrap_or(&[])
+            .iter()
+            .map(|p| Part {
+                index: plist_i64(p, "index").unwrap_or(0),
+                label: plist_str(p, "label").unwrap_or_default(),
+                value: plist_str(p, "value").unwrap_or_default(),
+                drillable: plist_bool(p, "drillable"),
+            })
+            .collect(),
+    }
+}
+
+fn render_inspection(o: &InspectOutput) -> String {
+    let mut text = format!("{} ({}, {})", o.object, o.kind, o.type_name);
+    if o.path.len() > 1 {
+        text.push_str(&format!("\nPath: {}", o.path.join(" > ")));
+    }
+    for a in &o.attributes {
+        text.push_str(&format!("\n{}: {}", a.name, a.value));
+    }
+    if let Some(l) = &o.location {
+        text.push_str(&format!("\nsource: {}", l.prefix()));
+    }
+    if o.total == 0 {
+        text.push_str("\nNo parts.");
+    } else {
+        let end = o.start + o.parts.len() as i64;
+        text.push_str(&format!(
+            "\nParts {}-{} of {}:",
+            o.start,
+            end.max(o.start + 1) - 1,
+            o.total
+        ));
+        for p in &o.parts {
+            let mark = if p.drillable { "  >" } else { "" };
+            text.push_str(&format!(
+                "\n  [{}] {} = {}{mark}",
+                p.index, p.label, p.value
+            ));
+        }
+        if end < o.total {
+            text.push_str(&format!("\n({} more: start {end})", o.total - end));
+        }
+    }
+    if o.path.len() > 1 {
+        text.push_str("\n(`part` N drills in, `back` returns)");
+    } else if o.parts.iter().any(|p| p.drillable) {
+        text.push_str("\n(`part` N drills in)");
+    }
+    text
+}
+
+async fn inspect_object(a: InspectArgs, ctx: ToolContext) -> ToolOutput {
+    let timeout = match timeout_of(a.timeout_seconds, 30.0) {
+        Ok(t) => t,
+        Err(e) => return ToolOutput::error(e),
+    };
+    let given = [a.code.is_some(), a.part.is_some(), a.back == Some(true)];
+    if given.iter().filter(|g| **g).count() > 1 {
+        return ToolOutput::error("Give at most one of `code`, `part` and `back`.");
+    }
+    let mut keys = package_keys(&a.package);
+    if let Some(code) = &a.code {
+        if let Err(e) = image::check_read_depth(code, "`code`") {
+            return ToolOutput::error(e);
+        }
+        keys.push(("code", Value::string(code.clone())));
+    }
+    if let Some(p) = a.part {
+        keys.push(("part", Value::Integer(p.into())));
+    }
+    if a.back == Some(true) {
+        keys.push(("back", Value::t()));
+    }
+    keys.push(("start", Value::Integer(a.start.unwrap_or(0).into())));
+    keys.push(("count", Value::Integer(a.count.unwrap_or(50).into())));
+    let v = match run_user_code(&ctx, "inspect-request", vec![], keys, timeout).await {
+        Ok(v) => v,
+        Err(e) => return ToolOutput::error(e),
+    };
+    if let Some(failure) = user_code_failure(&v, "The inspected code", timeout) {
+        return failure;
+    }
+    let out = inspect_output(&v, &ctx.session.project_root());
+    ToolOutput::structured(
+        render_inspection(&out),
+        serde_json::to_value(out).unwrap_or_default(),
+    )
+}
+
+// ---------------------------------------------------------------------------
+// trace-functions
+
+#[derive(Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct TraceArgs {
+    /// Names to trace: `pkg::f`, `(setf f)`, `(method f :around (integer))`.
+    trace: Option<Vec<String>>,
+    /// Names to untrace.
+    untrace: Option<Vec<String>>,
+    /// Untrace everything traced here.
+    untrace_all: Option<bool>,
+    package: Option<String>,
+    /// Most records returned (default 200, at most 500).
+    limit: Option<u32>,
+    /// Keep returned records (default: removed).
+    keep: Option<bool>,
+}
+
+#[derive(Serialize, JsonSchema)]
+struct TraceChange {
+    name: String,
+    /// `trace` or `untrace`.
+    action: String,
+    ok: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    message: Option<String>,
+}
+
+#[derive(Serialize, JsonSchema)]
+struct TraceRecord {
+    /// Nesting among traced calls in its thread (0 = outermost).
+    depth: i64,
+    function: String,
+    thread: String,
+    arguments: Vec<String>,
+    /// `returned`, `non-local-exit` or `running`.
+    outcome: String,
+    values: Vec<String>,
+}
+
+#[derive(Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+struct TraceOutput {
+    /// What is traced now.
+    traced: Vec<String>,
+    changes: Vec<TraceChange>,
+    /// Calls since the records were last taken, oldest first.
+    records: Vec<TraceRecord>,
+    /// Records not returned (over `limit`).
+    more: i64,
+    /// Calls not recorded (the store was full).
+    dropped: i64,
+}
+
+fn trace_output(v: &Value) -> TraceOutput {
+    TraceOutput {
+        traced: plist_strings(v, "traced"),
+        changes: plist_list(v, "changes")
+            .unwrap_or(&[])
+            .iter()
+            .map(|c| TraceChange {
+                name: plist_str(c, "name").unwrap_or_default(),
+                action: plist_str(c, "action").unwrap_or_default(),
+                ok: plist_bool(c, "ok"),
+                message: plist_str(c, "message"),
+            })
+            .collect(),
+        records: plist_list(v, "records")
+            .unwrap_or(&[])
+            .iter()
+            .map(|r| TraceRecord {
+                depth: plist_i64(r, "depth").unwrap_or(0),
+                function: plist_str(r, "name").unwrap_or_default(),
+                thread: plist_str(r, "thread").unwrap_or_default(),
+                arguments: plist_strings(r, "arguments"),
+                outcome: plist_str(r, "outcome").unwrap_or_default(),
+                values: plist_strings(r, "values"),
+            })
+            .collect(),
+        more: plist_i64(v, "more").unwrap_or(0),
+        dropped: plist_i64(v, "dropped").unwrap_or(0),
+    }
+}
+
+fn render_trace(o: &TraceOutput) -> String {
+    let mut lines = Vec::new();
+    for c in &o.changes {
+        lines.push(match (&c.ok, &c.message) {
+            (true, None) => format!("{}d {}", c.action, c.name),
+            (true, Some(m)) => format!("{}d {} ({m})", c.action, c.name),
+            (false, m) => format!(
+                "could not {} {}: {}",
+                c.action,
+                c.name,
+                m.as_deref().unwrap_or("")
+            ),
+        });
+    }
+    lines.push(if o.traced.is_empty() {
+        "Traced: nothing".to_string()
+    } else {
+        format!("Traced: {}", o.traced.join(", "))
+    });
+    if o.records.is_empty() {
+        lines.push("No calls recorded.".into());
+    } else {
+        let threads: std::collections::BTreeSet<&str> =
+            o.records.iter().map(|r| r.thread.as_str()).collect();
+        lines.push(format!("{} call(s):", o.records.len()));
+        for r in &o.records {
+            let indent = "  ".repeat(r.depth.clamp(0, 40) as usize + 1);
+            let outcome = match r.outcome.as_str() {
+                "returned" if r.values.is_empty() => " => ; No values".to_string(),
+                "returned" => format!(" => {}", r.values.join(", ")),
+                "non-local-exit" => " exited non-locally".to_string(),
+                _ => " (still running)".to_string(),
+            };
+            let thread = if threads.len() > 1 {
+                format!("  [{}]", r.thread)
+            } else {
+                String::new()
+            };
+            lines.push(format!(
+                "{indent}{}: ({} {}){outcome}{thread}",
+                r.depth,
+                r.function,
+                r.arguments.join(" ")
+            ));
+        }
+    }
+    if o.more > 0 {
+        lines.push(format!("[{} more records: call again]", o.more));
+    }
+    if o.dropped > 0 {
+        lines.push(format!(
+            "[{} calls not recorded: the record store was full]",
+            o.dropped
+        ));
+    }
+    lines.join("\n")
+}
+
+async fn trace_functions(a: TraceArgs, ctx: ToolContext) -> ToolOutput {
+    let names = a.trace.iter().chain(a.untrace.iter()).flatten();
+    for n in names {
+        if let Err(e) = image::check_read_depth(n, "a function name") {
+            return ToolOutput::error(e);
+        }
+    }
+    let mut keys = package_keys(&a.package);
+    keys.push(("trace", string_list(&a.trace)));
+    keys.push(("untrace", string_list(&a.untrace)));
+    if a.untrace_all == Some(true) {
+        keys.push(("untrace-all", Value::t()));
+    }
+    keys.push(("session", Value::string(image::session_key(&ctx))));
+    keys.push(("limit", Value::Integer(a.limit.unwrap_or(200).into())));
+    if a.keep == Some(true) {
+        keys.push(("clear", Value::nil()));
+    }
+    let form = helper_form("trace-request", vec![], keys);
+    let v = match image::call_lookup(&ctx, &form).await {
+        Ok(v) => v,
+        Err(e) => return ToolOutput::error(e),
+    };
+    let out = trace_output(&v);
+    let failed = out.changes.iter().any(|c| !c.ok);
+    ToolOutput::structured(
+        render_trace(&out),
+        serde_json::to_value(out).unwrap_or_default(),
+    )
+    .with_error(failed)
+}
+
+// ---------------------------------------------------------------------------
+// profile-code
+
+#[derive(Deserialize, JsonSchema, Clone, Copy, Default)]
+#[serde(rename_all = "lowercase")]
+enum ProfileMode {
+    #[default]
+    Cpu,
+    Alloc,
+}
+
+#[derive(Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct ProfileArgs {
+    /// Forms to run (compiled first).
+    code: String,
+    /// `cpu` (default) or `alloc`.
+    mode: Option<ProfileMode>,
+    /// Functions listed (default 20).
+    top: Option<u32>,
+    /// Functions whose calls are counted exactly.
+    count_calls: Option<Vec<String>>,
+    package: Option<String>,
+    /// Default 120.
+    timeout_seconds: Option<f64>,
+}
+
+#[derive(Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+struct ProfiledFunction {
+    name: String,
+    /// Samples in the function itself.
+    #[serde(rename = "self")]
+    self_samples: i64,
+    /// Samples with the function on the stack.
+    cumulative: i64,
+    self_percent: f64,
+    cumulative_percent: f64,
+}
+
+#[derive(Serialize, JsonSchema)]
+struct CallCount {
+    name: String,
+    count: i64,
+}
+
+#[derive(Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+struct ProfileOutput {
+    mode: String,
+    samples: i64,
+    /// The top `top` by self samples, then the rest of the top by cumulative.
+    functions: Vec<ProfiledFunction>,
+    calls: Vec<CallCount>,
+    values: Vec<String>,
+    stdout: String,
+    elapsed_ms: i64,
+}
+
+fn profiled_functions(v: &Value, key: &str) -> Vec<ProfiledFunction> {
+    plist_list(v, key)
+        .unwrap_or(&[])
+        .iter()
+        .map(|f| ProfiledFunction {
+            name: plist_str(f, "name").unwrap_or_default(),
+            self_samples: plist_i64(f, "self").unwrap_or(0),
+            cumulative: plist_i64(f, "cumulative").unwrap_or(0),
+            self_percent: plist_f64(f, "self-percent"),
+            cumulative_percent: plist_f64(f, "cumulative-percent"),
+        })
+        .collect()
+}
+
+fn plist_f64(v: &Value, key: &str) -> f64 {
+    match v.plist_get(key) {
+        Some(Value::Float { value, .. }) => *value,
+        Some(x) => x.as_i64().map(|n| n as f64).unwrap_or(0.0),
+        None => 0.0,
+    }
+}
+
+fn render_profile(o: &ProfileOutput) -> String {
+    let mut text = format!(
+        "{} profile: {} samples in {} ms",
+        o.mode.to_uppercase(),
+        o.samples,
+        o.elapsed_ms
+    );
+    if o.samples == 0 {
+        text.push_str(" (the code ran too briefly to be sampled: repeat it in a loop)");
+    }
+    let table = |title: &str, fs: Vec<&ProfiledFunction>| {
+        let mut t = format!("\n\n{title}\n   self%   cumul%  function");
+        for f in fs {
+            t.push_str(&format!(
+                "\n  {:6.1}  {:6.1}  {}",
+                f.self_percent, f.cumulative_percent, f.name
+            ));
+        }
+        t
+    };
+    if !o.functions.is_empty() {
+        let by_self = o.functions.iter().filter(|f| f.self_samples > 0).collect();
+        text.push_str(&table("By self samples:", by_self));
+        let mut by_cumulative: Vec<&ProfiledFunction> = o.functions.iter().collect();
+        by_cumulative.sort_by_key(|f| std::cmp::Reverse(f.cumulative));
+        text.push_str(&table("By cumulative samples:", by_cumulative));
+    }
+    if !o.calls.is_empty() {
+        text.push_str("\n\nCalls:");
+        for c in &o.calls {
+            text.push_str(&format!("\n  {} {}", c.count, c.name));
+        }
+    }
+    if !o.stdout.trim().is_empty() {
+        text.push_str(&format!("\n\n[stdout]\n{}", o.stdout.trim_end()));
+    }
+    for v in &o.values {
+        text.push_str(&format!("\n=> {v}"));
+    }
+    text
+}
+
+async fn profile_code(a: ProfileArgs, ctx: ToolContext) -> ToolOutput {
+    let timeout = match timeout_of(a.timeout_seconds, 120.0) {
+        Ok(t) => t,
+        Err(e) => return ToolOutput::error(e),
+    };
+    if let Err(e) = image::check_read_depth(&a.code, "`code`") {
+        return ToolOutput::error(e);
+    }
+    let mut keys = package_keys(&a.package);
+    let mode = match a.mode.unwrap_or_default() {
+        ProfileMode::Cpu => "cpu",
+        ProfileMode::Alloc => "alloc",
+    };
+    keys.push(("mode", Value::keyword(mode)));
+    keys.push(("top", Value::Integer(a.top.unwrap_or(20).into())));
+    keys.push(("count-calls", string_list(&a.count_calls)));
+    let v = match run_user_code(
+        &ctx,
+        "profile-request",
+        vec![Value::string(a.code.clone())],
+        keys,
+        timeout,
+    )
+    .await
+    {
+        Ok(v) => v,
+        Err(e) => return ToolOutput::error(e),
+    };
+    if let Some(failure) = user_code_failure(&v, "The profiled code", timeout) {
+        return failure;
+    }
+    let out = ProfileOutput {
+        mode: plist_str(&v, "mode").unwrap_or_default(),
+        samples: plist_i64(&v, "samples").unwrap_or(0),
+        functions: profiled_functions(&v, "functions"),
+        calls: plist_list(&v, "calls")
+            .unwrap_or(&[])
+            .iter()
+            .map(|c| CallCount {
+                name: plist_str(c, "name").unwrap_or_default(),
+                count: plist_i64(c, "count").unwrap_or(0),
+            })
+            .collect(),
+        values: plist_strings(&v, "values"),
+        stdout: plist_str(&v, "stdout").unwrap_or_default(),
+        elapsed_ms: plist_i64(&v, "elapsed-ms").unwrap_or(0),
+    };
+    ToolOutput::structured(
+        render_profile(&out),
+        serde_json::to_value(out).unwrap_or_default(),
+    )
+}
+
+// ---------------------------------------------------------------------------
+// list-threads
+
+#[derive(Deserialize, JsonSchema, Clone, Copy, Default)]
+#[serde(rename_all = "lowercase")]
+enum ThreadAction {
+    #[default]
+    List,
+    Backtrace,
+    Interrupt,
+    Kill,
+}
+
+#[derive(Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct ThreadsArgs {
+    /// Default `list`.
+    action: Option<ThreadAction>,
+    /// Thread id, for the other actions.
+    thread: Option<i64>,
+    /// Most frames of a backtrace (default 30).
+    limit: Option<u32>,
+}
+
+#[derive(Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+struct ThreadInfo {
+    id: i64,
+    name: String,
+    /// `running`, `waiting on ...` or `dead`.
+    status: String,
+    in_debugger: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    condition: Option<String>,
+    /// The thread serving this call.
+    current: bool,
+}
+
+#[derive(Serialize, JsonSchema)]
+struct ThreadFrame {
+    index: i64,
+    frame: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    path: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    line: Option<i64>,
+}
+
+#[derive(Serialize, JsonSchema)]
+struct ThreadsOutput {
+    threads: Vec<ThreadInfo>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    thread: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    frames: Option<Vec<ThreadFrame>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    message: Option<String>,
+}
+
+fn threads_output(v: &Value, root: &std::path::Path) -> ThreadsOutput {
+    ThreadsOutput {
+        threads: plist_list(v, "threads")
+            .unwrap_or(&[])
+            .iter()
+            .map(|t| ThreadInfo {
+                id: plist_i64(t, "id").unwrap_or(0),
+                name: plist_str(t, "name").unwrap_or_default(),
+                status: plist_str(t, "status").unwrap_or_default(),
+                in_debugger: plist_bool(t, "in-debugger"),
+                condition: plist_str(t, "condition"),
+                current: plist_bool(t, "current"),
+            })
+            .collect(),
+        thread: plist_i64(v, "thread"),
+        frames: v.plist_get("frames").map(|_| {
+            plist_list(v, "frames")
+                .unwrap_or(&[])
+                .iter()
+                .map(|f| {
+                    let l = Location::from_plist(f, root);
+                    ThreadFrame {
+                        index: plist_i64(f, "index").unwrap_or(0),
+                        frame: plist_str(f, "frame").unwrap_or_default(),
+                        path: l.path,
+                        line: l.line,
+                    }
+                })
+                .collect()
+        }),
+        message: plist_str(v, "message"),
+    }
+}
+
+fn render_threads(o: &ThreadsOutput) -> String {
+    let mut text = String::new();
+    if let Some(m) = &o.message {
+        text.push_str(&format!("{m}\n\n"));
+    }
+    if let Some(frames) = &o.frames {
+        text.push_str(&format!(
+            "Backtrace of thread {}:",
+            o.thread.unwrap_or_default()
+        ));
+        for f in frames {
+            text.push_str(&format!("\n{}: {}", f.index, f.frame));
+            if let Some(p) = &f.path {
+                match f.line {
+                    Some(l) => text.push_str(&format!("  ({p}:{l})")),
+                    None => text.push_str(&format!("  ({p})")),
+                }
+            }
+        }
+        text.push_str("\n\n");
+    }
+    text.push_str(&format!("{} thread(s):", o.threads.len()));
+    for t in &o.threads {
+        text.push_str(&format!("\n  {} \"{}\" {}", t.id, t.name, t.status));
+        if t.in_debugger {
+            text.push_str(" [in debugger");
+            if let Some(c) = &t.condition {
+                text.push_str(&format!(": {c}"));
+            }
+            text.push(']');
+        }
+        if t.current {
+            text.push_str(" (serving this call)");
+        }
+    }
+    text
+}
+
+async fn list_threads(a: ThreadsArgs, ctx: ToolContext) -> ToolOutput {
+    let action = match a.action.unwrap_or_default() {
+        ThreadAction::List => "list",
+        ThreadAction::Backtrace => "backtrace",
+        ThreadAction::Interrupt => "interrupt",
+        ThreadAction::Kill => "kill",
+    };
+    let mut keys = vec![("action", Value::keyword(action))];
+    if let Some(t) = a.thread {
+        keys.push(("thread", Value::Integer(t)));
+    }
+    keys.push(("limit", Value::Integer(a.limit.unwrap_or(30).into())));
+    let form = helper_form("thread-request", vec![], keys);
+    let v = match image::call_lookup(&ctx, &form).await {
+        Ok(v) => v,
+        Err(e) => return ToolOutput::error(e),
+    };
+    let out = threads_output(&v, &ctx.session.project_root());
+    ToolOutput::structured(
+        render_threads(&out),
+        serde_json::to_value(out).unwrap_or_default(),
+    )
+}
+
+/// The tools of the `debug` group.
+pub fn tools() -> Vec<ToolDef> {
+    vec![
+        tool(
+            "inspect-object",
+            ToolGroup::Debug,
+            "Inspect an object",
+            "Show the value of `code` as numbered parts (slots, hash-table entries, elements, \
+             car/cdr; a function's lambda list and source). `part` N drills in, `back` returns.",
+            Annotations::MUTATING,
+            |a: InspectArgs, ctx: ToolContext| async move {
+                let c = ctx.clone();
+                image::finish(&c, inspect_object(a, ctx).await)
+            },
+        )
+        .with_output_schema::<InspectOutput>(),
+        tool(
+            "trace-functions",
+            ToolGroup::Debug,
+            "Trace functions",
+            "Trace/untrace functions, (setf f), (method f (class)). Returns what is traced and the \
+             calls since the last call as records: arguments, values, depth, thread.",
+            Annotations::MUTATING,
+            |a: TraceArgs, ctx: ToolContext| async move {
+                let c = ctx.clone();
+                image::finish(&c, trace_functions(a, ctx).await)
+            },
+        )
+        .with_output_schema::<TraceOutput>(),
+        tool(
+            "profile-code",
+            ToolGroup::Debug,
+            "Profile code",
+            "Run `code` under the statistical profiler (`mode` cpu/alloc): top functions by self \
+             and cumulative samples, server frames left out; `countCalls` counts calls exactly.",
+            Annotations::MUTATING,
+            |a: ProfileArgs, ctx: ToolContext| async move {
+                let c = ctx.clone();
+                image::finish(&c, profile_code(a, ctx).await)
+            },
+        )
+        .with_output_schema::<ProfileOutput>(),
+        tool(
+            "list-threads",
+            ToolGroup::Debug,
+            "List threads",
+            "The image's threads: id, name, status, whether in the debugger. `action` \
+             backtrace, interrupt (enter the debugger) or kill one `thread`.",
+            Annotations::DESTRUCTIVE,
+            |a: ThreadsArgs, ctx: ToolContext| async move {
+                let c = ctx.clone();
+                image::finish(&c, list_threads(a, ctx).await)
+            },
+        )
+        .with_output_schema::<ThreadsOutput>(),
+    ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use lisp_syntax::data;
+
+    #[test]
+    fn trace_records_render_as_a_tree() {
+        let v = data::read(
+            r#"(:traced ("FACT") :changes ((:name "FACT" :action "trace" :ok t :message nil))
+                :records ((:id 1 :depth 0 :name "FACT" :thread "w" :arguments ("2") :outcome "returned" :values ("2"))
+                          (:id 2 :depth 1 :name "FACT" :thread "w" :arguments ("1") :outcome "returned" :values ("1")))
+                :more 0 :dropped 0)"#,
+        )
+        .unwrap();
+        let out = trace_output(&v);
+        assert_eq!(out.records[1].depth, 1);
+        let text = render_trace(&out);
+        assert!(text.contains("traced FACT"), "{text}");
+        assert!(
+            text.contains("\n  0: (FACT 2) => 2\n    1: (FACT 1) => 1"),
+            "{text}"
+        );
+    }
+}

@@ -1,0 +1,462 @@
+//! The `debug` tools that look into a live image, through the built binary
+//! against a real SBCL: `inspect-object` (a CLOS instance and a hash table,
+//! drilled into and back out of), `trace-functions` (a recursive function,
+//! a method and a setf function), `profile-code` (a slow function whose hot
+//! spot the profile names) and `list-threads` (list, backtrace, kill).
+//! The harness validates every `structuredContent` against its schema.
+
+mod common;
+mod eval_support;
+
+use eval_support::{call, eval, lisp_server, UserLisp};
+use serde_json::{json, Value};
+
+fn labels(parts: &Value) -> Vec<String> {
+    parts
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["label"].as_str().unwrap().to_string())
+        .collect()
+}
+
+#[test]
+fn inspector_drills_into_an_instance_and_a_hash_table_and_back() {
+    let mut s = lisp_server(&[]);
+    let r = eval(
+        &mut s,
+        1,
+        "(defclass point () ((x :initarg :x) (y :initarg :y) \
+           (tags :initform (make-hash-table :test 'equal))))
+         (defvar *pt* (make-instance 'point :x 3 :y 4))
+         (setf (gethash \"a\" (slot-value *pt* 'tags)) 1
+               (gethash \"b\" (slot-value *pt* 'tags)) (list 10 20 30))
+         (defun inspected-fn (alpha &optional beta) (list alpha beta))",
+    );
+    assert!(!r.is_error, "{}", r.text);
+
+    let r = call(&mut s, 2, "inspect-object", json!({"code": "*pt*"}));
+    assert!(!r.is_error, "{}", r.text);
+    assert_eq!(r.structured["kind"], "instance");
+    assert_eq!(r.structured["type"], "POINT");
+    assert_eq!(labels(&r.structured["parts"]), ["X", "Y", "TAGS"]);
+    assert_eq!(r.structured["parts"][0]["value"], "3");
+    assert_eq!(r.structured["parts"][0]["drillable"], false);
+    assert_eq!(r.structured["parts"][2]["drillable"], true);
+    assert!(r.text.contains("[1] Y = 4"), "{}", r.text);
+
+    // Into the hash table held by a slot.
+    let r = call(&mut s, 3, "inspect-object", json!({"part": 2}));
+    assert!(!r.is_error, "{}", r.text);
+    assert_eq!(r.structured["kind"], "hash-table");
+    assert_eq!(r.structured["total"], 2);
+    assert_eq!(labels(&r.structured["parts"]), ["\"a\"", "\"b\""]);
+    assert_eq!(r.structured["parts"][1]["value"], "(10 20 30)");
+    assert_eq!(r.structured["path"], json!(["*pt*", "TAGS"]));
+
+    // Into a value of the table, paged.
+    let r = call(
+        &mut s,
+        4,
+        "inspect-object",
+        json!({"part": 1, "start": 1, "count": 1}),
+    );
+    assert!(!r.is_error, "{}", r.text);
+    assert_eq!(r.structured["kind"], "list");
+    assert_eq!(r.structured["total"], 3);
+    assert_eq!(r.structured["parts"].as_array().unwrap().len(), 1);
+    assert_eq!(r.structured["parts"][0]["index"], 1);
+    assert_eq!(r.structured["parts"][0]["value"], "20");
+
+    // A part that does not exist is an error naming the range.
+    let r = call(&mut s, 5, "inspect-object", json!({"part": 7}));
+    assert!(r.is_error, "{}", r.text);
+    assert!(r.text.contains("0 to 2"), "{}", r.text);
+
+    // Back out, twice, to the instance; then nothing further back.
+    let r = call(&mut s, 6, "inspect-object", json!({"back": true}));
+    assert_eq!(r.structured["kind"], "hash-table", "{}", r.text);
+    let r = call(&mut s, 7, "inspect-object", json!({"back": true}));
+    assert_eq!(r.structured["kind"], "instance", "{}", r.text);
+    let r = call(&mut s, 8, "inspect-object", json!({"back": true}));
+    assert!(r.is_error, "{}", r.text);
+
+    // A function: its name and lambda list.
+    let r = call(
+        &mut s,
+        9,
+        "inspect-object",
+        json!({"code": "#'inspected-fn"}),
+    );
+    assert!(!r.is_error, "{}", r.text);
+    assert_eq!(r.structured["kind"], "function");
+    let attrs = r.structured["attributes"].to_string();
+    assert!(attrs.contains("INSPECTED-FN"), "{attrs}");
+    assert!(attrs.contains("(ALPHA &OPTIONAL BETA)"), "{attrs}");
+
+    // A closure's closed-over values; an unbound slot says so.
+    let r = call(
+        &mut s,
+        10,
+        "inspect-object",
+        json!({"code": "(let ((hidden (list :secret 42))) (lambda () hidden))"}),
+    );
+    assert!(
+        r.structured["parts"].to_string().contains("(:SECRET 42)"),
+        "{}",
+        r.text
+    );
+    let r = call(
+        &mut s,
+        11,
+        "inspect-object",
+        json!({"code": "(make-instance 'point :x 1)"}),
+    );
+    assert_eq!(
+        r.structured["parts"][1]["value"], "#<unbound>",
+        "{}",
+        r.text
+    );
+    assert_eq!(r.structured["parts"][1]["drillable"], false);
+
+    // An error in the code is the code's error, with its type.
+    let r = call(&mut s, 12, "inspect-object", json!({"code": "(car 5)"}));
+    assert!(r.is_error, "{}", r.text);
+    assert!(r.text.contains("[ERROR] TYPE-ERROR"), "{}", r.text);
+}
+
+#[test]
+fn trace_records_a_recursive_function_with_its_nesting() {
+    let mut s = lisp_server(&[]);
+    let r = eval(
+        &mut s,
+        1,
+        "(defun tr-fact (n) (if (< n 2) 1 (* n (tr-fact (1- n)))))
+         (defgeneric tr-area (shape))
+         (defmethod tr-area ((s integer)) (* s s))
+         (defmethod tr-area ((s string)) (length s))
+         (defun (setf tr-thing) (new x) (list new x))",
+    );
+    assert!(!r.is_error, "{}", r.text);
+
+    let r = call(
+        &mut s,
+        2,
+        "trace-functions",
+        json!({"trace": ["tr-fact", "(method tr-area (integer))", "(setf tr-thing)"]}),
+    );
+    assert!(!r.is_error, "{}", r.text);
+    assert_eq!(r.structured["traced"].as_array().unwrap().len(), 3);
+
+    let r = eval(
+        &mut s,
+        3,
+        "(list (tr-fact 4) (tr-area 5) (tr-area \"abc\") (funcall #'(setf tr-thing) 1 2))",
+    );
+    assert!(!r.is_error, "{}", r.text);
+    // Nothing of the trace reaches the evaluation's output.
+    assert!(
+        r.structured["stdout"].as_str().unwrap().is_empty(),
+        "{}",
+        r.text
+    );
+
+    let r = call(&mut s, 4, "trace-functions", json!({}));
+    assert!(!r.is_error, "{}", r.text);
+    let recs = r.structured["records"].as_array().unwrap();
+    let fact: Vec<&Value> = recs.iter().filter(|x| x["function"] == "TR-FACT").collect();
+    assert_eq!(fact.len(), 4, "{}", r.text);
+    for (i, rec) in fact.iter().enumerate() {
+        assert_eq!(rec["depth"], i as i64, "{}", r.text);
+        assert_eq!(rec["arguments"], json!([(4 - i).to_string()]));
+        assert_eq!(rec["outcome"], "returned");
+    }
+    assert_eq!(fact[0]["values"], json!(["24"]));
+    assert_eq!(fact[3]["values"], json!(["1"]));
+    // Only the traced method: the string method's call is not recorded.
+    let area: Vec<&Value> = recs
+        .iter()
+        .filter(|x| x["function"].as_str().unwrap().contains("TR-AREA"))
+        .collect();
+    assert_eq!(area.len(), 1, "{}", r.text);
+    assert_eq!(area[0]["values"], json!(["25"]));
+    assert!(recs.iter().any(|x| x["function"] == "(SETF TR-THING)"));
+    assert!(
+        r.text
+            .contains("  0: (TR-FACT 4) => 24\n    1: (TR-FACT 3) => 6"),
+        "{}",
+        r.text
+    );
+
+    // Records once returned are gone; untracing stops recording.
+    let r = call(
+        &mut s,
+        5,
+        "trace-functions",
+        json!({"untrace": ["tr-fact"]}),
+    );
+    assert!(r.structured["records"].as_array().unwrap().is_empty());
+    eval(&mut s, 6, "(tr-fact 3)");
+    let r = call(&mut s, 7, "trace-functions", json!({}));
+    assert!(
+        r.structured["records"].as_array().unwrap().is_empty(),
+        "{}",
+        r.text
+    );
+    assert_eq!(r.structured["traced"].as_array().unwrap().len(), 2);
+
+    // Unknown names are errors that say so.
+    let r = call(
+        &mut s,
+        8,
+        "trace-functions",
+        json!({"trace": ["no-such-fn-xyz"], "untraceAll": true}),
+    );
+    assert!(r.is_error, "{}", r.text);
+    assert!(r.text.contains("names no function"), "{}", r.text);
+    assert!(r.structured["traced"].as_array().unwrap().is_empty());
+}
+
+#[test]
+fn profile_names_the_hot_spot_and_counts_calls() {
+    let mut s = lisp_server(&[]);
+    let r = eval(
+        &mut s,
+        1,
+        "(defun prof-hot (n)
+           (declare (optimize speed) (type fixnum n))
+           (let ((s 0))
+             (declare (type fixnum s))
+             (dotimes (i n s) (setf s (logand (+ s (* i 7) (ash s -3)) #xffffff)))))
+         (defun prof-cold () (loop repeat 10 collect 1))
+         (defun prof-outer (reps) (prof-cold) (loop repeat reps sum (prof-hot 3000000)))",
+    );
+    assert!(!r.is_error, "{}", r.text);
+    let r = call(
+        &mut s,
+        2,
+        "profile-code",
+        json!({"code": "(prof-outer 150)", "countCalls": ["prof-hot", "prof-cold"], "top": 10}),
+    );
+    assert!(!r.is_error, "{}", r.text);
+    let st = &r.structured;
+    assert!(st["samples"].as_i64().unwrap() > 10, "{}", r.text);
+    assert_eq!(st["functions"][0]["name"], "PROF-HOT", "{}", r.text);
+    assert!(
+        st["functions"][0]["selfPercent"].as_f64().unwrap() > 50.0,
+        "{}",
+        r.text
+    );
+    let outer = st["functions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["name"] == "PROF-OUTER")
+        .unwrap_or_else(|| panic!("{}", r.text));
+    assert!(
+        outer["cumulativePercent"].as_f64().unwrap() > 80.0,
+        "{}",
+        r.text
+    );
+    // The server's own frames are not in the profile.
+    let all = st["functions"].to_string();
+    assert!(!all.contains("CL-MCP"), "{all}");
+    assert!(!all.contains("SWANK"), "{all}");
+    assert_eq!(
+        st["calls"],
+        json!([{"name": "PROF-HOT", "count": 150}, {"name": "PROF-COLD", "count": 1}])
+    );
+    // Counting is undone afterwards: the functions run as before.
+    let r = eval(&mut s, 3, "(prof-outer 1)");
+    assert!(!r.is_error, "{}", r.text);
+
+    // Allocation mode names the allocating function.
+    let r = eval(
+        &mut s,
+        4,
+        "(defun prof-alloc () (let (l) (dotimes (i 300000 l) (push (make-list 4) l))))",
+    );
+    assert!(!r.is_error, "{}", r.text);
+    let r = call(
+        &mut s,
+        5,
+        "profile-code",
+        json!({"code": "(length (prof-alloc))", "mode": "alloc"}),
+    );
+    assert!(!r.is_error, "{}", r.text);
+    assert_eq!(r.structured["mode"], "alloc");
+    let names = r.structured["functions"].to_string();
+    assert!(names.contains("PROF-ALLOC"), "{}", r.text);
+    assert_eq!(r.structured["values"], json!(["300000"]));
+
+    // An error in the code is reported as such.
+    let r = call(&mut s, 6, "profile-code", json!({"code": "(car 5)"}));
+    assert!(r.is_error, "{}", r.text);
+    assert!(r.text.contains("TYPE-ERROR"), "{}", r.text);
+}
+
+#[test]
+fn threads_are_listed_with_a_backtrace_and_can_be_killed() {
+    // The debug group on its own: inspect-object runs the code.
+    let mut s = lisp_server(&["--tools", "debug"]);
+    let r = call(
+        &mut s,
+        1,
+        "inspect-object",
+        json!({"code": "(defun thr-wait () (loop (sleep 0.05)) (values))
+                        (prog1 (sb-thread:make-thread (lambda () (thr-wait) nil) :name \"test-waiter\")
+                          (sleep 0.1))"}),
+    );
+    assert!(!r.is_error, "{}", r.text);
+    assert_eq!(r.structured["type"], "SB-THREAD:THREAD", "{}", r.text);
+    let r = call(&mut s, 2, "list-threads", json!({}));
+    assert!(!r.is_error, "{}", r.text);
+    let threads = r.structured["threads"].as_array().unwrap().clone();
+    let waiter = threads
+        .iter()
+        .find(|t| t["name"] == "test-waiter")
+        .unwrap_or_else(|| panic!("{}", r.text));
+    assert_eq!(waiter["inDebugger"], false);
+    assert_eq!(threads.iter().filter(|t| t["current"] == true).count(), 1);
+    let id = waiter["id"].as_i64().unwrap();
+
+    let r = call(
+        &mut s,
+        3,
+        "list-threads",
+        json!({"action": "backtrace", "thread": id}),
+    );
+    assert!(!r.is_error, "{}", r.text);
+    let frames = r.structured["frames"].to_string();
+    assert!(frames.contains("THR-WAIT"), "{}", r.text);
+    assert!(!frames.contains("CL-MCP"), "{}", r.text);
+
+    let r = call(
+        &mut s,
+        4,
+        "list-threads",
+        json!({"action": "kill", "thread": id}),
+    );
+    assert!(!r.is_error, "{}", r.text);
+    assert!(
+        !r.structured["threads"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|t| t["id"] == id && t["status"] != "dead"),
+        "{}",
+        r.text
+    );
+    let r = call(
+        &mut s,
+        5,
+        "list-threads",
+        json!({"action": "backtrace", "thread": id}),
+    );
+    assert!(r.is_error, "{}", r.text);
+    let r = call(&mut s, 6, "list-threads", json!({"action": "kill"}));
+    assert!(r.is_error, "{}", r.text);
+
+    // interrupt: the answer says what became of the thread, and the list
+    // agrees with it.
+    let r = call(
+        &mut s,
+        7,
+        "inspect-object",
+        json!({"code": "(prog1 (sb-thread:make-thread (lambda () (thr-wait)) :name \"test-spinner\") (sleep 0.1))"}),
+    );
+    assert!(!r.is_error, "{}", r.text);
+    let r = call(&mut s, 8, "list-threads", json!({}));
+    let id = r.structured["threads"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == "test-spinner")
+        .unwrap_or_else(|| panic!("{}", r.text))["id"]
+        .as_i64()
+        .unwrap();
+    let r = call(
+        &mut s,
+        9,
+        "list-threads",
+        json!({"action": "interrupt", "thread": id}),
+    );
+    assert!(!r.is_error, "{}", r.text);
+    let message = r.structured["message"].as_str().unwrap().to_string();
+    let r = call(&mut s, 10, "list-threads", json!({}));
+    let now = r.structured["threads"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["id"] == id)
+        .cloned();
+    if message.contains("ended the thread") {
+        assert!(
+            now.is_none_or(|t| t["status"] == "dead"),
+            "{message}\n{}",
+            r.text
+        );
+    } else if message.contains("sits in the debugger") {
+        assert_eq!(now.unwrap()["inDebugger"], true, "{message}\n{}", r.text);
+    } else {
+        assert_eq!(now.unwrap()["inDebugger"], false, "{message}\n{}", r.text);
+    }
+}
+
+#[test]
+fn attached_image_shows_the_users_threads_and_traces_their_calls() {
+    // The user's image runs an application thread calling APP-STEP.
+    let user = UserLisp::start_with(&[
+        "(defun cl-user::app-step (n) (* n 2))",
+        "(defun cl-user::app-loop () (loop for i from 0 do (cl-user::app-step i) (sleep 0.02)))",
+        "(sb-thread:make-thread #'cl-user::app-loop :name \"user-app\")",
+    ]);
+    let addr = format!("127.0.0.1:{}", user.port);
+    let mut s = lisp_server(&["--swank", &addr]);
+
+    let r = call(&mut s, 1, "list-threads", json!({}));
+    assert!(!r.is_error, "{}", r.text);
+    let app = r.structured["threads"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == "user-app")
+        .unwrap_or_else(|| panic!("{}", r.text))
+        .clone();
+    let r = call(
+        &mut s,
+        2,
+        "list-threads",
+        json!({"action": "backtrace", "thread": app["id"]}),
+    );
+    assert!(!r.is_error, "{}", r.text);
+    assert!(
+        r.structured["frames"].to_string().contains("APP-LOOP"),
+        "{}",
+        r.text
+    );
+
+    // Calls made by the user's thread are recorded, with that thread's name.
+    let r = call(
+        &mut s,
+        3,
+        "trace-functions",
+        json!({"trace": ["cl-user::app-step"]}),
+    );
+    assert!(!r.is_error, "{}", r.text);
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let r = call(&mut s, 4, "trace-functions", json!({"untraceAll": true}));
+    let recs = r.structured["records"].as_array().unwrap();
+    assert!(recs.len() >= 3, "{}", r.text);
+    assert!(recs.iter().all(|x| x["thread"] == "user-app"), "{}", r.text);
+    let n: i64 = recs[0]["arguments"][0].as_str().unwrap().parse().unwrap();
+    assert_eq!(
+        recs[0]["values"],
+        json!([(2 * n).to_string()]),
+        "{}",
+        r.text
+    );
+    // The application thread runs on, untouched.
+    let r = call(&mut s, 5, "list-threads", json!({}));
+    assert!(r.text.contains("\"user-app\" alive"), "{}", r.text);
+}
