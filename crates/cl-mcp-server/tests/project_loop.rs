@@ -1,0 +1,207 @@
+//! The rest of issue 9 through the built binary with a real SBCL image:
+//! `lisp-compile-file` on an `.asd` loads it as ASDF does, `code-find`
+//! takes `limit`/`projectOnly` and lists the project's definitions first,
+//! `code-describe` labels a class's documentation by what the class is,
+//! and the local image exits with the server.
+
+mod common;
+mod eval_support;
+
+use std::time::{Duration, Instant};
+
+use eval_support::{call, eval, lisp_server};
+use serde_json::json;
+
+#[test]
+fn asd_files_load_as_asdf_loads_them() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().canonicalize().unwrap();
+    // Under `target/`, which the project scan skips: only loading the
+    // .asd makes its systems known.
+    let dir = root.join("target/extra");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("extra.asd"),
+        "(defsystem \"extra\"\n  :components ((:file \"extra\"))\n  \
+         :in-order-to ((test-op (test-op \"extra/tests\"))))\n\n\
+         (defsystem \"extra/tests\" :depends-on (\"extra\"))\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("extra.lisp"),
+        "(defpackage #:extra (:use #:cl) (:export #:answer))\n(in-package #:extra)\n\
+         (defun answer () 42)\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("broken.asd"),
+        "(defsystem \"broken\" :components ((:file \"b\"))\n",
+    )
+    .unwrap();
+    let root_s = root.to_string_lossy().into_owned();
+    let mut s = lisp_server(&["--project-root", &root_s]);
+
+    let r = call(&mut s, 1, "asdf-load-system", json!({"system": "extra"}));
+    assert!(r.is_error, "{}", r.text);
+
+    let r = call(
+        &mut s,
+        2,
+        "lisp-compile-file",
+        json!({"path": "target/extra/extra.asd"}),
+    );
+    assert!(!r.is_error, "{}", r.text);
+    assert_eq!(r.structured["success"], true);
+    assert_eq!(r.structured["systems"], json!(["extra", "extra/tests"]));
+    assert!(
+        r.text
+            .starts_with("Loaded target/extra/extra.asd with asdf:load-asd in "),
+        "{}",
+        r.text
+    );
+    assert!(
+        r.text.contains("defines systems extra, extra/tests"),
+        "{}",
+        r.text
+    );
+    let r = call(&mut s, 3, "asdf-load-system", json!({"system": "extra"}));
+    assert!(!r.is_error, "{}", r.text);
+    assert_eq!(eval(&mut s, 4, "(extra:answer)").text, "=> 42");
+
+    // An .asd that does not read fails with the reason.
+    let r = call(
+        &mut s,
+        5,
+        "lisp-compile-file",
+        json!({"path": "target/extra/broken.asd"}),
+    );
+    assert!(r.is_error, "{}", r.text);
+    assert_eq!(r.structured["success"], false);
+    assert_eq!(r.structured["systems"], json!([]));
+    assert!(
+        r.text
+            .starts_with("Loading target/extra/broken.asd with asdf:load-asd failed"),
+        "{}",
+        r.text
+    );
+    assert!(r.text.contains("END-OF-FILE"), "{}", r.text);
+}
+
+#[test]
+fn code_find_limits_and_project_first_and_describe_labels() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().canonicalize().unwrap();
+    std::fs::write(
+        root.join("widget.lisp"),
+        "(defclass widget () () (:documentation \"A widget.\"))\n\n\
+         (defmethod print-object ((w widget) stream)\n  (format stream \"#<widget>\"))\n\n\
+         (defstruct (gadget) \"A gadget.\" x)\n",
+    )
+    .unwrap();
+    let root_s = root.to_string_lossy().into_owned();
+    let mut s = lisp_server(&["--project-root", &root_s]);
+    let r = call(
+        &mut s,
+        1,
+        "lisp-compile-file",
+        json!({"path": "widget.lisp"}),
+    );
+    assert!(!r.is_error, "{}", r.text);
+
+    // print-object has many methods in SBCL: the project's comes first.
+    let r = call(
+        &mut s,
+        2,
+        "code-find",
+        json!({"symbol": "print-object", "limit": 3}),
+    );
+    assert!(!r.is_error, "{}", r.text);
+    let defs = r.structured["definitions"].as_array().unwrap();
+    assert_eq!(defs.len(), 3, "{}", r.text);
+    assert_eq!(defs[0]["path"], "widget.lisp", "{}", r.text);
+    assert_eq!(defs[0]["line"], 3);
+    let count = r.structured["count"].as_u64().unwrap();
+    assert!(count > 3, "{}", r.text);
+    assert_eq!(r.structured["truncated"], true);
+    assert!(
+        r.text
+            .contains(&format!("(the first 3 of {count}; raise `limit`")),
+        "{}",
+        r.text
+    );
+    // SBCL's own source of another method is readable.
+    let sbcl_source = defs[1]["path"].as_str().unwrap().to_string();
+    assert!(sbcl_source.starts_with('/'), "{}", r.text);
+    let read = call(
+        &mut s,
+        20,
+        "fs-read-file",
+        json!({"path": sbcl_source, "limit": 2}),
+    );
+    assert!(!read.is_error, "{}", read.text);
+    let r = call(
+        &mut s,
+        3,
+        "code-find",
+        json!({"symbol": "print-object", "projectOnly": true}),
+    );
+    let defs = r.structured["definitions"].as_array().unwrap();
+    assert_eq!(defs.len(), 1, "{}", r.text);
+    assert_eq!(r.structured["outside"].as_u64().unwrap(), count - 1);
+    assert_eq!(r.structured["truncated"], false);
+    assert!(
+        r.text
+            .starts_with("1 definition of COMMON-LISP:PRINT-OBJECT:"),
+        "{}",
+        r.text
+    );
+
+    // A class's documentation is the class's, not "(structure)".
+    let r = call(&mut s, 4, "code-describe", json!({"symbol": "widget"}));
+    assert_eq!(
+        r.structured["documentation"],
+        json!([{"kind": "class", "text": "A widget."}]),
+        "{}",
+        r.text
+    );
+    let r = call(&mut s, 5, "code-describe", json!({"symbol": "gadget"}));
+    assert_eq!(
+        r.structured["documentation"],
+        json!([{"kind": "structure", "text": "A gadget."}]),
+        "{}",
+        r.text
+    );
+}
+
+/// The local image dies with the server: closing the server's stdin
+/// leaves no SBCL behind for seconds.
+#[test]
+fn the_local_image_exits_with_the_server() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root_s = tmp.path().to_string_lossy().into_owned();
+    let mut s = lisp_server(&["--project-root", &root_s]);
+    let r = eval(&mut s, 1, "(sb-unix:unix-getpid)");
+    let pid: u32 = r.text.trim_start_matches("=> ").parse().expect(&r.text);
+    let proc_dir = format!("/proc/{pid}");
+    assert!(std::path::Path::new(&proc_dir).exists());
+    let started = Instant::now();
+    let _ = s.close();
+    let alive = |p: &str| {
+        std::fs::read_to_string(format!("{p}/stat")).is_ok_and(|st| {
+            !st.rsplit(')')
+                .next()
+                .unwrap_or("")
+                .trim_start()
+                .starts_with('Z')
+        })
+    };
+    while alive(&proc_dir) && started.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let took = started.elapsed();
+    assert!(!alive(&proc_dir), "the image outlived the server by 10 s");
+    assert!(
+        took < Duration::from_millis(1000),
+        "the image took {took:?} to exit after the server's stdin closed"
+    );
+}
