@@ -362,6 +362,8 @@ loaded) plus :systems, the names of the systems the file defines."
                                (and (member "style-warning" severities :test #'equal) t))
                :failure-p failure-p
                :systems (systems-defined-in path)
+               :failed (when build-error
+                         (list :reason (failure-reason build-error nil notes)))
                :diagnostics notes)
          (build-result-fields result build-error))))))
 

@@ -84,7 +84,19 @@ fn asd_files_load_as_asdf_loads_them() {
         "{}",
         r.text
     );
-    assert!(r.text.contains("END-OF-FILE"), "{}", r.text);
+    assert!(
+        r.text.contains("\nFailed: ASDF/FIND-SYSTEM:LOAD-SYSTEM-DEFINITION-ERROR: Error while trying to load definition for system broken"),
+        "{}",
+        r.text
+    );
+    assert!(
+        r.structured["failed"]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("end of file"),
+        "{}",
+        r.text
+    );
 }
 
 #[test]
@@ -173,35 +185,63 @@ fn code_find_limits_and_project_first_and_describe_labels() {
     );
 }
 
-/// The local image dies with the server: closing the server's stdin
-/// leaves no SBCL behind for seconds.
+fn image_pid(s: &mut common::Server, id: i64) -> u32 {
+    let r = eval(s, id, "(sb-unix:unix-getpid)");
+    r.text.trim_start_matches("=> ").parse().expect(&r.text)
+}
+
+/// Whether process `pid` is running (not gone, not a zombie).
+fn alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .is_ok_and(|st| !st.rsplit(')').next().unwrap_or("").trim_start().starts_with('Z'))
+}
+
+/// How long `pid` lives on from `since` (at most 10 s).
+fn lives_on(pid: u32, since: Instant) -> Duration {
+    while alive(pid) && since.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert!(!alive(pid), "the image outlived the server by 10 s");
+    since.elapsed()
+}
+
+/// The local image dies with the server: when stdin closes (the server
+/// exits at once when idle), and when the server is killed outright while
+/// an evaluation runs (the image's stdin lifeline), as well as when a
+/// client signals the whole process group, as the Python SDK does.
 #[test]
 fn the_local_image_exits_with_the_server() {
     let tmp = tempfile::tempdir().unwrap();
     let root_s = tmp.path().to_string_lossy().into_owned();
+
     let mut s = lisp_server(&["--project-root", &root_s]);
-    let r = eval(&mut s, 1, "(sb-unix:unix-getpid)");
-    let pid: u32 = r.text.trim_start_matches("=> ").parse().expect(&r.text);
-    let proc_dir = format!("/proc/{pid}");
-    assert!(std::path::Path::new(&proc_dir).exists());
+    let pid = image_pid(&mut s, 1);
     let started = Instant::now();
     let _ = s.close();
-    let alive = |p: &str| {
-        std::fs::read_to_string(format!("{p}/stat")).is_ok_and(|st| {
-            !st.rsplit(')')
-                .next()
-                .unwrap_or("")
-                .trim_start()
-                .starts_with('Z')
-        })
+    let took = lives_on(pid, started);
+    assert!(took < Duration::from_millis(1000), "idle: {took:?}");
+
+    let busy = |s: &mut common::Server| {
+        s.send(&json!({"jsonrpc":"2.0","id":2,"method":"tools/call",
+            "params":{"name":"evaluate-lisp","arguments":{"code":"(sleep 30)"}}}));
+        std::thread::sleep(Duration::from_millis(300));
     };
-    while alive(&proc_dir) && started.elapsed() < Duration::from_secs(10) {
-        std::thread::sleep(Duration::from_millis(10));
+    let mut s = lisp_server(&["--project-root", &root_s]);
+    let pid = image_pid(&mut s, 1);
+    busy(&mut s);
+    let started = Instant::now();
+    s.child.kill().unwrap();
+    let took = lives_on(pid, started);
+    assert!(took < Duration::from_millis(1000), "server killed: {took:?}");
+
+    let mut s = lisp_server(&["--project-root", &root_s]);
+    let pid = image_pid(&mut s, 1);
+    busy(&mut s);
+    let started = Instant::now();
+    for p in [s.child.id(), pid] {
+        // SAFETY: kill(2) on processes this test started.
+        unsafe { libc::kill(p as i32, libc::SIGTERM) };
     }
-    let took = started.elapsed();
-    assert!(!alive(&proc_dir), "the image outlived the server by 10 s");
-    assert!(
-        took < Duration::from_millis(1000),
-        "the image took {took:?} to exit after the server's stdin closed"
-    );
+    let took = lives_on(pid, started);
+    assert!(took < Duration::from_millis(1000), "SIGTERM: {took:?}");
 }
