@@ -882,11 +882,18 @@ FILTER keeps names containing it (any case)."
                 :loaded (and (asdf:component-loaded-p system) t))))))
 
 (defun implementation-source-directories ()
-  "Where the Lisp's own sources are, when installed: the SYS logical host's
-SRC; and CONTRIB; (code-find answers paths there for built-in definitions)."
-  (loop for logical in '("SYS:SRC;" "SYS:CONTRIB;")
-        for dir = (ignore-errors (probe-file (translate-logical-pathname logical)))
-        when dir collect (namestring dir)))
+  "Where the Lisp's own sources are, when installed (the SYS logical host's
+SRC; and CONTRIB;), and Swank's when SWANK-LOADER loaded it rather than
+ASDF: code-find answers paths there."
+  (let ((swank (let ((s (and (find-package "SWANK-LOADER")
+                             (find-symbol "*SOURCE-DIRECTORY*" "SWANK-LOADER"))))
+                 (and s (boundp s) (symbol-value s)))))
+    (append
+     (loop for logical in '("SYS:SRC;" "SYS:CONTRIB;")
+           for dir = (ignore-errors (probe-file (translate-logical-pathname logical)))
+           when dir collect (namestring dir))
+     (let ((dir (and swank (ignore-errors (probe-file swank)))))
+       (when dir (list (namestring dir)))))))
 
 (defun source-directories ()
   "The source directories of the ASDF systems the image has registered and

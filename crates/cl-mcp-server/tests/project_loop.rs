@@ -151,6 +151,24 @@ fn code_find_limits_and_project_first_and_describe_labels() {
         json!({"path": sbcl_source, "limit": 2}),
     );
     assert!(!read.is_error, "{}", read.text);
+    // So is Swank's.
+    let r = call(
+        &mut s,
+        21,
+        "code-find",
+        json!({"symbol": "swank:create-server"}),
+    );
+    let swank_source = r.structured["definitions"][0]["path"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let read = call(
+        &mut s,
+        22,
+        "lisp-read-file",
+        json!({"path": swank_source, "namePattern": "^create-server$", "limit": 5}),
+    );
+    assert!(!read.is_error, "{}", read.text);
     let r = call(
         &mut s,
         3,
@@ -192,8 +210,13 @@ fn image_pid(s: &mut common::Server, id: i64) -> u32 {
 
 /// Whether process `pid` is running (not gone, not a zombie).
 fn alive(pid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .is_ok_and(|st| !st.rsplit(')').next().unwrap_or("").trim_start().starts_with('Z'))
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|st| {
+        !st.rsplit(')')
+            .next()
+            .unwrap_or("")
+            .trim_start()
+            .starts_with('Z')
+    })
 }
 
 /// How long `pid` lives on from `since` (at most 10 s).
@@ -232,7 +255,10 @@ fn the_local_image_exits_with_the_server() {
     let started = Instant::now();
     s.child.kill().unwrap();
     let took = lives_on(pid, started);
-    assert!(took < Duration::from_millis(1000), "server killed: {took:?}");
+    assert!(
+        took < Duration::from_millis(1000),
+        "server killed: {took:?}"
+    );
 
     let mut s = lisp_server(&["--project-root", &root_s]);
     let pid = image_pid(&mut s, 1);

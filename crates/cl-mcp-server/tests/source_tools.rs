@@ -893,6 +893,17 @@ fn test_forms_are_definitions() {
     assert_eq!(r.structured["definitions"][3]["type"], "test");
     assert_eq!(r.structured["definitions"][3]["name"], "total");
 
+    // Search hits are placed in their test.
+    let r = s.ok(
+        "clgrep-search",
+        json!({"pattern": "report \\(make-store", "path": "tests.lisp"}),
+    );
+    assert!(
+        r.text.starts_with("tests.lisp:18: [test report-empty]"),
+        "{}",
+        r.text
+    );
+
     // The collapsed view expands a test by name.
     let r = s.ok(
         "lisp-read-file",

@@ -176,9 +176,9 @@ struct FindArgs {
     symbol: String,
     /// Package for a bare name (default: the current one).
     package: Option<String>,
-    /// Only definitions in files under the project root (default false).
+    /// Only those under the project root (default false).
     project_only: Option<bool>,
-    /// Most definitions listed (default 50); `count` has the total.
+    /// Most listed (default 50).
     limit: Option<u32>,
 }
 

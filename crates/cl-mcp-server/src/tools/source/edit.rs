@@ -536,18 +536,37 @@ fn leading_comments(text: &str, line_start: usize, lower: usize) -> Option<usize
     first
 }
 
-/// The line ending new text gets at `at`: that of the line holding it, or
-/// of the line before when it is the last line and has none. A file's
-/// convention is what the lines around the edit use, so one stray CRLF
-/// line elsewhere in an LF file changes nothing.
-fn newline_at(text: &str, at: usize) -> &'static str {
-    let end = line_end_of(text, at);
-    let ends_crlf = |end: usize| text[..end].ends_with('\r');
-    if end < text.len() {
-        return if ends_crlf(end) { "\r\n" } else { "\n" };
+/// The line ending new text gets next to the unit `unit`: the one most of
+/// the lines around the edit end with (the line before the unit, the
+/// unit's last line and the line after it; a tie goes to the unit's own
+/// line). A file's convention is what the lines around the edit use, so one
+/// stray CRLF line in an LF file, even the edited one, changes nothing.
+fn newline_at(text: &str, unit: Range<usize>) -> &'static str {
+    // The ending of the line whose `\n` is at `nl`: true for CRLF.
+    let crlf = |nl: usize| text[..nl].ends_with('\r');
+    let own = line_end_of(text, unit.end);
+    let mut endings = Vec::with_capacity(3);
+    if own < text.len() {
+        endings.push(crlf(own));
     }
-    let start = line_start_of(text, at);
-    if start > 0 && ends_crlf(start - 1) {
+    let start = line_start_of(text, unit.start);
+    if start > 0 {
+        endings.push(crlf(start - 1));
+    }
+    if own < text.len() {
+        let next = line_end_of(text, own + 1);
+        if next < text.len() {
+            endings.push(crlf(next));
+        }
+    }
+    let crlfs = endings.iter().filter(|&&c| c).count();
+    let lfs = endings.len() - crlfs;
+    let is_crlf = match crlfs.cmp(&lfs) {
+        std::cmp::Ordering::Greater => true,
+        std::cmp::Ordering::Less => false,
+        std::cmp::Ordering::Equal => own < text.len() && crlf(own),
+    };
+    if is_crlf {
         "\r\n"
     } else {
         "\n"
@@ -557,7 +576,7 @@ fn newline_at(text: &str, at: usize) -> &'static str {
 /// The new text: `text` with the operation applied around `d`.
 fn splice(text: &str, d: &Definition, op: Operation, content: &str) -> Spliced {
     let unit = d.unit_span.clone();
-    let nl = newline_at(text, unit.end);
+    let nl = newline_at(text, unit.clone());
     let content = content.trim().replace("\r\n", "\n");
     let mut content = if nl == "\r\n" {
         content.replace('\n', "\r\n")
@@ -743,8 +762,16 @@ mod tests {
             ";;;; header\r\n(defun z () 0)\n\n(defun a () 1)\n\n(defun b () 2)\n"
         );
         // The last line without a line ending takes the one before it.
-        assert_eq!(newline_at("(a)\r\n(b)", 5), "\r\n");
-        assert_eq!(newline_at("(a)", 1), "\n");
+        assert_eq!(newline_at("(a)\r\n(b)", 5..8), "\r\n");
+        assert_eq!(newline_at("(a)", 0..3), "\n");
+        // The one CRLF line is the edited one: its neighbours decide.
+        let src = "(defun a () 1)\n(defun b () 2)\r\n\n(defun c () 3)\n";
+        let d = find_target(src, "defun", "b", None).unwrap();
+        let out = splice(src, &d, Operation::InsertAfter, "(defun b2 () 22)").text;
+        assert_eq!(
+            out,
+            "(defun a () 1)\n(defun b () 2)\n\n(defun b2 () 22)\r\n\n(defun c () 3)\n"
+        );
     }
 
     #[test]
