@@ -133,7 +133,7 @@ fn collapsed_read_shows_signatures_with_lines() {
     assert_eq!(
         r.text,
         "src/nasty.lisp [lisp-collapsed]\n\
-         \x201: ;;;; nasty.lisp --- a file full of traps  [+1 comment lines]\n\
+         \x201: ;;;; nasty.lisp --- a file full of traps  [+1 comment line]\n\
          \x204: (in-package :cl-user)\n\
          \x206: #| block comment with ( and #| nested ) |# still |#\n\
          \x208: (defun paren-string (x) ...)\n\
@@ -158,7 +158,7 @@ fn collapsed_read_shows_signatures_with_lines() {
     assert_eq!(
         r.text,
         "src/nasty.lisp [lisp-collapsed]\n\
-         \x201: ;;;; nasty.lisp --- a file full of traps  [+1 comment lines]\n\
+         \x201: ;;;; nasty.lisp --- a file full of traps  [+1 comment line]\n\
          \x204: (in-package :cl-user)\n\
          \x206: #| block comment with ( and #| nested ) |# still |#\n\
          [window ends at line 7 of 29; next: offset=7]\n"
@@ -846,7 +846,7 @@ fn check_parens_windows_are_validated() {
     );
     assert_eq!(
         r.text,
-        "src/nasty.lisp lines 28-29: ok: all delimiters balanced (1 top-level forms)."
+        "src/nasty.lisp lines 28-29: ok: all delimiters balanced (1 top-level form)."
     );
 }
 

@@ -257,7 +257,8 @@ pub fn read_text_capped(r: &ResolvedPath) -> Result<String, String> {
     })?;
     String::from_utf8(bytes).map_err(|e| {
         format!(
-            "'{}' is not UTF-8 text (invalid byte at offset {}).",
+            "'{}' is not UTF-8 text (invalid byte at offset {}); fs-read-file reads it as \
+             Latin-1.",
             r.display,
             e.utf8_error().valid_up_to()
         )
@@ -546,10 +547,10 @@ fn write_file(a: WriteArgs, session: &Session) -> ToolOutput {
     };
     ToolOutput::structured(
         format!(
-            "{} {} ({} bytes{}).",
+            "{} {} ({}{}).",
             if replaced { "Replaced" } else { "Created" },
             r.display,
-            bytes.len(),
+            counted(bytes.len(), "byte", "bytes"),
             match encoding {
                 Some("latin-1") => ", in Latin-1 as it was",
                 Some(_) =>
