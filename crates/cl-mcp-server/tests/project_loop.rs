@@ -271,3 +271,69 @@ fn the_local_image_exits_with_the_server() {
     let took = lives_on(pid, started);
     assert!(took < Duration::from_millis(1000), "SIGTERM: {took:?}");
 }
+
+/// The agent's loop on a FiveAM project: load by name, run the tests, add a
+/// test with lisp-edit-form right away, run again: the new test is built
+/// and run, though it was written in the same second the test file was
+/// compiled (ASDF compares file dates by the second).
+#[test]
+fn an_edit_right_after_a_build_is_built_next() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().canonicalize().unwrap();
+    let files = [
+        (
+            "loopinv.asd",
+            "(defsystem \"loopinv\" :components ((:file \"store\"))\n  \
+             :in-order-to ((test-op (test-op \"loopinv/tests\"))))\n\n\
+             (defsystem \"loopinv/tests\" :depends-on (\"loopinv\" \"fiveam\")\n  \
+             :components ((:file \"tests\"))\n  \
+             :perform (test-op (o c) (uiop:symbol-call :fiveam :run! :loopinv)))\n",
+        ),
+        (
+            "store.lisp",
+            "(defpackage #:loopinv (:use #:cl) (:export #:total))\n(in-package #:loopinv)\n\n\
+             (defun total (items) (reduce #'+ items))\n",
+        ),
+        (
+            "tests.lisp",
+            "(defpackage #:loopinv-tests (:use #:cl #:fiveam #:loopinv))\n\
+             (in-package #:loopinv-tests)\n\n(def-suite :loopinv)\n(in-suite :loopinv)\n\n\
+             (test total-empty\n  (is (= 0 (total '()))))\n",
+        ),
+    ];
+    for (name, text) in files {
+        std::fs::write(root.join(name), text).unwrap();
+    }
+    let root_s = root.to_string_lossy().into_owned();
+    let mut s = lisp_server(&["--project-root", &root_s]);
+    let r = call(&mut s, 1, "asdf-test-system", json!({"system": "loopinv"}));
+    assert!(!r.is_error, "{}", r.text);
+    assert_eq!(r.structured["summary"]["passed"], 1, "{}", r.text);
+    let r = call(
+        &mut s,
+        2,
+        "lisp-edit-form",
+        json!({"path": "tests.lisp", "formType": "test", "formName": "total-empty",
+               "operation": "insert_after",
+               "content": "(test total-two\n  (is (= 5 (total '(2 2)))))"}),
+    );
+    assert!(!r.is_error, "{}", r.text);
+    // The edited source is dated after the fasl compiled from it.
+    let r = eval(
+        &mut s,
+        3,
+        "(let ((c (asdf:find-component \"loopinv/tests\" \"tests\")))
+           (< (file-write-date (first (asdf:output-files 'asdf:compile-op c)))
+              (file-write-date (asdf:component-pathname c))))",
+    );
+    assert_eq!(r.text, "=> T");
+    let r = call(&mut s, 4, "asdf-test-system", json!({"system": "loopinv"}));
+    assert!(r.is_error, "{}", r.text);
+    assert_eq!(r.structured["summary"]["passed"], 1, "{}", r.text);
+    assert_eq!(r.structured["summary"]["failed"], 1, "{}", r.text);
+    assert_eq!(
+        r.structured["failures"][0]["test"], "LOOPINV-TESTS::TOTAL-TWO",
+        "{}",
+        r.text
+    );
+}
