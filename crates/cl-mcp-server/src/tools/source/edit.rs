@@ -647,9 +647,14 @@ fn splice(text: &str, d: &Definition, op: Operation, content: &str) -> Spliced {
             replace(at..at, &format!("{content}{nl}{nl}{indent}"))
         }
         Operation::InsertAfter => {
-            // After the form's line when only a comment or spaces follow it.
+            // After the form's line (and its line ending, which stays that
+            // line's) when only a comment or spaces follow it.
+            if rest_is_trivia && unit_line_end < text.len() {
+                let at = unit_line_end + 1;
+                return replace(at..at, &format!("{nl}{indent}{content}{nl}"));
+            }
             let at = if rest_is_trivia {
-                unit_line_end - usize::from(text[..unit_line_end].ends_with('\r'))
+                unit_line_end
             } else {
                 unit.end
             };
@@ -770,7 +775,7 @@ mod tests {
         let out = splice(src, &d, Operation::InsertAfter, "(defun b2 () 22)").text;
         assert_eq!(
             out,
-            "(defun a () 1)\n(defun b () 2)\n\n(defun b2 () 22)\r\n\n(defun c () 3)\n"
+            "(defun a () 1)\n(defun b () 2)\r\n\n(defun b2 () 22)\n\n(defun c () 3)\n"
         );
     }
 
