@@ -308,6 +308,65 @@ success. Definitions keep their source locations."
              :diagnostics notes
              (build-result-fields result build-error)))))
 
+;;; An .asd file is loaded as ASDF loads it, not compiled as plain code.
+
+(defun asd-file-p (path)
+  (let ((type (pathname-type (pathname path))))
+    (and type (string-equal type "asd"))))
+
+(defun systems-defined-in (file)
+  "Names of the registered systems whose definition file is FILE."
+  (let ((truename (ignore-errors (truename file)))
+        (names '()))
+    (when truename
+      (asdf:map-systems
+       (lambda (system)
+         (let ((source (ignore-errors (asdf:system-source-file system))))
+           (when (and source (equal (ignore-errors (truename source)) truename))
+             (push (asdf:component-name system) names))))))
+    (sort names #'string<)))
+
+(defun load-asd-with-diagnostics (path &key id (max-output 50000))
+  "Load the .asd file PATH (absolute) with ASDF:LOAD-ASD, as ASDF does when
+it finds the file: in ASDF-USER, its systems registered under their names.
+Returns the fields of COMPILE-FILE-WITH-DIAGNOSTICS (:loaded T when the file
+loaded) plus :systems, the names of the systems the file defines."
+  (let ((notes '()) (build-error nil) (failed nil) (values nil) (flags nil)
+        (box (list nil)))
+    (declare (ignorable values failed))
+    (unless (probe-file path)
+      (return-from load-asd-with-diagnostics
+        (compile-file-with-diagnostics path)))
+    (let ((result
+            (fit-build-output
+             (run-captured
+              (lambda ()
+                (setf (values notes build-error failed values flags)
+                      (call-building (lambda () (asdf:load-asd (truename path)) t)
+                                     :box box)))
+              :id id :max-output max-output :warnings :pass))))
+      (when (getf result :interrupted)
+        (setf notes (finish-notes (car box) nil)))
+      (let* ((ok (and (not build-error) (not (getf result :error))
+                      (not (getf result :interrupted))))
+             (severities (mapcar (lambda (n) (getf n :severity)) notes))
+             ;; As for COMPILE-FILE: a full WARNING or an error fails.
+             (failure-p (or (not ok) (getf flags :failure-p)
+                            (and (intersection '("error" "warning") severities
+                                               :test #'equal)
+                                 t))))
+        (append
+         (list :success (not failure-p)
+               :loaded ok
+               :warnings-p (or failure-p (getf flags :warnings-p)
+                               (and (member "style-warning" severities :test #'equal) t))
+               :failure-p failure-p
+               :systems (systems-defined-in path)
+               :failed (when build-error
+                         (list :reason (failure-reason build-error nil notes)))
+               :diagnostics notes)
+         (build-result-fields result build-error))))))
+
 (defun quicklisp-available-p ()
   (let ((ql (find-package "QUICKLISP-CLIENT")))
     (and ql (fboundp (find-symbol "QUICKLOAD" ql)))))
@@ -822,15 +881,31 @@ FILTER keeps names containing it (any case)."
                 :source-directory (text (asdf:system-source-directory system))
                 :loaded (and (asdf:component-loaded-p system) t))))))
 
+(defun implementation-source-directories ()
+  "Where the Lisp's own sources are, when installed (the SYS logical host's
+SRC; and CONTRIB;), and Swank's when SWANK-LOADER loaded it rather than
+ASDF: code-find answers paths there."
+  (let ((swank (let ((s (and (find-package "SWANK-LOADER")
+                             (find-symbol "*SOURCE-DIRECTORY*" "SWANK-LOADER"))))
+                 (and s (boundp s) (symbol-value s)))))
+    (append
+     (loop for logical in '("SYS:SRC;" "SYS:CONTRIB;")
+           for dir = (ignore-errors (probe-file (translate-logical-pathname logical)))
+           when dir collect (namestring dir))
+     (let ((dir (and swank (ignore-errors (probe-file swank)))))
+       (when dir (list (namestring dir)))))))
+
 (defun source-directories ()
-  "The source directories of the ASDF systems the image has registered:
-(:directories (PATH...)). File tools may read there (code-find points into
-them)."
+  "The source directories of the ASDF systems the image has registered and
+of the Lisp itself: (:directories (PATH...)). File tools may read there
+(code-find points into them)."
   (list :directories
         (remove-duplicates
-         (loop for name in (asdf:registered-systems)
-               for dir = (ignore-errors (asdf:system-source-directory name))
-               when dir collect (namestring dir))
+         (append
+          (implementation-source-directories)
+          (loop for name in (asdf:registered-systems)
+                for dir = (ignore-errors (asdf:system-source-directory name))
+                when dir collect (namestring dir)))
          :test #'string=)))
 
 (defun complete-names (kind prefix &key package (limit 100))

@@ -1,4 +1,4 @@
-;;;; debug.lisp --- looking into the live image: an inspector, a tracer
+;;;; inspect.lisp --- looking into the live image: an inspector, a tracer
 ;;;; that records calls as data, the statistical profiler, threads.
 ;;;;
 ;;;; Portable code; what needs SBCL (trace reporting, thread states, the

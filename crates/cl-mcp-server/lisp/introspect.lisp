@@ -100,11 +100,18 @@ current package (where its evaluations left *PACKAGE*)."
           (if arglist (princ-to-string* arglist) "()"))))))
 
 (defun documentation-strings (symbol)
-  (loop for (type label) in '((function "function") (variable "variable")
-                              (type "type") (structure "structure")
-                              (setf "setf"))
-        for doc = (ignore-errors (documentation symbol type))
-        when doc collect (list :kind label :text doc)))
+  "Each documentation string of SYMBOL. Some Lisps (SBCL) answer the
+STRUCTURE doc-type for any class with the class's documentation, so only
+TYPE is asked, and labelled by what the class is."
+  (let* ((class (find-class symbol nil))
+         (type-label (cond ((null class) "type")
+                           ((typep class 'structure-class) "structure")
+                           ((subtypep class 'condition) "condition")
+                           (t "class"))))
+    (loop for (type label) in `((function "function") (variable "variable")
+                                (type ,type-label) (setf "setf"))
+          for doc = (ignore-errors (documentation symbol type))
+          when doc collect (list :kind label :text doc))))
 
 (defun describe-symbol (designator &key package session (max-output 20000))
   "What DESIGNATOR names: (:symbol S :kinds (S...) :arglist S-or-NIL

@@ -24,6 +24,7 @@
    #:macroexpand-form
    ;; build.lisp
    #:compile-file-with-diagnostics
+   #:load-asd-with-diagnostics
    #:load-system
    #:test-system
    #:list-systems

@@ -81,8 +81,10 @@ definition, code-find-references for how callers use it.\n\
 or `define-test`) and follow its conventions; create one if there is none.\n\
 3. Try each assertion in evaluate-lisp first, covering normal cases, edge cases and errors \
 (signals).\n\
-4. Write the tests into the test file with lisp-edit-form, then run asdf-test-system and make \
-sure they pass — and that a deliberately wrong expectation would fail."
+4. Write the tests into the test file with lisp-edit-form: `insert_after` the last test of \
+the suite (`formType` `test`, `deftest` or `define-test`; clgrep-signatures lists them) keeps \
+the new test in that suite. Then run asdf-test-system and make sure they pass — and that a \
+deliberately wrong expectation would fail."
     )
 }
 

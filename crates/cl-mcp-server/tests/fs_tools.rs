@@ -37,7 +37,7 @@ fn write_read_list_round_trip() {
     let l = s.ok("fs-list-directory", json!({}));
     assert_eq!(
         l.text,
-        ". (2 entries: 1 directories, 1 files)\n  .hidden  (1 bytes)\n  src/\n"
+        ". (2 entries: 1 directory, 1 file)\n  .hidden  (1 byte)\n  src/\n"
     );
     assert_eq!(l.structured["entries"][1]["type"], "directory");
 }
@@ -338,5 +338,67 @@ fn a_line_longer_than_the_cap_pages_by_bytes() {
     assert_eq!(
         e.text,
         "`byteOffset` 4 is past the end of line 2 of 'long.txt', which has 4 bytes."
+    );
+}
+
+/// A Latin-1 file is read byte for byte and said so, never with U+FFFD;
+/// writing it back keeps Latin-1, and text with U+FFFD is refused over it.
+#[test]
+fn latin1_files_are_read_and_written_honestly() {
+    let (_d, root) = project();
+    let mut s = Server::start(&root);
+    let path = root.join("legacy.lisp");
+    // "café" and "naïve" in Latin-1 (ISO-8859-1).
+    std::fs::write(&path, b";; caf\xe9\n(defun na\xefve () 1)\n").unwrap();
+    let r = s.ok("fs-read-file", json!({"path": "legacy.lisp"}));
+    assert_eq!(r.structured["encoding"], "latin-1");
+    assert_eq!(r.structured["content"], ";; café\n(defun naïve () 1)\n");
+    assert!(
+        r.text
+            .starts_with("[legacy.lisp: not UTF-8; decoded as Latin-1"),
+        "{}",
+        r.text
+    );
+    assert!(
+        r.text.ends_with(";; café\n(defun naïve () 1)\n"),
+        "{}",
+        r.text
+    );
+    assert!(!r.text.contains('\u{FFFD}'));
+
+    // Replacement characters would destroy the original bytes: refused.
+    let e = s.err(
+        "fs-write-file",
+        json!({"path": "legacy.lisp", "content": ";; caf\u{FFFD}\n"}),
+    );
+    assert!(e.text.contains("U+FFFD"), "{}", e.text);
+    assert_eq!(
+        std::fs::read(&path).unwrap(),
+        b";; caf\xe9\n(defun na\xefve () 1)\n"
+    );
+    // The text as read, changed, goes back in Latin-1.
+    let w = s.ok(
+        "fs-write-file",
+        json!({"path": "legacy.lisp", "content": ";; café\n(defun naïve () 2)\n"}),
+    );
+    assert_eq!(w.structured["encoding"], "latin-1");
+    assert!(w.text.contains("in Latin-1 as it was"), "{}", w.text);
+    assert_eq!(
+        std::fs::read(&path).unwrap(),
+        b";; caf\xe9\n(defun na\xefve () 2)\n"
+    );
+    // UTF-8 files are UTF-8 and say so.
+    std::fs::write(root.join("u.lisp"), "(defun é () 1)\n").unwrap();
+    let r = s.ok("fs-read-file", json!({"path": "u.lisp"}));
+    assert_eq!(r.structured["encoding"], "utf-8");
+    assert_eq!(r.text, "(defun é () 1)\n");
+    let w = s.ok(
+        "fs-write-file",
+        json!({"path": "u.lisp", "content": "(defun é () 2)\n"}),
+    );
+    assert!(w.structured.get("encoding").is_none(), "{}", w.structured);
+    assert_eq!(
+        std::fs::read_to_string(root.join("u.lisp")).unwrap(),
+        "(defun é () 2)\n"
     );
 }

@@ -133,7 +133,7 @@ fn collapsed_read_shows_signatures_with_lines() {
     assert_eq!(
         r.text,
         "src/nasty.lisp [lisp-collapsed]\n\
-         \x201: ;;;; nasty.lisp --- a file full of traps  [+1 comment lines]\n\
+         \x201: ;;;; nasty.lisp --- a file full of traps  [+1 comment line]\n\
          \x204: (in-package :cl-user)\n\
          \x206: #| block comment with ( and #| nested ) |# still |#\n\
          \x208: (defun paren-string (x) ...)\n\
@@ -158,7 +158,7 @@ fn collapsed_read_shows_signatures_with_lines() {
     assert_eq!(
         r.text,
         "src/nasty.lisp [lisp-collapsed]\n\
-         \x201: ;;;; nasty.lisp --- a file full of traps  [+1 comment lines]\n\
+         \x201: ;;;; nasty.lisp --- a file full of traps  [+1 comment line]\n\
          \x204: (in-package :cl-user)\n\
          \x206: #| block comment with ( and #| nested ) |# still |#\n\
          [window ends at line 7 of 29; next: offset=7]\n"
@@ -441,7 +441,7 @@ fn signatures_list_every_definition() {
         r.text,
         "src/nasty.lisp:\n\
          \x20    8: (defun paren-string (x) ...)\n\
-         \x20   13: (defmethod print-object ((p point) stream) ...)\n\
+         \x20   13: #+sbcl (defmethod print-object ((p point) stream) ...)\n\
          \x20   16: (defmethod print-object :around ((p point) (s t)) ...)\n\
          \x20   19: (defun (setf thing) (value obj) ...)\n\
          \x20   23: (defmacro with-thing ((var) &body body) ...)\n\
@@ -846,6 +846,196 @@ fn check_parens_windows_are_validated() {
     );
     assert_eq!(
         r.text,
-        "src/nasty.lisp lines 28-29: ok: all delimiters balanced (1 top-level forms)."
+        "src/nasty.lisp lines 28-29: ok: all delimiters balanced (1 top-level form)."
+    );
+}
+
+const FIVEAM: &str = ";;;; tests.lisp\n\
+(in-package :inventory-tests)\n\
+\n\
+(def-suite :inventory)\n\
+(in-suite :inventory)\n\
+\n\
+(test total\n  \"The total of an empty store is 0.\"\n  (is (= 0 (total (make-store)))))\n\
+\n\
+(test (add-item :suite :inventory)\n  (is (= 1 (count-items (add (make-store) :x)))))\n\
+\n\
+(def-suite :reports)\n\
+(in-suite :reports)\n\
+\n\
+(test report-empty\n  (is (string= \"\" (report (make-store)))))\n";
+
+/// Test forms of FiveAM, Rove and Parachute are definitions: listed,
+/// expanded by name, and edited by `formType`; a test inserted after the
+/// last test of a suite stays in that suite.
+#[test]
+fn test_forms_are_definitions() {
+    let (_d, root, mut s) = project_with("tests.lisp", FIVEAM);
+    std::fs::write(
+        root.join("other.lisp"),
+        "(deftest rove-adds\n  (ok (= 2 (+ 1 1))))\n\n(define-test \"para adds\"\n  (is = 2 (+ 1 1)))\n",
+    )
+    .unwrap();
+    let r = s.ok("clgrep-signatures", json!({"path": "."}));
+    assert_eq!(
+        r.text,
+        "other.lisp:\n\
+         \x20    1: (deftest rove-adds ...)\n\
+         \x20    4: (define-test \"para adds\" ...)\n\
+         tests.lisp:\n\
+         \x20    4: (def-suite :inventory)\n\
+         \x20    7: (test total ...)\n\
+         \x20   11: (test (add-item :suite :inventory) ...)\n\
+         \x20   14: (def-suite :reports)\n\
+         \x20   17: (test report-empty ...)\n\
+         [7 definitions in 2 Lisp files]\n"
+    );
+    assert_eq!(r.structured["definitions"][3]["type"], "test");
+    assert_eq!(r.structured["definitions"][3]["name"], "total");
+
+    // Search hits are placed in their test.
+    let r = s.ok(
+        "clgrep-search",
+        json!({"pattern": "report \\(make-store", "path": "tests.lisp"}),
+    );
+    assert!(
+        r.text.starts_with("tests.lisp:18: [test report-empty]"),
+        "{}",
+        r.text
+    );
+
+    // The collapsed view expands a test by name.
+    let r = s.ok(
+        "lisp-read-file",
+        json!({"path": "tests.lisp", "namePattern": "^total$"}),
+    );
+    assert!(
+        r.text.contains(" 9:   (is (= 0 (total (make-store)))))"),
+        "{}",
+        r.text
+    );
+    assert!(r.text.contains("17: (test report-empty ...)"), "{}", r.text);
+
+    // A test is a target; inserted after the suite's last test, the new
+    // one comes before the next `(in-suite ...)`.
+    let r = s.ok(
+        "lisp-edit-form",
+        json!({"path": "tests.lisp", "formType": "test", "formName": "add-item",
+               "operation": "insert_after",
+               "content": "(test remove-item\n  (is (= 0 (count-items (make-store)))))"}),
+    );
+    assert_eq!(r.structured["line"], 11);
+    let text = std::fs::read_to_string(root.join("tests.lisp")).unwrap();
+    let new_at = text.find("(test remove-item").unwrap();
+    assert!(
+        text.find("(in-suite :inventory)").unwrap() < new_at
+            && new_at < text.find("(def-suite :reports)").unwrap(),
+        "{text}"
+    );
+    assert!(
+        text.contains("(count-items (add (make-store) :x)))))\n\n(test remove-item\n"),
+        "{text}"
+    );
+    s.ok(
+        "lisp-edit-form",
+        json!({"path": "tests.lisp", "formType": "test", "formName": "total",
+               "operation": "replace",
+               "content": "(test total\n  (is (zerop (total (make-store)))))"}),
+    );
+    let text = std::fs::read_to_string(root.join("tests.lisp")).unwrap();
+    assert!(text.contains("(test total\n  (is (zerop"), "{text}");
+    s.ok(
+        "lisp-edit-form",
+        json!({"path": "other.lisp", "formType": "define-test", "formName": "\"para adds\"",
+               "operation": "delete"}),
+    );
+    assert_eq!(
+        std::fs::read_to_string(root.join("other.lisp")).unwrap(),
+        "(deftest rove-adds\n  (ok (= 2 (+ 1 1))))\n"
+    );
+    let r = s.err(
+        "lisp-edit-form",
+        json!({"path": "tests.lisp", "formType": "test", "formName": "nope",
+               "operation": "delete"}),
+    );
+    assert!(
+        r.text
+            .contains("The test forms in this file: test total (line 7)"),
+        "{}",
+        r.text
+    );
+}
+
+/// New lines follow the lines around the edit: a file with one CRLF line
+/// among LF lines gets LF; a CRLF file stays CRLF; deleting the last form
+/// leaves no blank line and keeps the final line ending as it was.
+#[test]
+fn edits_follow_the_file_line_endings() {
+    let mixed = ";;;; mixed.lisp\r\n(in-package :cl-user)\n\n(defun a () 1)\n\n(defun b () 2)\n";
+    let (_d, root, mut s) = project_with("mixed.lisp", mixed);
+    let path = root.join("mixed.lisp");
+    s.ok(
+        "lisp-edit-form",
+        json!({"path": "mixed.lisp", "formType": "defun", "formName": "a",
+               "operation": "insert_after", "content": "(defun a2 ()\r\n  11)"}),
+    );
+    assert_eq!(
+        std::fs::read_to_string(&path).unwrap(),
+        ";;;; mixed.lisp\r\n(in-package :cl-user)\n\n(defun a () 1)\n\n(defun a2 ()\n  11)\n\n(defun b () 2)\n"
+    );
+    s.ok(
+        "lisp-edit-form",
+        json!({"path": "mixed.lisp", "formType": "defun", "formName": "b",
+               "operation": "delete"}),
+    );
+    assert_eq!(
+        std::fs::read_to_string(&path).unwrap(),
+        ";;;; mixed.lisp\r\n(in-package :cl-user)\n\n(defun a () 1)\n\n(defun a2 ()\n  11)\n"
+    );
+
+    let crlf = root.join("crlf.lisp");
+    std::fs::write(&crlf, "(defun c () 3)\r\n\r\n(defun d () 4)").unwrap();
+    s.ok(
+        "lisp-edit-form",
+        json!({"path": "crlf.lisp", "formType": "defun", "formName": "c",
+               "operation": "insert_before", "content": "(defun b ()\n  2)"}),
+    );
+    assert_eq!(
+        std::fs::read_to_string(&crlf).unwrap(),
+        "(defun b ()\r\n  2)\r\n\r\n(defun c () 3)\r\n\r\n(defun d () 4)"
+    );
+    // No final line ending before: none after.
+    s.ok(
+        "lisp-edit-form",
+        json!({"path": "crlf.lisp", "formType": "defun", "formName": "d",
+               "operation": "delete"}),
+    );
+    assert_eq!(
+        std::fs::read_to_string(&crlf).unwrap(),
+        "(defun b ()\r\n  2)\r\n\r\n(defun c () 3)"
+    );
+}
+
+/// A guarded form replaced by several forms: the guard would cover only
+/// the first, so the edit is refused unless `content` guards them itself.
+#[test]
+fn several_forms_do_not_replace_a_guarded_form() {
+    let src = "(defun a () 1)\n\n#+sbcl\n(defun b () 2)\n";
+    let (_d, root, mut s) = project_with("g.lisp", src);
+    let r = s.err(
+        "lisp-edit-form",
+        json!({"path": "g.lisp", "formType": "defun", "formName": "b",
+               "operation": "replace", "content": "(defun b () 3)\n(defun b2 () 4)"}),
+    );
+    assert!(r.text.contains("guarded by `#+sbcl`"), "{}", r.text);
+    assert_eq!(std::fs::read_to_string(root.join("g.lisp")).unwrap(), src);
+    s.ok(
+        "lisp-edit-form",
+        json!({"path": "g.lisp", "formType": "defun", "formName": "b",
+               "operation": "replace", "content": "#+sbcl (defun b () 3)\n#+sbcl (defun b2 () 4)"}),
+    );
+    assert_eq!(
+        std::fs::read_to_string(root.join("g.lisp")).unwrap(),
+        "(defun a () 1)\n\n#+sbcl (defun b () 3)\n#+sbcl (defun b2 () 4)\n"
     );
 }

@@ -176,6 +176,10 @@ struct FindArgs {
     symbol: String,
     /// Package for a bare name (default: the current one).
     package: Option<String>,
+    /// Only those under the project root (default false).
+    project_only: Option<bool>,
+    /// Most listed (default 50).
+    limit: Option<u32>,
 }
 
 #[derive(Serialize, JsonSchema)]
@@ -196,7 +200,13 @@ struct Definition {
 struct FindOutput {
     /// The resolved symbol, `PKG:NAME`.
     symbol: String,
+    /// The project's definitions first.
     definitions: Vec<Definition>,
+    /// Definitions found (before `projectOnly` and `limit`).
+    count: usize,
+    /// Left out by `projectOnly` (outside the project root).
+    outside: usize,
+    truncated: bool,
 }
 
 async fn code_find(a: FindArgs, ctx: ToolContext) -> ToolOutput {
@@ -216,9 +226,21 @@ async fn code_find(a: FindArgs, ctx: ToolContext) -> ToolOutput {
     lisp_call::refresh_read_roots(&ctx).await;
     let root = ctx.session.project_root();
     let symbol = plist_str(&v, "symbol").unwrap_or_default();
-    let defs: Vec<Definition> = plist_list(&v, "definitions")
-        .unwrap_or(&[])
-        .iter()
+    let project_only = a.project_only.unwrap_or(false);
+    let limit = a.limit.unwrap_or(50).max(1) as usize;
+    let raw = plist_list(&v, "definitions").unwrap_or(&[]);
+    let count = raw.len();
+    // The project's definitions first (stable: the image's order within each).
+    let (mut inside, outside): (Vec<&Value>, Vec<&Value>) =
+        raw.iter().partition(|d| inside_root(d, &root));
+    let outside_count = if project_only { outside.len() } else { 0 };
+    if !project_only {
+        inside.extend(outside);
+    }
+    let truncated = inside.len() > limit;
+    let defs: Vec<Definition> = inside
+        .into_iter()
+        .take(limit)
         .map(|d| Definition {
             kind: plist_str(d, "kind").unwrap_or_default(),
             dspec: plist_str(d, "dspec").unwrap_or_default(),
@@ -226,11 +248,28 @@ async fn code_find(a: FindArgs, ctx: ToolContext) -> ToolOutput {
             error: plist_str(d, "error"),
         })
         .collect();
-    let mut text = if defs.is_empty() {
+    let mut text = if count == 0 {
         format!("No source definitions recorded for {symbol} (defined at the REPL, built in, or not defined).")
+    } else if defs.is_empty() {
+        format!("No definitions of {symbol} under the project root.")
     } else {
-        format!("{} definition(s) of {symbol}:", defs.len())
+        format!(
+            "{} definition{} of {symbol}:",
+            defs.len(),
+            if defs.len() == 1 { "" } else { "s" }
+        )
     };
+    if truncated {
+        text.push_str(&format!(
+            " (the first {limit} of {}; raise `limit` to see more)",
+            count - outside_count
+        ));
+    }
+    if outside_count > 0 {
+        text.push_str(&format!(
+            " ({outside_count} more outside the project root; `projectOnly` left them out)"
+        ));
+    }
     if defs.iter().any(|d| d.error.is_some()) {
         text.push_str(
             "\n(Definitions made with evaluate-lisp have no source file; compile files with \
@@ -254,6 +293,9 @@ async fn code_find(a: FindArgs, ctx: ToolContext) -> ToolOutput {
     let out = FindOutput {
         symbol,
         definitions: defs,
+        count,
+        outside: outside_count,
+        truncated,
     };
     ToolOutput::structured(text, serde_json::to_value(out).unwrap_or_default())
 }
@@ -747,6 +789,9 @@ pub struct BuildOutput {
     /// When an ASDF build failed: which component, and why in one line.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub failed: Option<FailedAction>,
+    /// For an `.asd` file: the systems it defines.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub systems: Option<Vec<String>>,
 }
 
 impl BuildOutput {
@@ -766,6 +811,7 @@ impl BuildOutput {
                 )
             }),
             failed: FailedAction::from_plist(v, root),
+            systems: None,
         }
     }
 
@@ -822,19 +868,62 @@ async fn lisp_compile_file(a: CompileArgs, ctx: ToolContext) -> ToolOutput {
         Ok(t) => t,
         Err(e) => return ToolOutput::error(e),
     };
-    let form = helper_form(
-        "compile-file-with-diagnostics",
-        vec![Value::string(resolved.path.display().to_string())],
-        vec![
-            ("load", Value::bool(load)),
-            ("max-output", Value::Integer(DEFAULT_MAX_OUTPUT as i64)),
-        ],
-    );
+    // A system definition is loaded as ASDF loads it (`asdf:load-asd`), so
+    // its systems become known by name; compiling it as plain code in
+    // CL-USER fails on ASDF's own symbols.
+    let asd = resolved
+        .path
+        .extension()
+        .is_some_and(|e| e.eq_ignore_ascii_case("asd"));
+    let path = Value::string(resolved.path.display().to_string());
+    let max_output = ("max-output", Value::Integer(DEFAULT_MAX_OUTPUT as i64));
+    let form = if asd {
+        helper_form("load-asd-with-diagnostics", vec![path], vec![max_output])
+    } else {
+        helper_form(
+            "compile-file-with-diagnostics",
+            vec![path],
+            vec![("load", Value::bool(load)), max_output],
+        )
+    };
     let v = match lisp_call::call_build(&ctx, &form, timeout).await {
         Ok(v) => v,
         Err(e) => return ToolOutput::error(e),
     };
-    let out = BuildOutput::from_plist(&v, &root);
+    let mut out = BuildOutput::from_plist(&v, &root);
+    if asd {
+        let systems = plist_strings(&v, "systems");
+        let headline = if out.success {
+            format!(
+                "Loaded {} with asdf:load-asd in {} ms: defines {}; {}",
+                resolved.display,
+                out.elapsed_ms,
+                if systems.is_empty() {
+                    "no system".to_string()
+                } else {
+                    format!(
+                        "{} {}",
+                        if systems.len() == 1 {
+                            "system"
+                        } else {
+                            "systems"
+                        },
+                        systems.join(", ")
+                    )
+                },
+                out.summary()
+            )
+        } else {
+            format!(
+                "Loading {} with asdf:load-asd failed in {} ms: {}",
+                resolved.display,
+                out.elapsed_ms,
+                out.summary()
+            )
+        };
+        out.systems = Some(systems);
+        return build_result(headline, out, &v, "Loading the .asd", timeout);
+    }
     let loaded = load && plist_bool(&v, "loaded");
     let headline = if out.success {
         format!(
@@ -927,7 +1016,7 @@ pub fn tools() -> Vec<ToolDef> {
             ToolGroup::Code,
             "Find definitions",
             "Where a symbol is defined in the live image: each definition (function, method, \
-             variable, class, ...) with path, line and column.",
+             variable, class, ...) with path, line and column, the project's first.",
             Annotations::READ_ONLY,
             |a: FindArgs, ctx: ToolContext| async move {
                 let c = ctx.clone();
@@ -994,7 +1083,7 @@ pub fn tools() -> Vec<ToolDef> {
             "Compile a file",
             "Compile a Lisp file in the image (and load it unless `load` is false). Returns \
              diagnostics as `path:line:column: severity: message`; a full WARNING fails \
-             (`failureP`), style-warnings do not.",
+             (`failureP`), style-warnings do not. An `.asd` is loaded with asdf:load-asd.",
             Annotations::MUTATING,
             |a: CompileArgs, ctx: ToolContext| async move {
                 let c = ctx.clone();

@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 
 use super::fs_paths::{self, Access, ResolvedPath};
+use super::output::counted;
 use super::{off_workers, tool, Annotations, ToolContext, ToolDef, ToolGroup, ToolOutput};
 use crate::session::Session;
 
@@ -51,6 +52,9 @@ struct ReadOutput {
     /// Set when the page ended inside a line longer than the 2 MB cap:
     /// pass it as `byteOffset` (with `offset: nextOffset`) to read on.
     next_byte_offset: Option<usize>,
+    /// How the bytes were decoded: `utf-8`, or `latin-1` (each byte one
+    /// character) when they are not UTF-8.
+    encoding: &'static str,
 }
 
 #[derive(Deserialize, JsonSchema)]
@@ -70,6 +74,10 @@ struct WriteOutput {
     bytes: usize,
     /// True when the file did not exist before.
     created: bool,
+    /// Set when the file was not UTF-8: `latin-1` (written back so) or
+    /// `utf-8` (`content` has characters Latin-1 lacks).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    encoding: Option<&'static str>,
 }
 
 #[derive(Deserialize, JsonSchema)]
@@ -249,7 +257,8 @@ pub fn read_text_capped(r: &ResolvedPath) -> Result<String, String> {
     })?;
     String::from_utf8(bytes).map_err(|e| {
         format!(
-            "'{}' is not UTF-8 text (invalid byte at offset {}).",
+            "'{}' is not UTF-8 text (invalid byte at offset {}); fs-read-file reads it as \
+             Latin-1.",
             r.display,
             e.utf8_error().valid_up_to()
         )
@@ -422,10 +431,18 @@ fn read_file(a: ReadArgs, session: &Session) -> ToolOutput {
             r.display
         ));
     }
-    let mut text = match String::from_utf8(content) {
-        Ok(s) => s,
-        Err(e) => String::from_utf8_lossy(e.as_bytes()).into_owned(),
+    // Text that is not UTF-8 is shown as Latin-1, every byte as itself,
+    // and said so: no byte is replaced by U+FFFD.
+    let (mut text, encoding) = match String::from_utf8(content) {
+        Ok(s) => (s, "utf-8"),
+        Err(e) => (latin1(e.as_bytes()), "latin-1"),
     };
+    let encoding_note = (encoding == "latin-1").then(|| {
+        format!(
+                "[{}: not UTF-8; decoded as Latin-1 (ISO-8859-1), one character per byte.              fs-write-file writes such a file back in Latin-1.]\n",
+            r.display
+        )
+    });
     let next_offset = has_more.then_some(offset + taken);
     let structured = ReadOutput {
         path: r.display.clone(),
@@ -435,7 +452,11 @@ fn read_file(a: ReadArgs, session: &Session) -> ToolOutput {
         has_more,
         next_offset,
         next_byte_offset: stopped_in_line,
+        encoding,
     };
+    if let Some(note) = encoding_note {
+        text.insert_str(0, &note);
+    }
     if let Some(next) = next_offset {
         if !text.ends_with('\n') && !text.is_empty() {
             text.push('\n');
@@ -466,6 +487,19 @@ fn read_file(a: ReadArgs, session: &Session) -> ToolOutput {
     ToolOutput::structured(text, to_json(&structured))
 }
 
+/// Latin-1 (ISO-8859-1) text of `bytes`: each byte the character of that code.
+fn latin1(bytes: &[u8]) -> String {
+    bytes.iter().map(|&b| char::from(b)).collect()
+}
+
+/// Whether the existing file `r` holds text that is not UTF-8 (files over
+/// 64 MB are not checked).
+fn existing_not_utf8(r: &fs_paths::ResolvedPath) -> bool {
+    r.exists
+        && r.read_capped(64 << 20)
+            .is_ok_and(|b| std::str::from_utf8(&b).is_err())
+}
+
 fn write_file(a: WriteArgs, session: &Session) -> ToolOutput {
     if a.path.trim().is_empty() {
         return ToolOutput::error(
@@ -479,21 +513,50 @@ fn write_file(a: WriteArgs, session: &Session) -> ToolOutput {
     if r.path.is_dir() {
         return ToolOutput::error(format!("'{}' is a directory; give a file path.", r.display));
     }
-    let replaced = match fs_paths::atomic_write(&r, a.content.as_bytes()) {
+    // A file that is not UTF-8 (fs-read-file showed it as Latin-1) is
+    // written back in Latin-1; text where U+FFFD stands for bytes a reader
+    // could not decode would destroy them, and is refused.
+    let mut bytes = std::borrow::Cow::Borrowed(a.content.as_bytes());
+    let mut encoding = None;
+    if existing_not_utf8(&r) {
+        if a.content.contains('\u{FFFD}') {
+            return ToolOutput::error(format!(
+                "Not written: '{}' is not UTF-8, and `content` holds U+FFFD replacement \
+                 characters, which stand for bytes that were lost in decoding; writing would \
+                 destroy them. Read the file with fs-read-file (it decodes such files as Latin-1) \
+                 and write that text.",
+                r.display
+            ));
+        }
+        if a.content.chars().all(|c| u32::from(c) <= 0xFF) {
+            bytes = std::borrow::Cow::Owned(a.content.chars().map(|c| c as u8).collect());
+            encoding = Some("latin-1");
+        } else {
+            encoding = Some("utf-8");
+        }
+    }
+    let replaced = match fs_paths::atomic_write(&r, &bytes) {
         Ok(replaced) => replaced,
         Err(e) => return ToolOutput::error(e),
     };
     let out = WriteOutput {
         path: r.display.clone(),
-        bytes: a.content.len(),
+        bytes: bytes.len(),
         created: !replaced,
+        encoding,
     };
     ToolOutput::structured(
         format!(
-            "{} {} ({} bytes).",
+            "{} {} ({}{}).",
             if replaced { "Replaced" } else { "Created" },
             r.display,
-            a.content.len()
+            counted(bytes.len(), "byte", "bytes"),
+            match encoding {
+                Some("latin-1") => ", in Latin-1 as it was",
+                Some(_) =>
+                    ", now UTF-8: it was not UTF-8, and `content` has characters Latin-1 lacks",
+                None => "",
+            }
         ),
         to_json(&out),
     )
@@ -553,8 +616,11 @@ fn list_directory(a: ListArgs, session: &Session) -> ToolOutput {
     let truncated = total > LIST_CAP;
     entries.truncate(LIST_CAP);
     let mut text = format!(
-        "{} ({total} entries: {directories} directories, {files} files{})\n",
+        "{} ({}: {}, {}{})\n",
         r.display,
+        counted(total, "entry", "entries"),
+        counted(directories, "directory", "directories"),
+        counted(files, "file", "files"),
         match total - directories - files {
             0 => String::new(),
             n => format!(", {n} other"),
@@ -563,7 +629,11 @@ fn list_directory(a: ListArgs, session: &Session) -> ToolOutput {
     for e in &entries {
         match (e.kind, e.size, &e.target) {
             ("directory", _, _) => text.push_str(&format!("  {}/\n", e.name)),
-            (_, Some(size), _) => text.push_str(&format!("  {}  ({size} bytes)\n", e.name)),
+            (_, Some(size), _) => text.push_str(&format!(
+                "  {}  ({})\n",
+                e.name,
+                counted(size as usize, "byte", "bytes")
+            )),
             ("symlink", _, Some(t)) => text.push_str(&format!("  {} -> {t}\n", e.name)),
             (kind, _, _) => text.push_str(&format!("  {}  ({kind})\n", e.name)),
         }

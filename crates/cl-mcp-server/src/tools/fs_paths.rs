@@ -446,10 +446,12 @@ pub fn atomic_write(r: &ResolvedPath, content: &[u8]) -> Result<bool, String> {
             .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC);
         let mut f = dir.open_with(&tmp, &opts)?;
         f.write_all(content)?;
-        f.sync_all()?;
         if let Some(perm) = original_mode.clone() {
             f.set_permissions(perm)?;
         }
+        let f = f.into_std();
+        f.set_modified(next_whole_second(std::time::SystemTime::now()))?;
+        f.sync_all()?;
         dir.rename(&tmp, &dir, &name)
     })();
     if let Err(e) = result {
@@ -459,9 +461,35 @@ pub fn atomic_write(r: &ResolvedPath, content: &[u8]) -> Result<bool, String> {
     Ok(original_mode.is_some())
 }
 
+/// The modification time a written file gets: the next whole second.
+/// ASDF (like `file-write-date`) compares dates by the second and rebuilds
+/// only an output older than its source, so a file edited in the same
+/// second as its fasl was compiled would otherwise look up to date, and the
+/// fix an agent just wrote would not be built.
+fn next_whole_second(now: std::time::SystemTime) -> std::time::SystemTime {
+    let secs = now
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    std::time::UNIX_EPOCH + std::time::Duration::from_secs(secs + 1)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn written_files_are_dated_the_next_whole_second() {
+        let t = std::time::UNIX_EPOCH + std::time::Duration::from_millis(10_300);
+        assert_eq!(
+            next_whole_second(t),
+            std::time::UNIX_EPOCH + std::time::Duration::from_secs(11)
+        );
+        let t = std::time::UNIX_EPOCH + std::time::Duration::from_secs(10);
+        assert_eq!(
+            next_whole_second(t),
+            std::time::UNIX_EPOCH + std::time::Duration::from_secs(11)
+        );
+    }
 
     #[test]
     fn dot_components_in_missing_rest() {

@@ -210,7 +210,10 @@ pub fn check_text(text: &str, base_line: usize, base_offset: usize) -> (CheckOut
                 hint: None,
                 forms: Some(n),
             },
-            format!("ok: all delimiters balanced ({n} top-level forms)."),
+            format!(
+                "ok: all delimiters balanced ({}).",
+                crate::tools::output::counted(n, "top-level form", "top-level forms")
+            ),
         );
     };
     let lines = LineIndex::new(text);

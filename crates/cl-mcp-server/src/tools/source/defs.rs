@@ -61,6 +61,21 @@ impl Definition {
         s
     }
 
+    /// The reader-conditional guards in front of the form, comments
+    /// dropped: `#+sbcl`, `#-(or ccl ecl) #+unix`; `None` when unguarded.
+    pub fn guard(&self, src: &str) -> Option<String> {
+        let mut parts = Vec::new();
+        let mut scanner = scan::Scanner::new(src);
+        let mut at = self.unit_span.start;
+        while at < self.span.start && scan::guarded_start(src, at).is_some() {
+            let f0 = scanner.skip_trivia(at + 2);
+            let f1 = scanner.skip_form(f0).ok()?;
+            parts.push(format!("{}{}", &src[at..at + 2], one_line(&src[f0..f1])));
+            at = scanner.skip_trivia(f1);
+        }
+        (!parts.is_empty()).then(|| parts.join(" "))
+    }
+
     /// One line: the signature with whitespace and comments collapsed,
     /// `(defun foo (x) ...)`.
     pub fn signature(&self, src: &str) -> String {
@@ -181,10 +196,22 @@ fn definition_at(
     let head = els.next()?;
     let head_text = &src[head.clone()];
     let kind_key = symbol_key(head_text);
-    if !kind_key.starts_with("def") || src.as_bytes()[head.start] == b'"' {
+    // FiveAM's `(test name ...)` is the one common defining form without a
+    // `def` prefix; it counts only with a name (a symbol or `(name ...)`).
+    let fiveam_test = kind_key == "test";
+    if !(kind_key.starts_with("def") || fiveam_test) || src.as_bytes()[head.start] == b'"' {
         return None;
     }
     let name_span = els.next();
+    if fiveam_test
+        && !name_span.as_ref().is_some_and(|n| {
+            let c = src.as_bytes()[n.start];
+            !matches!(c, b'"' | b'#' | b'\'' | b'`' | b',' | b')')
+                && !src[n.clone()].starts_with(|c: char| c.is_ascii_digit())
+        })
+    {
+        return None;
+    }
     let (name, name_key) = match &name_span {
         Some(n) => name_of(&src[n.clone()]),
         None => (String::new(), String::new()),
@@ -199,7 +226,14 @@ fn definition_at(
         | "defstruct"
         | "defpackage"
         | "defglobal"
-        | "define-symbol-macro" => {}
+        | "define-symbol-macro"
+        // Test definitions: what follows the name is the body (or suite
+        // options), not a signature.
+        | "test"
+        | "deftest"
+        | "define-test"
+        | "def-suite"
+        | "def-suite*" => {}
         "defmethod" => {
             for e in els.by_ref() {
                 let t = &src[e.clone()];
@@ -389,6 +423,35 @@ mod tests {
     }
 
     #[test]
+    fn test_forms_are_definitions() {
+        let src = "(def-suite :inv :description \"x\")\n(in-suite :inv)\n\
+                   (test total \"doc\" (is (= 1 (f))))\n\
+                   (test (named :suite :inv) (is t))\n\
+                   (fiveam:def-test dt (:suite :inv) (is t))\n\
+                   (deftest rove-one (testing \"x\" (ok t)))\n\
+                   (define-test \"para one\" (true t))\n\
+                   (test 3 4)\n(test \"str\")\n(test)\n";
+        let d = defs(src);
+        let got: Vec<(String, String, String)> = d
+            .iter()
+            .map(|d| (d.kind_key.clone(), d.name_key.clone(), d.signature(src)))
+            .collect();
+        let want = [
+            ("def-suite", "INV", "(def-suite :inv ...)"),
+            ("test", "TOTAL", "(test total ...)"),
+            ("test", "NAMED", "(test (named :suite :inv) ...)"),
+            ("def-test", "DT", "(fiveam:def-test dt (:suite :inv) ...)"),
+            ("deftest", "ROVE-ONE", "(deftest rove-one ...)"),
+            ("define-test", "para one", "(define-test \"para one\" ...)"),
+        ];
+        let want: Vec<(String, String, String)> = want
+            .iter()
+            .map(|(a, b, c)| (a.to_string(), b.to_string(), c.to_string()))
+            .collect();
+        assert_eq!(got, want);
+    }
+
+    #[test]
     fn names_kinds_and_signatures() {
         let src = "(in-package :x)\n\
                    (defun foo (a &key b) \"doc\" (list a b))\n\
@@ -428,6 +491,13 @@ mod tests {
         assert_eq!(d[2].name_key, "(SETF FOO)");
         assert_eq!(d[3].depth, 1);
         assert_eq!(&src[d[3].unit_span.clone()], "#+sbcl (defmacro m (x) x)");
+        assert_eq!(d[3].guard(src).as_deref(), Some("#+sbcl"));
+        assert_eq!(d[0].guard(src), None);
+        let g = "#-(or ccl\n  ecl) ; no\n#+unix\n(defun g () 1)";
+        assert_eq!(
+            defs(g)[0].guard(g).as_deref(),
+            Some("#-(or ccl ecl) #+unix")
+        );
         assert_eq!(d[6].name_key, "PK");
     }
 }

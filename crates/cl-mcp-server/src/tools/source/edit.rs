@@ -141,6 +141,9 @@ fn edit(a: EditArgs, ctx: &ToolContext) -> ToolOutput {
     if let Err(e) = check_closed(&text, &target) {
         return ToolOutput::error(format!("{}: not edited: {e}", r.display));
     }
+    if let Err(e) = check_guard(&text, &target, a.operation, content) {
+        return ToolOutput::error(format!("{}: not edited: {e}", r.display));
+    }
     let spliced = splice(&text, &target, a.operation, content);
     let new_text = spliced.text;
     if let Err(e) = check_result(&text, &new_text) {
@@ -206,6 +209,27 @@ fn check_content(content: &str) -> Result<(), String> {
         return Err("`content` holds only comments or whitespace; give at least one form.".into());
     }
     Ok(())
+}
+
+/// A guarded target (`#+sbcl (defun ...)`) replaced by several forms
+/// without a guard of their own: the guard would cover only the first, so
+/// the others would be read on every implementation.
+fn check_guard(text: &str, d: &Definition, op: Operation, content: &str) -> Result<(), String> {
+    let content = content.trim_start();
+    if op != Operation::Replace
+        || d.unit_span.start == d.span.start
+        || content.starts_with("#+")
+        || content.starts_with("#-")
+        || cst::parse(content).top_level_forms().count() < 2
+    {
+        return Ok(());
+    }
+    let guard = d.guard(text).unwrap_or_default();
+    Err(format!(
+        "`{} {}` is guarded by `{guard}`, and `content` holds several forms: the guard would          cover only the first. Write the guard before each form in `content` (`{guard} (...)`),          or replace with one form.",
+        d.kind,
+        d.full_name()
+    ))
 }
 
 /// The edited file must read with no more errors than the original.
@@ -512,17 +536,54 @@ fn leading_comments(text: &str, line_start: usize, lower: usize) -> Option<usize
     first
 }
 
+/// The line ending new text gets next to the unit `unit`: the one most of
+/// the lines around the edit end with (the line before the unit, the
+/// unit's last line and the line after it; a tie goes to the unit's own
+/// line). A file's convention is what the lines around the edit use, so one
+/// stray CRLF line in an LF file, even the edited one, changes nothing.
+fn newline_at(text: &str, unit: Range<usize>) -> &'static str {
+    // The ending of the line whose `\n` is at `nl`: true for CRLF.
+    let crlf = |nl: usize| text[..nl].ends_with('\r');
+    let own = line_end_of(text, unit.end);
+    let mut endings = Vec::with_capacity(3);
+    if own < text.len() {
+        endings.push(crlf(own));
+    }
+    let start = line_start_of(text, unit.start);
+    if start > 0 {
+        endings.push(crlf(start - 1));
+    }
+    if own < text.len() {
+        let next = line_end_of(text, own + 1);
+        if next < text.len() {
+            endings.push(crlf(next));
+        }
+    }
+    let crlfs = endings.iter().filter(|&&c| c).count();
+    let lfs = endings.len() - crlfs;
+    let is_crlf = match crlfs.cmp(&lfs) {
+        std::cmp::Ordering::Greater => true,
+        std::cmp::Ordering::Less => false,
+        std::cmp::Ordering::Equal => own < text.len() && crlf(own),
+    };
+    if is_crlf {
+        "\r\n"
+    } else {
+        "\n"
+    }
+}
+
 /// The new text: `text` with the operation applied around `d`.
 fn splice(text: &str, d: &Definition, op: Operation, content: &str) -> Spliced {
-    let nl = if text.contains("\r\n") { "\r\n" } else { "\n" };
-    let content = content.trim();
+    let unit = d.unit_span.clone();
+    let nl = newline_at(text, unit.clone());
+    let content = content.trim().replace("\r\n", "\n");
     let mut content = if nl == "\r\n" {
-        content.replace("\r\n", "\n").replace('\n', "\r\n")
+        content.replace('\n', "\r\n")
     } else {
-        content.to_string()
+        content
     };
     let comment_at_end = ends_in_line_comment(&content);
-    let unit = d.unit_span.clone();
     let line_start = line_start_of(text, unit.start);
     let before_on_line = &text[line_start..unit.start];
     let alone_on_line = before_on_line.trim().is_empty();
@@ -586,9 +647,14 @@ fn splice(text: &str, d: &Definition, op: Operation, content: &str) -> Spliced {
             replace(at..at, &format!("{content}{nl}{nl}{indent}"))
         }
         Operation::InsertAfter => {
-            // After the form's line when only a comment or spaces follow it.
+            // After the form's line (and its line ending, which stays that
+            // line's) when only a comment or spaces follow it.
+            if rest_is_trivia && unit_line_end < text.len() {
+                let at = unit_line_end + 1;
+                return replace(at..at, &format!("{nl}{indent}{content}{nl}"));
+            }
             let at = if rest_is_trivia {
-                unit_line_end - usize::from(text[..unit_line_end].ends_with('\r'))
+                unit_line_end
             } else {
                 unit.end
             };
@@ -616,6 +682,16 @@ fn splice(text: &str, d: &Definition, op: Operation, content: &str) -> Spliced {
                     } else if next.starts_with("\r\n") {
                         end += 2;
                     }
+                }
+            }
+            if end == text.len() && start > 0 {
+                // The last form of the file: the blank lines that separated
+                // it go too, and the file ends as it did (with a line ending
+                // or without one).
+                let kept = text[..start].trim_end();
+                if !kept.is_empty() {
+                    let first_nl = text[kept.len()..start].find('\n').map_or(0, |i| i + 1);
+                    start = kept.len() + if text.ends_with('\n') { first_nl } else { 0 };
                 }
             }
             replace(start..end, "")
@@ -672,6 +748,73 @@ mod tests {
         let d = find_target(src, "defun", "b", None).unwrap();
         let out = splice(src, &d, Operation::Delete, "").text;
         assert_eq!(out, "(defun a () 1)\r\n\r\n(defun c () 3)\r\n");
+    }
+
+    #[test]
+    fn new_lines_follow_the_lines_around_the_edit() {
+        // One CRLF line among LF lines: edits elsewhere stay LF.
+        let src = ";;;; header\r\n(defun a () 1)\n\n(defun b () 2)\n";
+        let d = find_target(src, "defun", "b", None).unwrap();
+        let out = splice(src, &d, Operation::InsertAfter, "(defun c ()\r\n  3)").text;
+        assert_eq!(
+            out,
+            ";;;; header\r\n(defun a () 1)\n\n(defun b () 2)\n\n(defun c ()\n  3)\n"
+        );
+        let d = find_target(src, "defun", "a", None).unwrap();
+        let out = splice(src, &d, Operation::InsertBefore, "(defun z () 0)").text;
+        assert_eq!(
+            out,
+            ";;;; header\r\n(defun z () 0)\n\n(defun a () 1)\n\n(defun b () 2)\n"
+        );
+        // The last line without a line ending takes the one before it.
+        assert_eq!(newline_at("(a)\r\n(b)", 5..8), "\r\n");
+        assert_eq!(newline_at("(a)", 0..3), "\n");
+        // The one CRLF line is the edited one: its neighbours decide.
+        let src = "(defun a () 1)\n(defun b () 2)\r\n\n(defun c () 3)\n";
+        let d = find_target(src, "defun", "b", None).unwrap();
+        let out = splice(src, &d, Operation::InsertAfter, "(defun b2 () 22)").text;
+        assert_eq!(
+            out,
+            "(defun a () 1)\n(defun b () 2)\r\n\n(defun b2 () 22)\n\n(defun c () 3)\n"
+        );
+    }
+
+    #[test]
+    fn deleting_the_last_form_leaves_no_blank_line() {
+        for (src, want) in [
+            ("(defun a () 1)\n\n(defun b () 2)\n", "(defun a () 1)\n"),
+            (
+                "(defun a () 1)\r\n\r\n(defun b () 2)\r\n",
+                "(defun a () 1)\r\n",
+            ),
+            ("(defun a () 1)\n\n(defun b () 2)", "(defun a () 1)"),
+            (
+                "(defun a () 1) ; c\n\n\n(defun b () 2) ; t\n",
+                "(defun a () 1) ; c\n",
+            ),
+            ("(defun b () 2)\n", ""),
+        ] {
+            let d = find_target(src, "defun", "b", None).unwrap();
+            assert_eq!(splice(src, &d, Operation::Delete, "").text, want, "{src:?}");
+        }
+    }
+
+    #[test]
+    fn several_forms_do_not_replace_a_guarded_one() {
+        let src = "#+sbcl (defun b () 2)\n";
+        let d = find_target(src, "defun", "b", None).unwrap();
+        let e =
+            check_guard(src, &d, Operation::Replace, "(defun b () 3) (defun c () 4)").unwrap_err();
+        assert!(e.contains("guarded by `#+sbcl`"), "{e}");
+        assert!(check_guard(src, &d, Operation::Replace, "(defun b () 3)").is_ok());
+        assert!(check_guard(
+            src,
+            &d,
+            Operation::Replace,
+            "#+sbcl (defun b () 3) #+sbcl (c)"
+        )
+        .is_ok());
+        assert!(check_guard(src, &d, Operation::InsertAfter, "(a) (b)").is_ok());
     }
 
     #[test]

@@ -727,6 +727,10 @@ pub fn signatures(root: &Path, r: &ResolvedPath) -> Result<(Vec<Signature>, Walk
 
 fn signature_of(text: &str, d: &Definition, path: &str, line: usize) -> Signature {
     let mut sig = d.signature(text);
+    // A reader-conditional guard (`#+sbcl`) is part of what is defined where.
+    if let Some(guard) = d.guard(text) {
+        sig = format!("{guard} {sig}");
+    }
     if sig.len() > 300 {
         let mut cut = 300;
         while !sig.is_char_boundary(cut) {

@@ -274,7 +274,10 @@ pub fn collapsed_view(
                 }
                 let more = j - i - 1;
                 let tail = if more > 0 {
-                    format!("  [+{more} comment lines]")
+                    format!(
+                        "  [+{}]",
+                        crate::tools::output::counted(more, "comment line", "comment lines")
+                    )
                 } else {
                     String::new()
                 };
@@ -498,7 +501,7 @@ mod tests {
         let (out, meta) = collapsed_view(src, w, None, None);
         assert_eq!(
             out,
-            " 1: ;;;; header  [+1 comment lines]\n 3: (in-package :foo)\n 5: (defun foo (a b) ...)\n 9: (defun bar () ...)\n11: (eval-when (:compile-toplevel)\n12:   (defmacro m (x) ...)\n"
+            " 1: ;;;; header  [+1 comment line]\n 3: (in-package :foo)\n 5: (defun foo (a b) ...)\n 9: (defun bar () ...)\n11: (eval-when (:compile-toplevel)\n12:   (defmacro m (x) ...)\n"
         );
         assert_eq!(meta.total_forms, Some(4));
         let re = Regex::new("(?i)^BAR$").unwrap();

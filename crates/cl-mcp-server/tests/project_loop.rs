@@ -1,0 +1,339 @@
+//! The rest of issue 9 through the built binary with a real SBCL image:
+//! `lisp-compile-file` on an `.asd` loads it as ASDF does, `code-find`
+//! takes `limit`/`projectOnly` and lists the project's definitions first,
+//! `code-describe` labels a class's documentation by what the class is,
+//! and the local image exits with the server.
+
+mod common;
+mod eval_support;
+
+use std::time::{Duration, Instant};
+
+use eval_support::{call, eval, lisp_server};
+use serde_json::json;
+
+#[test]
+fn asd_files_load_as_asdf_loads_them() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().canonicalize().unwrap();
+    // Under `target/`, which the project scan skips: only loading the
+    // .asd makes its systems known.
+    let dir = root.join("target/extra");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("extra.asd"),
+        "(defsystem \"extra\"\n  :components ((:file \"extra\"))\n  \
+         :in-order-to ((test-op (test-op \"extra/tests\"))))\n\n\
+         (defsystem \"extra/tests\" :depends-on (\"extra\"))\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("extra.lisp"),
+        "(defpackage #:extra (:use #:cl) (:export #:answer))\n(in-package #:extra)\n\
+         (defun answer () 42)\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("broken.asd"),
+        "(defsystem \"broken\" :components ((:file \"b\"))\n",
+    )
+    .unwrap();
+    let root_s = root.to_string_lossy().into_owned();
+    let mut s = lisp_server(&["--project-root", &root_s]);
+
+    let r = call(&mut s, 1, "asdf-load-system", json!({"system": "extra"}));
+    assert!(r.is_error, "{}", r.text);
+
+    let r = call(
+        &mut s,
+        2,
+        "lisp-compile-file",
+        json!({"path": "target/extra/extra.asd"}),
+    );
+    assert!(!r.is_error, "{}", r.text);
+    assert_eq!(r.structured["success"], true);
+    assert_eq!(r.structured["systems"], json!(["extra", "extra/tests"]));
+    assert!(
+        r.text
+            .starts_with("Loaded target/extra/extra.asd with asdf:load-asd in "),
+        "{}",
+        r.text
+    );
+    assert!(
+        r.text.contains("defines systems extra, extra/tests"),
+        "{}",
+        r.text
+    );
+    let r = call(&mut s, 3, "asdf-load-system", json!({"system": "extra"}));
+    assert!(!r.is_error, "{}", r.text);
+    assert_eq!(eval(&mut s, 4, "(extra:answer)").text, "=> 42");
+
+    // An .asd that does not read fails with the reason.
+    let r = call(
+        &mut s,
+        5,
+        "lisp-compile-file",
+        json!({"path": "target/extra/broken.asd"}),
+    );
+    assert!(r.is_error, "{}", r.text);
+    assert_eq!(r.structured["success"], false);
+    assert_eq!(r.structured["systems"], json!([]));
+    assert!(
+        r.text
+            .starts_with("Loading target/extra/broken.asd with asdf:load-asd failed"),
+        "{}",
+        r.text
+    );
+    assert!(
+        r.text.contains("\nFailed: ASDF/FIND-SYSTEM:LOAD-SYSTEM-DEFINITION-ERROR: Error while trying to load definition for system broken"),
+        "{}",
+        r.text
+    );
+    assert!(
+        r.structured["failed"]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("end of file"),
+        "{}",
+        r.text
+    );
+}
+
+#[test]
+fn code_find_limits_and_project_first_and_describe_labels() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().canonicalize().unwrap();
+    std::fs::write(
+        root.join("widget.lisp"),
+        "(defclass widget () () (:documentation \"A widget.\"))\n\n\
+         (defmethod print-object ((w widget) stream)\n  (format stream \"#<widget>\"))\n\n\
+         (defstruct (gadget) \"A gadget.\" x)\n",
+    )
+    .unwrap();
+    let root_s = root.to_string_lossy().into_owned();
+    let mut s = lisp_server(&["--project-root", &root_s]);
+    let r = call(
+        &mut s,
+        1,
+        "lisp-compile-file",
+        json!({"path": "widget.lisp"}),
+    );
+    assert!(!r.is_error, "{}", r.text);
+
+    // print-object has many methods in SBCL: the project's comes first.
+    let r = call(
+        &mut s,
+        2,
+        "code-find",
+        json!({"symbol": "print-object", "limit": 3}),
+    );
+    assert!(!r.is_error, "{}", r.text);
+    let defs = r.structured["definitions"].as_array().unwrap();
+    assert_eq!(defs.len(), 3, "{}", r.text);
+    assert_eq!(defs[0]["path"], "widget.lisp", "{}", r.text);
+    assert_eq!(defs[0]["line"], 3);
+    let count = r.structured["count"].as_u64().unwrap();
+    assert!(count > 3, "{}", r.text);
+    assert_eq!(r.structured["truncated"], true);
+    assert!(
+        r.text
+            .contains(&format!("(the first 3 of {count}; raise `limit`")),
+        "{}",
+        r.text
+    );
+    // SBCL's own source of another method is readable.
+    let sbcl_source = defs[1]["path"].as_str().unwrap().to_string();
+    assert!(sbcl_source.starts_with('/'), "{}", r.text);
+    let read = call(
+        &mut s,
+        20,
+        "fs-read-file",
+        json!({"path": sbcl_source, "limit": 2}),
+    );
+    assert!(!read.is_error, "{}", read.text);
+    // So is Swank's.
+    let r = call(
+        &mut s,
+        21,
+        "code-find",
+        json!({"symbol": "swank:create-server"}),
+    );
+    let swank_source = r.structured["definitions"][0]["path"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let read = call(
+        &mut s,
+        22,
+        "lisp-read-file",
+        json!({"path": swank_source, "namePattern": "^create-server$", "limit": 5}),
+    );
+    assert!(!read.is_error, "{}", read.text);
+    let r = call(
+        &mut s,
+        3,
+        "code-find",
+        json!({"symbol": "print-object", "projectOnly": true}),
+    );
+    let defs = r.structured["definitions"].as_array().unwrap();
+    assert_eq!(defs.len(), 1, "{}", r.text);
+    assert_eq!(r.structured["outside"].as_u64().unwrap(), count - 1);
+    assert_eq!(r.structured["truncated"], false);
+    assert!(
+        r.text
+            .starts_with("1 definition of COMMON-LISP:PRINT-OBJECT:"),
+        "{}",
+        r.text
+    );
+
+    // A class's documentation is the class's, not "(structure)".
+    let r = call(&mut s, 4, "code-describe", json!({"symbol": "widget"}));
+    assert_eq!(
+        r.structured["documentation"],
+        json!([{"kind": "class", "text": "A widget."}]),
+        "{}",
+        r.text
+    );
+    let r = call(&mut s, 5, "code-describe", json!({"symbol": "gadget"}));
+    assert_eq!(
+        r.structured["documentation"],
+        json!([{"kind": "structure", "text": "A gadget."}]),
+        "{}",
+        r.text
+    );
+}
+
+fn image_pid(s: &mut common::Server, id: i64) -> u32 {
+    let r = eval(s, id, "(sb-unix:unix-getpid)");
+    r.text.trim_start_matches("=> ").parse().expect(&r.text)
+}
+
+/// Whether process `pid` is running (not gone, not a zombie).
+fn alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|st| {
+        !st.rsplit(')')
+            .next()
+            .unwrap_or("")
+            .trim_start()
+            .starts_with('Z')
+    })
+}
+
+/// How long `pid` lives on from `since` (at most 10 s).
+fn lives_on(pid: u32, since: Instant) -> Duration {
+    while alive(pid) && since.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert!(!alive(pid), "the image outlived the server by 10 s");
+    since.elapsed()
+}
+
+/// The local image dies with the server: when stdin closes (the server
+/// exits at once when idle), and when the server is killed outright while
+/// an evaluation runs (the image's stdin lifeline), as well as when a
+/// client signals the whole process group, as the Python SDK does.
+#[test]
+fn the_local_image_exits_with_the_server() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root_s = tmp.path().to_string_lossy().into_owned();
+
+    let mut s = lisp_server(&["--project-root", &root_s]);
+    let pid = image_pid(&mut s, 1);
+    let started = Instant::now();
+    let _ = s.close();
+    let took = lives_on(pid, started);
+    assert!(took < Duration::from_millis(1000), "idle: {took:?}");
+
+    let busy = |s: &mut common::Server| {
+        s.send(&json!({"jsonrpc":"2.0","id":2,"method":"tools/call",
+            "params":{"name":"evaluate-lisp","arguments":{"code":"(sleep 30)"}}}));
+        std::thread::sleep(Duration::from_millis(300));
+    };
+    let mut s = lisp_server(&["--project-root", &root_s]);
+    let pid = image_pid(&mut s, 1);
+    busy(&mut s);
+    let started = Instant::now();
+    s.child.kill().unwrap();
+    let took = lives_on(pid, started);
+    assert!(
+        took < Duration::from_millis(1000),
+        "server killed: {took:?}"
+    );
+
+    let mut s = lisp_server(&["--project-root", &root_s]);
+    let pid = image_pid(&mut s, 1);
+    busy(&mut s);
+    let started = Instant::now();
+    for p in [s.child.id(), pid] {
+        // SAFETY: kill(2) on processes this test started.
+        unsafe { libc::kill(p as i32, libc::SIGTERM) };
+    }
+    let took = lives_on(pid, started);
+    assert!(took < Duration::from_millis(1000), "SIGTERM: {took:?}");
+}
+
+/// The agent's loop on a FiveAM project: load by name, run the tests, add a
+/// test with lisp-edit-form right away, run again: the new test is built
+/// and run, though it was written in the same second the test file was
+/// compiled (ASDF compares file dates by the second).
+#[test]
+fn an_edit_right_after_a_build_is_built_next() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().canonicalize().unwrap();
+    let files = [
+        (
+            "loopinv.asd",
+            "(defsystem \"loopinv\" :components ((:file \"store\"))\n  \
+             :in-order-to ((test-op (test-op \"loopinv/tests\"))))\n\n\
+             (defsystem \"loopinv/tests\" :depends-on (\"loopinv\" \"fiveam\")\n  \
+             :components ((:file \"tests\"))\n  \
+             :perform (test-op (o c) (uiop:symbol-call :fiveam :run! :loopinv)))\n",
+        ),
+        (
+            "store.lisp",
+            "(defpackage #:loopinv (:use #:cl) (:export #:total))\n(in-package #:loopinv)\n\n\
+             (defun total (items) (reduce #'+ items))\n",
+        ),
+        (
+            "tests.lisp",
+            "(defpackage #:loopinv-tests (:use #:cl #:fiveam #:loopinv))\n\
+             (in-package #:loopinv-tests)\n\n(def-suite :loopinv)\n(in-suite :loopinv)\n\n\
+             (test total-empty\n  (is (= 0 (total '()))))\n",
+        ),
+    ];
+    for (name, text) in files {
+        std::fs::write(root.join(name), text).unwrap();
+    }
+    let root_s = root.to_string_lossy().into_owned();
+    let mut s = lisp_server(&["--project-root", &root_s]);
+    let r = call(&mut s, 1, "asdf-test-system", json!({"system": "loopinv"}));
+    assert!(!r.is_error, "{}", r.text);
+    assert_eq!(r.structured["summary"]["passed"], 1, "{}", r.text);
+    let r = call(
+        &mut s,
+        2,
+        "lisp-edit-form",
+        json!({"path": "tests.lisp", "formType": "test", "formName": "total-empty",
+               "operation": "insert_after",
+               "content": "(test total-two\n  (is (= 5 (total '(2 2)))))"}),
+    );
+    assert!(!r.is_error, "{}", r.text);
+    // The edited source is dated after the fasl compiled from it.
+    let r = eval(
+        &mut s,
+        3,
+        "(let ((c (asdf:find-component \"loopinv/tests\" \"tests\")))
+           (< (file-write-date (first (asdf:output-files 'asdf:compile-op c)))
+              (file-write-date (asdf:component-pathname c))))",
+    );
+    assert_eq!(r.text, "=> T");
+    let r = call(&mut s, 4, "asdf-test-system", json!({"system": "loopinv"}));
+    assert!(r.is_error, "{}", r.text);
+    assert_eq!(r.structured["summary"]["passed"], 1, "{}", r.text);
+    assert_eq!(r.structured["summary"]["failed"], 1, "{}", r.text);
+    assert_eq!(
+        r.structured["failures"][0]["test"], "LOOPINV-TESTS::TOTAL-TWO",
+        "{}",
+        r.text
+    );
+}
