@@ -172,11 +172,11 @@ pub fn render_build_output(v: &Value) -> String {
 #[derive(Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 struct FindArgs {
-    /// `pkg:name` (preferred), `pkg::name`, or a bare name; any case.
+    /// `pkg:name`, `pkg::name`, or a bare name.
     symbol: String,
     /// Package for a bare name (default: the current one).
     package: Option<String>,
-    /// Only those under the project root (default false).
+    /// Only the project's (default false).
     project_only: Option<bool>,
     /// Most listed (default 50).
     limit: Option<u32>,
@@ -317,7 +317,7 @@ fn package_key(package: &Option<String>, ctx: &ToolContext) -> Vec<(&'static str
 #[derive(Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 struct DescribeArgs {
-    /// `pkg:name` (preferred), `pkg::name`, or a bare name.
+    /// `pkg:name`, `pkg::name`, or a bare name.
     symbol: String,
     /// Package for a bare name (default: the current one).
     package: Option<String>,
@@ -427,14 +427,13 @@ impl XrefKind {
 #[derive(Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 struct RefsArgs {
-    /// `pkg:name` (preferred), `pkg::name`, or a bare name.
+    /// `pkg:name`, `pkg::name`, or a bare name.
     symbol: String,
     /// Package for a bare name (default: the current one).
     package: Option<String>,
-    /// `calls` (default; a function's callers), `references`/`binds`/`sets`
-    /// (a variable), `macroexpands` (a macro), `specializes` (a class).
+    /// Default `calls`.
     kind: Option<XrefKind>,
-    /// Only references under the project root (default true).
+    /// Only the project's (default true).
     project_only: Option<bool>,
     /// Most references listed (default 200).
     limit: Option<u32>,

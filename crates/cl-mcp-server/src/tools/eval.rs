@@ -37,7 +37,7 @@ const UNWIND_GRACE: Duration = Duration::from_secs(5);
 struct EvalArgs {
     /// One or more forms, read and evaluated one at a time.
     code: String,
-    /// Package for this call (default: where the last call left `*package*`).
+    /// Package for this call (default: the current one).
     package: Option<String>,
     /// `*print-level*` for the values.
     print_level: Option<u32>,
@@ -45,9 +45,9 @@ struct EvalArgs {
     print_length: Option<u32>,
     /// Print the values with `*print-readably*` true.
     print_readably: Option<bool>,
-    /// Interrupt after this many seconds (default 30); state survives.
+    /// Seconds before it is interrupted (default 30).
     timeout_seconds: Option<f64>,
-    /// Characters kept per part: stdout, stderr, values, warnings (default 50000).
+    /// Characters kept per output part (default 50000).
     max_output_length: Option<usize>,
     /// Read the code with `*read-eval*` false (`#.` refused).
     safe_read: Option<bool>,
@@ -336,11 +336,10 @@ pub fn tools() -> Vec<ToolDef> {
         "evaluate-lisp",
         ToolGroup::Eval,
         "Evaluate Common Lisp",
-        "Evaluate Common Lisp code in the session's persistent image, form by form; `*package*` \
-         persists between calls. Returns output, warnings and `=> value` lines. An error returns \
-         its type, message, backtrace and restarts; with `debug: true` it waits in the debugger \
-         instead ([DEBUGGER level N], debug tools). A timeout interrupts the evaluation and keeps \
-         the image's state.",
+        "Evaluate Lisp forms in the session's persistent image (`*package*` persists). Returns \
+         output, warnings and `=> value` lines; an error, its type, message, backtrace and \
+         restarts (with `debug: true` it waits in the debugger). A timeout keeps the image's \
+         state.",
         Annotations::MUTATING,
         |a: EvalArgs, ctx: ToolContext| async move {
             let c = ctx.clone();

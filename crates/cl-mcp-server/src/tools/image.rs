@@ -200,9 +200,8 @@ pub fn tools() -> Vec<ToolDef> {
             "image-info",
             ToolGroup::Image,
             "Image information",
-            "The Lisp image behind this session: implementation and version, PID, uptime, \
-             mode (local/attached), Swank version, current package, ASDF and loaded systems, \
-             features, pending debuggers.",
+            "The session's image: implementation, version, PID, uptime, mode, Swank and ASDF \
+             versions, package, loaded systems, features, pending debuggers.",
             Annotations::READ_ONLY,
             |a: NoArgs, ctx: ToolContext| async move {
                 let c = ctx.clone();

@@ -718,6 +718,10 @@ fn drop_null_from_optional(v: &mut Value) {
                             p["type"] = only;
                         }
                     }
+                    // An optional enum lists `null` among its values too.
+                    if let Some(Value::Array(values)) = p.get_mut("enum") {
+                        values.retain(|x| !x.is_null());
+                    }
                     if let Some(Value::Array(any)) = p.get_mut("anyOf") {
                         any.retain(|alt| alt.get("type") != Some(&json!("null")));
                         if any.len() == 1 {
@@ -1027,6 +1031,20 @@ mod tests {
                     }
                 }
                 stack.extend(m.values());
+            }
+        }
+    }
+
+    #[test]
+    fn no_schema_lists_null_among_its_values() {
+        for t in ToolRegistry::standard(&ToolGroup::ALL).list() {
+            for s in std::iter::once(&t.input_schema).chain(t.output_schema.iter()) {
+                let text = s.to_string();
+                assert!(
+                    !text.contains(",null]") && !text.contains("[null"),
+                    "{}: {text}",
+                    t.name
+                );
             }
         }
     }
