@@ -1026,7 +1026,7 @@ async fn call_tool_as_task(
     ctx.input = input;
     let (settled_tx, settled) = tokio::sync::oneshot::channel();
     tokio::spawn(run_task(
-        req.conn.clone(),
+        req.conn.engine.tools.clone(),
         name.to_string(),
         arguments,
         ctx,
@@ -1069,7 +1069,7 @@ async fn call_tool_as_task(
 /// error: the task fails). `settled` fires once the task first waits for
 /// input or has finished.
 async fn run_task(
-    conn: Arc<ConnState>,
+    tools: Arc<crate::tools::ToolRegistry>,
     name: String,
     arguments: Value,
     mut ctx: ToolContext,
@@ -1078,18 +1078,10 @@ async fn run_task(
 ) {
     use futures::FutureExt;
     let mut settled = Some(settled);
-    let mut outcome = Err((
-        jsonrpc::INTERNAL_ERROR,
-        "Internal error",
-        Value::String(format!(
-            "the tool '{name}' asked for input more than {} times",
-            tasks::MAX_INPUT_ROUNDS
-        )),
-    ));
-    for _ in 0..=tasks::MAX_INPUT_ROUNDS {
-        let Some(tool) = conn.engine.tools.get(&name) else {
-            outcome = Ok(ToolOutput::error(format!("Unknown tool: {name}")).into_result());
-            break;
+    let mut rounds = 0;
+    let outcome = loop {
+        let Some(tool) = tools.get(&name) else {
+            break Ok(ToolOutput::error(format!("Unknown tool: {name}")).into_result());
         };
         let run = std::panic::AssertUnwindSafe(tool.call(arguments.clone(), ctx.clone()))
             .catch_unwind()
@@ -1099,34 +1091,42 @@ async fn run_task(
             Err(panic) => {
                 let what = super::engine::panic_text(panic);
                 tracing::error!(tool = %name, task = %task.id, "task panicked: {what}");
-                outcome = Err((
+                break Err((
                     jsonrpc::INTERNAL_ERROR,
                     "Internal error",
                     Value::String(format!(
                         "the tool '{name}' failed inside the server: {what}"
                     )),
                 ));
-                break;
             }
         };
         let Some(needed) = output.input_required.take() else {
-            outcome = Ok(output.into_result());
-            break;
+            break Ok(output.into_result());
         };
+        if rounds == tasks::MAX_INPUT_ROUNDS {
+            break Err((
+                jsonrpc::INTERNAL_ERROR,
+                "Internal error",
+                Value::String(format!(
+                    "the tool '{name}' asked for input more than {} times",
+                    tasks::MAX_INPUT_ROUNDS
+                )),
+            ));
+        }
+        rounds += 1;
         if let Some(s) = settled.take() {
             let _ = s.send(());
         }
         match task.wait_for_input(needed.requests, needed.state).await {
             Some(input) => ctx.input = input,
             None => {
-                outcome = Ok(ToolOutput::error(
-                    "The task was cancelled while it waited for input.",
+                break Ok(
+                    ToolOutput::error("The task was cancelled while it waited for input.")
+                        .into_result(),
                 )
-                .into_result());
-                break;
             }
         }
-    }
+    };
     task.finish(outcome);
     if let Some(s) = settled.take() {
         let _ = s.send(());

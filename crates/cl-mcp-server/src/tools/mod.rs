@@ -426,9 +426,10 @@ pub struct ToolDef {
     pub output_schema: Option<Value>,
     /// May (or must) run as an MCP task (`execution.taskSupport`).
     pub task_support: TaskSupport,
-    /// Input the tool asks for before it starts: gathered by the ordinary
-    /// input rounds of the request (SEP-2322), so a call that then runs as
-    /// a task starts with it.
+    /// Input the tool asks for before it starts when it runs as a
+    /// 2026-07-28 task: gathered by the ordinary input rounds of the
+    /// request (SEP-2322) before the task exists, so the task starts with
+    /// it. (Called directly, the handler asks for its input itself.)
     pub input_phase: Option<InputPhase>,
     /// Client capabilities the tool cannot work without (`sampling`,
     /// `elicitation`, ...): calls from clients that did not declare them are
