@@ -125,7 +125,10 @@ impl Task {
     /// The task of the 2026-07-28 extension: `CreateTaskResult`'s fields
     /// (`ttlMs`, `pollIntervalMs`; no `result`, `error` or input requests).
     pub fn to_json_v2(&self) -> Value {
-        let st = self.state.lock().unwrap();
+        self.fields_v2(&self.state.lock().unwrap())
+    }
+
+    fn fields_v2(&self, st: &State) -> Value {
         let mut t = json!({
             "taskId": self.id,
             "status": st.status.name(),
@@ -143,13 +146,11 @@ impl Task {
     /// `tasks/get`'s `DetailedTask`: the task with, by status, the pending
     /// `inputRequests`, the tool's `result` or the protocol `error`.
     pub fn detailed_v2(&self) -> Value {
-        let mut t = self.to_json_v2();
-        let (status, pending) = {
-            let st = self.state.lock().unwrap();
-            (st.status, st.pending.clone())
-        };
-        match status {
-            Status::InputRequired => t["inputRequests"] = Value::Object(pending),
+        // The status and what goes with it, read together (see `finish`).
+        let st = self.state.lock().unwrap();
+        let mut t = self.fields_v2(&st);
+        match st.status {
+            Status::InputRequired => t["inputRequests"] = Value::Object(st.pending.clone()),
             Status::Completed | Status::Failed => match &*self.outcome.borrow() {
                 Some(Ok(r)) => t["result"] = r.clone(),
                 Some(Err((code, message, data))) => {
@@ -240,32 +241,30 @@ impl Task {
     /// was cancelled first (a cancelled task stays cancelled). Returns true
     /// when the status changed.
     pub fn finish(&self, outcome: Outcome) -> bool {
-        let changed = {
-            let mut st = self.state.lock().unwrap();
-            if !st.status.is_terminal() {
-                let failed = match &outcome {
-                    // A tool's own error completes a 2026-07-28 task.
-                    Ok(r) => !self.v2 && r.get("isError") == Some(&Value::Bool(true)),
-                    Err(_) => true,
-                };
-                st.status = if failed {
-                    Status::Failed
-                } else {
-                    Status::Completed
-                };
-                let place = if self.v2 { "tasks/get" } else { "tasks/result" };
-                st.message = Some(if failed {
-                    format!("The tool call failed; {place} has its answer.")
-                } else {
-                    format!("The tool call completed; {place} has its answer.")
-                });
-                st.pending.clear();
-                st.updated = SystemTime::now();
-                true
+        // Under the state's lock, so `detailed_v2` never sees a finished
+        // status without its outcome.
+        let mut st = self.state.lock().unwrap();
+        let changed = !st.status.is_terminal();
+        if changed {
+            let failed = match &outcome {
+                // A tool's own error completes a 2026-07-28 task.
+                Ok(r) => !self.v2 && r.get("isError") == Some(&Value::Bool(true)),
+                Err(_) => true,
+            };
+            st.status = if failed {
+                Status::Failed
             } else {
-                false
-            }
-        };
+                Status::Completed
+            };
+            let place = if self.v2 { "tasks/get" } else { "tasks/result" };
+            st.message = Some(if failed {
+                format!("The tool call failed; {place} has its answer.")
+            } else {
+                format!("The tool call completed; {place} has its answer.")
+            });
+            st.pending.clear();
+            st.updated = SystemTime::now();
+        }
         self.outcome.send_replace(Some(outcome));
         changed
     }
