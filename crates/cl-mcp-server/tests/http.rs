@@ -662,6 +662,8 @@ async fn stateless_tasks_extension() {
     assert_eq!(done["status"], "completed", "{done}");
     assert_eq!(done["resultType"], "complete", "{done}");
     assert_eq!(done["result"]["content"][0]["text"], "slept 0.8s", "{done}");
+    // The inlined result is a complete CallToolResult of this era.
+    assert_eq!(done["result"]["resultType"], "complete", "{done}");
 
     // The routing header names the task: a different one is -32020.
     let get = with_tasks("tasks/get", 6, json!({"taskId": id}));

@@ -241,8 +241,8 @@ pub(crate) fn percent_decode(s: &str) -> String {
 
 /// What this server offers. Resource subscriptions exist only in the legacy
 /// era (2026-07-28 removed `resources/subscribe`) and only for resources that
-/// can change (the test fixtures; see `fixtures::SUBSCRIPTIONS`).
-/// Tasks are the `tasks` capability in the legacy era and the
+/// can change (the test fixtures; see `fixtures::SUBSCRIPTIONS`). Tasks
+/// are the `tasks` capability in the legacy era and the
 /// `io.modelcontextprotocol/tasks` extension in 2026-07-28 (SEP-2663).
 fn capabilities(era: Era) -> Value {
     let subscribe = crate::fixtures::SUBSCRIPTIONS && era == Era::Legacy;

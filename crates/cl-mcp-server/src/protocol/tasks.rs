@@ -152,7 +152,15 @@ impl Task {
         match st.status {
             Status::InputRequired => t["inputRequests"] = Value::Object(st.pending.clone()),
             Status::Completed | Status::Failed => match &*self.outcome.borrow() {
-                Some(Ok(r)) => t["result"] = r.clone(),
+                Some(Ok(r)) => {
+                    // A complete `CallToolResult` of this era, as the
+                    // client would have had it directly.
+                    let mut r = r.clone();
+                    if let Value::Object(m) = &mut r {
+                        m.entry("resultType").or_insert(json!("complete"));
+                    }
+                    t["result"] = r;
+                }
                 Some(Err((code, message, data))) => {
                     t["error"] = json!({ "code": code, "message": message, "data": data })
                 }
