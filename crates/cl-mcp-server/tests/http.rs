@@ -259,6 +259,7 @@ fn modern_post(s: &HttpServer, body: &Value) -> reqwest::RequestBuilder {
     if let Some(name) = body["params"]["name"]
         .as_str()
         .or(body["params"]["uri"].as_str())
+        .or(body["params"]["taskId"].as_str())
     {
         r = r.header("mcp-name", name);
     }
@@ -635,4 +636,162 @@ async fn mirrored_parameters_must_match_their_mcp_param_headers() {
             assert_eq!(v["id"], 2);
         }
     }
+}
+
+/// A stateless request from a client that declares the tasks extension.
+fn with_tasks(method: &str, id: i64, params: Value) -> Value {
+    let mut body = modern(method, id, params);
+    body["params"]["_meta"]["io.modelcontextprotocol/clientCapabilities"] =
+        json!({"extensions": {"io.modelcontextprotocol/tasks": {}}});
+    body
+}
+
+async fn post_json(s: &HttpServer, body: &Value) -> (u16, Value) {
+    let r = modern_post(s, body).send().await.unwrap();
+    (r.status().as_u16(), r.json().await.unwrap())
+}
+
+/// Polls `tasks/get` until the task leaves `working`.
+async fn settled_task(s: &HttpServer, id: &str) -> Value {
+    for n in 0..200 {
+        let (_, v) = post_json(s, &with_tasks("tasks/get", 100 + n, json!({"taskId": id}))).await;
+        if v["result"]["status"] != "working" {
+            return v["result"].clone();
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    panic!("task {id} still working after 20 s");
+}
+
+#[tokio::test]
+async fn stateless_tasks_extension() {
+    let s = start(&[]);
+    let (_, v) = post_json(&s, &modern("server/discover", 1, json!({}))).await;
+    let caps = &v["result"]["capabilities"];
+    assert!(
+        caps["extensions"]["io.modelcontextprotocol/tasks"].is_object(),
+        "{v}"
+    );
+    assert!(caps.get("tasks").is_none(), "{v}");
+
+    // Without the extension a long call is answered directly, and the
+    // tasks methods are refused with -32021.
+    let call = json!({"name":"test-sleep","arguments":{"seconds":0.8}});
+    let (status, v) = post_json(&s, &modern("tools/call", 2, call.clone())).await;
+    assert_eq!(status, 200);
+    assert_eq!(v["result"]["resultType"], "complete", "{v}");
+    assert_eq!(v["result"]["content"][0]["text"], "slept 0.8s");
+    let (status, v) = post_json(&s, &modern("tasks/get", 3, json!({"taskId":"x"}))).await;
+    assert_eq!(status, 400);
+    assert_eq!(v["error"]["code"], -32021, "{v}");
+    assert!(
+        v["error"]["data"]["requiredCapabilities"]["extensions"]["io.modelcontextprotocol/tasks"]
+            .is_object(),
+        "{v}"
+    );
+
+    // With it: a quick call is still answered directly, a long one is a task.
+    let (_, v) = post_json(
+        &s,
+        &with_tasks(
+            "tools/call",
+            4,
+            json!({"name":"test-sleep","arguments":{"seconds":0}}),
+        ),
+    )
+    .await;
+    assert_eq!(v["result"]["resultType"], "complete", "{v}");
+    let (_, v) = post_json(&s, &with_tasks("tools/call", 5, call)).await;
+    let created = &v["result"];
+    assert_eq!(created["resultType"], "task", "{v}");
+    assert_eq!(created["status"], "working", "{v}");
+    assert!(created["ttlMs"].as_u64().unwrap() > 0, "{v}");
+    assert!(created["pollIntervalMs"].as_u64().unwrap() > 0, "{v}");
+    assert!(
+        created.get("ttl").is_none() && created.get("task").is_none(),
+        "{v}"
+    );
+    let id = created["taskId"].as_str().unwrap().to_string();
+    let done = settled_task(&s, &id).await;
+    assert_eq!(done["status"], "completed", "{done}");
+    assert_eq!(done["resultType"], "complete", "{done}");
+    assert_eq!(done["result"]["content"][0]["text"], "slept 0.8s", "{done}");
+    // The inlined result is a complete CallToolResult of this era.
+    assert_eq!(done["result"]["resultType"], "complete", "{done}");
+
+    // The routing header names the task: a different one is -32020.
+    let get = with_tasks("tasks/get", 6, json!({"taskId": id}));
+    let r = modern_post(&s, &get)
+        .header("mcp-name", "another-task")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 400);
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["error"]["code"], -32020, "{v}");
+
+    // Cancel: an empty ack, the work stops, cancelling again is acked too.
+    let (_, v) = post_json(
+        &s,
+        &with_tasks(
+            "tools/call",
+            7,
+            json!({"name":"test-sleep","arguments":{"seconds":30}}),
+        ),
+    )
+    .await;
+    let long = v["result"]["taskId"].as_str().unwrap().to_string();
+    for id in [8, 9] {
+        let (_, v) = post_json(&s, &with_tasks("tasks/cancel", id, json!({"taskId": long}))).await;
+        assert_eq!(v["result"]["resultType"], "complete", "{v}");
+        assert!(v["result"].get("status").is_none(), "{v}");
+    }
+    let (_, v) = post_json(&s, &with_tasks("tasks/get", 10, json!({"taskId": long}))).await;
+    assert_eq!(v["result"]["status"], "cancelled", "{v}");
+
+    // tasks/result and tasks/list are gone; an unknown task is -32602.
+    for (id, method) in [(11, "tasks/result"), (12, "tasks/list")] {
+        let (_, v) = post_json(&s, &with_tasks(method, id, json!({"taskId": long}))).await;
+        assert_eq!(v["error"]["code"], -32601, "{method}: {v}");
+    }
+    let (_, v) = post_json(&s, &with_tasks("tasks/get", 13, json!({"taskId":"nope"}))).await;
+    assert_eq!(v["error"]["code"], -32602, "{v}");
+}
+
+#[tokio::test]
+async fn a_long_evaluation_runs_as_a_task() {
+    let s = start(&[]);
+    let (_, v) = post_json(
+        &s,
+        &with_tasks(
+            "tools/call",
+            1,
+            json!({"name":"evaluate-lisp","arguments":{"code":"(progn (sleep 1.5) (* 6 7))"}}),
+        ),
+    )
+    .await;
+    assert_eq!(v["result"]["resultType"], "task", "{v}");
+    let id = v["result"]["taskId"].as_str().unwrap().to_string();
+    let done = settled_task(&s, &id).await;
+    assert_eq!(done["status"], "completed", "{done}");
+    assert_eq!(done["result"]["isError"], false, "{done}");
+    assert_eq!(
+        done["result"]["structuredContent"]["values"],
+        json!(["42"]),
+        "{done}"
+    );
+    // A Lisp error is the tool's own: the task completes, with isError.
+    let (_, v) = post_json(
+        &s,
+        &with_tasks(
+            "tools/call",
+            2,
+            json!({"name":"evaluate-lisp","arguments":{"code":"(progn (sleep 1) (car 5))"}}),
+        ),
+    )
+    .await;
+    let id = v["result"]["taskId"].as_str().unwrap().to_string();
+    let done = settled_task(&s, &id).await;
+    assert_eq!(done["status"], "completed", "{done}");
+    assert_eq!(done["result"]["isError"], true, "{done}");
 }

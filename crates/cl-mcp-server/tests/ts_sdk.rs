@@ -59,3 +59,33 @@ fn official_typescript_sdk_drives_every_family_over_stdio_and_http() {
         "only {validated} results validated:\n{stdout}"
     );
 }
+
+/// The official MCP Tasks client (`@modelcontextprotocol/ext-tasks`) over
+/// the TypeScript SDK 2.x drives the 2026-07-28 tasks extension over HTTP
+/// (`tests/sdk/ts_tasks_client.mjs`): long evaluations as tasks, input
+/// inside and before a task, tool and protocol errors, cancellation.
+#[test]
+fn official_tasks_client_drives_the_tasks_extension() {
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/sdk/ts_tasks_client.mjs");
+    let node = js_support::node();
+    js_support::installed("@modelcontextprotocol/client/package.json");
+    js_support::installed("@modelcontextprotocol/ext-tasks/package.json");
+    let http = common::Listening::start(&["http", "--bind", "127.0.0.1:0"]);
+    let out = Command::new(&node)
+        .arg(script)
+        .arg(js_support::js_dir())
+        .arg(&http.address)
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {}: {e}", node.display()));
+    drop(http);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "Tasks client failed:\n{stdout}\n{stderr}"
+    );
+    assert!(
+        stdout.contains("tasks client ok: 6 tasks"),
+        "{stdout}\n{stderr}"
+    );
+}

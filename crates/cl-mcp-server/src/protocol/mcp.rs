@@ -15,8 +15,9 @@ use tokio::sync::broadcast;
 use super::approval;
 use super::engine::{ConnState, RequestCtx};
 use super::jsonrpc::{self, Message, RequestId};
+use super::tasks;
 use crate::image::NoteLevel;
-use crate::tools::{LogLevel, ToolContext, ToolOutput};
+use crate::tools::{ClientInput, LogLevel, TaskSupport, ToolContext, ToolDef, ToolOutput};
 
 /// Legacy protocol versions, oldest first.
 pub const LEGACY_VERSIONS: [&str; 4] = ["2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25"];
@@ -240,17 +241,25 @@ pub(crate) fn percent_decode(s: &str) -> String {
 
 /// What this server offers. Resource subscriptions exist only in the legacy
 /// era (2026-07-28 removed `resources/subscribe`) and only for resources that
-/// can change (the test fixtures; see `fixtures::SUBSCRIPTIONS`).
+/// can change (the test fixtures; see `fixtures::SUBSCRIPTIONS`). Tasks
+/// are the `tasks` capability in the legacy era and the
+/// `io.modelcontextprotocol/tasks` extension in 2026-07-28 (SEP-2663).
 fn capabilities(era: Era) -> Value {
     let subscribe = crate::fixtures::SUBSCRIPTIONS && era == Era::Legacy;
-    json!({
+    let mut caps = json!({
         "tools": { "listChanged": false },
         "prompts": { "listChanged": false },
         "resources": { "listChanged": false, "subscribe": subscribe },
         "completions": {},
         "logging": {},
-        "tasks": { "list": {}, "cancel": {}, "requests": { "tools": { "call": {} } } },
-    })
+    });
+    if era == Era::Legacy {
+        caps["tasks"] =
+            json!({ "list": {}, "cancel": {}, "requests": { "tools": { "call": {} } } });
+    } else {
+        caps["extensions"] = json!({ tasks::EXTENSION: {} });
+    }
+    caps
 }
 
 fn server_info() -> Value {
@@ -350,6 +359,42 @@ pub(crate) async fn dispatch(req: RequestCtx, msg: Message) -> Result<Value, Mcp
             r
         }
         "tools/call" => call_tool(&req, params).await?,
+        // The 2026-07-28 tasks extension (SEP-2663).
+        "tasks/result" | "tasks/list" if modern => {
+            return Err(McpError {
+                code: jsonrpc::METHOD_NOT_FOUND,
+                message: "Method not found",
+                data: Value::String(format!(
+                    "{} is not part of the {MODERN_VERSION} tasks extension: tasks/get returns \
+                     a task's result once it has one",
+                    msg.method
+                )),
+            })
+        }
+        "tasks/get" if modern => {
+            require_tasks_extension(&req)?;
+            task_of(&req, &params)?.detailed_v2()
+        }
+        "tasks/update" if modern => {
+            require_tasks_extension(&req)?;
+            let task = task_of(&req, &params)?;
+            match params.get("inputResponses") {
+                Some(Value::Object(responses)) => task.answer_input(responses),
+                _ => {
+                    return Err(McpError::invalid_params(
+                        "inputResponses must be an object mapping the keys of the task's \
+                         inputRequests to the client's results",
+                    ))
+                }
+            }
+            json!({})
+        }
+        "tasks/cancel" if modern => {
+            require_tasks_extension(&req)?;
+            // Cancelling a task that already ended is acknowledged alike.
+            let _ = task_of(&req, &params)?.cancel();
+            json!({})
+        }
         "tasks/get" => task_of(&req, &params)?.to_json(),
         "tasks/result" => {
             let task = task_of(&req, &params)?;
@@ -708,8 +753,36 @@ async fn call_tool(req: &RequestCtx, params: Value) -> Result<Value, McpError> {
         ))
         .into_result());
     }
-    if let Some(spec) = params.get("task").filter(|t| !t.is_null()) {
-        return start_task(req, &name, tool.task_support, spec, arguments);
+    if modern_era(req.era) {
+        // 2026-07-28: the server decides, for clients with the tasks
+        // extension in this request's capabilities (a legacy `task` param
+        // is ignored).
+        let extension = declares_tasks_extension(&declared);
+        if extension && tool.task_support != TaskSupport::Forbidden {
+            return call_tool_as_task(req, tool, &name, &params, arguments, declared).await;
+        }
+        if tool.task_support == TaskSupport::Required {
+            return Err(missing_tasks_extension(&format!(
+                "the tool '{name}' runs only as a task"
+            )));
+        }
+    } else if let Some(spec) = params.get("task").filter(|t| !t.is_null()) {
+        return start_task(
+            req,
+            &name,
+            tool.task_support != TaskSupport::Forbidden,
+            spec,
+            arguments,
+        );
+    } else if tool.task_support == TaskSupport::Required {
+        return Err(McpError {
+            code: jsonrpc::METHOD_NOT_FOUND,
+            message: "Method not found",
+            data: Value::String(format!(
+                "the tool '{name}' runs only as a task (its execution.taskSupport is required): \
+                 call it with `task`, e.g. \"task\": {{}}"
+            )),
+        });
     }
     let mut ctx = ToolContext::new(req.conn.session.clone(), req.cancel.clone())
         .with_log_sink(log_sink(req))
@@ -816,11 +889,16 @@ fn start_task(
             "task must be an object, e.g. {\"ttl\": 60000}",
         ));
     }
-    let task = req.conn.session.tasks.create(ttl).map_err(|e| McpError {
-        code: jsonrpc::INTERNAL_ERROR,
-        message: "Internal error",
-        data: Value::String(e),
-    })?;
+    let task = req
+        .conn
+        .session
+        .tasks
+        .create(ttl, false)
+        .map_err(|e| McpError {
+            code: jsonrpc::INTERNAL_ERROR,
+            message: "Internal error",
+            data: Value::String(e),
+        })?;
     let conn = req.conn.clone();
     let out = conn.notify.clone();
     let legacy = req.era == Era::Legacy;
@@ -847,6 +925,212 @@ fn start_task(
             )
         }
     }))
+}
+
+/// Whether these client capabilities declare the tasks extension.
+fn declares_tasks_extension(capabilities: &Value) -> bool {
+    capabilities
+        .get("extensions")
+        .and_then(|e| e.get(tasks::EXTENSION))
+        .is_some_and(|v| !v.is_null())
+}
+
+/// -32021 naming the tasks extension the request's capabilities lack.
+fn missing_tasks_extension(why: &str) -> McpError {
+    McpError {
+        code: jsonrpc::MISSING_CLIENT_CAPABILITY,
+        message: "Missing required client capability",
+        data: json!({
+            "requiredCapabilities": { "extensions": { tasks::EXTENSION: {} } },
+            "detail": format!(
+                "{why}: declare the extension in _meta io.modelcontextprotocol/clientCapabilities \
+                 (\"extensions\": {{\"{}\": {{}}}})",
+                tasks::EXTENSION
+            ),
+        }),
+    }
+}
+
+/// `tasks/get`, `tasks/update` and `tasks/cancel` of 2026-07-28 are for
+/// requests whose capabilities declare the tasks extension.
+fn require_tasks_extension(req: &RequestCtx) -> Result<(), McpError> {
+    if declares_tasks_extension(&req.client_capabilities()) {
+        Ok(())
+    } else {
+        Err(missing_tasks_extension(
+            "tasks/* methods belong to the tasks extension",
+        ))
+    }
+}
+
+/// A 2026-07-28 `tools/call` from a client with the tasks extension, to a
+/// tool that can run as a task (SEP-2663). Input the tool needs before it
+/// starts is gathered first, in the request's own input rounds (no task
+/// yet). Then the call runs under a new task: a tool whose task support is
+/// optional that finishes within [`tasks::DIRECT_ANSWER_WITHIN`] is answered
+/// directly (the task is forgotten); otherwise the answer is the task
+/// (`resultType: "task"`), which `tasks/get` follows.
+async fn call_tool_as_task(
+    req: &RequestCtx,
+    tool: &ToolDef,
+    name: &str,
+    params: &Map<String, Value>,
+    arguments: Value,
+    declared: Value,
+) -> Result<Value, McpError> {
+    let mut input = ClientInput::default();
+    if let Some(phase) = tool.input_phase.clone() {
+        let gathered = Arc::new(std::sync::Mutex::new(None));
+        let keep = gathered.clone();
+        let answered =
+            super::input::answer(req, params, &format!("tools/call {name}"), move |input| {
+                let verdict = phase(&input);
+                let keep = keep.clone();
+                async move {
+                    Ok(match verdict {
+                        Some(needed) => Err(needed),
+                        None => {
+                            *keep.lock().unwrap() = Some(input);
+                            Ok(Value::Null)
+                        }
+                    })
+                }
+            })
+            .await?;
+        let taken = gathered.lock().unwrap().take();
+        match taken {
+            Some(all) => input = all,
+            // An input_required answer (or the legacy era's failure to ask).
+            None => {
+                return Ok(answered.unwrap_or_else(|e| {
+                    ToolOutput::error(format!(
+                        "The tool '{name}' needed input from the client: {e}"
+                    ))
+                    .into_result()
+                }))
+            }
+        }
+    }
+    let task = req
+        .conn
+        .session
+        .tasks
+        .create(None, true)
+        .map_err(|e| McpError {
+            code: jsonrpc::INTERNAL_ERROR,
+            message: "Internal error",
+            data: Value::String(e),
+        })?;
+    let mut ctx = ToolContext::new(req.conn.session.clone(), task.cancel.clone());
+    ctx.client_capabilities = declared;
+    ctx.input = input;
+    let (settled_tx, settled) = tokio::sync::oneshot::channel();
+    tokio::spawn(run_task(
+        req.conn.engine.tools.clone(),
+        name.to_string(),
+        arguments,
+        ctx,
+        task.clone(),
+        settled_tx,
+    ));
+    if tool.task_support == TaskSupport::Optional {
+        tokio::select! {
+            _ = settled => {}
+            _ = tokio::time::sleep(tasks::DIRECT_ANSWER_WITHIN) => {}
+            _ = req.cancel.cancelled() => {
+                // Nobody will learn this task's id: stop its work.
+                let _ = task.cancel();
+                req.conn.session.tasks.remove(&task.id);
+                return Err(McpError {
+                    code: jsonrpc::INTERNAL_ERROR,
+                    message: "Internal error",
+                    data: Value::String("the request was cancelled".into()),
+                });
+            }
+        }
+        if let Some(outcome) = task.outcome_now() {
+            req.conn.session.tasks.remove(&task.id);
+            return outcome.map_err(|(code, message, data)| McpError {
+                code,
+                message,
+                data,
+            });
+        }
+    }
+    tracing::debug!(tool = %name, task = %task.id, "tool call runs as a task");
+    let mut created = task.to_json_v2();
+    created["resultType"] = json!("task");
+    Ok(created)
+}
+
+/// The work of a 2026-07-28 task: runs the tool, parks the task in
+/// `input_required` while the tool waits for the client's answers (given
+/// by `tasks/update`), and records the outcome (a panic is a protocol
+/// error: the task fails). `settled` fires once the task first waits for
+/// input or has finished.
+async fn run_task(
+    tools: Arc<crate::tools::ToolRegistry>,
+    name: String,
+    arguments: Value,
+    mut ctx: ToolContext,
+    task: Arc<tasks::Task>,
+    settled: tokio::sync::oneshot::Sender<()>,
+) {
+    use futures::FutureExt;
+    let mut settled = Some(settled);
+    let mut rounds = 0;
+    let outcome = loop {
+        let Some(tool) = tools.get(&name) else {
+            break Ok(ToolOutput::error(format!("Unknown tool: {name}")).into_result());
+        };
+        let run = std::panic::AssertUnwindSafe(tool.call(arguments.clone(), ctx.clone()))
+            .catch_unwind()
+            .await;
+        let mut output = match run {
+            Ok(o) => o,
+            Err(panic) => {
+                let what = super::engine::panic_text(panic);
+                tracing::error!(tool = %name, task = %task.id, "task panicked: {what}");
+                break Err((
+                    jsonrpc::INTERNAL_ERROR,
+                    "Internal error",
+                    Value::String(format!(
+                        "the tool '{name}' failed inside the server: {what}"
+                    )),
+                ));
+            }
+        };
+        let Some(needed) = output.input_required.take() else {
+            break Ok(output.into_result());
+        };
+        if rounds == tasks::MAX_INPUT_ROUNDS {
+            break Err((
+                jsonrpc::INTERNAL_ERROR,
+                "Internal error",
+                Value::String(format!(
+                    "the tool '{name}' asked for input more than {} times",
+                    tasks::MAX_INPUT_ROUNDS
+                )),
+            ));
+        }
+        rounds += 1;
+        if let Some(s) = settled.take() {
+            let _ = s.send(());
+        }
+        match task.wait_for_input(needed.requests, needed.state).await {
+            Some(input) => ctx.input = input,
+            None => {
+                break Ok(
+                    ToolOutput::error("The task was cancelled while it waited for input.")
+                        .into_result(),
+                )
+            }
+        }
+    };
+    task.finish(outcome);
+    if let Some(s) = settled.take() {
+        let _ = s.send(());
+    }
 }
 
 /// The task named by `params.taskId` in this session.

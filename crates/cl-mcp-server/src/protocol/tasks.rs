@@ -4,6 +4,14 @@
 //! `tasks/get`, `tasks/list` and `tasks/cancel` (which interrupts the
 //! image's work like `notifications/cancelled`) complete the set.
 //!
+//! The 2026-07-28 era has the tasks extension instead (SEP-2663,
+//! `io.modelcontextprotocol/tasks`; see `mcp::call_tool_as_task`): the
+//! server decides to answer a `tools/call` with a task when the request's
+//! client capabilities declare the extension; `tasks/get` inlines the
+//! result, the error or the pending input requests, `tasks/update` answers
+//! them, and `tasks/result` and `tasks/list` are gone. One [`Task`] serves
+//! both eras; `v2` says which rules it was created under.
+//!
 //! Tasks belong to the session, so a client polling over several
 //! connections (stateless HTTP requests share one session) sees them. A
 //! task and its result are dropped once its `ttl` has passed.
@@ -11,8 +19,8 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
-use serde_json::{json, Value};
-use tokio::sync::watch;
+use serde_json::{json, Map, Value};
+use tokio::sync::{watch, Notify};
 use tokio_util::sync::CancellationToken;
 
 /// The `ttl` a task gets when the client asks for none, and the longest it
@@ -31,6 +39,8 @@ const PAGE: usize = 100;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Status {
     Working,
+    /// Waiting for the client's answers to its input requests (2026-07-28).
+    InputRequired,
     Completed,
     Failed,
     Cancelled,
@@ -40,6 +50,7 @@ impl Status {
     fn name(self) -> &'static str {
         match self {
             Status::Working => "working",
+            Status::InputRequired => "input_required",
             Status::Completed => "completed",
             Status::Failed => "failed",
             Status::Cancelled => "cancelled",
@@ -47,7 +58,7 @@ impl Status {
     }
 
     pub fn is_terminal(self) -> bool {
-        self != Status::Working
+        !matches!(self, Status::Working | Status::InputRequired)
     }
 }
 
@@ -59,6 +70,12 @@ struct State {
     status: Status,
     message: Option<String>,
     updated: SystemTime,
+    /// While `input_required`: the requests not answered yet, by key.
+    pending: Map<String, Value>,
+    /// The answers gathered so far in this round, and the state the tool
+    /// asked to get back with them.
+    answered: Map<String, Value>,
+    round_state: Option<Value>,
 }
 
 /// One task.
@@ -71,6 +88,11 @@ pub struct Task {
     outcome: watch::Sender<Option<Outcome>>,
     /// Cancels the work.
     pub cancel: CancellationToken,
+    /// Created under the 2026-07-28 tasks extension (SEP-2663): a tool's
+    /// `isError` result completes the task (only a protocol error fails it).
+    pub v2: bool,
+    /// Wakes the work when the last pending input request is answered.
+    input_ready: Notify,
 }
 
 impl Task {
@@ -100,45 +122,175 @@ impl Task {
         t
     }
 
+    /// The task of the 2026-07-28 extension: `CreateTaskResult`'s fields
+    /// (`ttlMs`, `pollIntervalMs`; no `result`, `error` or input requests).
+    pub fn to_json_v2(&self) -> Value {
+        self.fields_v2(&self.state.lock().unwrap())
+    }
+
+    fn fields_v2(&self, st: &State) -> Value {
+        let mut t = json!({
+            "taskId": self.id,
+            "status": st.status.name(),
+            "createdAt": humantime::format_rfc3339_millis(self.created).to_string(),
+            "lastUpdatedAt": humantime::format_rfc3339_millis(st.updated).to_string(),
+            "ttlMs": self.ttl.as_millis() as u64,
+            "pollIntervalMs": POLL_INTERVAL_MS,
+        });
+        if let Some(m) = &st.message {
+            t["statusMessage"] = Value::String(m.clone());
+        }
+        t
+    }
+
+    /// `tasks/get`'s `DetailedTask`: the task with, by status, the pending
+    /// `inputRequests`, the tool's `result` or the protocol `error`.
+    pub fn detailed_v2(&self) -> Value {
+        // The status and what goes with it, read together (see `finish`).
+        let st = self.state.lock().unwrap();
+        let mut t = self.fields_v2(&st);
+        match st.status {
+            Status::InputRequired => t["inputRequests"] = Value::Object(st.pending.clone()),
+            Status::Completed | Status::Failed => match &*self.outcome.borrow() {
+                Some(Ok(r)) => {
+                    // A complete `CallToolResult` of this era, as the
+                    // client would have had it directly.
+                    let mut r = r.clone();
+                    if let Value::Object(m) = &mut r {
+                        m.entry("resultType").or_insert(json!("complete"));
+                    }
+                    t["result"] = r;
+                }
+                Some(Err((code, message, data))) => {
+                    t["error"] = json!({ "code": code, "message": message, "data": data })
+                }
+                None => {}
+            },
+            Status::Working | Status::Cancelled => {}
+        }
+        t
+    }
+
+    /// The work needs the client's answers to `requests` (2026-07-28):
+    /// the task waits in `input_required` until `tasks/update` has answered
+    /// every one of them. Returns the answers, or `None` once the task is
+    /// cancelled.
+    pub async fn wait_for_input(
+        &self,
+        requests: Map<String, Value>,
+        state: Option<Value>,
+    ) -> Option<crate::tools::ClientInput> {
+        if requests.is_empty() {
+            // Nothing to ask: the tool gets its state back at once.
+            return Some(crate::tools::ClientInput {
+                responses: Some(Map::new()),
+                state,
+            });
+        }
+        {
+            let mut st = self.state.lock().unwrap();
+            if st.status != Status::Working {
+                return None;
+            }
+            st.status = Status::InputRequired;
+            st.message = Some(
+                "The tool needs input from the client: answer inputRequests with tasks/update."
+                    .into(),
+            );
+            st.updated = SystemTime::now();
+            st.pending = requests;
+            st.answered = Map::new();
+            st.round_state = state;
+        }
+        loop {
+            tokio::select! {
+                _ = self.input_ready.notified() => {}
+                _ = self.cancel.cancelled() => return None,
+            }
+            let mut st = self.state.lock().unwrap();
+            if st.status == Status::Cancelled {
+                return None;
+            }
+            if st.pending.is_empty() && st.status == Status::InputRequired {
+                st.status = Status::Working;
+                st.message = Some("The tool call is running.".into());
+                st.updated = SystemTime::now();
+                return Some(crate::tools::ClientInput {
+                    responses: Some(std::mem::take(&mut st.answered)),
+                    state: st.round_state.take(),
+                });
+            }
+        }
+    }
+
+    /// `tasks/update`: records the answers to pending input requests
+    /// (answers to keys that are not pending are ignored) and resumes the
+    /// work once none is left.
+    pub fn answer_input(&self, responses: &Map<String, Value>) {
+        let mut st = self.state.lock().unwrap();
+        if st.status != Status::InputRequired {
+            return;
+        }
+        for (key, value) in responses {
+            if st.pending.remove(key).is_some() {
+                st.answered.insert(key.clone(), value.clone());
+            }
+        }
+        if !responses.is_empty() {
+            st.updated = SystemTime::now();
+        }
+        if st.pending.is_empty() {
+            drop(st);
+            self.input_ready.notify_one();
+        }
+    }
+
     /// Records the work's outcome; the status follows it unless the task
     /// was cancelled first (a cancelled task stays cancelled). Returns true
     /// when the status changed.
     pub fn finish(&self, outcome: Outcome) -> bool {
-        let changed = {
-            let mut st = self.state.lock().unwrap();
-            if st.status == Status::Working {
-                let failed = match &outcome {
-                    Ok(r) => r.get("isError") == Some(&Value::Bool(true)),
-                    Err(_) => true,
-                };
-                st.status = if failed {
-                    Status::Failed
-                } else {
-                    Status::Completed
-                };
-                st.message = Some(if failed {
-                    "The tool call failed; tasks/result has its answer.".into()
-                } else {
-                    "The tool call completed; tasks/result has its answer.".into()
-                });
-                st.updated = SystemTime::now();
-                true
+        // Under the state's lock, so `detailed_v2` never sees a finished
+        // status without its outcome.
+        let mut st = self.state.lock().unwrap();
+        let changed = !st.status.is_terminal();
+        if changed {
+            let failed = match &outcome {
+                // A tool's own error completes a 2026-07-28 task.
+                Ok(r) => !self.v2 && r.get("isError") == Some(&Value::Bool(true)),
+                Err(_) => true,
+            };
+            st.status = if failed {
+                Status::Failed
             } else {
-                false
-            }
-        };
+                Status::Completed
+            };
+            let place = if self.v2 { "tasks/get" } else { "tasks/result" };
+            st.message = Some(if failed {
+                format!("The tool call failed; {place} has its answer.")
+            } else {
+                format!("The tool call completed; {place} has its answer.")
+            });
+            st.pending.clear();
+            st.updated = SystemTime::now();
+        }
         self.outcome.send_replace(Some(outcome));
         changed
     }
 
-    /// Moves a working task to `cancelled` and stops its work. Refuses a
-    /// task that already ended.
+    /// The outcome, if the work has finished.
+    pub fn outcome_now(&self) -> Option<Outcome> {
+        self.outcome.borrow().clone()
+    }
+
+    /// Moves a working (or input-waiting) task to `cancelled` and stops its
+    /// work. Refuses a task that already ended.
     pub fn cancel(&self) -> Result<(), Status> {
         let mut st = self.state.lock().unwrap();
         if st.status.is_terminal() {
             return Err(st.status);
         }
         st.status = Status::Cancelled;
+        st.pending.clear();
         st.message = Some("The task was cancelled by request.".into());
         st.updated = SystemTime::now();
         drop(st);
@@ -161,6 +313,14 @@ impl Task {
     }
 }
 
+/// The extension id of 2026-07-28 tasks (SEP-2663), in `capabilities.extensions`.
+pub const EXTENSION: &str = "io.modelcontextprotocol/tasks";
+/// How long a 2026-07-28 call to a tool whose task support is optional may
+/// take and still be answered directly; past it the client gets a task.
+pub const DIRECT_ANSWER_WITHIN: Duration = Duration::from_millis(500);
+/// Input rounds a 2026-07-28 task may ask for.
+pub const MAX_INPUT_ROUNDS: usize = 8;
+
 /// A session's tasks, oldest first.
 #[derive(Default)]
 pub struct TaskStore {
@@ -168,8 +328,9 @@ pub struct TaskStore {
 }
 
 impl TaskStore {
-    /// A new working task, with the client's `ttl` (milliseconds) bounded.
-    pub fn create(&self, ttl_ms: Option<u64>) -> Result<Arc<Task>, String> {
+    /// A new working task, with the client's `ttl` (milliseconds) bounded;
+    /// `v2` for the 2026-07-28 extension's rules.
+    pub fn create(&self, ttl_ms: Option<u64>, v2: bool) -> Result<Arc<Task>, String> {
         let ttl = ttl_ms
             .map(Duration::from_millis)
             .unwrap_or(DEFAULT_TTL)
@@ -198,9 +359,14 @@ impl TaskStore {
                 status: Status::Working,
                 message: Some("The tool call is running.".into()),
                 updated: now,
+                pending: Map::new(),
+                answered: Map::new(),
+                round_state: None,
             }),
             outcome: watch::channel(None).0,
             cancel: CancellationToken::new(),
+            v2,
+            input_ready: Notify::new(),
         });
         tasks.push(task.clone());
         Ok(task)
@@ -212,6 +378,12 @@ impl TaskStore {
         let mut tasks = self.tasks.lock().unwrap();
         tasks.retain(|t| !t.expired(now));
         tasks.iter().find(|t| t.id == id).cloned()
+    }
+
+    /// Forgets a task (one answered at once, without its id ever reaching
+    /// the client).
+    pub fn remove(&self, id: &str) {
+        self.tasks.lock().unwrap().retain(|t| t.id != id);
     }
 
     /// One page of tasks (oldest first) and the cursor of the next.

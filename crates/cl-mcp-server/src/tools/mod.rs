@@ -391,6 +391,34 @@ impl ToolContext {
     }
 }
 
+/// Whether a tool may run as an MCP task (`execution.taskSupport`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TaskSupport {
+    /// Always answered directly.
+    Forbidden,
+    /// Directly or as a task: legacy clients choose (`params.task`); in
+    /// 2026-07-28 the server makes it a task when the client declared the
+    /// tasks extension and the call outlasts a short wait.
+    Optional,
+    /// Only as a task (2026-07-28 clients without the tasks extension get
+    /// -32021).
+    Required,
+}
+
+impl TaskSupport {
+    pub fn name(self) -> &'static str {
+        match self {
+            TaskSupport::Forbidden => "forbidden",
+            TaskSupport::Optional => "optional",
+            TaskSupport::Required => "required",
+        }
+    }
+}
+
+/// Input a tool needs before it starts (see [`ToolDef::with_input_phase`]):
+/// `Some` asks for it, `None` means it is all there.
+pub type InputPhase = Arc<dyn Fn(&ClientInput) -> Option<InputRequired> + Send + Sync>;
+
 type BoxFuture = Pin<Box<dyn Future<Output = ToolOutput> + Send>>;
 type Handler = Arc<dyn Fn(Value, ToolContext) -> BoxFuture + Send + Sync>;
 
@@ -404,8 +432,13 @@ pub struct ToolDef {
     pub annotations: Annotations,
     pub input_schema: Value,
     pub output_schema: Option<Value>,
-    /// May run as an MCP task (`execution.taskSupport: optional`).
-    pub task_support: bool,
+    /// May (or must) run as an MCP task (`execution.taskSupport`).
+    pub task_support: TaskSupport,
+    /// Input the tool asks for before it starts when it runs as a
+    /// 2026-07-28 task: gathered by the ordinary input rounds of the
+    /// request (SEP-2322) before the task exists, so the task starts with
+    /// it. (Called directly, the handler asks for its input itself.)
+    pub input_phase: Option<InputPhase>,
     /// Client capabilities the tool cannot work without (`sampling`,
     /// `elicitation`, ...): calls from clients that did not declare them are
     /// refused before the handler runs.
@@ -462,7 +495,8 @@ where
         annotations,
         input_schema: schema_of::<A>(),
         output_schema: None,
-        task_support: false,
+        task_support: TaskSupport::Forbidden,
+        input_phase: None,
         requires_client: Vec::new(),
         handler: erased,
     }
@@ -472,7 +506,24 @@ impl ToolDef {
     /// Declares the shape of `structuredContent` this tool returns.
     /// Long-running tools may be called as MCP tasks (polled for their result).
     pub fn with_task_support(mut self) -> Self {
-        self.task_support = true;
+        self.task_support = TaskSupport::Optional;
+        self
+    }
+
+    /// The tool runs only as an MCP task.
+    pub fn task_required(mut self) -> Self {
+        self.task_support = TaskSupport::Required;
+        self
+    }
+
+    /// Input the tool needs before it starts (asked for in the request's
+    /// own input rounds, before any task exists); the handler finds the
+    /// answers in [`ToolContext::input`].
+    pub fn with_input_phase(
+        mut self,
+        phase: impl Fn(&ClientInput) -> Option<InputRequired> + Send + Sync + 'static,
+    ) -> Self {
+        self.input_phase = Some(Arc::new(phase));
         self
     }
 
@@ -538,8 +589,8 @@ impl ToolDef {
         if let Some(o) = &self.output_schema {
             t["outputSchema"] = o.clone();
         }
-        if self.task_support {
-            t["execution"] = json!({ "taskSupport": "optional" });
+        if self.task_support != TaskSupport::Forbidden {
+            t["execution"] = json!({ "taskSupport": self.task_support.name() });
         }
         t
     }

@@ -415,7 +415,156 @@ pub fn conformance_tools() -> Vec<ToolDef> {
         },
     ));
     tools.extend(input_required_tools());
+    tools.extend(task_tools());
     tools
+}
+
+#[derive(Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct GreetArgs {
+    /// Who to greet.
+    name: String,
+}
+
+#[derive(Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct ComputeArgs {
+    /// How long the computation takes, in seconds.
+    seconds: f64,
+    /// A label echoed in the result.
+    label: Option<String>,
+}
+
+#[derive(Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct FileArgs {
+    /// The file the user is asked about.
+    filename: String,
+}
+
+/// Sleeps `seconds` unless cancelled first (then `false`).
+async fn sleep_unless_cancelled(ctx: &ToolContext, seconds: f64) -> bool {
+    let wait = Duration::from_secs_f64(seconds.clamp(0.0, 3600.0));
+    tokio::select! {
+        _ = tokio::time::sleep(wait) => true,
+        _ = ctx.cancel.cancelled() => false,
+    }
+}
+
+/// Fixtures of the suite's `tasks-*` scenarios (the 2026-07-28 tasks
+/// extension, SEP-2663): a tool that never runs as a task, tasks that
+/// complete, fail as a tool or as a protocol error, and tasks that wait for
+/// the client's input inside the task or gather it before the task starts.
+fn task_tools() -> Vec<ToolDef> {
+    let ro = Annotations::READ_ONLY;
+    let g = ToolGroup::Testing;
+    vec![
+        tool("greet", g, "Greet (conformance fixture)",
+            "Answers `Hello, {name}!` at once; never runs as a task.", ro,
+            |a: GreetArgs, _ctx: ToolContext| async move {
+                ToolOutput::text(format!("Hello, {}!", a.name))
+            }),
+        tool("slow_compute", g, "Slow computation (conformance fixture)",
+            "Takes `seconds` to answer (as a task when the client has the tasks extension and it takes long); stops when cancelled.", ro,
+            |a: ComputeArgs, ctx: ToolContext| async move {
+                let label = a.label.unwrap_or_default();
+                if !sleep_unless_cancelled(&ctx, a.seconds).await {
+                    return ToolOutput::error(format!("computation '{label}' cancelled"));
+                }
+                ToolOutput::text(format!("computation '{label}' done after {}s", a.seconds))
+            })
+            .with_task_support(),
+        tool("failing_job", g, "Failing job (conformance fixture)",
+            "Runs only as a task; after about a second fails with a tool error (isError).", ro,
+            |_a: NoArgs, ctx: ToolContext| async move {
+                if !sleep_unless_cancelled(&ctx, 1.0).await {
+                    return ToolOutput::error("job cancelled");
+                }
+                ToolOutput::error("The job failed (as this fixture always does).")
+            })
+            .task_required(),
+        tool("protocol_error_job", g, "Protocol error job (conformance fixture)",
+            "Runs only as a task; panics inside the server, so the task fails with a JSON-RPC error.", ro,
+            |_a: NoArgs, _ctx: ToolContext| async move {
+                if std::hint::black_box(true) {
+                    panic!("deliberate protocol_error_job panic");
+                }
+                ToolOutput::text("unreachable")
+            })
+            .task_required(),
+        tool("confirm_delete", g, "Confirm a deletion (conformance fixture)",
+            "Asks the user to confirm deleting `filename` (elicitation/create) and reports the answer; deletes nothing.", ro,
+            |a: FileArgs, ctx: ToolContext| async move {
+                match ctx.input.response("confirm") {
+                    Some(r) => {
+                        let yes = r.get("action").and_then(Value::as_str) == Some("accept")
+                            && r.pointer("/content/confirm") == Some(&Value::Bool(true));
+                        ToolOutput::text(if yes {
+                            format!("Deletion of {} confirmed (the fixture deletes nothing).", a.filename)
+                        } else {
+                            format!("Deletion of {} not confirmed.", a.filename)
+                        })
+                    }
+                    None => need(vec![ask("confirm", "elicitation/create", elicitation(
+                        &format!("Delete {}?", a.filename),
+                        json!({"confirm": {"type": "boolean"}}), &["confirm"]))], None),
+                }
+            })
+            .with_task_support()
+            .requires_client_capability("elicitation"),
+        tool("multi_input", g, "Two questions at once (conformance fixture)",
+            "Asks the user two things in one round (two elicitation/create requests) and reports both answers.", ro,
+            |_a: NoArgs, ctx: ToolContext| async move {
+                let first = ctx.input.response("first").cloned();
+                let second = ctx.input.response("second").cloned();
+                match (first, second) {
+                    (Some(a), Some(b)) => ToolOutput::text(format!(
+                        "first: {}, second: {}",
+                        a.get("content").cloned().unwrap_or(json!({})),
+                        b.get("content").cloned().unwrap_or(json!({})))),
+                    _ => need(vec![
+                        ask("first", "elicitation/create", elicitation("First question: your name?",
+                            json!({"name": {"type": "string"}}), &["name"])),
+                        ask("second", "elicitation/create", elicitation("Second question: confirm?",
+                            json!({"confirm": {"type": "boolean"}}), &["confirm"])),
+                    ], None),
+                }
+            })
+            .with_task_support()
+            .requires_client_capability("elicitation"),
+        tool("test_tool_with_task", g, "Ask, then run as a task (conformance fixture)",
+            "Runs only as a task; asks the user's name first (before the task exists), then greets them from the task.", ro,
+            |_a: NoArgs, ctx: ToolContext| async move {
+                match accepted_field(ctx.input.response("user_name"), "name") {
+                    Some(name) => ToolOutput::text(format!("Hello, {name}!")),
+                    None => ask_name(),
+                }
+            })
+            .task_required()
+            .with_input_phase(|input| {
+                match accepted_field(input.response("user_name"), "name") {
+                    Some(_) => None,
+                    None => ask_name().input_required,
+                }
+            })
+            .requires_client_capability("elicitation"),
+    ]
+}
+
+/// Asks the user's name (key `user_name`).
+fn ask_name() -> ToolOutput {
+    need(
+        vec![ask(
+            "user_name",
+            "elicitation/create",
+            elicitation(
+                "What is your name?",
+                json!({"name": {"type": "string"}}),
+                &["name"],
+            ),
+        )],
+        None,
+    )
 }
 
 /// Fixtures asking for client input (SEP-2322), in the shapes the suite's

@@ -691,6 +691,8 @@ fn check_modern_headers(headers: &HeaderMap, body: &Value) -> Result<(), String>
     let name_key = match method {
         Some("tools/call" | "prompts/get") => Some("name"),
         Some("resources/read") => Some("uri"),
+        // The tasks extension routes by task (SEP-2663).
+        Some("tasks/get" | "tasks/update" | "tasks/cancel") => Some("taskId"),
         _ => None,
     };
     if let Some(key) = name_key {
