@@ -402,6 +402,9 @@ fn debugger_in_an_attached_image() {
     let mut user = UserLisp::start();
     let addr = format!("127.0.0.1:{}", user.port);
     let mut s = lisp_server(&["--swank", &addr]);
+    // The one-time notice about the project's systems comes first.
+    let r = eval(&mut s, 10, "(+ 1 1)");
+    assert!(r.text.starts_with("[NOTICE]"), "{}", r.text);
     let r = eval_with(
         &mut s,
         1,

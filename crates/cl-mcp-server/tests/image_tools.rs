@@ -84,7 +84,15 @@ fn attached_image_is_used_but_never_restarted() {
     let addr = format!("127.0.0.1:{}", user.port);
     let mut s = lisp_server(&["--swank", &addr]);
     let r = eval(&mut s, 1, "cl-user::*user-state*");
-    assert_eq!(r.text, "=> :MINE", "evaluates in the user's image");
+    // The user's image gains our project search function: said once.
+    assert!(
+        r.text
+            .starts_with("[NOTICE] The project's ASDF systems under ")
+            && r.text.contains("findable by name in your attached image")
+            && r.text.ends_with("=> :MINE"),
+        "evaluates in the user's image: {}",
+        r.text
+    );
     let r = eval(
         &mut s,
         2,

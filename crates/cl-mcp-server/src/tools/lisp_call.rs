@@ -406,8 +406,28 @@ async fn ensure_project_registered(ctx: &ToolContext) {
     // receive still reaches the user.
     match unpack(ctx, image.rex(&form, BUFFER_PACKAGE, Thread::T).await) {
         Ok(v) => {
-            tracing::debug!(root = %root.display(), systems = ?plist_strings(&v, "systems"), "project systems registered");
+            let systems = plist_strings(&v, "systems");
+            tracing::debug!(root = %root.display(), ?systems, "project systems registered");
             *eval_slot(ctx).project_registered.lock().unwrap() = want;
+            // The user's own image gains a search function: say so once.
+            if image.mode() == crate::image::ImageMode::Attached {
+                let said = format!(
+                    "The project's ASDF systems under {} ({}) are now findable by name in your \
+                     attached image (cl-mcp-server added a system search function to \
+                     asdf:*system-definition-search-functions*).",
+                    root.display(),
+                    if systems.is_empty() {
+                        "none yet".to_string()
+                    } else {
+                        systems.join(", ")
+                    }
+                );
+                let mut notice = eval_slot(ctx).notice.lock().unwrap();
+                *notice = Some(match notice.take() {
+                    Some(n) => format!("{n}\n{said}"),
+                    None => said,
+                });
+            }
         }
         Err(e) => {
             tracing::warn!(root = %root.display(), error = %e, "could not register the project's systems")
