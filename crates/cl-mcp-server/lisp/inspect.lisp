@@ -307,6 +307,31 @@ failing :error (a condition plist) / :interrupted, or (:error MESSAGE)."
         (list :error "Nothing is being inspected: pass `code` first.")))
     (inspection-reply session start count)))
 
+(defun debugger-inspect-in-frame (index code &key session package (start 0) (count 50))
+  "Evaluate the forms of CODE in the lexical environment of frame INDEX of
+the debugger this thread waits in (read in PACKAGE, default the frame's
+package), and inspect the last value: it becomes SESSION's current
+inspection, so PART and BACK go on from it. An error in CODE is answered as
+(:error MESSAGE) rather than a nested debugger level."
+  (let ((value nil)
+        ;; The unit's summary ("compilation unit aborted") is noise here.
+        (*error-output* (make-broadcast-stream)))
+    (handler-case
+        ;; Warnings stay out of the suspended evaluation's own report.
+        ;; A compilation unit of its own, or SBCL defers "undefined
+        ;; variable" notes to the end of the evaluation's unit.
+        (handler-bind ((warning #'muffle-warning))
+          (with-compilation-unit (:override t)
+            (dolist (form (read-forms code (or package
+                                               (ignore-errors (swank/backend:frame-package index)))))
+              (setf value (swank/backend:eval-in-frame form index)))))
+      (error (e)
+        (return-from debugger-inspect-in-frame
+          (list :error (format nil "~A in frame ~D: ~A" (type-name e) index
+                               (print-capped e 2000))))))
+    (setf (inspection-stack session) (list (cons (truncate-string code 200) value)))
+    (inspection-reply session (max 0 (or start 0)) (max 1 (min 500 (or count 50))))))
+
 ;;; Trace records.
 ;;;
 ;;; Traced functions report each call and return to `trace-report', which

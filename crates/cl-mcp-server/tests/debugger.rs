@@ -84,6 +84,33 @@ fn fix_the_function_and_restart_its_frame() {
         .iter()
         .any(|x| x["name"] == "ABORT"));
     let frame = frame_index(&r.structured, "PARSE-QTY");
+    let line_frame = frame_index(&r.structured, "LINE-TOTAL");
+    // A frame's local, inspected and drilled into.
+    let i = call(
+        &mut s,
+        40,
+        "inspect-object",
+        json!({"frame": line_frame, "code": "line"}),
+    );
+    assert!(!i.is_error, "{}", i.text);
+    let values: Vec<&str> = i.structured["parts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["value"].as_str().unwrap())
+        .collect();
+    assert!(values.contains(&"\"x\""), "{}", i.text);
+    let i = call(&mut s, 41, "inspect-object", json!({"part": 0}));
+    assert!(!i.is_error, "{}", i.text);
+    let i = call(&mut s, 42, "inspect-object", json!({"back": true}));
+    assert!(!i.is_error, "{}", i.text);
+    let e = call(
+        &mut s,
+        43,
+        "inspect-object",
+        json!({"frame": line_frame, "code": "no-such-local"}),
+    );
+    assert!(e.is_error, "{}", e.text);
     assert!(r.text.find("PARSE-QTY").unwrap() < r.text.find("LINE-TOTAL").unwrap());
     assert!(r.text.find("LINE-TOTAL").unwrap() < r.text.find("ORDER-TOTAL").unwrap());
 

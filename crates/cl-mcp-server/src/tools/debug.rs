@@ -106,6 +106,16 @@ impl Default for Debuggers {
     }
 }
 
+/// The Swank thread of pending debugger `id` (default: the newest), which
+/// serves requests inside the debugger's dynamic extent; marks it touched.
+pub(crate) fn debugger_thread(ctx: &ToolContext, id: Option<u64>) -> Result<i64, String> {
+    let p = ctx.session.debuggers.find(id)?;
+    p.touch();
+    p.state()
+        .thread
+        .ok_or_else(|| "The evaluation is not in the debugger.".to_string())
+}
+
 impl Debuggers {
     /// Evaluations of this session waiting in the debugger, oldest first.
     pub fn suspended(&self) -> Vec<Arc<Pending>> {

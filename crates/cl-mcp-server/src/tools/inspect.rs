@@ -100,6 +100,10 @@ fn package_keys(package: &Option<String>) -> Vec<(&'static str, Value)> {
 struct InspectArgs {
     /// Forms; the last value is inspected.
     code: Option<String>,
+    /// Evaluate `code` in this frame of a pending debugger (its locals).
+    frame: Option<u32>,
+    /// With `frame`: which pending debugger (default: the newest).
+    debugger: Option<u64>,
     /// Index of a part to drill into.
     part: Option<u32>,
     /// Back to the previous object.
@@ -247,6 +251,38 @@ async fn inspect_object(a: InspectArgs, ctx: ToolContext) -> ToolOutput {
     }
     keys.push(("start", Value::Integer(a.start.unwrap_or(0).into())));
     keys.push(("count", Value::Integer(a.count.unwrap_or(50).into())));
+    if let Some(frame) = a.frame {
+        // A frame's locals: evaluated on the debugger's own thread, inside
+        // its dynamic extent; the inspection then goes on as usual.
+        let Some(code) = &a.code else {
+            return ToolOutput::error(
+                "`frame` needs `code`: the forms (e.g. a local's name) to evaluate in that frame.",
+            );
+        };
+        let thread = match super::debug::debugger_thread(&ctx, a.debugger) {
+            Ok(t) => t,
+            Err(e) => return ToolOutput::error(e),
+        };
+        keys.retain(|(k, _)| *k != "code");
+        keys.push(("session", Value::string(image::session_key(&ctx))));
+        let form = helper_form(
+            "debugger-inspect-in-frame",
+            vec![Value::Integer(frame.into()), Value::string(code.clone())],
+            keys,
+        );
+        let v = match image::call_on_thread(&ctx, &form, thread).await {
+            Ok(v) => v,
+            Err(e) => return ToolOutput::error(e),
+        };
+        if let Some(e) = plist_str(&v, "error") {
+            return ToolOutput::error(e);
+        }
+        let out = inspect_output(&v, &ctx.session.project_root());
+        return ToolOutput::structured(
+            render_inspection(&out),
+            serde_json::to_value(out).unwrap_or_default(),
+        );
+    }
     let v = match run_user_code(&ctx, "inspect-request", vec![], keys, timeout).await {
         Ok(v) => v,
         Err(e) => return ToolOutput::error(e),
