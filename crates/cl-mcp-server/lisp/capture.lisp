@@ -524,7 +524,11 @@ what reaches the debugger suspends the evaluation in Swank's debugger
                                 (setf (evaluation-abort-restart evaluation)
                                       (find-restart 'abort))
                                 (list :value (multiple-value-list
-                                              (call-with-user-code thunk))))
+                                              (if debug
+                                                  ;; STEP stops in the debugger.
+                                                  (call-with-stepper
+                                                   (lambda () (call-with-user-code thunk)))
+                                                  (call-with-user-code thunk)))))
                             (abort ()
                               :report "Abandon this evaluation."
                               (list :error

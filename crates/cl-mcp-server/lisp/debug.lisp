@@ -223,6 +223,20 @@ in the frame). Returns (:error MESSAGE) when the implementation cannot."
     (list :error (format nil "Cannot return from frame ~D: ~A. Only frames of functions compiled with (debug 2) or more can return a value, e.g. after (declaim (optimize (debug 2)))."
                          index (if (stringp result) result "not supported here")))))
 
+(defun debugger-step (kind &optional (frame 0))
+  "Single-step from this debugger: KIND :INTO (the next form, entering
+calls), :NEXT (over calls) or :OUT (until the current function returns).
+At a stepped form it steps on; elsewhere (a BREAK) it starts stepping and
+continues. Does not return when it steps; (:error MESSAGE) when it cannot."
+  (handler-case
+      (ecase kind
+        (:into (swank:sldb-step frame))
+        (:next (swank:sldb-next frame))
+        (:out (swank:sldb-out frame)))
+    (error (e)
+      (list :error (format nil "Cannot step here: ~A Stepping needs code compiled with (debug 3) (e.g. after (declaim (optimize (debug 3)))) and a CONTINUE restart or a stepped form (STEP)."
+                           (print-capped e 500))))))
+
 (defun debugger-restart-frame (index)
   "Restart frame INDEX (call its function again with the same arguments;
 a redefined function runs its new definition). Returns (:error MESSAGE)

@@ -16,6 +16,19 @@ SB-EXT:*INVOKE-DEBUGGER-HOOK* before (and even when `break' has bound
         #+sbcl (sb-ext:*invoke-debugger-hook* hook))
     (funcall thunk)))
 
+(defun call-with-stepper (thunk)
+  "Call THUNK so that SBCL's single stepper (STEP, or stepping started from
+the debugger) enters the debugger at each stepped form, as SLDB does:
+the debugger tools then step into, over or out of it."
+  #+sbcl
+  (let ((sb-ext:*stepper-hook*
+          (lambda (condition)
+            (when (typep condition 'sb-ext:step-form-condition)
+              (let ((sb-debug:*stack-top-hint* (sb-di::find-stepped-frame)))
+                (invoke-debugger condition))))))
+    (funcall thunk))
+  #-sbcl (funcall thunk))
+
 (defun frame-function-name (frame)
   "The name of the function of FRAME (a backend frame): a symbol, a list
 such as (SETF FOO) or (LAMBDA () :IN FOO), a string, or NIL if unknown."
@@ -111,8 +124,13 @@ reaches the debugger (whose hook the caller has bound). On SBCL the handler
 stack is rebound empty. The portable fallback cannot tell SIGNAL from ERROR
 and calls ON-ERROR (a function of the condition) for every unhandled
 ERROR."
+  ;; SBCL's own initial handlers stay: they run the single stepper (STEP)
+  ;; and muffle the warnings SB-EXT:*MUFFLED-WARNINGS* names.
   #+sbcl (progn on-error
-                (let ((sb-kernel:*handler-clusters* nil))
+                (let ((sb-kernel:*handler-clusters*
+                        (if (boundp 'sb-kernel::**initial-handler-clusters**)
+                            (symbol-value 'sb-kernel::**initial-handler-clusters**)
+                            nil)))
                   (funcall thunk)))
   #-sbcl (handler-bind ((error on-error))
            (funcall thunk)))

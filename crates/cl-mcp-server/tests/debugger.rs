@@ -453,3 +453,50 @@ fn debugger_in_an_attached_image() {
         "the user's image lives on"
     );
 }
+
+/// SBCL's single stepper through the debugger: `(step ...)` stops at each
+/// call of code compiled with (debug 3); `step` enters a call, `next` steps
+/// over one, `out` runs to the end of the function.
+#[test]
+fn single_stepping_into_over_and_out() {
+    let mut s = lisp_server(&[]);
+    let r = eval(&mut s, 1, "(declaim (optimize (debug 3)))");
+    assert!(!r.is_error, "{}", r.text);
+    let r = eval(
+        &mut s,
+        2,
+        "(defun stp-sq (x) (let ((y (* x x))) (+ y 1))) \
+         (defun stp-top (n) (+ (stp-sq n) (stp-sq (1+ n))))",
+    );
+    assert!(!r.is_error, "{}", r.text);
+    let r = eval_with(&mut s, 3, "(step (stp-top 3))", json!({"debug": true}));
+    assert!(r.text.starts_with("[DEBUGGER level 1]"), "{}", r.text);
+    assert!(r.text.contains("STEP-FORM-CONDITION"), "{}", r.text);
+    assert!(r.text.contains("(STP-TOP 3)"), "{}", r.text);
+    let r = call(&mut s, 4, "debugger-restart", json!({"action": "step"}));
+    assert!(
+        r.text.contains("(STP-SQ N)"),
+        "stepped into STP-TOP: {}",
+        r.text
+    );
+    let r = call(&mut s, 5, "debugger-restart", json!({"action": "next"}));
+    assert!(r.text.starts_with("[DEBUGGER level 1]"), "{}", r.text);
+    assert!(
+        !r.text.contains("(* X X)"),
+        "stepped over STP-SQ: {}",
+        r.text
+    );
+    let r = call(&mut s, 6, "debugger-restart", json!({"action": "out"}));
+    assert_eq!(r.text, "=> 27", "{}", r.text);
+    // Without a stepped form or CONTINUE, stepping says why.
+    let r = eval_with(&mut s, 7, "(error \"plain\")", json!({"debug": true}));
+    assert!(r.text.starts_with("[DEBUGGER level 1]"), "{}", r.text);
+    let r = call(&mut s, 8, "debugger-restart", json!({"action": "next"}));
+    assert!(
+        r.is_error && r.text.contains("Cannot step here"),
+        "{}",
+        r.text
+    );
+    let r = call(&mut s, 9, "debugger-restart", json!({"action": "abort"}));
+    assert!(r.is_error, "{}", r.text);
+}

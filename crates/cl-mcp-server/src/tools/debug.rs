@@ -480,7 +480,7 @@ pub fn render_debugger(d: &DebuggerInfo) -> String {
     }
     t.push_str(
         "\n\nInspect with debugger-frame, resolve with debugger-restart (a restart number \
-         or name, `values` for use-value/store-value; action abort, continue, return, restart).",
+         or name, `values` for use-value/store-value; action abort, continue, return, restart, step, next, out).",
     );
     t
 }
@@ -760,6 +760,12 @@ enum Action {
     Return,
     /// Call `frame`'s function again (its current definition).
     Restart,
+    /// Single-step into the next form (calls entered).
+    Step,
+    /// Single-step over calls.
+    Next,
+    /// Step out of the current function.
+    Out,
 }
 
 #[derive(Deserialize, JsonSchema)]
@@ -794,11 +800,26 @@ fn restart_form(a: &RestartArgs) -> Result<String, String> {
         (None, None) => {
             return Err(
                 "Give `restart` (a number or name) or `action` (abort, continue, return, \
-                 restart)."
+                 restart, step, next, out)."
                     .into(),
             )
         }
         (Some(Action::Abort), None) => helper_form("debugger-abort", vec![], vec![]),
+        (Some(kind @ (Action::Step | Action::Next | Action::Out)), None) => {
+            let kind = match kind {
+                Action::Step => "into",
+                Action::Next => "next",
+                _ => "out",
+            };
+            helper_form(
+                "debugger-step",
+                vec![
+                    Value::keyword(kind),
+                    Value::Integer(a.frame.unwrap_or(0).into()),
+                ],
+                vec![],
+            )
+        }
         (Some(Action::Restart), None) => {
             helper_form("debugger-restart-frame", vec![frame()?], vec![])
         }
