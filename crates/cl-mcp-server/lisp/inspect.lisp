@@ -8,18 +8,6 @@
 
 ;;; Reading and running user forms.
 
-(defun read-all-forms (code package)
-  "The forms of CODE read in PACKAGE (with *READ-EVAL* true, as
-evaluate-lisp reads). Signals reader errors."
-  (let ((*package* package)
-        (eof (list :eof))
-        (forms '()))
-    (with-input-from-string (in code)
-      (loop for form = (read in nil eof)
-            until (eq form eof)
-            do (push form forms)))
-    (nreverse forms)))
-
 (defun run-user-forms (code &key session package id max-output compile
                                  (around #'funcall))
   "Read and evaluate CODE's forms in SESSION's package (or PACKAGE) as user
@@ -37,7 +25,7 @@ Returns RUN-CAPTURED's plist; :value holds the last form's values."
            (lambda ()
              (let ((*package* package))
                (if compile
-                   (funcall around (compile nil `(lambda () ,@(read-all-forms code package))))
+                   (funcall around (compile nil `(lambda () ,@(read-forms code package))))
                    ;; Read one form at a time, like evaluate-lisp, so an
                    ;; IN-PACKAGE among them affects the forms after it.
                    (funcall around
