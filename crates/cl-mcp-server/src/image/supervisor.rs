@@ -576,11 +576,11 @@ impl Image {
             config.use_core_cache && !self.inner.core_build_failed.load(Ordering::SeqCst);
         let notes = self.inner.notes.clone();
         let (plan, build_error) = tokio::task::spawn_blocking(move || {
-            let lisp = locate::find_lisp(&config)?;
-            let swank = locate::find_swank(&config, || locate::asdf_finds_swank(&lisp))?;
+            let (lisp, kind) = locate::find_lisp_kind(&config)?;
+            let swank = locate::find_swank(&config, || locate::asdf_finds_swank(&lisp, kind))?;
             let dir = config.cache_dir.clone().unwrap_or_else(default_cache_dir);
             let quicklisp = config.load_quicklisp.then(locate::find_quicklisp).flatten();
-            let cache = CoreCache::new(dir, lisp, swank, quicklisp);
+            let cache = CoreCache::new(dir, lisp, kind, swank, quicklisp);
             let mut build_error = None;
             if try_core {
                 if let Some(plan) = cache.cached_plan() {
