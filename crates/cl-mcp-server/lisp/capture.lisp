@@ -466,7 +466,14 @@ ON-WARNING, when given, is called with each warning first."
                        (call-without-outer-handlers
                         (lambda ()
                         (handler-bind
-                            ((warning
+                            (;; A Lisp without threads is interrupted by a
+                             ;; signal (impl-clisp.lisp): an interruption,
+                             ;; taken here before any outer handler sees it.
+                             (condition
+                               (lambda (c)
+                                 (when (interrupt-condition-p c)
+                                   (interrupt-here evaluation))))
+                             (warning
                                (lambda (w)
                                  (when on-warning (funcall on-warning w))
                                  (unless (eq warnings :pass)

@@ -32,6 +32,11 @@ from the frame's printed description (\"APPLY frame for call (FOO 1)\",
     (or (typep condition 'storage-condition)
         (search "stack overflow" (ignore-errors (princ-to-string condition)))))
 
+  (defun interrupt-condition-p (condition)
+    "SIGINT (the server's timeout or cancellation) breaks into CLISP with
+this condition."
+    (typep condition 'system::interrupt-condition))
+
   (defun special-variable-p (symbol)
     (ext:special-variable-p symbol))
 

@@ -39,6 +39,13 @@ machinery around user code (signalling, evaluation, interrupts)."
   #+sbcl (typep condition 'sb-kernel::control-stack-exhausted)
   #-sbcl (typep condition 'storage-condition))
 
+(defun interrupt-condition-p (condition)
+  "True for the condition a Lisp without threads signals when the server
+interrupts it with SIGINT (see impl-clisp.lisp); threaded Lisps are
+interrupted through INTERRUPT-EVALUATION instead."
+  (declare (ignore condition))
+  nil)
+
 (defun current-pid ()
   (swank/backend:getpid))
 

@@ -78,7 +78,14 @@ fn session(name: &str, impl_type: &str) {
     // An error comes back as data, with a backtrace that shows user code.
     let r = eval(&mut s, 3, "(defun ol-boom (x) (/ x (- x x))) (ol-boom 1)");
     assert!(r.is_error, "{name}: {}", r.text);
-    assert_eq!(r.structured["error"]["type"], "DIVISION-BY-ZERO", "{name}");
+    // CLISP names its own subclass (SYSTEM::SIMPLE-DIVISION-BY-ZERO).
+    assert!(
+        r.structured["error"]["type"]
+            .as_str()
+            .is_some_and(|t| t.ends_with("DIVISION-BY-ZERO")),
+        "{name}: {}",
+        r.text
+    );
     let frames = r.structured["error"]["backtrace"]
         .as_array()
         .cloned()
@@ -155,6 +162,14 @@ fn session(name: &str, impl_type: &str) {
     if r.is_error {
         assert!(
             !r.text.contains("[ERROR]") && !r.text.is_empty(),
+            "{name}: {}",
+            r.text
+        );
+    } else if name == "clisp" {
+        // CLISP records the fasl ASDF loaded, not the source: the answer
+        // says the location is unknown instead of pointing anywhere wrong.
+        assert!(
+            r.text.contains("ol-main.lisp") || r.text.contains("location unknown"),
             "{name}: {}",
             r.text
         );

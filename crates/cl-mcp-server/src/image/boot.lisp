@@ -125,13 +125,18 @@ the backend accepts through sb-bsd-sockets (SBCL, ECL)."
                             (find-symbol "CLEAR-CONFIGURATION" "ASDF"))))
             (when (and clear (fboundp clear))
               (funcall clear)))
+          (setf threads (threads-p))
           ;; The process's stdin is the server's lifeline (see above), not
           ;; input for programs: code reading the default streams gets
-          ;; end-of-file at once instead of blocking on that pipe.
-          (setf *standard-input* (make-concatenated-stream)
-                *terminal-io* (make-two-way-stream (make-concatenated-stream)
-                                                   (process-stdout)))
-          (setf threads (threads-p))
+          ;; end-of-file at once instead of blocking on that pipe. (Without
+          ;; threads Swank's loop itself waits on stdin beside the
+          ;; connection, and ends at its end-of-file; evaluations bind
+          ;; their own empty input.)
+          (if threads
+              (setf *standard-input* (make-concatenated-stream)
+                    *terminal-io* (make-two-way-stream (make-concatenated-stream)
+                                                       (process-stdout)))
+              (setf *standard-input* stdin))
           (when threads
             (let ((swank::*loopback-interface* "127.0.0.1"))
               (swank::setup-server 0 #'announce :spawn nil nil))))

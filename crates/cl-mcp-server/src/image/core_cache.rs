@@ -33,7 +33,7 @@ use super::locate::{file_stamp, SwankSource};
 use lisp_syntax::data::lisp_string;
 
 /// Bumped when the shape of the scripts below changes.
-const SCRIPT_VERSION: &str = "2";
+const SCRIPT_VERSION: &str = "3";
 
 /// The cache directory for this user.
 pub fn default_cache_dir() -> PathBuf {
@@ -436,31 +436,46 @@ fn load_script(
         .map(|h| path_lit(h))
         .collect::<Vec<_>>()
         .join(" ");
-    if let (Some(out), false) = (save_to, kind.saves_images()) {
-        // Compile each file into OUT and load it (later files use the
-        // earlier ones' packages and macros). A file that does not compile
-        // fails the build: the start then loads from source, which reports
-        // the broken helper and goes on.
-        s += &format!(
-            "(handler-case\n  (dolist (f (list {list}))\n    \
-             (let ((fasl (compile-file f :output-file (compile-file-pathname (merge-pathnames (file-namestring f) {out})))))\n      \
-             (unless fasl (error \"~A does not compile\" f))\n      (load fasl)))\n  \
-             (error (e) (format *error-output* \"~&cl-mcp: ~A~%\" e) (finish-output *error-output*) {}))\n{}\n",
-            kind.exit_form(1),
-            kind.exit_form(0),
-            out = path_lit(&dir_path(out)),
-        );
-        return s;
+    match (save_to, kind) {
+        (Some(out), LispKind::Ecl | LispKind::Abcl) => {
+            // Compile each file into OUT and load it (later files use the
+            // earlier ones' packages and macros). A file that does not
+            // compile fails the build: the start then loads from source,
+            // which reports the broken helper and goes on.
+            s += &format!(
+                "(handler-case\n  (dolist (f (list {list}))\n    \
+                 (let ((fasl (compile-file f :output-file (compile-file-pathname (merge-pathnames (file-namestring f) {out})))))\n      \
+                 (unless fasl (error \"~A does not compile\" f))\n      (load fasl)))\n  \
+                 (error (e) (format *error-output* \"~&cl-mcp: ~A~%\" e) (finish-output *error-output*) {}))\n{}\n",
+                kind.exit_form(1),
+                kind.exit_form(0),
+                out = path_lit(&dir_path(out)),
+            );
+            return s;
+        }
+        (Some(_), LispKind::Clisp | LispKind::Ccl) => {
+            // Their LOAD of a source file interprets it (CLISP) or is
+            // slower than a fasl: compile the helpers (next to their
+            // sources) into the saved image; one that does not compile is
+            // loaded as source.
+            s += &format!(
+                "(dolist (f (list {list}))\n  \
+                 (handler-case (load (or (compile-file f) f))\n    \
+                 (error (e) (format *error-output* \"~&cl-mcp: helper ~A failed to load: ~A~%\" f e))))\n"
+            );
+        }
+        _ => {
+            // A broken helper must not keep the image from starting:
+            // report it (the server logs the image's stderr) and go on.
+            s += "(dolist (f (list";
+            for h in helpers {
+                s += " ";
+                s += &path_lit(h);
+            }
+            s += "))\n  (handler-case (load f)\n    (error (e) (format *error-output* \"~&cl-mcp: helper ~A failed to load: ~A~%\" f e))))\n";
+            s += &format!("(load {})\n", path_lit(boot));
+        }
     }
-    // A broken helper must not keep the image from starting: report it
-    // (the server logs the image's stderr) and go on.
-    s += "(dolist (f (list";
-    for h in helpers {
-        s += " ";
-        s += &path_lit(h);
-    }
-    s += "))\n  (handler-case (load f)\n    (error (e) (format *error-output* \"~&cl-mcp: helper ~A failed to load: ~A~%\" f e))))\n";
-    s += &format!("(load {})\n", path_lit(boot));
     match (save_to, kind) {
         (Some(core), LispKind::Sbcl) => {
             s +=

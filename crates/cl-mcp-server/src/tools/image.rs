@@ -239,6 +239,16 @@ async fn sleep_until_opt(at: Option<tokio::time::Instant>) {
 /// Interrupts the evaluation `id` (every evaluation of the image when
 /// `None`); returns the ids the image interrupted.
 async fn interrupt_evaluation(ctx: &ToolContext, id: Option<u64>) -> Vec<i64> {
+    let image = ctx.session.image();
+    if !image.has_threads() {
+        // One thread runs everything (CLISP): no other thread can call
+        // the helper while the evaluation runs; a signal breaks into it.
+        return if image.interrupt_process() {
+            id.map(|n| vec![n as i64]).unwrap_or_default()
+        } else {
+            Vec::new()
+        };
+    }
     let args = id
         .map(|n| vec![Value::Integer(n as i64)])
         .unwrap_or_default();
