@@ -28,6 +28,18 @@ the function or its name)."
   (defun stack-exhaustion-p (condition)
     (typep condition '(or ext:stack-overflow storage-condition)))
 
+  (defun call-with-debugger-hooks (hook thunk)
+    "BREAK binds *DEBUGGER-HOOK* to NIL; ECL consults
+EXT:*INVOKE-DEBUGGER-HOOK* first, as SBCL does its own."
+    (let ((*debugger-hook* hook)
+          (ext:*invoke-debugger-hook* hook))
+      (funcall thunk)))
+
+  (defun macroexpand-all-form (form)
+    "ECL's walker (what swank/ecl uses) leaves some standard macros such as
+WHEN unexpanded at the top: expand the form itself first, then walk it."
+    (walker:macroexpand-all (macroexpand form)))
+
   (defun special-variable-p (symbol)
     (si:specialp symbol))
 

@@ -39,6 +39,10 @@ machinery around user code (signalling, evaluation, interrupts)."
   #+sbcl (typep condition 'sb-kernel::control-stack-exhausted)
   #-sbcl (typep condition 'storage-condition))
 
+(defun macroexpand-all-form (form)
+  "FORM with every macro in it expanded, through Swank's backend."
+  (swank/backend:macroexpand-all form))
+
 (defun interrupt-condition-p (condition)
   "True for the condition a Lisp without threads signals when the server
 interrupts it with SIGINT (see impl-clisp.lisp); threaded Lisps are

@@ -265,7 +265,7 @@ uninterned again afterwards. Returns (:expansion S :expanded T-or-NIL) or
                                    (setf form read)
                                    (if (member mode '(:one 1))
                                        (macroexpand-1 read)
-                                       (swank/backend:macroexpand-all read)))))
+                                       (macroexpand-all-form read)))))
                  (list :expansion (let ((*print-case* :downcase)
                                         (*print-pretty* t)
                                         (*print-right-margin* 100)

@@ -93,6 +93,13 @@ fn session(name: &str, impl_type: &str) {
     assert!(!frames.is_empty(), "{name}: no backtrace: {}", r.text);
     assert!(r.text.contains("[Backtrace]"), "{name}: {}", r.text);
 
+    // BREAK (which binds *DEBUGGER-HOOK* to NIL) is an error result too,
+    // never a debugger the call waits in.
+    let r = eval(&mut s, 30, "(break \"stop here\") 5");
+    assert!(r.is_error, "{name}: {}", r.text);
+    assert!(r.text.starts_with("[ERROR]"), "{name}: {}", r.text);
+    assert!(r.text.contains("stop here"), "{name}: {}", r.text);
+
     // A timeout interrupts the evaluation and keeps the image's state.
     let r = eval(&mut s, 4, "(defvar *ol-kept* 41)");
     assert!(!r.is_error, "{name}: {}", r.text);

@@ -61,14 +61,16 @@
 standard streams are bound to."
   #+sbcl sb-sys:*stdin*
   #+ecl ext:+process-standard-input+
-  #+clisp (ext:make-stream :input)
+  ;; CLISP: its own terminal stream (a fresh EXT:MAKE-STREAM on fd 0 or 1
+  ;; would be a second stream object on the same descriptor).
+  #+clisp (let ((s *terminal-io*)) (if (typep s 'two-way-stream) (two-way-stream-input-stream s) s))
   #+ccl ccl::*stdin*
   #-(or sbcl ecl clisp ccl) *standard-input*)
 
 (defun process-stdout ()
   #+sbcl sb-sys:*stdout*
   #+ecl ext:+process-standard-output+
-  #+clisp (ext:make-stream :output)
+  #+clisp (let ((s *terminal-io*)) (if (typep s 'two-way-stream) (two-way-stream-output-stream s) s))
   #+ccl ccl::*stdout*
   #-(or sbcl ecl clisp ccl) *standard-output*)
 

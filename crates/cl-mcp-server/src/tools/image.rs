@@ -177,6 +177,9 @@ async fn drive_evaluation(
     let mut ticker = tokio::time::interval_at(tokio::time::Instant::now() + STATUS_DELAY, poll);
     let mut cause: Option<StopCause> = None;
     let mut gave_up_at: Option<tokio::time::Instant> = None;
+    // Without threads (CLISP) a status poll would only queue behind the
+    // evaluation: the status line then just counts the seconds.
+    let threads = ctx.session.image().has_threads();
     loop {
         tokio::select! {
             r = &mut eval => return r.map(|v| (v, cause)),
@@ -191,6 +194,10 @@ async fn drive_evaluation(
                 gave_up_at = Some(tokio::time::Instant::now() + grace);
             }
             _ = ticker.tick(), if cause.is_none() => {
+                if !threads {
+                    ctx.set_status(format!("evaluating ({} s)", started.elapsed().as_secs()));
+                    continue;
+                }
                 let status = helper_form("eval-status", vec![Value::Integer(id as i64)], vec![]);
                 // A poll must never hold up the loop (and the timeout) when
                 // the image is slow to answer.
