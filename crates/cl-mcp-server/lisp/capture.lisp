@@ -10,7 +10,7 @@
 
 ;;; A capped output stream whose latest line another thread can read.
 
-(defclass capture-stream (swank/gray:fundamental-character-output-stream)
+(defclass capture-stream (#.(gray-symbol "FUNDAMENTAL-CHARACTER-OUTPUT-STREAM"))
   ((buffer :initform (make-string-output-stream))
    (limit :initarg :limit :initform nil)
    (written :initform 0)
@@ -68,14 +68,14 @@ its current and last complete line up to date. Called with the lock held."
                      do (vector-push-extend (char string i) line))
                (incf column count)))))))
 
-(defmethod swank/gray:stream-write-char ((stream capture-stream) char)
+(defmethod #.(gray-symbol "STREAM-WRITE-CHAR") ((stream capture-stream) char)
   (swank/backend:call-with-lock-held
    (slot-value stream 'lock)
    (lambda () (note-text stream (string char) 0 1)))
   (check-stop stream)
   char)
 
-(defmethod swank/gray:stream-write-string ((stream capture-stream) string
+(defmethod #.(gray-symbol "STREAM-WRITE-STRING") ((stream capture-stream) string
                                            &optional start end)
   (let ((start (or start 0))
         (end (or end (length string))))
@@ -85,11 +85,11 @@ its current and last complete line up to date. Called with the lock held."
   (check-stop stream)
   string)
 
-(defmethod swank/gray:stream-line-column ((stream capture-stream))
+(defmethod #.(gray-symbol "STREAM-LINE-COLUMN") ((stream capture-stream))
   (slot-value stream 'column))
 
-(defmethod swank/gray:stream-force-output ((stream capture-stream)) nil)
-(defmethod swank/gray:stream-finish-output ((stream capture-stream)) nil)
+(defmethod #.(gray-symbol "STREAM-FORCE-OUTPUT") ((stream capture-stream)) nil)
+(defmethod #.(gray-symbol "STREAM-FINISH-OUTPUT") ((stream capture-stream)) nil)
 
 (defun capture-contents (stream)
   "Everything written to STREAM (up to its limit), with the

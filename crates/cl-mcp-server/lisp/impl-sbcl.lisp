@@ -7,6 +7,16 @@
 
 (in-package #:cl-mcp-server)
 
+(eval-when (:compile-toplevel :load-toplevel :execute)
+  (defun gray-symbol (name)
+    "The Gray streams symbol NAME (read time, for capture.lisp): from
+Swank's SWANK/GRAY where it loads one, else from the package Swank's
+backend names (ABCL's GRAY-STREAMS)."
+    (let ((package (or (find-package "SWANK/GRAY")
+                       (find-package (swank/backend:gray-package-name)))))
+      (or (find-symbol name package)
+          (error "no Gray streams symbol ~A in ~A" name (package-name package))))))
+
 (defun call-with-debugger-hooks (hook thunk)
   "Call THUNK with HOOK (a function of a condition and the old hook) as the
 debugger hook. On SBCL `break' and direct `invoke-debugger' calls consult

@@ -75,11 +75,17 @@ pub async fn run(engine: Arc<Engine>) -> ExitCode {
         if config.use_core_cache {
             let dir = config.cache_dir.clone().unwrap_or_else(default_cache_dir);
             let quicklisp = config.load_quicklisp.then(locate::find_quicklisp).flatten();
-            let core = CoreCache::new(dir, lisp, kind, swank, quicklisp).core_path();
-            let detail = if core.is_file() {
-                format!("{} (cached)", core.display())
+            let cache = CoreCache::new(dir, lisp, kind, swank, quicklisp);
+            let core = cache.core_path();
+            let what = if kind.saves_images() {
+                "saved image"
             } else {
-                format!("{} (built on the first start)", core.display())
+                "compiled fasls: this Lisp saves no images"
+            };
+            let detail = if cache.cached() {
+                format!("{} ({what}, cached)", core.display())
+            } else {
+                format!("{} ({what}, built on the first start)", core.display())
             };
             report(true, "core cache", &detail, None);
         } else {

@@ -188,6 +188,17 @@ fn session(name: &str, impl_type: &str) {
         );
     }
     let _ = s.close();
+
+    // doctor checks the chosen implementation, start to first result.
+    let out = std::process::Command::new(common::BIN)
+        .args(["doctor", "--lisp", name])
+        .env("CL_MCP_CACHE_DIR", &cache)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{name}: {text}");
+    assert!(text.contains(&format!("({name}: ")), "{name}: {text}");
+    assert!(text.contains("(+ 1 2) => 3"), "{name}: {text}");
 }
 
 #[test]

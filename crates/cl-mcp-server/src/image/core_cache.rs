@@ -122,7 +122,7 @@ impl CoreCache {
 
     /// Whether the cache entry is complete (a fasl directory is complete
     /// once its start script is in place, the last thing a build writes).
-    fn cached(&self) -> bool {
+    pub fn cached(&self) -> bool {
         let core = self.core_path();
         if self.kind.saves_images() {
             core.is_file()

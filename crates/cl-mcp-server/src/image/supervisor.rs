@@ -1072,7 +1072,7 @@ async fn load_helpers_into(client: &SwankClient) -> Result<(), ImageError> {
     }
     for (name, text) in helpers::sources() {
         let form = format!(
-            "(cl:let ((cl:*package* (cl:find-package \"CL-USER\"))) \
+            "(cl:let ((cl:*package* (cl:find-package \"CL-USER\")) (cl:*read-eval* cl:t)) \
              (cl:load (cl:make-string-input-stream {})) t)",
             lisp_string(text)
         );
