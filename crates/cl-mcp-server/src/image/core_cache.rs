@@ -248,9 +248,13 @@ impl CoreCache {
             .map_err(|e| format!("cannot create lock file: {e}"))?;
         // Without the lock (e.g. a filesystem without locks) we only risk
         // duplicate work: the rename below is atomic either way.
-        let _locked = lock.lock().is_ok();
+        let locked = lock.lock().is_ok();
         if self.cached() {
             return Ok(core);
+        }
+        if locked {
+            // Holding the lock, any temporary entry is a killed build's.
+            self.remove_dead_builds();
         }
         let mut tmp_name = core.file_name().unwrap_or_default().to_os_string();
         tmp_name.push(format!(".tmp-{}", std::process::id()));
@@ -334,6 +338,28 @@ impl CoreCache {
 }
 
 impl CoreCache {
+    /// Removes the temporary cores and fasl directories of builds that
+    /// were killed (the caller holds the build lock).
+    fn remove_dead_builds(&self) {
+        let Ok(entries) = std::fs::read_dir(&self.dir) else {
+            return;
+        };
+        for e in entries.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let ours = ["sbcl-", "clisp-", "ccl-", "ecl-", "abcl-"]
+                .iter()
+                .any(|p| name.starts_with(p));
+            if ours && name.contains(".tmp-") {
+                let p = e.path();
+                let _ = if p.is_dir() {
+                    std::fs::remove_dir_all(&p)
+                } else {
+                    std::fs::remove_file(&p)
+                };
+            }
+        }
+    }
+
     /// Removes cores and source dirs of other keys (older Lisp, Swank or
     /// helper versions) not touched for a day: a server of another version
     /// may still run, and a fresh core of theirs must not vanish under them.
@@ -589,6 +615,31 @@ mod tests {
             .starts_with("ecl-"));
         assert_ne!(a.core_path(), b.core_path());
         assert_eq!(a.core_path(), c.core_path());
+    }
+
+    #[test]
+    fn killed_builds_are_cleared() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        std::fs::create_dir(d.join("ecl-k.tmp-1")).unwrap();
+        std::fs::write(d.join("ecl-k.tmp-1/a.fas"), "").unwrap();
+        std::fs::write(d.join("sbcl-k.core.tmp-2"), "").unwrap();
+        std::fs::create_dir(d.join("src-k")).unwrap();
+        std::fs::write(d.join("clisp-k.mem"), "").unwrap();
+        let c = CoreCache::new(
+            d.into(),
+            "/bin/sh".into(),
+            LispKind::Ecl,
+            SwankSource::Asdf,
+            None,
+        );
+        c.remove_dead_builds();
+        let mut left: Vec<String> = std::fs::read_dir(d)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        left.sort();
+        assert_eq!(left, ["clisp-k.mem", "src-k"]);
     }
 
     #[test]
