@@ -37,6 +37,12 @@ from the frame's printed description (\"APPLY frame for call (FOO 1)\",
 this condition."
     (typep condition 'system::interrupt-condition))
 
+  (defun macroexpand-all-form (form)
+    "CLISP's EXT:EXPAND-FORM (what swank/clisp uses) leaves macros such as
+WHEN that its compiler handles itself unexpanded: expand the form itself
+first, then the rest."
+    (ext:expand-form (macroexpand form)))
+
   (defun special-variable-p (symbol)
     (ext:special-variable-p symbol))
 

@@ -120,6 +120,26 @@ fn session(name: &str, impl_type: &str) {
     let r = eval(&mut s, 6, "(1+ *ol-kept*)");
     assert_eq!(r.text, "=> 42", "{name}: state kept after the timeout");
 
+    // Deep recursion: an error on ECL (the image lives); CLISP cannot
+    // recover, so the image dies saying why and the next call gets a fresh
+    // one. Never a hang.
+    let r = eval_with(
+        &mut s,
+        31,
+        "(defun ol-deep (n) (1+ (ol-deep (1+ n)))) (ol-deep 0)",
+        json!({"timeoutSeconds": 60}),
+    );
+    assert!(r.is_error, "{name}: {}", r.text);
+    if name == "clisp" {
+        assert!(r.text.contains("stack exhausted"), "{name}: {}", r.text);
+        let r = eval(&mut s, 32, "(defvar *ol-kept* 41)");
+        assert!(r.text.contains("[NOTICE]"), "{name}: {}", r.text);
+    } else {
+        assert!(r.text.starts_with("[ERROR]"), "{name}: {}", r.text);
+        let r = eval(&mut s, 32, "(1+ *ol-kept*)");
+        assert_eq!(r.text, "=> 42", "{name}: the image lives");
+    }
+
     // image-info names the implementation.
     let r = call(&mut s, 7, "image-info", json!({}));
     assert!(!r.is_error, "{name}: {}", r.text);

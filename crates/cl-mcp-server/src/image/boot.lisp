@@ -149,7 +149,17 @@ the backend accepts through sb-bsd-sockets (SBCL, ECL)."
     (if threads
         (loop until (eq (read-char stdin nil :eof) :eof))
         ;; No threads: serve the one connection on this thread; the server
-        ;; closing it (or dying) ends the image.
-        (let ((swank::*loopback-interface* "127.0.0.1"))
-          (swank::setup-server 0 #'announce nil nil nil)))
+        ;; closing it (or dying) ends the image. A CLISP stack overflow is
+        ;; no condition but a RESET that unwinds everything, Swank's loop
+        ;; included: the image then exits, saying why, and the server
+        ;; reports the death (a fresh image follows) instead of a wedged one.
+        (let ((swank::*loopback-interface* "127.0.0.1")
+              (done nil))
+          (unwind-protect
+               (progn (swank::setup-server 0 #'announce nil nil nil)
+                      (setf done t))
+            (unless done
+              (format *error-output* "~&cl-mcp-boot: the Lisp reset past Swank (stack overflow)~%")
+              (finish-output *error-output*)
+              (exit-now 70)))))
     (exit-now 0)))

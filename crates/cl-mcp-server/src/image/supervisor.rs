@@ -141,6 +141,14 @@ impl Live {
     /// Why the process probably died, from its last words on stderr.
     fn death_cause(&self) -> Option<&'static str> {
         let tail = self.stderr_tail.lock().unwrap();
+        if tail
+            .iter()
+            .any(|l| l.contains("cl-mcp-boot: the Lisp reset past Swank"))
+        {
+            return Some(
+                "control stack exhausted: this Lisp (CLISP) cannot recover from deep recursion",
+            );
+        }
         // Only a fatal error explains a death: SBCL also reports heap and
         // stack exhaustion it recovers from, and the image may live on and
         // exit later for another reason (e.g. `(sb-ext:exit :abort t)`).
