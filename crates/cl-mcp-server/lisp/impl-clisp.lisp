@@ -43,6 +43,39 @@ WHEN that its compiler handles itself unexpanded: expand the form itself
 first, then the rest."
     (ext:expand-form (macroexpand form)))
 
+  (defun fasl-source (fasl)
+    "The source file ASDF compiled into FASL (CLISP records where a
+definition was loaded from, and ASDF puts fasls away from their sources)."
+    (let ((target (ignore-errors (truename fasl))))
+      (when target
+        (dolist (name (asdf:already-loaded-systems))
+          (let ((system (asdf:find-system name nil)))
+            (labels ((walk (c)
+                       (typecase c
+                         (asdf:parent-component
+                          (mapc #'walk (asdf:component-children c)))
+                         (asdf:cl-source-file
+                          (let ((out (first (ignore-errors
+                                             (asdf:output-files 'asdf:compile-op c)))))
+                            (when (and out (equal (ignore-errors (truename out)) target))
+                              (return-from fasl-source (asdf:component-pathname c))))))))
+              (when system (walk system))))))))
+
+  (defun backend-find-definitions (symbol)
+    "As swank/clisp, but a definition loaded from a fasl whose source is not
+beside it (ASDF's output translations) points at the source ASDF compiled."
+    (mapcar (lambda (fspec)
+              (let ((path (and (consp fspec) (second fspec))))
+                (swank/clisp::fspec-location
+                 symbol
+                 (if (and path (pathnamep path)
+                          (member (pathname-type path) custom:*compiled-file-types*
+                                  :test #'equal))
+                     (let ((source (fasl-source path)))
+                       (if source (list* (first fspec) source (cddr fspec)) fspec))
+                     fspec))))
+            (documentation symbol 'sys::file)))
+
   (defun special-variable-p (symbol)
     (ext:special-variable-p symbol))
 

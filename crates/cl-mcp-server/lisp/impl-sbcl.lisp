@@ -49,6 +49,10 @@ machinery around user code (signalling, evaluation, interrupts)."
   #+sbcl (typep condition 'sb-kernel::control-stack-exhausted)
   #-sbcl (typep condition 'storage-condition))
 
+(defun backend-find-definitions (symbol)
+  "Swank's (DSPEC LOCATION) list for SYMBOL."
+  (swank/backend:find-definitions symbol))
+
 (defun macroexpand-all-form (form)
   "FORM with every macro in it expanded, through Swank's backend."
   (swank/backend:macroexpand-all form))

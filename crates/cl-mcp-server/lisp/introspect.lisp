@@ -59,7 +59,7 @@ current package (where its evaluations left *PACKAGE*)."
       (list :symbol (qualified-name symbol)
             :definitions
             (loop for (dspec location) in (ignore-errors
-                                           (swank/backend:find-definitions symbol))
+                                           (backend-find-definitions symbol))
                   collect (definition-plist dspec location))))))
 
 (defun symbol-kinds (symbol)
