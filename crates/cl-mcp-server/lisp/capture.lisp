@@ -399,9 +399,24 @@ frames)."
                       (format nil "~A: ~A" (type-name-of-symbol name) report)
                       report))))
 
+(defun condition-message (condition)
+  "CONDITION's report, capped. An arithmetic error some Lisps (ECL) print
+unreadably (#<a DIVISION-BY-ZERO ...>) is described by its operation and
+operands instead."
+  (let ((text (print-capped condition 20000)))
+    (if (and (typep condition 'arithmetic-error)
+             (eql 0 (search "#<" text)))
+        (let ((op (ignore-errors (arithmetic-error-operation condition)))
+              (args (ignore-errors (arithmetic-error-operands condition))))
+          (let ((*print-length* 10) (*print-level* 3))
+            (format nil "~A~@[ in ~S~]~@[ on ~S~]"
+                    (string-downcase (substitute #\Space #\- (type-name condition)))
+                    op args)))
+        text)))
+
 (defun condition-plist (condition &key backtrace restarts)
   (list :type (type-name condition)
-        :message (print-capped condition 20000)
+        :message (condition-message condition)
         :restarts (restart-descriptions restarts)
         :backtrace backtrace))
 

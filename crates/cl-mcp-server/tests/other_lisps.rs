@@ -91,6 +91,11 @@ fn session(name: &str, impl_type: &str) {
         .cloned()
         .unwrap_or_default();
     assert!(!frames.is_empty(), "{name}: no backtrace: {}", r.text);
+    let message = r.structured["error"]["message"].as_str().unwrap_or("");
+    assert!(
+        message.contains("division by zero") || message.contains("division-by-zero"),
+        "{name}: a readable message: {message}"
+    );
     assert!(r.text.contains("[Backtrace]"), "{name}: {}", r.text);
 
     // BREAK (which binds *DEBUGGER-HOOK* to NIL) is an error result too,
