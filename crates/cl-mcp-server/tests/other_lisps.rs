@@ -1,8 +1,9 @@
 //! The server with `--lisp ecl` and `--lisp clisp` (CONTRACT §4, §9): the
 //! same session on each implementation — evaluation (values, stdout, an
 //! error with its backtrace, a timeout that keeps the image's state),
-//! `image-info`, introspection, `lisp-compile-file` diagnostics and
-//! `asdf-load-system` of a small generated system. Each implementation runs
+//! `image-info`, introspection, `lisp-compile-file` diagnostics,
+//! `asdf-load-system` and `asdf-test-system` (FiveAM) of a small generated
+//! system, deep recursion, `doctor`. Each implementation runs
 //! in its own test (cargo runs them in parallel). An implementation that is
 //! not installed fails its test with the command that installs it
 //! (`scripts/setup.sh` installs both): it never passes silently.
@@ -19,7 +20,17 @@ use serde_json::json;
 const FILES: &[(&str, &str)] = &[
     (
         "olsys.asd",
-        "(asdf:defsystem \"olsys\"\n  :components ((:file \"ol-package\") (:file \"ol-main\" :depends-on (\"ol-package\"))))\n",
+        "(asdf:defsystem \"olsys\"\n  :components ((:file \"ol-package\") (:file \"ol-main\" :depends-on (\"ol-package\")))\n  \
+         :in-order-to ((test-op (test-op \"olsys/tests\"))))\n\n\
+         (asdf:defsystem \"olsys/tests\"\n  :depends-on (\"olsys\" \"fiveam\")\n  :components ((:file \"ol-tests\"))\n  \
+         :perform (test-op (o c) (uiop:symbol-call :fiveam :run! (uiop:find-symbol* :ol-suite :olsys-tests))))\n",
+    ),
+    (
+        "ol-tests.lisp",
+        "(defpackage #:olsys-tests (:use #:cl #:fiveam))\n(in-package #:olsys-tests)\n\n\
+         (def-suite ol-suite)\n(in-suite ol-suite)\n\n\
+         (test adds (is (= 5 (olsys:add 2 3))))\n\n\
+         (test fails-on-purpose (is (= 6 (olsys:add 2 3))))\n",
     ),
     (
         "ol-package.lisp",
@@ -186,6 +197,18 @@ fn session(name: &str, impl_type: &str) {
     assert_eq!(r.structured["success"], true, "{name}: {}", r.text);
     let r = eval(&mut s, 12, "(olsys:add 2 3)");
     assert_eq!(r.text, "=> 5", "{name}");
+
+    // asdf-test-system: FiveAM's results, the failure located.
+    let r = call(&mut s, 14, "asdf-test-system", json!({"system": "olsys"}));
+    assert!(r.is_error, "{name}: a test fails on purpose: {}", r.text);
+    assert_eq!(
+        r.structured["summary"]["framework"], "fiveam",
+        "{name}: {}",
+        r.text
+    );
+    assert_eq!(r.structured["summary"]["passed"], 1, "{name}: {}", r.text);
+    assert_eq!(r.structured["summary"]["failed"], 1, "{name}: {}", r.text);
+    assert!(r.text.contains("FAILS-ON-PURPOSE"), "{name}: {}", r.text);
 
     // code-find on the loaded system: the source file under the root
     // (CLISP records the fasl ASDF loaded; impl-clisp.lisp maps it back).
