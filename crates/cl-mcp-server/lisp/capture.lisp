@@ -443,7 +443,7 @@ ON-WARNING, when given, is called with each warning first."
          (stdout (make-capture-stream max-output))
          (stderr (make-capture-stream max-output))
          (input (make-string-input-stream (or stdin "")))
-         (io (make-two-way-stream input stdout))
+         (io (make-io-stream input stdout))
          (evaluation (%make-evaluation :id id :thread (swank/backend:current-thread)
                                        :stdout stdout :stderr stderr))
          (collected '())

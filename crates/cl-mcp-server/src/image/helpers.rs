@@ -15,6 +15,7 @@ const EMBEDDED: &[(&str, &str)] = &[
         "impl-clisp.lisp",
         include_str!("../../lisp/impl-clisp.lisp"),
     ),
+    ("impl-abcl.lisp", include_str!("../../lisp/impl-abcl.lisp")),
     ("util.lisp", include_str!("../../lisp/util.lisp")),
     ("capture.lisp", include_str!("../../lisp/capture.lisp")),
     ("eval.lisp", include_str!("../../lisp/eval.lisp")),
