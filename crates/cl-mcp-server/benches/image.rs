@@ -9,7 +9,9 @@
 //!   itself, on a fresh thread per call and on a persistent worker thread,
 //!   and through our Lisp helper's `eval-request` (capture, warnings,
 //!   printing) on a worker, so the server's own overhead is visible;
-//! - peak memory (VmHWM) of the server and of its image.
+//! - peak memory (VmHWM) of the server and of its image;
+//! - spawn → first result with `--lisp ecl`, `clisp`, `abcl`, `ccl` where
+//!   installed (warm and cold cache).
 //!
 //! Prints a table.
 
@@ -207,6 +209,41 @@ fn main() {
         "spawn → first (+ 1 2), cold core".into(),
         format!("{cold:8.0} ms (builds the core)"),
     ));
+
+    // The other implementations the machine has (`--lisp NAME`): the same
+    // spawn → first result, from their cache (a saved image for CLISP,
+    // compiled fasls for ECL and ABCL) and from a fresh cache directory.
+    for name in ["ecl", "clisp", "abcl", "ccl"] {
+        let installed = std::env::var_os("PATH")
+            .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(name).is_file()));
+        if !installed {
+            rows.push((
+                format!("spawn → first (+ 1 2), {name}"),
+                "not installed".into(),
+            ));
+            continue;
+        }
+        first_result(&["--lisp", name]);
+        let warm: Vec<Duration> = (0..3)
+            .map(|_| Duration::from_secs_f64(first_result(&["--lisp", name]) / 1e3))
+            .collect();
+        let (med, _) = stats(warm);
+        rows.push((
+            format!("spawn → first (+ 1 2), {name}, warm cache"),
+            format!("median {med:8.1} ms"),
+        ));
+        let cold_dir = tempfile::tempdir().unwrap();
+        let cold = first_result(&[
+            "--lisp",
+            name,
+            "--cache-dir",
+            cold_dir.path().to_str().unwrap(),
+        ]);
+        rows.push((
+            format!("spawn → first (+ 1 2), {name}, cold cache"),
+            format!("{cold:8.0} ms (builds its cache)"),
+        ));
+    }
 
     // Warm round trips through the server.
     let mut s = Server::spawn(&[]);

@@ -10,7 +10,7 @@
 
 ;;; A capped output stream whose latest line another thread can read.
 
-(defclass capture-stream (swank/gray:fundamental-character-output-stream)
+(defclass capture-stream (#.(gray-symbol "FUNDAMENTAL-CHARACTER-OUTPUT-STREAM"))
   ((buffer :initform (make-string-output-stream))
    (limit :initarg :limit :initform nil)
    (written :initform 0)
@@ -68,14 +68,14 @@ its current and last complete line up to date. Called with the lock held."
                      do (vector-push-extend (char string i) line))
                (incf column count)))))))
 
-(defmethod swank/gray:stream-write-char ((stream capture-stream) char)
+(defmethod #.(gray-symbol "STREAM-WRITE-CHAR") ((stream capture-stream) char)
   (swank/backend:call-with-lock-held
    (slot-value stream 'lock)
    (lambda () (note-text stream (string char) 0 1)))
   (check-stop stream)
   char)
 
-(defmethod swank/gray:stream-write-string ((stream capture-stream) string
+(defmethod #.(gray-symbol "STREAM-WRITE-STRING") ((stream capture-stream) string
                                            &optional start end)
   (let ((start (or start 0))
         (end (or end (length string))))
@@ -85,11 +85,11 @@ its current and last complete line up to date. Called with the lock held."
   (check-stop stream)
   string)
 
-(defmethod swank/gray:stream-line-column ((stream capture-stream))
+(defmethod #.(gray-symbol "STREAM-LINE-COLUMN") ((stream capture-stream))
   (slot-value stream 'column))
 
-(defmethod swank/gray:stream-force-output ((stream capture-stream)) nil)
-(defmethod swank/gray:stream-finish-output ((stream capture-stream)) nil)
+(defmethod #.(gray-symbol "STREAM-FORCE-OUTPUT") ((stream capture-stream)) nil)
+(defmethod #.(gray-symbol "STREAM-FINISH-OUTPUT") ((stream capture-stream)) nil)
 
 (defun capture-contents (stream)
   "Everything written to STREAM (up to its limit), with the
@@ -405,9 +405,24 @@ frames)."
                       (format nil "~A: ~A" (type-name-of-symbol name) report)
                       report))))
 
+(defun condition-message (condition)
+  "CONDITION's report, capped. An arithmetic error some Lisps (ECL) print
+unreadably (#<a DIVISION-BY-ZERO ...>) is described by its operation and
+operands instead."
+  (let ((text (print-capped condition 20000)))
+    (if (and (typep condition 'arithmetic-error)
+             (eql 0 (search "#<" text)))
+        (let ((op (ignore-errors (arithmetic-error-operation condition)))
+              (args (ignore-errors (arithmetic-error-operands condition))))
+          (let ((*print-length* 10) (*print-level* 3))
+            (format nil "~A~@[ in ~S~]~@[ on ~S~]"
+                    (string-downcase (substitute #\Space #\- (type-name condition)))
+                    op args)))
+        text)))
+
 (defun condition-plist (condition &key backtrace restarts)
   (list :type (type-name condition)
-        :message (print-capped condition 20000)
+        :message (condition-message condition)
         :restarts (restart-descriptions restarts)
         :backtrace backtrace))
 
@@ -450,7 +465,7 @@ what reaches the debugger suspends the evaluation in Swank's debugger
          (stdout (make-capture-stream max-output))
          (stderr (make-capture-stream max-output))
          (input (make-string-input-stream (or stdin "")))
-         (io (make-two-way-stream input stdout))
+         (io (make-io-stream input stdout))
          (evaluation (%make-evaluation :id id :thread (swank/backend:current-thread)
                                        :stdout stdout :stderr stderr))
          (collected '())
@@ -490,7 +505,14 @@ what reaches the debugger suspends the evaluation in Swank's debugger
                        (call-without-outer-handlers
                         (lambda ()
                         (handler-bind
-                            ((warning
+                            (;; A Lisp without threads is interrupted by a
+                             ;; signal (impl-clisp.lisp): an interruption,
+                             ;; taken here before any outer handler sees it.
+                             (condition
+                               (lambda (c)
+                                 (when (interrupt-condition-p c)
+                                   (interrupt-here evaluation))))
+                             (warning
                                (lambda (w)
                                  (when on-warning (funcall on-warning w))
                                  (unless (eq warnings :pass)

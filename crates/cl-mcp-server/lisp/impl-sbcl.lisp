@@ -7,6 +7,16 @@
 
 (in-package #:cl-mcp-server)
 
+(eval-when (:compile-toplevel :load-toplevel :execute)
+  (defun gray-symbol (name)
+    "The Gray streams symbol NAME (read time, for capture.lisp): from
+Swank's SWANK/GRAY where it loads one, else from the package Swank's
+backend names (ABCL's GRAY-STREAMS)."
+    (let ((package (or (find-package "SWANK/GRAY")
+                       (find-package (swank/backend:gray-package-name)))))
+      (or (find-symbol name package)
+          (error "no Gray streams symbol ~A in ~A" name (package-name package))))))
+
 (defun call-with-debugger-hooks (hook thunk)
   "Call THUNK with HOOK (a function of a condition and the old hook) as the
 debugger hook. On SBCL `break' and direct `invoke-debugger' calls consult
@@ -89,6 +99,26 @@ of stack while allocating is fatal to the whole SBCL image."
   "Runs BODY (the whole of a request on its own thread); afterwards the
 thread's stack guard is armed again, however BODY ended."
   `(unwind-protect (progn ,@body) (restore-stack-guard)))
+
+(defun make-io-stream (input output)
+  "A bidirectional stream reading INPUT and writing OUTPUT (a capture
+stream), for *TERMINAL-IO* and friends during an evaluation."
+  (make-two-way-stream input output))
+
+(defun backend-find-definitions (symbol)
+  "Swank's (DSPEC LOCATION) list for SYMBOL."
+  (swank/backend:find-definitions symbol))
+
+(defun macroexpand-all-form (form)
+  "FORM with every macro in it expanded, through Swank's backend."
+  (swank/backend:macroexpand-all form))
+
+(defun interrupt-condition-p (condition)
+  "True for the condition a Lisp without threads signals when the server
+interrupts it with SIGINT (see impl-clisp.lisp); threaded Lisps are
+interrupted through INTERRUPT-EVALUATION instead."
+  (declare (ignore condition))
+  nil)
 
 (defun current-pid ()
   (swank/backend:getpid))

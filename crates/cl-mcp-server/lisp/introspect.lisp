@@ -59,7 +59,7 @@ current package (where its evaluations left *PACKAGE*)."
       (list :symbol (qualified-name symbol)
             :definitions
             (loop for (dspec location) in (ignore-errors
-                                           (swank/backend:find-definitions symbol))
+                                           (backend-find-definitions symbol))
                   collect (definition-plist dspec location))))))
 
 (defun symbol-kinds (symbol)
@@ -285,7 +285,7 @@ uninterned again afterwards. Returns (:expansion S :expanded T-or-NIL) or
                                    (let ((*macroexpand-hook* #'guarded-macroexpand-hook))
                                      (if (member mode '(:one 1))
                                          (macroexpand-1 read)
-                                         (swank/backend:macroexpand-all read))))))
+                                         (macroexpand-all-form read))))))
                  (list :expansion (let ((*print-case* :downcase)
                                         (*print-pretty* t)
                                         (*print-right-margin* 100)

@@ -104,8 +104,8 @@ pub struct ServerOptions {
     /// root the server started with and the roots the client declares).
     #[arg(long, env = "CL_MCP_ALLOW_ANY_ROOT", global = true)]
     pub allow_any_root: bool,
-    /// The Lisp to run (default: `sbcl` on PATH).
-    #[arg(long, env = "CL_MCP_LISP", global = true, value_name = "PATH")]
+    /// The Lisp to run: a path, or sbcl, ecl, clisp, abcl, ccl (found on PATH and recognised by its --version). Default: sbcl.
+    #[arg(long, env = "CL_MCP_LISP", global = true, value_name = "PATH|NAME")]
     pub lisp: Option<PathBuf>,
     /// Swank's swank-loader.lisp (default: Debian's cl-swank, then ASDF, then Quicklisp).
     #[arg(long, env = "SWANK_LOADER", global = true, value_name = "PATH")]

@@ -30,31 +30,31 @@ pub async fn run(engine: Arc<Engine>) -> ExitCode {
     if let Some(addr) = &config.attach {
         report(true, "mode", &format!("attach to Swank at {addr}"), None);
     } else {
-        let lisp = match locate::find_lisp(config) {
+        let (lisp, kind) = match locate::find_lisp_kind(config) {
             Ok(l) => l,
             Err(e) => {
                 report(
                     false,
                     "lisp",
                     &e.to_string(),
-                    Some("apt-get install sbcl, or pass --lisp PATH (CL_MCP_LISP)"),
+                    Some(
+                        "apt-get install sbcl (or ecl, clisp), or pass --lisp PATH|NAME \
+                         (CL_MCP_LISP)",
+                    ),
                 );
                 return ExitCode::FAILURE;
             }
         };
-        let version = std::process::Command::new(&lisp)
-            .arg("--version")
-            .output()
-            .ok()
-            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        let version = crate::image::implementation::version_text(&lisp, Duration::from_secs(30))
             .unwrap_or_default();
+        let version = version.lines().next().unwrap_or_default();
         report(
             true,
             "lisp",
-            &format!("{} ({version})", lisp.display()),
+            &format!("{} ({kind}: {version})", lisp.display()),
             None,
         );
-        let swank = match locate::find_swank(config, || locate::asdf_finds_swank(&lisp)) {
+        let swank = match locate::find_swank(config, || locate::asdf_finds_swank(&lisp, kind)) {
             Ok(s) => s,
             Err(e) => {
                 report(
@@ -75,11 +75,17 @@ pub async fn run(engine: Arc<Engine>) -> ExitCode {
         if config.use_core_cache {
             let dir = config.cache_dir.clone().unwrap_or_else(default_cache_dir);
             let quicklisp = config.load_quicklisp.then(locate::find_quicklisp).flatten();
-            let core = CoreCache::new(dir, lisp, swank, quicklisp).core_path();
-            let detail = if core.is_file() {
-                format!("{} (cached)", core.display())
+            let cache = CoreCache::new(dir, lisp, kind, swank, quicklisp);
+            let core = cache.core_path();
+            let what = if kind.saves_images() {
+                "saved image"
             } else {
-                format!("{} (built on the first start)", core.display())
+                "compiled fasls: this Lisp saves no images"
+            };
+            let detail = if cache.cached() {
+                format!("{} ({what}, cached)", core.display())
+            } else {
+                format!("{} ({what}, built on the first start)", core.display())
             };
             report(true, "core cache", &detail, None);
         } else {

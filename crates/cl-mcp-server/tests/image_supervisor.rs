@@ -412,9 +412,19 @@ async fn starts_from_source_without_the_core_cache() {
 
 #[tokio::test]
 async fn a_lisp_that_cannot_start_is_reported_and_not_retried_forever() {
-    // `false` exits at once: every start fails.
+    // A "Lisp" that says it is SBCL (the server asks `--version`) and
+    // otherwise exits at once: every start fails.
+    let dir = tempfile::tempdir().unwrap();
+    let fake = dir.path().join("sbcl");
+    std::fs::write(
+        &fake,
+        "#!/bin/sh\n[ \"$1\" = --version ] && { echo 'SBCL 2.2.9'; exit 0; }\nexit 1\n",
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
     let image = Image::new_idle(ImageConfig {
-        lisp: Some("/bin/false".into()),
+        lisp: Some(fake),
         use_core_cache: false,
         ..config()
     });

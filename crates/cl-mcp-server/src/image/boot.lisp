@@ -14,6 +14,12 @@
 ;;;;   read it from CL-MCP-BOOT:*SWANK-PORT*.
 ;;;; - Lifetime: the server holds the image's stdin open; when the server
 ;;;;   exits (even by kill -9) stdin reaches end-of-file and the image exits.
+;;;;   A Lisp without threads (CLISP) serves Swank on its one thread instead
+;;;;   and exits when the server's connection closes.
+;;;;
+;;;; Implementation specifics (environment, exit, the process's own streams,
+;;;; TCP_NODELAY) are behind reader conditionals here, one branch per Lisp
+;;;; the supervisor knows (src/image/implementation.rs).
 
 (defpackage #:cl-mcp-boot
   (:use #:common-lisp)
@@ -24,56 +30,136 @@
 (defvar *swank-port* nil
   "The port this image's Swank server listens on (127.0.0.1 only).")
 
+(defun getenv (name)
+  #+sbcl (sb-ext:posix-getenv name)
+  #+ecl (ext:getenv name)
+  #+clisp (ext:getenv name)
+  #+ccl (ccl:getenv name)
+  #+abcl (ext:getenv name)
+  #-(or sbcl ecl clisp ccl abcl) (progn name nil))
+
+(defun unsetenv (name)
+  #+sbcl (sb-alien:alien-funcall
+          (sb-alien:extern-alien "unsetenv" (function sb-alien:int sb-alien:c-string))
+          name)
+  #+ecl (ext:setenv name nil)
+  #+clisp (setf (ext:getenv name) nil)
+  #+ccl (ccl:unsetenv name)
+  ;; ABCL cannot change the JVM's environment; programs it starts get
+  ;; their environment from Java's ProcessBuilder, which copies it.
+  #-(or sbcl ecl clisp ccl) (progn name nil))
+
+(defun exit-now (code)
+  #+sbcl (sb-ext:exit :code code :abort t)
+  #+(or ecl clisp) (ext:quit code)
+  #+ccl (ccl:quit code)
+  #+abcl (ext:exit :status code)
+  #-(or sbcl ecl clisp ccl abcl) (progn code (error "no exit on this Lisp")))
+
+(defun process-stdin ()
+  "The process's own standard input (the server's lifeline), whatever the
+standard streams are bound to."
+  #+sbcl sb-sys:*stdin*
+  #+ecl ext:+process-standard-input+
+  ;; CLISP: its own terminal stream (a fresh EXT:MAKE-STREAM on fd 0 or 1
+  ;; would be a second stream object on the same descriptor).
+  #+clisp (let ((s *terminal-io*)) (if (typep s 'two-way-stream) (two-way-stream-input-stream s) s))
+  #+ccl ccl::*stdin*
+  #-(or sbcl ecl clisp ccl) *standard-input*)
+
+(defun process-stdout ()
+  #+sbcl sb-sys:*stdout*
+  #+ecl ext:+process-standard-output+
+  #+clisp (let ((s *terminal-io*)) (if (typep s 'two-way-stream) (two-way-stream-output-stream s) s))
+  #+ccl ccl::*stdout*
+  #-(or sbcl ecl clisp ccl) *standard-output*)
+
+(defun threads-p ()
+  "Whether Swank can spawn threads here (its :SPAWN style)."
+  (eq (swank/backend:preferred-communication-style) :spawn))
+
 (defun take-secret ()
-  (let ((secret (sb-ext:posix-getenv "CL_MCP_SWANK_SECRET")))
-    (sb-alien:alien-funcall
-     (sb-alien:extern-alien "unsetenv" (function sb-alien:int sb-alien:c-string))
-     "CL_MCP_SWANK_SECRET")
+  (let ((secret (getenv "CL_MCP_SWANK_SECRET")))
+    (unsetenv "CL_MCP_SWANK_SECRET")
     secret))
 
 (defun install-tcp-nodelay ()
   "Swank 2.27 leaves Nagle's algorithm on for its connection: every reply
-would wait up to 40 ms for an ACK. Wrap its accept to set TCP_NODELAY."
-  (unless (get 'swank/sbcl::accept 'nodelay-installed)
-    (let ((accept (fdefinition 'swank/sbcl::accept)))
-      (setf (fdefinition 'swank/sbcl::accept)
-            (lambda (socket)
-              (let ((client (funcall accept socket)))
-                (ignore-errors
-                 (setf (sb-bsd-sockets:sockopt-tcp-nodelay client) t))
-                client)))
-      (setf (get 'swank/sbcl::accept 'nodelay-installed) t))))
+would wait up to 40 ms for an ACK. Wrap its accept to set TCP_NODELAY where
+the backend accepts through sb-bsd-sockets (SBCL, ECL)."
+  (let ((accept (find-symbol "ACCEPT" #+sbcl "SWANK/SBCL" #+ecl "SWANK/ECL"
+                                      #-(or sbcl ecl) "SWANK"))
+        (nodelay (and (find-package "SB-BSD-SOCKETS")
+                      (find-symbol "SOCKOPT-TCP-NODELAY" "SB-BSD-SOCKETS"))))
+    (when (and accept nodelay (fboundp accept)
+               (not (get accept 'nodelay-installed)))
+      (let ((old (fdefinition accept))
+            (setter (ignore-errors (fdefinition (list 'setf nodelay)))))
+        (setf (fdefinition accept)
+              (lambda (socket)
+                (let ((client (funcall old socket)))
+                  (when setter (ignore-errors (funcall setter t client)))
+                  client)))
+        (setf (get accept 'nodelay-installed) t)))))
+
+(defun announce (port)
+  (setf *swank-port* port)
+  (let ((out (process-stdout)))
+    (format out "~&CL-MCP-SWANK-PORT ~D~%" port)
+    (finish-output out)))
 
 (defun main ()
-  (handler-case
-      (let ((secret (take-secret)))
-        (unless (and secret (plusp (length secret)))
-          (error "CL_MCP_SWANK_SECRET is not set"))
-        ;; Swank reads its secret through this function (normally from
-        ;; ~/.slime-secret); answering from memory leaves the home alone.
-        (setf (fdefinition 'swank::slime-secret) (lambda () secret))
-        (install-tcp-nodelay)
-        ;; A cached core carries the ASDF configuration of the moment it was
-        ;; saved; forget it so CL_SOURCE_REGISTRY, ASDF_OUTPUT_TRANSLATIONS
-        ;; and ~/.config/common-lisp/ are read afresh at first use.
-        (let ((clear (and (find-package "ASDF")
-                          (find-symbol "CLEAR-CONFIGURATION" "ASDF"))))
-          (when (and clear (fboundp clear))
-            (funcall clear)))
-        ;; The process's stdin is the server's lifeline (see above), not
-        ;; input for programs: code reading the default streams gets
-        ;; end-of-file at once instead of blocking on that pipe.
-        (setf *standard-input* (make-concatenated-stream)
-              *terminal-io* (make-two-way-stream (make-concatenated-stream)
-                                                 sb-sys:*stdout*))
-        (setf *swank-port*
-              (swank:create-server :port 0 :interface "127.0.0.1"
-                                   :style :spawn :dont-close nil))
-        (format t "~&CL-MCP-SWANK-PORT ~D~%" *swank-port*)
-        (finish-output))
-    (error (e)
-      (format *error-output* "~&cl-mcp-boot: cannot start Swank: ~A~%" e)
-      (finish-output *error-output*)
-      (sb-ext:exit :code 3 :abort t)))
-  (loop until (eq (read-char sb-sys:*stdin* nil :eof) :eof))
-  (sb-ext:exit :code 0 :abort t))
+  (let ((stdin (process-stdin))
+        (threads nil))
+    (handler-case
+        (let ((secret (take-secret)))
+          (unless (and secret (plusp (length secret)))
+            (error "CL_MCP_SWANK_SECRET is not set"))
+          ;; Swank reads its secret through this function (normally from
+          ;; ~/.slime-secret); answering from memory leaves the home alone.
+          (setf (fdefinition 'swank::slime-secret) (lambda () secret))
+          (install-tcp-nodelay)
+          ;; A cached core carries the ASDF configuration of the moment it
+          ;; was saved; forget it so CL_SOURCE_REGISTRY,
+          ;; ASDF_OUTPUT_TRANSLATIONS and ~/.config/common-lisp/ are read
+          ;; afresh at first use.
+          (let ((clear (and (find-package "ASDF")
+                            (find-symbol "CLEAR-CONFIGURATION" "ASDF"))))
+            (when (and clear (fboundp clear))
+              (funcall clear)))
+          (setf threads (threads-p))
+          ;; The process's stdin is the server's lifeline (see above), not
+          ;; input for programs: code reading the default streams gets
+          ;; end-of-file at once instead of blocking on that pipe. (Without
+          ;; threads Swank's loop itself waits on stdin beside the
+          ;; connection, and ends at its end-of-file; evaluations bind
+          ;; their own empty input.)
+          (if threads
+              (setf *standard-input* (make-concatenated-stream)
+                    *terminal-io* (make-two-way-stream (make-concatenated-stream)
+                                                       (process-stdout)))
+              (setf *standard-input* stdin))
+          (when threads
+            (let ((swank::*loopback-interface* "127.0.0.1"))
+              (swank::setup-server 0 #'announce :spawn nil nil))))
+      (error (e)
+        (format *error-output* "~&cl-mcp-boot: cannot start Swank: ~A~%" e)
+        (finish-output *error-output*)
+        (exit-now 3)))
+    (if threads
+        (loop until (eq (read-char stdin nil :eof) :eof))
+        ;; No threads: serve the one connection on this thread; the server
+        ;; closing it (or dying) ends the image. A CLISP stack overflow is
+        ;; no condition but a RESET that unwinds everything, Swank's loop
+        ;; included: the image then exits, saying why, and the server
+        ;; reports the death (a fresh image follows) instead of a wedged one.
+        (let ((swank::*loopback-interface* "127.0.0.1")
+              (done nil))
+          (unwind-protect
+               (progn (swank::setup-server 0 #'announce nil nil nil)
+                      (setf done t))
+            (unless done
+              (format *error-output* "~&cl-mcp-boot: the Lisp reset past Swank (stack overflow)~%")
+              (finish-output *error-output*)
+              (exit-now 70)))))
+    (exit-now 0)))

@@ -10,6 +10,12 @@
 const EMBEDDED: &[(&str, &str)] = &[
     ("package.lisp", include_str!("../../lisp/package.lisp")),
     ("impl-sbcl.lisp", include_str!("../../lisp/impl-sbcl.lisp")),
+    ("impl-ecl.lisp", include_str!("../../lisp/impl-ecl.lisp")),
+    (
+        "impl-clisp.lisp",
+        include_str!("../../lisp/impl-clisp.lisp"),
+    ),
+    ("impl-abcl.lisp", include_str!("../../lisp/impl-abcl.lisp")),
     ("util.lisp", include_str!("../../lisp/util.lisp")),
     ("capture.lisp", include_str!("../../lisp/capture.lisp")),
     ("eval.lisp", include_str!("../../lisp/eval.lisp")),

@@ -5,6 +5,7 @@
 
 use std::path::{Path, PathBuf};
 
+use super::implementation::{self, LispKind};
 use super::{ImageConfig, ImageError};
 
 /// Debian's `cl-swank` package puts the loader here.
@@ -81,10 +82,12 @@ fn is_executable(p: &Path) -> bool {
 /// The Lisp executable to run.
 pub fn find_lisp(config: &ImageConfig) -> Result<PathBuf, ImageError> {
     if let Some(p) = &config.lisp {
-        return which(&p.to_string_lossy()).ok_or_else(|| {
+        return implementation::resolve(&p.to_string_lossy(), which).ok_or_else(|| {
             ImageError::NotFound(format!(
-                "the Lisp given by --lisp / CL_MCP_LISP ({}) is not an executable file",
-                p.display()
+                "the Lisp given by --lisp / CL_MCP_LISP ({}) is not an executable file nor \
+                 an implementation found on PATH ({})",
+                p.display(),
+                LispKind::ALL.map(|k| k.name()).join(", ")
             ))
         });
     }
@@ -95,6 +98,14 @@ pub fn find_lisp(config: &ImageConfig) -> Result<PathBuf, ImageError> {
                 .into(),
         )
     })
+}
+
+/// The Lisp executable and which implementation it is (asked once per
+/// binary).
+pub fn find_lisp_kind(config: &ImageConfig) -> Result<(PathBuf, LispKind), ImageError> {
+    let lisp = find_lisp(config)?;
+    let kind = implementation::detect(&lisp).map_err(ImageError::NotFound)?;
+    Ok((lisp, kind))
 }
 
 fn home() -> Option<PathBuf> {
@@ -145,17 +156,16 @@ pub fn find_quicklisp() -> Option<PathBuf> {
 }
 
 /// Asks the Lisp whether ASDF can find a `swank` system.
-pub fn asdf_finds_swank(lisp: &Path) -> bool {
+pub fn asdf_finds_swank(lisp: &Path, kind: LispKind) -> bool {
+    let form = format!(
+        "(progn (require \"asdf\") (if (funcall (intern \"FIND-SYSTEM\" \"ASDF\") \"swank\" nil) {} {}))",
+        kind.exit_form(0),
+        kind.exit_form(1)
+    );
     std::process::Command::new(lisp)
-        .args([
-            "--noinform",
-            "--non-interactive",
-            "--no-userinit",
-            "--eval",
-            "(require :asdf)",
-            "--eval",
-            "(sb-ext:exit :code (if (asdf:find-system \"swank\" nil) 0 1))",
-        ])
+        .args(kind.start_args(None))
+        .arg(kind.eval_flag())
+        .arg(form)
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())

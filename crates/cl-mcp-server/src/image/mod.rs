@@ -20,6 +20,7 @@
 
 pub mod core_cache;
 pub mod helpers;
+pub mod implementation;
 pub mod locate;
 mod supervisor;
 
@@ -35,7 +36,8 @@ pub use swank_client::{RexOutcome, SwankEvent, Thread};
 /// variables the contract names.
 #[derive(Debug, Clone)]
 pub struct ImageConfig {
-    /// `--lisp PATH` / `CL_MCP_LISP`; `None`: `sbcl` on `PATH`.
+    /// `--lisp PATH|NAME` / `CL_MCP_LISP` (a path, or `sbcl`, `ecl`, `clisp`,
+    /// `abcl`, `ccl`); `None`: `sbcl` on `PATH`.
     pub lisp: Option<PathBuf>,
     /// `--swank-loader PATH` / `SWANK_LOADER`; `None`: search (see [`locate`]).
     pub swank_loader: Option<PathBuf>,

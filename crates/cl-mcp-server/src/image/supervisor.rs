@@ -16,6 +16,7 @@ use tokio::io::BufReader;
 use tokio::sync::{broadcast, oneshot, watch};
 
 use super::core_cache::{default_cache_dir, CoreCache, LaunchPlan};
+use super::implementation::LispKind;
 use super::{helpers, locate, ImageConfig, ImageError, ImageMode};
 
 /// The answer to a call, plus the one-time notice that the image was
@@ -56,6 +57,8 @@ pub struct ImageInfo {
     pub swank_address: Option<String>,
     /// The long-lived thread evaluations run on (local images).
     pub worker_thread: Option<i64>,
+    /// The implementation of a local image (`None`: attached, or none runs).
+    pub kind: Option<LispKind>,
 }
 
 /// A handle on the session's Lisp image. Cheap to clone; clones share the
@@ -125,12 +128,31 @@ struct Live {
     kill: Mutex<Option<oneshot::Sender<()>>>,
     /// The last lines the process wrote on stderr (local images).
     stderr_tail: Arc<Mutex<VecDeque<String>>>,
+    /// The implementation (local images).
+    kind: Option<LispKind>,
+}
+
+impl Live {
+    /// Whether Swank runs requests on threads here: without them (CLISP)
+    /// every request runs in turn on the image's one thread, and an
+    /// interrupt is a signal to the process.
+    fn threads(&self) -> bool {
+        self.kind.is_none_or(LispKind::has_threads)
+    }
 }
 
 impl Live {
     /// Why the process probably died, from its last words on stderr.
     fn death_cause(&self) -> Option<&'static str> {
         let tail = self.stderr_tail.lock().unwrap();
+        if tail
+            .iter()
+            .any(|l| l.contains("cl-mcp-boot: the Lisp reset past Swank"))
+        {
+            return Some(
+                "control stack exhausted: this Lisp (CLISP) cannot recover from deep recursion",
+            );
+        }
         // Only a fatal error explains a death: SBCL also reports heap and
         // stack exhaustion it recovers from, and the image may live on and
         // exit later for another reason (e.g. `(sb-ext:exit :abort t)`).
@@ -385,6 +407,31 @@ impl Image {
             .map_err(|e| ImageError::Protocol(e.to_string()))
     }
 
+    /// Whether the image runs requests on threads (see [`LispKind::has_threads`]);
+    /// true when none runs yet.
+    pub fn has_threads(&self) -> bool {
+        self.current_live().is_none_or(|l| l.threads())
+    }
+
+    /// Interrupts a local image without threads the only way it can be:
+    /// SIGINT to the process, which its Swank backend turns into a break in
+    /// whatever runs. Returns whether a signal was sent.
+    pub fn interrupt_process(&self) -> bool {
+        let Some(live) = self.current_live() else {
+            return false;
+        };
+        match (live.mode, live.pid) {
+            (ImageMode::Local, Some(pid)) => {
+                let Ok(pid) = i32::try_from(pid) else {
+                    return false;
+                };
+                // SAFETY: kill(2) with a pid we started and still watch.
+                unsafe { libc::kill(pid, libc::SIGINT) == 0 }
+            }
+            _ => false,
+        }
+    }
+
     /// Sends a raw Swank message to the running image (e.g.
     /// `(:emacs-return-string THREAD TAG "text")`).
     pub async fn send_raw(&self, message: &str) -> Result<(), ImageError> {
@@ -418,6 +465,7 @@ impl Image {
             core: live.as_ref().and_then(|l| l.core.clone()),
             swank_address: live.as_ref().map(|l| l.address.clone()),
             worker_thread: live.as_ref().and_then(|l| *l.worker.lock().unwrap()),
+            kind: live.as_ref().and_then(|l| l.kind),
         }
     }
 
@@ -479,7 +527,7 @@ impl Image {
     }
 
     async fn worker_of(&self, live: &Live) -> Result<Thread, ImageError> {
-        if live.mode == ImageMode::Attached {
+        if live.mode == ImageMode::Attached || !live.threads() {
             return Ok(Thread::T);
         }
         if let Some(id) = *live.worker.lock().unwrap() {
@@ -647,11 +695,11 @@ impl Image {
             config.use_core_cache && !self.inner.core_build_failed.load(Ordering::SeqCst);
         let notes = self.inner.notes.clone();
         let (plan, build_error) = tokio::task::spawn_blocking(move || {
-            let lisp = locate::find_lisp(&config)?;
-            let swank = locate::find_swank(&config, || locate::asdf_finds_swank(&lisp))?;
+            let (lisp, kind) = locate::find_lisp_kind(&config)?;
+            let swank = locate::find_swank(&config, || locate::asdf_finds_swank(&lisp, kind))?;
             let dir = config.cache_dir.clone().unwrap_or_else(default_cache_dir);
             let quicklisp = config.load_quicklisp.then(locate::find_quicklisp).flatten();
-            let cache = CoreCache::new(dir, lisp, swank, quicklisp);
+            let cache = CoreCache::new(dir, lisp, kind, swank, quicklisp);
             let mut build_error = None;
             if try_core {
                 if let Some(plan) = cache.cached_plan() {
@@ -815,21 +863,25 @@ impl Image {
                 ))
             }
         };
-        let worker = match client.spawn_worker_thread("cl-mcp-eval").await {
-            Ok(id) => id,
-            Err(e) => {
-                return Err(fail(
-                    format!("cannot start the evaluation thread: {e}"),
-                    kill_tx,
-                ))
+        let worker = if plan.kind.has_threads() {
+            match client.spawn_worker_thread("cl-mcp-eval").await {
+                Ok(id) => Some(id),
+                Err(e) => {
+                    return Err(fail(
+                        format!("cannot start the evaluation thread: {e}"),
+                        kill_tx,
+                    ))
+                }
             }
+        } else {
+            None
         };
         let live = Arc::new(Live {
             generation,
             mode: ImageMode::Local,
             client,
             pid,
-            worker: Mutex::new(Some(worker)),
+            worker: Mutex::new(worker),
             started_at: SystemTime::now(),
             core: plan.core.clone(),
             address,
@@ -838,6 +890,7 @@ impl Image {
             exit: exit_rx,
             kill: Mutex::new(Some(kill_tx)),
             stderr_tail: tail.clone(),
+            kind: Some(plan.kind),
         });
         self.spawn_monitor(&live, events);
         tracing::info!(
@@ -922,6 +975,7 @@ impl Image {
             exit: exit_rx,
             kill: Mutex::new(None),
             stderr_tail: Default::default(),
+            kind: None,
         });
         self.spawn_monitor(&live, events);
         load_helpers_into(&live.client).await?;
@@ -1102,7 +1156,7 @@ async fn load_helpers_into(client: &SwankClient) -> Result<(), ImageError> {
     }
     for (name, text) in helpers::sources() {
         let form = format!(
-            "(cl:let ((cl:*package* (cl:find-package \"CL-USER\"))) \
+            "(cl:let ((cl:*package* (cl:find-package \"CL-USER\")) (cl:*read-eval* cl:t)) \
              (cl:load (cl:make-string-input-stream {})) t)",
             lisp_string(text)
         );

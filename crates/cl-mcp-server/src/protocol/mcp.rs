@@ -29,7 +29,7 @@ const META_CAPABILITIES: &str = "io.modelcontextprotocol/clientCapabilities";
 const META_LOG_LEVEL: &str = "io.modelcontextprotocol/logLevel";
 
 /// Guidance for the model, sent in `initialize` and `server/discover`.
-pub const INSTRUCTIONS: &str = "This server gives you a live Common Lisp image (SBCL through Swank) and \
+pub const INSTRUCTIONS: &str = "This server gives you a live Common Lisp image (through Swank: SBCL by default, or ECL, CLISP, ABCL, CCL) and \
 Lisp-aware source tools. Work REPL-first: explore with code-describe/code-find/code-apropos, try code \
 with evaluate-lisp (state persists between calls; *package* too), then persist changes in files with \
 lisp-edit-form (structural, keeps the file readable) and verify with lisp-compile-file or \

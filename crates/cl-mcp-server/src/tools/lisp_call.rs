@@ -175,6 +175,9 @@ async fn drive_evaluation(
     let mut ticker = tokio::time::interval_at(tokio::time::Instant::now() + STATUS_DELAY, poll);
     let mut cause: Option<StopCause> = None;
     let mut gave_up_at: Option<tokio::time::Instant> = None;
+    // Without threads (CLISP) a status poll would only queue behind the
+    // evaluation: the status line then just counts the seconds.
+    let threads = ctx.session.image().has_threads();
     loop {
         tokio::select! {
             r = &mut eval => return r.map(|v| (v, cause)),
@@ -189,6 +192,10 @@ async fn drive_evaluation(
                 gave_up_at = Some(tokio::time::Instant::now() + grace);
             }
             _ = ticker.tick(), if cause.is_none() => {
+                if !threads {
+                    ctx.set_status(format!("evaluating ({} s)", started.elapsed().as_secs()));
+                    continue;
+                }
                 let status = helper_form("eval-status", vec![Value::Integer(id as i64)], vec![]);
                 // A poll must never hold up the loop (and the timeout) when
                 // the image is slow to answer.
@@ -243,6 +250,16 @@ async fn sleep_until_opt(at: Option<tokio::time::Instant>) {
 /// Interrupts the evaluation `id` (every evaluation of the image when
 /// `None`); returns the ids the image interrupted.
 pub async fn interrupt_evaluation(ctx: &ToolContext, id: Option<u64>) -> Vec<i64> {
+    let image = ctx.session.image();
+    if !image.has_threads() {
+        // One thread runs everything (CLISP): no other thread can call
+        // the helper while the evaluation runs; a signal breaks into it.
+        return if image.interrupt_process() {
+            id.map(|n| vec![n as i64]).unwrap_or_default()
+        } else {
+            Vec::new()
+        };
+    }
     let args = id
         .map(|n| vec![Value::Integer(n as i64)])
         .unwrap_or_default();

@@ -1,0 +1,42 @@
+;;;; impl-abcl.lisp --- the ABCL layer: what impl-sbcl.lisp's portable
+;;;; fallbacks cannot do on Armed Bear Common Lisp.
+;;;;
+;;;; Loaded after impl-sbcl.lisp, whose definitions these replace on ABCL
+;;;; only; on any other Lisp this file is empty.
+
+(in-package #:cl-mcp-server)
+
+#+abcl
+(progn
+  (defun make-io-stream (input output)
+    "ABCL's MAKE-TWO-WAY-STREAM takes only its own (Java) streams, not the
+helpers' Gray capture streams: what an evaluation writes to *TERMINAL-IO*
+(and *QUERY-IO*, *DEBUG-IO*) is dropped on ABCL; *STANDARD-OUTPUT* and
+*ERROR-OUTPUT* are still captured."
+    (declare (ignore output))
+    (make-two-way-stream input (make-broadcast-stream)))
+
+  (defun call-with-debugger-hooks (hook thunk)
+    "BREAK binds *DEBUGGER-HOOK* to NIL; ABCL consults
+SYS::*INVOKE-DEBUGGER-HOOK* first, as SBCL does its own."
+    (let ((*debugger-hook* hook)
+          (sys::*invoke-debugger-hook* hook))
+      (funcall thunk)))
+
+  (defun frame-function-name (frame)
+    "The function name of an ABCL frame: a Lisp frame's function (or its
+name); a Java frame's text, which the backtrace treats as foreign."
+    (ignore-errors
+     (if (typep frame 'sys::java-stack-frame)
+         (princ-to-string frame)
+         (let ((x (first (sys:frame-to-list frame))))
+           (cond ((symbolp x) x)
+                 ((functionp x) (nth-value 2 (function-lambda-expression x)))
+                 (t nil))))))
+
+  (defun implementation-internal-package-p (package)
+    "ABCL's own packages: frames in them are machinery around user code."
+    (member (package-name package)
+            '("SYSTEM" "EXTENSIONS" "JAVA" "THREADS" "PRECOMPILER" "JVM"
+              "LOOP" "MOP" "GRAY-STREAMS")
+            :test #'string=)))

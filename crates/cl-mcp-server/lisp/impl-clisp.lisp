@@ -1,0 +1,90 @@
+;;;; impl-clisp.lisp --- the GNU CLISP layer: what impl-sbcl.lisp's portable
+;;;; fallbacks cannot know on CLISP, through CLISP's own API and Swank's
+;;;; swank/clisp backend.
+;;;;
+;;;; Loaded after impl-sbcl.lisp, whose definitions these replace on CLISP
+;;;; only; on any other Lisp this file is empty. CLISP has no threads here:
+;;;; the image serves Swank on its one thread (see src/image/boot.lisp).
+
+(in-package #:cl-mcp-server)
+
+#+clisp
+(progn
+  (defun frame-function-name (frame)
+    "CLISP frames have no function objects Swank exposes: the name is read
+from the frame's printed description (\"APPLY frame for call (FOO 1)\",
+\"EVAL frame for form (FOO 1)\"), or NIL."
+    (ignore-errors
+     (let* ((text (with-output-to-string (s) (sys::describe-frame s frame)))
+            (open (position #\( text)))
+       (when open
+         (let ((*read-eval* nil))
+           (let ((form (read-from-string text nil nil :start open)))
+             (and (consp form) (symbolp (first form)) (first form))))))))
+
+  (defun implementation-internal-package-p (package)
+    (member (package-name package)
+            '("SYSTEM" "EXT" "CLOS" "CUSTOM" "GRAY" "FFI" "SOCKET" "CHARSET"
+              "I18N" "POSIX" "SCREEN" "REGEXP")
+            :test #'string=))
+
+  (defun stack-exhaustion-p (condition)
+    (or (typep condition 'storage-condition)
+        (search "stack overflow" (ignore-errors (princ-to-string condition)))))
+
+  (defun interrupt-condition-p (condition)
+    "SIGINT (the server's timeout or cancellation) breaks into CLISP with
+this condition."
+    (typep condition 'system::interrupt-condition))
+
+  (defun macroexpand-all-form (form)
+    "CLISP's EXT:EXPAND-FORM (what swank/clisp uses) leaves macros such as
+WHEN that its compiler handles itself unexpanded: expand the form itself
+first, then the rest."
+    (ext:expand-form (macroexpand form)))
+
+  (defun fasl-source (fasl)
+    "The source file ASDF compiled into FASL (CLISP records where a
+definition was loaded from, and ASDF puts fasls away from their sources)."
+    (let ((target (ignore-errors (truename fasl))))
+      (when target
+        (dolist (name (asdf:already-loaded-systems))
+          (let ((system (asdf:find-system name nil)))
+            (labels ((walk (c)
+                       (typecase c
+                         (asdf:parent-component
+                          (mapc #'walk (asdf:component-children c)))
+                         (asdf:cl-source-file
+                          (let ((out (first (ignore-errors
+                                             (asdf:output-files 'asdf:compile-op c)))))
+                            (when (and out (equal (ignore-errors (truename out)) target))
+                              (return-from fasl-source (asdf:component-pathname c))))))))
+              (when system (walk system))))))))
+
+  (defun backend-find-definitions (symbol)
+    "As swank/clisp, but a definition loaded from a fasl whose source is not
+beside it (ASDF's output translations) points at the source ASDF compiled."
+    (mapcar (lambda (fspec)
+              (let ((path (and (consp fspec) (second fspec))))
+                (swank/clisp::fspec-location
+                 symbol
+                 (if (and path (pathnamep path)
+                          (member (pathname-type path) custom:*compiled-file-types*
+                                  :test #'equal))
+                     (let ((source (fasl-source path)))
+                       (if source (list* (first fspec) source (cddr fspec)) fspec))
+                     fspec))))
+            (documentation symbol 'sys::file)))
+
+  (defun special-variable-p (symbol)
+    (ext:special-variable-p symbol))
+
+  (defun ignorable-warning-p (condition)
+    "CLISP warns when a function is redefined (clos:defun with a new
+definition), which is what the agent asked for, and when a library adds a
+method to a generic function already called (ASDF's PERFORM, as every test
+system does): noise."
+    (let ((text (ignore-errors (princ-to-string condition))))
+      (and text (or (search "redefin" text) (search "DEFUN/DEFMACRO" text)
+                    (search "to an already called generic function" text))
+           t))))

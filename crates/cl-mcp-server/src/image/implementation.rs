@@ -1,0 +1,322 @@
+//! Which Common Lisp implementation runs the image, recognised by asking
+//! the binary (`--version`), and how each one is started: its own flags for
+//! no init file, no banner, loading a file, evaluating a form and a saved
+//! image, the way Swank keeps one backend per implementation.
+
+use std::collections::HashMap;
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use super::locate::file_stamp;
+
+/// A Common Lisp implementation the server knows how to start.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum LispKind {
+    /// Steel Bank Common Lisp: cached core (`save-lisp-and-die`).
+    Sbcl,
+    /// Embeddable Common Lisp: no saved images; Swank and the helpers load
+    /// from fasls compiled once into the cache.
+    Ecl,
+    /// GNU CLISP: cached memory image (`saveinitmem`); no threads.
+    Clisp,
+    /// Armed Bear Common Lisp (on the JVM): fasls, like ECL.
+    Abcl,
+    /// Clozure CL: cached image (`save-application`).
+    Ccl,
+}
+
+impl LispKind {
+    /// Every implementation, for error messages and name lookup.
+    pub const ALL: [LispKind; 5] = [
+        LispKind::Sbcl,
+        LispKind::Ecl,
+        LispKind::Clisp,
+        LispKind::Abcl,
+        LispKind::Ccl,
+    ];
+
+    /// The short name (`--lisp NAME`).
+    pub fn name(self) -> &'static str {
+        match self {
+            LispKind::Sbcl => "sbcl",
+            LispKind::Ecl => "ecl",
+            LispKind::Clisp => "clisp",
+            LispKind::Abcl => "abcl",
+            LispKind::Ccl => "ccl",
+        }
+    }
+
+    /// The implementation a short name stands for.
+    pub fn from_name(name: &str) -> Option<LispKind> {
+        LispKind::ALL
+            .into_iter()
+            .find(|k| k.name().eq_ignore_ascii_case(name))
+    }
+
+    /// The executables a short name is looked up as on `PATH`.
+    pub fn executables(self) -> &'static [&'static str] {
+        match self {
+            LispKind::Sbcl => &["sbcl"],
+            LispKind::Ecl => &["ecl"],
+            LispKind::Clisp => &["clisp"],
+            LispKind::Abcl => &["abcl"],
+            LispKind::Ccl => &["ccl", "ccl64", "lx86cl64", "lx86cl"],
+        }
+    }
+
+    /// Recognises the implementation from what its `--version` printed.
+    pub fn classify(version: &str) -> Option<LispKind> {
+        let v = version.trim_start();
+        if v.starts_with("SBCL") {
+            Some(LispKind::Sbcl)
+        } else if v.starts_with("ECL ") {
+            Some(LispKind::Ecl)
+        } else if v.contains("GNU CLISP") {
+            Some(LispKind::Clisp)
+        } else if v.contains("Armed Bear") {
+            Some(LispKind::Abcl)
+        } else if v.contains("Clozure") || (v.starts_with("Version ") && v.contains("(v")) {
+            Some(LispKind::Ccl)
+        } else {
+            None
+        }
+    }
+
+    /// Whether the implementation has threads for Swank's `:spawn` style
+    /// (evaluations on a worker thread, introspection beside them).
+    pub fn has_threads(self) -> bool {
+        !matches!(self, LispKind::Clisp)
+    }
+
+    /// Start options shared by every start: no init files, no banner, no
+    /// interactive low-level debugger. `image` is a saved image to start.
+    pub fn start_args(self, image: Option<&Path>) -> Vec<OsString> {
+        let mut a: Vec<OsString> = Vec::new();
+        match self {
+            LispKind::Sbcl => {
+                if let Some(c) = image {
+                    a.push("--core".into());
+                    a.push(c.into());
+                }
+                // No --lose-on-corruption: it makes control stack
+                // exhaustion (deep recursion) fatal, and evaluate-lisp must
+                // return it as an error with the image alive (CONTRACT §5).
+                for s in [
+                    "--noinform",
+                    "--disable-ldb",
+                    "--end-runtime-options",
+                    "--no-sysinit",
+                    "--no-userinit",
+                ] {
+                    a.push(s.into());
+                }
+            }
+            LispKind::Ecl => a.push("--norc".into()),
+            LispKind::Clisp => {
+                if let Some(m) = image {
+                    a.push("-M".into());
+                    a.push(m.into());
+                }
+                // -q -q: no banner, no goodbye; -norc: no ~/.clisprc;
+                // -on-error abort: a batch error exits instead of a REPL.
+                for s in ["-q", "-q", "-norc", "-on-error", "abort"] {
+                    a.push(s.into());
+                }
+            }
+            LispKind::Abcl => {
+                for s in ["--noinform", "--noinit"] {
+                    a.push(s.into());
+                }
+            }
+            LispKind::Ccl => {
+                if let Some(i) = image {
+                    a.push("--image-name".into());
+                    a.push(i.into());
+                }
+                for s in ["--no-init", "--quiet", "--batch"] {
+                    a.push(s.into());
+                }
+            }
+        }
+        a
+    }
+
+    /// The option that evaluates one form.
+    pub fn eval_flag(self) -> &'static str {
+        match self {
+            LispKind::Clisp => "-x",
+            _ => "--eval",
+        }
+    }
+
+    /// The option that loads one file.
+    pub fn load_flag(self) -> &'static str {
+        match self {
+            LispKind::Clisp => "-i",
+            _ => "--load",
+        }
+    }
+
+    /// The form that exits the Lisp with `code` (for generated scripts).
+    pub fn exit_form(self, code: i32) -> String {
+        match self {
+            LispKind::Sbcl => format!("(sb-ext:exit :code {code} :abort t)"),
+            LispKind::Ecl | LispKind::Clisp => format!("(ext:quit {code})"),
+            LispKind::Abcl => format!("(ext:exit :status {code})"),
+            LispKind::Ccl => format!("(ccl:quit {code})"),
+        }
+    }
+
+    /// How this implementation starts fast: a saved image, or fasls.
+    pub fn saves_images(self) -> bool {
+        matches!(self, LispKind::Sbcl | LispKind::Clisp | LispKind::Ccl)
+    }
+
+    /// What the runtime option for the heap is called, for `--help` texts
+    /// and doctor hints.
+    pub fn heap_hint(self) -> &'static str {
+        match self {
+            LispKind::Sbcl => "--lisp-arg=--dynamic-space-size --lisp-arg=4096",
+            LispKind::Ecl => "--lisp-arg=--heap-size --lisp-arg=4294967296",
+            LispKind::Clisp => "--lisp-arg=-m --lisp-arg=1GB",
+            LispKind::Abcl => "--lisp-arg=-Xmx4g (through the abcl wrapper's JAVA_OPTS)",
+            LispKind::Ccl => "--lisp-arg=--heap-reserve --lisp-arg=4g",
+        }
+    }
+}
+
+impl std::fmt::Display for LispKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Answers of earlier `--version` runs, by path and file stamp.
+static DETECTED: Mutex<Option<HashMap<String, LispKind>>> = Mutex::new(None);
+
+/// Asks the binary which implementation it is (`--version`; a few
+/// seconds at most, a JVM takes a while). Remembered per path and stamp.
+pub fn detect(lisp: &Path) -> Result<LispKind, String> {
+    let key = format!("{}:{}", lisp.display(), file_stamp(lisp));
+    if let Some(k) = DETECTED
+        .lock()
+        .unwrap()
+        .as_ref()
+        .and_then(|m| m.get(&key).copied())
+    {
+        return Ok(k);
+    }
+    let text = version_text(lisp, Duration::from_secs(30))?;
+    let kind = LispKind::classify(&text).ok_or_else(|| {
+        format!(
+            "{} is not a Lisp this server knows how to start (its --version said {:?}); \
+             supported: {}",
+            lisp.display(),
+            text.lines().next().unwrap_or(""),
+            LispKind::ALL.map(|k| k.name()).join(", ")
+        )
+    })?;
+    DETECTED
+        .lock()
+        .unwrap()
+        .get_or_insert_with(HashMap::new)
+        .insert(key, kind);
+    Ok(kind)
+}
+
+/// What `lisp --version` prints (stdout, else stderr), waiting at most
+/// `wait`; its stdin is closed so a Lisp that starts a REPL instead ends.
+pub fn version_text(lisp: &Path, wait: Duration) -> Result<String, String> {
+    use std::process::{Command, Stdio};
+    let mut child = Command::new(lisp)
+        .arg("--version")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("cannot run {}: {e}", lisp.display()))?;
+    let deadline = std::time::Instant::now() + wait;
+    loop {
+        match child.try_wait() {
+            Ok(Some(_)) => break,
+            Ok(None) if std::time::Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            _ => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(format!(
+                    "{} --version did not answer within {} s",
+                    lisp.display(),
+                    wait.as_secs()
+                ));
+            }
+        }
+    }
+    let out = child
+        .wait_with_output()
+        .map_err(|e| format!("cannot read {} --version: {e}", lisp.display()))?;
+    let stdout = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    Ok(if stdout.is_empty() {
+        String::from_utf8_lossy(&out.stderr).trim().to_string()
+    } else {
+        stdout
+    })
+}
+
+/// The executable a `--lisp` value names: a path, or an implementation's
+/// short name (`ccl` also finds `lx86cl64`), or any command on `PATH`.
+pub fn resolve(given: &str, which: impl Fn(&str) -> Option<PathBuf>) -> Option<PathBuf> {
+    if let Some(p) = which(given) {
+        return Some(p);
+    }
+    LispKind::from_name(given)?
+        .executables()
+        .iter()
+        .find_map(|n| which(n))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn classifies_version_lines() {
+        assert_eq!(
+            LispKind::classify("SBCL 2.2.9.debian"),
+            Some(LispKind::Sbcl)
+        );
+        assert_eq!(LispKind::classify("ECL 21.2.1"), Some(LispKind::Ecl));
+        assert_eq!(
+            LispKind::classify("GNU CLISP 2.49.93+ (2018-02-18) (built on x)"),
+            Some(LispKind::Clisp)
+        );
+        assert_eq!(
+            LispKind::classify("Armed Bear Common Lisp 1.9.0"),
+            Some(LispKind::Abcl)
+        );
+        assert_eq!(
+            LispKind::classify("Version 1.12.2 (v1.12.2) LinuxX8664"),
+            Some(LispKind::Ccl)
+        );
+        assert_eq!(LispKind::classify("bash 5.2"), None);
+    }
+
+    #[test]
+    fn names_round_trip() {
+        for k in LispKind::ALL {
+            assert_eq!(LispKind::from_name(k.name()), Some(k));
+        }
+        assert_eq!(LispKind::from_name("ECL"), Some(LispKind::Ecl));
+        assert_eq!(LispKind::from_name("cmucl"), None);
+    }
+
+    #[test]
+    fn detects_installed_sbcl() {
+        let sbcl = super::super::locate::which("sbcl").expect("sbcl on PATH");
+        assert_eq!(detect(&sbcl), Ok(LispKind::Sbcl));
+        assert!(detect(Path::new("/bin/true")).is_err());
+    }
+}
