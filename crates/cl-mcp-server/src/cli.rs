@@ -160,7 +160,7 @@ pub struct ServerOptions {
     pub max_message_bytes: usize,
     /// Confine local images (Landlock): `off`, `workspace` (writes only under the
     /// project root, caches and temp dir; no network) or `strict` (reads confined too).
-    #[arg(long, env = "CL_MCP_SANDBOX", global = true, default_value = "off",
+    #[arg(long, env = "CL_MCP_SANDBOX", global = true, default_value = "workspace",
           value_parser = ["off", "workspace", "strict"])]
     pub sandbox: String,
     /// With --sandbox: also let the image write under DIR. Repeatable.

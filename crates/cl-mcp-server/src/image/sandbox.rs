@@ -31,9 +31,10 @@ use landlock::{
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum SandboxMode {
     /// No confinement (as before the sandbox existed).
-    #[default]
     Off,
-    /// Writes and network confined; reads allowed.
+    /// Writes and network confined; reads allowed. The default (on a kernel
+    /// without Landlock it runs unconfined, and says so).
+    #[default]
     Workspace,
     /// As workspace, and reads confined too.
     Strict,
