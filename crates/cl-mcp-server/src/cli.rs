@@ -163,7 +163,7 @@ pub struct ServerOptions {
     #[arg(long, env = "CL_MCP_SANDBOX", global = true, default_value = "workspace",
           value_parser = ["off", "workspace", "strict"])]
     pub sandbox: String,
-    /// With --sandbox: also let the image write under DIR. Repeatable.
+    /// Under --sandbox workspace or strict, also let the image write under DIR. Repeatable.
     #[arg(
         long = "allow-write",
         env = "CL_MCP_ALLOW_WRITE",
@@ -172,7 +172,7 @@ pub struct ServerOptions {
         value_delimiter = ','
     )]
     pub allow_write: Vec<PathBuf>,
-    /// With --sandbox strict: also let the image read under DIR. Repeatable.
+    /// Under --sandbox strict, also let the image read under DIR. Repeatable.
     #[arg(
         long = "allow-read",
         env = "CL_MCP_ALLOW_READ",
@@ -181,10 +181,10 @@ pub struct ServerOptions {
         value_delimiter = ','
     )]
     pub allow_read: Vec<PathBuf>,
-    /// With --sandbox: let the image use the network freely.
+    /// Under --sandbox workspace or strict, let the image use the network freely.
     #[arg(long = "allow-net", env = "CL_MCP_ALLOW_NET", global = true)]
     pub allow_net: bool,
-    /// With --sandbox: let the image open TCP connections to PORT (Landlock filters by port, on any host). Repeatable.
+    /// Under --sandbox workspace or strict, let the image open TCP connections to PORT (Landlock filters by port, on any host). Repeatable.
     #[arg(
         long = "allow-connect",
         env = "CL_MCP_ALLOW_CONNECT",
