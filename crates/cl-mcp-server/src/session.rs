@@ -130,6 +130,14 @@ impl Session {
         self.image.get_or_start(&self.config, &self.root)
     }
 
+    /// The session's image if it was created already (never starts one).
+    pub fn image_if_started(&self) -> Option<Image> {
+        match &self.image {
+            ImageSlot::Own(c) => c.get().cloned(),
+            ImageSlot::Shared { image, .. } => image.get().cloned(),
+        }
+    }
+
     /// True when the session offers tools that need a Lisp image.
     fn needs_image(&self) -> bool {
         use crate::tools::ToolGroup;

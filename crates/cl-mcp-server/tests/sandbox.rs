@@ -320,3 +320,34 @@ fn off_leaves_the_image_unconfined() {
     let r = call(&mut s, 2, "image-info", json!({}));
     assert_eq!(r.structured["sandbox"]["mode"], "off");
 }
+
+#[test]
+fn a_new_root_is_writable_after_image_restart() {
+    let d = dirs();
+    let mut s = server(&d, &["--sandbox", "workspace", "--allow-any-root"]);
+    let r = eval(&mut s, 1, "(+ 1 2)");
+    assert_eq!(r.text, "=> 3");
+    let target = d.outside.join("after-move.txt");
+    let r = call(
+        &mut s,
+        2,
+        "fs-set-project-root",
+        json!({"path": d.outside.to_str().unwrap()}),
+    );
+    assert!(!r.is_error, "{}", r.text);
+    assert!(
+        r.text.contains("[SANDBOX]") && r.text.contains("image-restart"),
+        "{}",
+        r.text
+    );
+    // The running image keeps the rules it started with.
+    let r = eval(&mut s, 3, &write_form(&target));
+    assert_refused(&r, "--allow-write");
+    let r = call(&mut s, 4, "image-restart", json!({}));
+    assert!(!r.is_error, "{}", r.text);
+    let r = eval(&mut s, 5, &write_form(&target));
+    assert_eq!(r.text, "=> :WRITTEN");
+    // The old root is outside now.
+    let r = eval(&mut s, 6, &write_form(&d.root.join("old.txt")));
+    assert_refused(&r, "--allow-write");
+}
