@@ -755,7 +755,7 @@ fn set_project_root(a: SetRootArgs, session: &Session) -> ToolOutput {
         out.project_root, out.previous_root
     );
     if let Some(line) = sandbox_root_note(session, &canon) {
-        text.push_str("\n");
+        text.push('\n');
         text.push_str(&line);
     }
     ToolOutput::structured(text, to_json(&out))
