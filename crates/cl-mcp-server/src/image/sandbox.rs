@@ -462,3 +462,64 @@ pub fn refusal_hint(report: &SandboxReport, text: &str) -> Option<String> {
         if net { "connection" } else { "file access" },
     ))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn report(mode: SandboxMode, enforced: bool) -> SandboxReport {
+        SandboxReport {
+            mode,
+            enforced,
+            abi: 7,
+            write: vec![PathBuf::from("/p")],
+            read: None,
+            network: String::new(),
+            warning: None,
+        }
+    }
+
+    #[test]
+    fn connect_takes_host_port_or_port() {
+        assert_eq!(parse_connect("127.0.0.1:5432"), Ok(5432));
+        assert_eq!(parse_connect("[::1]:80"), Ok(80));
+        assert_eq!(parse_connect("443"), Ok(443));
+        assert!(parse_connect("example.org").is_err());
+        assert!(parse_connect("h:70000").is_err());
+    }
+
+    #[test]
+    fn modes_parse() {
+        assert_eq!(SandboxMode::parse("Strict"), Some(SandboxMode::Strict));
+        assert_eq!(
+            SandboxMode::parse("workspace"),
+            Some(SandboxMode::Workspace)
+        );
+        assert_eq!(SandboxMode::parse("off"), Some(SandboxMode::Off));
+        assert_eq!(SandboxMode::parse("on"), None);
+    }
+
+    #[test]
+    fn hint_names_the_flag_and_only_when_confined() {
+        let file = "Error opening #P\"/x\": Permission denied";
+        let h = refusal_hint(&report(SandboxMode::Workspace, true), file).unwrap();
+        assert!(
+            h.starts_with("[SANDBOX]") && h.contains("--allow-write DIR"),
+            "{h}"
+        );
+        let h = refusal_hint(&report(SandboxMode::Strict, true), file).unwrap();
+        assert!(h.contains("--allow-read DIR"), "{h}");
+        let net = "Socket error in \"connect\": EACCES (Permission denied)";
+        let h = refusal_hint(&report(SandboxMode::Workspace, true), net).unwrap();
+        assert!(h.contains("--allow-connect"), "{h}");
+        assert_eq!(refusal_hint(&report(SandboxMode::Off, false), file), None);
+        assert_eq!(
+            refusal_hint(&report(SandboxMode::Workspace, false), file),
+            None
+        );
+        assert_eq!(
+            refusal_hint(&report(SandboxMode::Workspace, true), "No such file"),
+            None
+        );
+    }
+}
