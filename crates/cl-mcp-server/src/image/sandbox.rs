@@ -329,6 +329,9 @@ pub fn prepare(cfg: &SandboxConfig, places: &Places) -> Result<Confinement, Stri
                 .join(", ")
         )
     };
+    let broad = write.iter().find(|w| {
+        w.parent().is_none() || home().and_then(|h| h.canonicalize().ok()).as_ref() == Some(*w)
+    });
     let mut report = SandboxReport {
         mode: cfg.mode,
         enforced: abi >= 1,
@@ -336,7 +339,13 @@ pub fn prepare(cfg: &SandboxConfig, places: &Places) -> Result<Confinement, Stri
         write: write.clone(),
         read: read.clone(),
         network,
-        warning: None,
+        warning: broad.map(|w| {
+            format!(
+                "the image may write under {}, which holds far more than a project (start the \
+                 server in the project's directory or pass --project-root)",
+                w.display()
+            )
+        }),
     };
     if abi < 1 {
         if cfg.mode == SandboxMode::Strict {
