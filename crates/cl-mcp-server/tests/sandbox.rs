@@ -93,6 +93,11 @@ fn connect_form(port: u16) -> String {
     )
 }
 
+/// Signal 0 (a probe that delivers nothing) to the server.
+const SIGNAL_PARENT: &str = "(progn (require :sb-posix)
+  (handler-case (progn (sb-posix:kill (sb-posix:getppid) 0) :sent)
+    (sb-posix:syscall-error () :refused)))";
+
 fn assert_refused(r: &Reply, flag: &str) {
     assert!(r.is_error, "{}", r.text);
     assert!(
@@ -200,6 +205,10 @@ fn workspace_confines_writes_children_network_and_proc() {
     );
     assert!(r.is_error, "{}", r.text);
     assert!(r.text.contains("Permission denied"), "{}", r.text);
+
+    // No signals to processes outside the sandbox (the server here).
+    let r = eval(&mut s, 12, SIGNAL_PARENT);
+    assert_eq!(r.text, "=> :REFUSED");
 
     // image-info shows the mode and the rules.
     let r = call(&mut s, 11, "image-info", json!({}));
@@ -319,6 +328,8 @@ fn off_leaves_the_image_unconfined() {
     assert_eq!(r.text, "=> :WRITTEN");
     let r = call(&mut s, 2, "image-info", json!({}));
     assert_eq!(r.structured["sandbox"]["mode"], "off");
+    let r = eval(&mut s, 3, SIGNAL_PARENT);
+    assert_eq!(r.text, "=> :SENT");
 }
 
 #[test]
