@@ -12,6 +12,7 @@
 //! - peak memory (VmHWM) of the server and of its image;
 //! - spawn → first result with `--lisp ecl`, `clisp`, `abcl`, `ccl` where
 //!   installed (warm and cold cache).
+//! - warm start and warm evaluation with `--sandbox off` and `workspace`.
 //!
 //! Prints a table.
 
@@ -202,6 +203,33 @@ fn main() {
         "spawn → first (+ 1 2), warm core".into(),
         format!("median {med:8.1} ms"),
     ));
+
+    // The sandbox (issue 13) should cost nothing measurable per call.
+    for mode in ["off", "workspace"] {
+        let args = ["--sandbox", mode];
+        let starts: Vec<Duration> = (0..5)
+            .map(|_| Duration::from_secs_f64(first_result(&args) / 1e3))
+            .collect();
+        let (start_med, _) = stats(starts);
+        let mut s = Server::spawn(&args);
+        s.initialize();
+        s.eval(1, "(+ 1 2)");
+        let times: Vec<Duration> = (0..1000)
+            .map(|i| {
+                let t = Instant::now();
+                let r = s.eval(10 + i, "(+ 1 2)");
+                let d = t.elapsed();
+                debug_assert!(r.contains("=> 3"));
+                d
+            })
+            .collect();
+        s.stop();
+        let (med, p99) = stats(times);
+        rows.push((
+            format!("--sandbox {mode}: warm start / eval (n=1000)"),
+            format!("start {start_med:6.1} ms   eval median {med:6.3} ms   p99 {p99:6.3} ms"),
+        ));
+    }
 
     let cold_dir = tempfile::tempdir().unwrap();
     let cold = first_result(&["--cache-dir", cold_dir.path().to_str().unwrap()]);

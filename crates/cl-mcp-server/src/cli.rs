@@ -158,6 +158,41 @@ pub struct ServerOptions {
     /// Longest accepted message line, in bytes.
     #[arg(long, env = "CL_MCP_MAX_MESSAGE_BYTES", global = true, default_value_t = 16 * 1024 * 1024)]
     pub max_message_bytes: usize,
+    /// Confine local images (Landlock): `off`, `workspace` (writes only under the
+    /// project root, caches and temp dir; no network) or `strict` (reads confined too).
+    #[arg(long, env = "CL_MCP_SANDBOX", global = true, default_value = "workspace",
+          value_parser = ["off", "workspace", "strict"])]
+    pub sandbox: String,
+    /// Under --sandbox workspace or strict, also let the image write under DIR. Repeatable.
+    #[arg(
+        long = "allow-write",
+        env = "CL_MCP_ALLOW_WRITE",
+        global = true,
+        value_name = "DIR",
+        value_delimiter = ','
+    )]
+    pub allow_write: Vec<PathBuf>,
+    /// Under --sandbox strict, also let the image read under DIR. Repeatable.
+    #[arg(
+        long = "allow-read",
+        env = "CL_MCP_ALLOW_READ",
+        global = true,
+        value_name = "DIR",
+        value_delimiter = ','
+    )]
+    pub allow_read: Vec<PathBuf>,
+    /// Under --sandbox workspace or strict, let the image use the network freely.
+    #[arg(long = "allow-net", env = "CL_MCP_ALLOW_NET", global = true)]
+    pub allow_net: bool,
+    /// Under --sandbox workspace or strict, let the image open TCP connections to PORT (Landlock filters by port, on any host). Repeatable.
+    #[arg(
+        long = "allow-connect",
+        env = "CL_MCP_ALLOW_CONNECT",
+        global = true,
+        value_name = "HOST:PORT",
+        value_delimiter = ','
+    )]
+    pub allow_connect: Vec<String>,
     /// Most TCP or HTTP connections served at once; one more is told so and closed.
     #[arg(
         long,
@@ -219,7 +254,36 @@ impl ServerOptions {
         if self.swank.is_none() && self.swank_secret_file.is_some() {
             return Err("--swank-secret-file only makes sense with --swank HOST:PORT".into());
         }
+        use crate::image::sandbox::{parse_connect, SandboxConfig, SandboxMode};
+        let mode = SandboxMode::parse(&self.sandbox).ok_or_else(|| {
+            format!(
+                "--sandbox {}: expected off, workspace or strict",
+                self.sandbox
+            )
+        })?;
+        let dirs = |flag: &str, v: &[PathBuf]| -> Result<Vec<PathBuf>, String> {
+            v.iter()
+                .filter(|d| !d.as_os_str().is_empty())
+                .map(|d| {
+                    d.canonicalize()
+                        .map_err(|e| format!("{flag} {}: {e}", d.display()))
+                })
+                .collect()
+        };
+        let sandbox = SandboxConfig {
+            mode,
+            allow_write: dirs("--allow-write", &self.allow_write)?,
+            allow_read: dirs("--allow-read", &self.allow_read)?,
+            allow_net: self.allow_net,
+            allow_connect: self
+                .allow_connect
+                .iter()
+                .filter(|c| !c.trim().is_empty())
+                .map(|c| parse_connect(c))
+                .collect::<Result<_, _>>()?,
+        };
         let image = crate::image::ImageConfig {
+            sandbox,
             lisp: self.lisp.clone(),
             swank_loader: self.swank_loader.clone(),
             attach: self.swank.clone(),

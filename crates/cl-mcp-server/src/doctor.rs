@@ -22,6 +22,55 @@ fn report(ok: bool, what: &str, detail: &str, fix: Option<&str>) {
     }
 }
 
+/// The sandbox line: the mode, its rules, and what this kernel offers.
+fn report_sandbox(engine: &Engine, info: &crate::image::ImageInfo) {
+    use crate::image::sandbox::{kernel_abi, SandboxMode};
+    let abi = kernel_abi();
+    if engine.config.image.attach.is_some() {
+        report(
+            true,
+            "sandbox",
+            "none: an attached image is the user's own and is never confined by this server",
+            None,
+        );
+        return;
+    }
+    let mode = engine.config.image.sandbox.mode;
+    match &info.sandbox {
+        Some(r) if r.mode != SandboxMode::Off => {
+            let detail = r
+                .describe()
+                .trim_start_matches("sandbox: ")
+                .replace('\n', "\n                 ");
+            report(true, "sandbox", &detail, None);
+        }
+        _ if mode == SandboxMode::Off => {
+            let offer = if abi >= 4 {
+                format!("this kernel offers Landlock ABI {abi}: --sandbox workspace (or strict) would confine the image's writes and network")
+            } else if abi >= 1 {
+                format!("this kernel offers Landlock ABI {abi} (files only; the network needs ABI 4, Linux 6.7): --sandbox workspace would confine the image's writes")
+            } else {
+                "this kernel has no Landlock (Linux 5.13+ with landlock in its lsm= list has it): --sandbox cannot confine the image here".to_string()
+            };
+            report(
+                true,
+                "sandbox",
+                &format!("off: the image runs with your full rights; {offer}"),
+                None,
+            );
+        }
+        _ => report(
+            false,
+            "sandbox",
+            &format!(
+                "{} requested, but no image runs to report it (Landlock ABI {abi})",
+                mode.as_str()
+            ),
+            Some("see the image line above; --sandbox strict refuses to start without Landlock"),
+        ),
+    }
+}
+
 /// Runs every check; exit status 0 when all pass.
 pub async fn run(engine: Arc<Engine>) -> ExitCode {
     let config = &engine.config.image;
@@ -135,6 +184,7 @@ pub async fn run(engine: Arc<Engine>) -> ExitCode {
             );
         }
     }
+    report_sandbox(&engine, &image.info());
     if all_ok {
         match engine.tools.get("evaluate-lisp") {
             None => report(

@@ -11,7 +11,7 @@ use crate::image::Image;
 pub struct Session {
     /// The server-wide configuration (command line and environment).
     pub config: Arc<ServerConfig>,
-    root: RwLock<PathBuf>,
+    root: Arc<RwLock<PathBuf>>,
     root_fixed: bool,
     /// Where `fs-set-project-root` may go: under the root the session
     /// started with and under every root the client declared.
@@ -43,13 +43,19 @@ pub enum ImageSlot {
 }
 
 impl ImageSlot {
-    fn get_or_start(&self, config: &ServerConfig) -> Image {
+    /// `root`: the project root of the session that starts the image (the
+    /// sandbox lets the image write there).
+    fn get_or_start(&self, config: &ServerConfig, root: &Arc<RwLock<PathBuf>>) -> Image {
         let cell = match self {
             ImageSlot::Own(c) => c,
             ImageSlot::Shared { image, .. } => image.as_ref(),
         };
-        cell.get_or_init(|| Image::new(config.image.clone()))
-            .clone()
+        cell.get_or_init(|| {
+            let mut image = config.image.clone();
+            image.project_root = Some(root.clone());
+            Image::new(image)
+        })
+        .clone()
     }
 }
 
@@ -100,7 +106,7 @@ impl Session {
         Arc::new(Session {
             config,
             allowed_roots: RwLock::new(vec![root.clone()]),
-            root: RwLock::new(root),
+            root: Arc::new(RwLock::new(root)),
             root_fixed: explicit,
             image,
             read_roots: RwLock::new(Vec::new()),
@@ -121,7 +127,15 @@ impl Session {
     /// and started in the background; calls wait for it. Must be called
     /// inside the Tokio runtime. Dropping the session stops a local image.
     pub fn image(&self) -> Image {
-        self.image.get_or_start(&self.config)
+        self.image.get_or_start(&self.config, &self.root)
+    }
+
+    /// The session's image if it was created already (never starts one).
+    pub fn image_if_started(&self) -> Option<Image> {
+        match &self.image {
+            ImageSlot::Own(c) => c.get().cloned(),
+            ImageSlot::Shared { image, .. } => image.get().cloned(),
+        }
     }
 
     /// True when the session offers tools that need a Lisp image.

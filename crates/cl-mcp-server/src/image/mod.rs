@@ -22,10 +22,12 @@ pub mod core_cache;
 pub mod helpers;
 pub mod implementation;
 pub mod locate;
+pub mod sandbox;
 mod supervisor;
 
 use std::fmt;
 use std::path::PathBuf;
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 pub use supervisor::{Image, ImageEvent, ImageInfo, ImageNote, ImageReply, NoteLevel};
@@ -62,6 +64,12 @@ pub struct ImageConfig {
     pub crash_limit: usize,
     /// See [`ImageConfig::crash_limit`].
     pub crash_window: Duration,
+    /// `--sandbox` and its allowances (local images only).
+    pub sandbox: sandbox::SandboxConfig,
+    /// The project root a local image may write under (read at each start,
+    /// so a restart follows `fs-set-project-root`); `None`: the working
+    /// directory.
+    pub project_root: Option<Arc<RwLock<PathBuf>>>,
 }
 
 impl Default for ImageConfig {
@@ -78,6 +86,8 @@ impl Default for ImageConfig {
             start_timeout: Duration::from_secs(120),
             crash_limit: 3,
             crash_window: Duration::from_secs(300),
+            sandbox: sandbox::SandboxConfig::default(),
+            project_root: None,
         }
     }
 }

@@ -17,6 +17,7 @@ use tokio::sync::{broadcast, oneshot, watch};
 
 use super::core_cache::{default_cache_dir, CoreCache, LaunchPlan};
 use super::implementation::LispKind;
+use super::sandbox::{self, SandboxReport};
 use super::{helpers, locate, ImageConfig, ImageError, ImageMode};
 
 /// The answer to a call, plus the one-time notice that the image was
@@ -59,6 +60,9 @@ pub struct ImageInfo {
     pub worker_thread: Option<i64>,
     /// The implementation of a local image (`None`: attached, or none runs).
     pub kind: Option<LispKind>,
+    /// What the running local image is confined to (`None`: attached, or
+    /// not started).
+    pub sandbox: Option<SandboxReport>,
 }
 
 /// A handle on the session's Lisp image. Cheap to clone; clones share the
@@ -130,6 +134,8 @@ struct Live {
     stderr_tail: Arc<Mutex<VecDeque<String>>>,
     /// The implementation (local images).
     kind: Option<LispKind>,
+    /// Its sandbox (local images).
+    sandbox: Option<SandboxReport>,
 }
 
 impl Live {
@@ -221,6 +227,8 @@ impl Drop for Live {
 }
 
 static SOURCE_FALLBACK_LOGGED: AtomicBool = AtomicBool::new(false);
+/// The sandbox's weakness on this kernel is logged once per process.
+static SANDBOX_WARNING_LOGGED: AtomicBool = AtomicBool::new(false);
 
 impl Image {
     /// Creates the handle and starts the image in the background (a local
@@ -466,6 +474,7 @@ impl Image {
             swank_address: live.as_ref().map(|l| l.address.clone()),
             worker_thread: live.as_ref().and_then(|l| *l.worker.lock().unwrap()),
             kind: live.as_ref().and_then(|l| l.kind),
+            sandbox: live.as_ref().and_then(|l| l.sandbox.clone()),
         }
     }
 
@@ -764,7 +773,38 @@ impl Image {
                 cache.display()
             ))
         })?;
+        let root = match &self.inner.config.project_root {
+            Some(r) => r.read().unwrap().clone(),
+            None => std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/")),
+        };
+        let debian_loader = std::path::Path::new(super::locate::DEBIAN_SWANK_LOADER);
+        let places = sandbox::Places {
+            root: &root,
+            cache: &cache,
+            lisp: &plan.lisp,
+            swank_loader: self
+                .inner
+                .config
+                .swank_loader
+                .as_deref()
+                .or_else(|| debian_loader.is_file().then_some(debian_loader)),
+        };
+        let confinement = sandbox::prepare(&self.inner.config.sandbox, &places)
+            .map_err(ImageError::StartFailed)?;
+        if let Some(w) = &confinement.report.warning {
+            if !SANDBOX_WARNING_LOGGED.swap(true, Ordering::SeqCst) {
+                tracing::warn!(mode = confinement.report.mode.as_str(), "sandbox: {w}");
+            }
+            self.inner.note(NoteLevel::Warning, format!("sandbox: {w}"));
+        }
         let mut cmd = tokio::process::Command::new(&plan.lisp);
+        if let Some(fd) = confinement.raw_fd() {
+            // SAFETY: the closure makes two system calls and allocates
+            // nothing (async-signal-safe, as required after fork).
+            unsafe {
+                cmd.pre_exec(move || sandbox::restrict_in_child(fd));
+            }
+        }
         cmd.args(&self.inner.config.lisp_runtime_args)
             .args(&plan.args)
             .envs(plan.env.iter().map(|(k, v)| (k, v)))
@@ -777,6 +817,9 @@ impl Image {
         let mut child = cmd.spawn().map_err(|e| {
             ImageError::StartFailed(format!("cannot run {}: {e}", plan.lisp.display()))
         })?;
+        // The child holds the ruleset now; ours closes here.
+        let sandbox_report = confinement.report.clone();
+        drop(confinement);
         let pid = child.id();
         let stdin = child.stdin.take();
         let stdout = child.stdout.take().expect("piped stdout");
@@ -891,6 +934,7 @@ impl Image {
             kill: Mutex::new(Some(kill_tx)),
             stderr_tail: tail.clone(),
             kind: Some(plan.kind),
+            sandbox: Some(sandbox_report),
         });
         self.spawn_monitor(&live, events);
         tracing::info!(
@@ -976,6 +1020,7 @@ impl Image {
             kill: Mutex::new(None),
             stderr_tail: Default::default(),
             kind: None,
+            sandbox: None,
         });
         self.spawn_monitor(&live, events);
         load_helpers_into(&live.client).await?;

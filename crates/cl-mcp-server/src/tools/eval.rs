@@ -296,10 +296,28 @@ async fn evaluate(a: EvalArgs, ctx: ToolContext) -> ToolOutput {
     } else {
         cause
     };
-    let text = render_text(&out, cause);
+    let mut text = render_text(&out, cause);
+    if let Some(hint) = sandbox_hint(&ctx, &out) {
+        text.push_str("\n\n");
+        text.push_str(&hint);
+    }
     let is_error = out.error.is_some() || out.interrupted;
     let structured = serde_json::to_value(&out).unwrap_or_default();
     ToolOutput::structured(text, structured).with_error(is_error)
+}
+
+/// The `[SANDBOX]` line when the error (or the stderr of a child process)
+/// looks like the image's sandbox refusing an operation.
+pub fn sandbox_hint(ctx: &ToolContext, out: &EvalOutput) -> Option<String> {
+    let report = ctx.session.image().info().sandbox?;
+    let mut seen = out.stderr.clone();
+    if let Some(e) = &out.error {
+        seen.push('\n');
+        seen.push_str(&e.kind);
+        seen.push('\n');
+        seen.push_str(&e.message);
+    }
+    crate::image::sandbox::refusal_hint(&report, &seen)
 }
 
 /// `debug: true`: runs the evaluation so that a debugger entry waits, and

@@ -3,7 +3,7 @@
 //! [`super::fs_paths`].
 
 use std::io::BufRead;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -750,13 +750,34 @@ fn set_project_root(a: SetRootArgs, session: &Session) -> ToolOutput {
         project_root: canon.display().to_string(),
         previous_root: previous.display().to_string(),
     };
-    ToolOutput::structured(
-        format!(
-            "Project root set to {} (was {}).",
-            out.project_root, out.previous_root
-        ),
-        to_json(&out),
-    )
+    let mut text = format!(
+        "Project root set to {} (was {}).",
+        out.project_root, out.previous_root
+    );
+    if let Some(line) = sandbox_root_note(session, &canon) {
+        text.push('\n');
+        text.push_str(&line);
+    }
+    ToolOutput::structured(text, to_json(&out))
+}
+
+/// When the running image's sandbox does not let it write under the new
+/// root: a line saying so and how to move it (the rules are fixed at start).
+fn sandbox_root_note(session: &Session, root: &Path) -> Option<String> {
+    let report = session.image_if_started()?.info().sandbox?;
+    if report.mode == crate::image::sandbox::SandboxMode::Off || !report.enforced {
+        return None;
+    }
+    if report.write.iter().any(|w| root.starts_with(w)) {
+        return None;
+    }
+    Some(format!(
+        "[SANDBOX] The running image (--sandbox {}) may still write only under its start \
+         root, not under {}; image-restart starts one confined to the new root (its Lisp \
+         state is lost).",
+        report.mode.as_str(),
+        root.display()
+    ))
 }
 
 /// Serializes a tool's output struct (infallible for our plain types).

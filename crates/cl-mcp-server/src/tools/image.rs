@@ -48,6 +48,48 @@ struct InfoOutput {
     #[serde(skip_serializing_if = "Option::is_none")]
     core: Option<String>,
     machine: String,
+    /// What a local image is confined to (`--sandbox`); absent for an
+    /// attached image (never confined).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    sandbox: Option<SandboxInfo>,
+}
+
+/// The image's sandbox (`--sandbox`, CONTRACT §10).
+#[derive(Serialize, JsonSchema, Default)]
+#[serde(rename_all = "camelCase")]
+struct SandboxInfo {
+    /// `off`, `workspace` or `strict`.
+    mode: String,
+    /// Whether the kernel enforces it (Landlock present).
+    enforced: bool,
+    /// The kernel's Landlock ABI (0: none).
+    landlock_abi: i32,
+    /// Directories the image may write under.
+    write: Vec<String>,
+    /// Directories it may read under; absent: everywhere.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    read: Option<Vec<String>>,
+    /// The network rule, in words.
+    network: String,
+    /// Why it is weaker than asked, if it is.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    warning: Option<String>,
+    /// The whole rule set in words.
+    summary: String,
+}
+
+fn sandbox_info(r: &crate::image::sandbox::SandboxReport) -> SandboxInfo {
+    let paths = |v: &[std::path::PathBuf]| v.iter().map(|p| p.display().to_string()).collect();
+    SandboxInfo {
+        mode: r.mode.as_str().to_string(),
+        enforced: r.enforced,
+        landlock_abi: r.abi,
+        write: paths(&r.write),
+        read: r.read.as_deref().map(paths),
+        network: r.network.clone(),
+        warning: r.warning.clone(),
+        summary: r.describe(),
+    }
 }
 
 fn info_output(image: &Image, v: &Value) -> InfoOutput {
@@ -70,6 +112,7 @@ fn info_output(image: &Image, v: &Value) -> InfoOutput {
         pending_debuggers: Vec::new(),
         core: info.core.map(|p| p.display().to_string()),
         machine: plist_str(v, "machine").unwrap_or_default(),
+        sandbox: info.sandbox.as_ref().map(sandbox_info),
     }
 }
 
@@ -97,6 +140,13 @@ fn render_info(o: &InfoOutput) -> String {
     }
     text.push_str(&format!("\nMachine: {}", o.machine));
     text.push_str(&format!("\nFeatures: {}", o.features.join(" ")));
+    match &o.sandbox {
+        Some(s) => text.push_str(&format!("\n{}", s.summary.replace("\n", "\n  "))),
+        None if o.mode == "attached" => {
+            text.push_str("\nsandbox: none (an attached image is never confined by this server)")
+        }
+        None => {}
+    }
     for d in &o.pending_debuggers {
         text.push_str(&format!("\nPending {d}"));
     }

@@ -1,0 +1,534 @@
+//! Confining a local image with Landlock (CONTRACT §10).
+//!
+//! The ruleset is built in the server before the fork (opening the paths,
+//! which allocates and may fail); the child only calls `prctl` and
+//! `landlock_restrict_self` between fork and exec, both async-signal-safe
+//! system calls. Everything the image runs (`run-program` children too)
+//! inherits the domain.
+//!
+//! - `workspace`: reads anywhere; writes under the project root, our cache
+//!   dir, ASDF's fasl cache, Quicklisp's dir, the temp dir and
+//!   `--allow-write` dirs; TCP: bind only (Swank's port-0 listener), connect
+//!   only with `--allow-net` / `--allow-connect`.
+//! - `strict`: as `workspace`, and reads limited to those dirs, the system
+//!   dirs (`/usr`, `/lib*`, `/bin`, `/sbin`), the Lisp's install dir, a few
+//!   files of `/etc`, ASDF's source registries and `--allow-read` dirs.
+//!
+//! Landlock filters TCP by port only, so `--allow-connect HOST:PORT` allows
+//! that port on any host; UDP and pathname Unix sockets are not covered
+//! (abstract Unix sockets and signals to processes outside are, ABI 6+).
+
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+use landlock::{
+    path_beneath_rules, Access, AccessFs, AccessNet, NetPort, Ruleset, RulesetAttr,
+    RulesetCreatedAttr, Scope, ABI,
+};
+
+/// `--sandbox`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SandboxMode {
+    /// No confinement (as before the sandbox existed).
+    Off,
+    /// Writes and network confined; reads allowed. The default (on a kernel
+    /// without Landlock it runs unconfined, and says so).
+    #[default]
+    Workspace,
+    /// As workspace, and reads confined too.
+    Strict,
+}
+
+impl SandboxMode {
+    /// Parses `off`, `workspace` or `strict`.
+    pub fn parse(s: &str) -> Option<SandboxMode> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "off" | "none" => Some(SandboxMode::Off),
+            "workspace" => Some(SandboxMode::Workspace),
+            "strict" => Some(SandboxMode::Strict),
+            _ => None,
+        }
+    }
+
+    /// The name the flag takes.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SandboxMode::Off => "off",
+            SandboxMode::Workspace => "workspace",
+            SandboxMode::Strict => "strict",
+        }
+    }
+}
+
+/// The sandbox options of the command line.
+#[derive(Debug, Clone, Default)]
+pub struct SandboxConfig {
+    pub mode: SandboxMode,
+    /// `--allow-write DIR` (repeatable).
+    pub allow_write: Vec<PathBuf>,
+    /// `--allow-read DIR` (repeatable; strict only).
+    pub allow_read: Vec<PathBuf>,
+    /// `--allow-net`: no network confinement.
+    pub allow_net: bool,
+    /// `--allow-connect HOST:PORT` (repeatable): the ports that may be connected to.
+    pub allow_connect: Vec<u16>,
+}
+
+/// Parses `HOST:PORT` or `PORT` for `--allow-connect`: the port (Landlock
+/// filters TCP by port only).
+pub fn parse_connect(s: &str) -> Result<u16, String> {
+    let port = s.rsplit_once(':').map_or(s, |(_, p)| p);
+    port.trim().parse::<u16>().map_err(|_| {
+        format!("--allow-connect {s}: expected HOST:PORT or PORT, e.g. 127.0.0.1:5432")
+    })
+}
+
+/// The Landlock ABI this kernel offers (0: none), asked once.
+pub fn kernel_abi() -> i32 {
+    static ABI_VERSION: OnceLock<i32> = OnceLock::new();
+    *ABI_VERSION.get_or_init(|| {
+        // LANDLOCK_CREATE_RULESET_VERSION = 1 << 0.
+        // SAFETY: with a null attribute pointer, size 0 and the VERSION flag
+        // this only returns a number.
+        let v = unsafe {
+            libc::syscall(
+                libc::SYS_landlock_create_ruleset,
+                std::ptr::null::<libc::c_void>(),
+                0usize,
+                1u32,
+            )
+        };
+        if v < 0 {
+            0
+        } else {
+            v as i32
+        }
+    })
+}
+
+/// Which Landlock ABI the rules are written for (the newest we vetted).
+const TARGET_ABI: ABI = ABI::V7;
+
+/// What the image was confined to, for `image-info` and `doctor`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SandboxReport {
+    pub mode: SandboxMode,
+    /// True when the kernel enforces the rules (Landlock present).
+    pub enforced: bool,
+    /// The kernel's Landlock ABI (0: none).
+    pub abi: i32,
+    /// Where the image may write.
+    pub write: Vec<PathBuf>,
+    /// Where it may read (`None`: everywhere).
+    pub read: Option<Vec<PathBuf>>,
+    /// The network rule in words.
+    pub network: String,
+    /// Why the sandbox is weaker than asked, if it is.
+    pub warning: Option<String>,
+}
+
+impl SandboxReport {
+    /// One paragraph: the mode and its rules.
+    pub fn describe(&self) -> String {
+        if self.mode == SandboxMode::Off {
+            return "sandbox: off (the image runs with your full rights; --sandbox workspace confines it)"
+                .into();
+        }
+        let mut s = format!(
+            "sandbox: {}{} (Landlock ABI {})",
+            self.mode.as_str(),
+            if self.enforced { "" } else { ", NOT enforced" },
+            self.abi
+        );
+        let list = |v: &[PathBuf]| {
+            v.iter()
+                .map(|p| p.display().to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        s.push_str(&format!("\n  write: {}", list(&self.write)));
+        match &self.read {
+            None => s.push_str("\n  read: everywhere"),
+            Some(r) => s.push_str(&format!("\n  read: {}", list(r))),
+        }
+        s.push_str(&format!("\n  network: {}", self.network));
+        if let Some(w) = &self.warning {
+            s.push_str(&format!("\n  warning: {w}"));
+        }
+        s
+    }
+}
+
+/// Where the image's files live, for the rules.
+pub struct Places<'a> {
+    pub root: &'a Path,
+    pub cache: &'a Path,
+    pub lisp: &'a Path,
+    pub swank_loader: Option<&'a Path>,
+}
+
+/// A ruleset ready to be applied in the child (or nothing to apply).
+pub struct Confinement {
+    fd: Option<OwnedFd>,
+    pub report: SandboxReport,
+}
+
+impl Confinement {
+    /// The ruleset's descriptor to pass to [`restrict_in_child`].
+    pub fn raw_fd(&self) -> Option<RawFd> {
+        self.fd.as_ref().map(|f| f.as_raw_fd())
+    }
+}
+
+fn home() -> Option<PathBuf> {
+    std::env::var_os("HOME")
+        .filter(|h| !h.is_empty())
+        .map(PathBuf::from)
+}
+
+fn xdg(var: &str, fallback: &str) -> Option<PathBuf> {
+    std::env::var_os(var)
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+        .or_else(|| home().map(|h| h.join(fallback)))
+}
+
+/// ASDF's default fasl cache (`$XDG_CACHE_HOME/common-lisp`).
+pub fn asdf_fasl_cache() -> Option<PathBuf> {
+    xdg("XDG_CACHE_HOME", ".cache").map(|c| c.join("common-lisp"))
+}
+
+/// The directories the image may write to in `workspace` and `strict`
+/// (existing ones, canonical, deduplicated).
+pub fn write_dirs(cfg: &SandboxConfig, places: &Places) -> Vec<PathBuf> {
+    let mut dirs = vec![places.root.to_path_buf(), places.cache.to_path_buf()];
+    if let Some(fasl) = asdf_fasl_cache() {
+        // ASDF creates it at the first compile; Landlock needs it to exist.
+        let _ = std::fs::create_dir_all(&fasl);
+        dirs.push(fasl);
+    }
+    if let Some(h) = home() {
+        dirs.push(h.join("quicklisp"));
+    }
+    dirs.push(std::env::temp_dir());
+    dirs.push(PathBuf::from("/dev/shm"));
+    dirs.extend(cfg.allow_write.iter().cloned());
+    canonical_existing(dirs)
+}
+
+/// Device files every program may write (`/dev/null` for `run-program`'s
+/// discarded output, and so on).
+const WRITABLE_DEVICES: &[&str] = &["/dev/null", "/dev/zero", "/dev/full", "/dev/tty"];
+
+/// The directories the image may read in `strict` (besides where it may write).
+pub fn read_dirs(cfg: &SandboxConfig, places: &Places) -> Vec<PathBuf> {
+    let mut dirs: Vec<PathBuf> = [
+        "/usr",
+        "/lib",
+        "/lib64",
+        "/lib32",
+        "/bin",
+        "/sbin",
+        "/dev/urandom",
+        "/dev/random",
+        "/proc",
+        "/sys/devices/system/cpu",
+        "/etc/ld.so.cache",
+        "/etc/ld.so.conf",
+        "/etc/ld.so.conf.d",
+        "/etc/localtime",
+        "/etc/passwd",
+        "/etc/group",
+        "/etc/nsswitch.conf",
+        "/etc/hosts",
+        "/etc/resolv.conf",
+        "/etc/common-lisp",
+    ]
+    .iter()
+    .map(PathBuf::from)
+    .collect();
+    // The Lisp's install dir (`.../bin/sbcl` → `...`), and SBCL_HOME.
+    if let Ok(real) = places.lisp.canonicalize() {
+        if let Some(prefix) = real.parent().and_then(Path::parent) {
+            if prefix.parent().is_some() {
+                dirs.push(prefix.to_path_buf());
+            }
+        }
+    }
+    if let Some(h) = std::env::var_os("SBCL_HOME").filter(|v| !v.is_empty()) {
+        dirs.push(PathBuf::from(h));
+    }
+    if let Some(dir) = places.swank_loader.and_then(Path::parent) {
+        dirs.push(dir.to_path_buf());
+    }
+    // ASDF's source registries and configuration.
+    if let Some(data) = xdg("XDG_DATA_HOME", ".local/share") {
+        dirs.push(data.join("common-lisp"));
+    }
+    if let Some(config) = xdg("XDG_CONFIG_HOME", ".config") {
+        dirs.push(config.join("common-lisp"));
+    }
+    if let Some(h) = home() {
+        dirs.push(h.join("common-lisp"));
+    }
+    dirs.extend(cfg.allow_read.iter().cloned());
+    canonical_existing(dirs)
+}
+
+fn canonical_existing(dirs: Vec<PathBuf>) -> Vec<PathBuf> {
+    let mut out: Vec<PathBuf> = Vec::new();
+    for d in dirs {
+        if let Ok(c) = d.canonicalize() {
+            if !out.contains(&c) {
+                out.push(c);
+            }
+        }
+    }
+    out
+}
+
+/// Builds the ruleset for `cfg` (in the server, before the fork). `Err`:
+/// the image must not start (strict without Landlock, or a ruleset error).
+pub fn prepare(cfg: &SandboxConfig, places: &Places) -> Result<Confinement, String> {
+    let abi = kernel_abi();
+    if cfg.mode == SandboxMode::Off {
+        return Ok(Confinement {
+            fd: None,
+            report: SandboxReport {
+                mode: SandboxMode::Off,
+                enforced: false,
+                abi,
+                write: Vec::new(),
+                read: None,
+                network: "unrestricted".into(),
+                warning: None,
+            },
+        });
+    }
+    let write = write_dirs(cfg, places);
+    let read = (cfg.mode == SandboxMode::Strict).then(|| read_dirs(cfg, places));
+    let network = if cfg.allow_net {
+        "unrestricted (--allow-net)".to_string()
+    } else if cfg.allow_connect.is_empty() {
+        "no TCP connections (listening only: Swank's own listener); UDP and pathname Unix \
+         sockets are not filtered by Landlock"
+            .to_string()
+    } else {
+        format!(
+            "TCP connections only to port{} {} (any host: Landlock filters by port)",
+            if cfg.allow_connect.len() == 1 {
+                ""
+            } else {
+                "s"
+            },
+            cfg.allow_connect
+                .iter()
+                .map(u16::to_string)
+                .collect::<Vec<_>>()
+                .join(", ")
+        )
+    };
+    let broad = write.iter().find(|w| {
+        w.parent().is_none() || home().and_then(|h| h.canonicalize().ok()).as_ref() == Some(*w)
+    });
+    let mut report = SandboxReport {
+        mode: cfg.mode,
+        enforced: abi >= 1,
+        abi,
+        write: write.clone(),
+        read: read.clone(),
+        network,
+        warning: broad.map(|w| {
+            format!(
+                "the image may write under {}, which holds far more than a project (start the \
+                 server in the project's directory or pass --project-root)",
+                w.display()
+            )
+        }),
+    };
+    if abi < 1 {
+        if cfg.mode == SandboxMode::Strict {
+            return Err(
+                "--sandbox strict: this kernel has no Landlock (it is too old or Landlock is \
+                 not enabled at boot: add `lsm=...,landlock` to the kernel command line), so \
+                 the image would run unconfined; refusing to start it. Use --sandbox workspace \
+                 or off to run without confinement."
+                    .into(),
+            );
+        }
+        report.warning = Some(
+            "this kernel has no Landlock: the image runs UNCONFINED (a kernel of Linux 6.7 or \
+             later with Landlock enabled confines it)"
+                .into(),
+        );
+        return Ok(Confinement { fd: None, report });
+    }
+    if abi < 4 && !cfg.allow_net {
+        if cfg.mode == SandboxMode::Strict {
+            return Err(format!(
+                "--sandbox strict: this kernel's Landlock (ABI {abi}) cannot confine the \
+                 network (ABI 4, Linux 6.7, can); refusing to start the image. Add --allow-net \
+                 to run strict with the network open, or use --sandbox workspace."
+            ));
+        }
+        report.warning = Some(format!(
+            "this kernel's Landlock (ABI {abi}) confines files but not the network (ABI 4, \
+             Linux 6.7, does)"
+        ));
+        report.network = "unrestricted (kernel too old to confine it)".into();
+    }
+    build(cfg, &write, read.as_deref(), abi)
+        .map(|fd| Confinement {
+            fd: Some(fd),
+            report,
+        })
+        .map_err(|e: String| format!("cannot build the image's Landlock sandbox: {e}"))
+}
+
+fn build(
+    cfg: &SandboxConfig,
+    write: &[PathBuf],
+    read: Option<&[PathBuf]>,
+    abi: i32,
+) -> Result<OwnedFd, String> {
+    build_ruleset(cfg, write, read, abi)
+        .map_err(|e| e.to_string())?
+        .ok_or_else(|| "Landlock gave no ruleset".to_string())
+}
+
+fn build_ruleset(
+    cfg: &SandboxConfig,
+    write: &[PathBuf],
+    read: Option<&[PathBuf]>,
+    abi: i32,
+) -> Result<Option<OwnedFd>, landlock::RulesetError> {
+    let all = AccessFs::from_all(TARGET_ABI);
+    let read_access = AccessFs::from_read(TARGET_ABI);
+    let mut ruleset = Ruleset::default().handle_access(all)?;
+    if !cfg.allow_net && abi >= 4 {
+        ruleset = ruleset.handle_access(AccessNet::from_all(TARGET_ABI))?;
+    }
+    if abi >= 6 {
+        ruleset = ruleset.scope(Scope::from_all(TARGET_ABI))?;
+    }
+    let mut created = ruleset.create()?;
+    match read {
+        None => created = created.add_rules(path_beneath_rules(["/"], read_access))?,
+        Some(dirs) => created = created.add_rules(path_beneath_rules(dirs, read_access))?,
+    }
+    created = created.add_rules(path_beneath_rules(write, all))?;
+    created = created.add_rules(path_beneath_rules(WRITABLE_DEVICES, all))?;
+    if !cfg.allow_net && abi >= 4 {
+        // Port 0: binding lets the kernel pick an ephemeral port (Swank's
+        // listener); connections only to the allowed ports.
+        created = created.add_rule(NetPort::new(0, AccessNet::BindTcp))?;
+        for port in &cfg.allow_connect {
+            created = created.add_rule(NetPort::new(*port, AccessNet::ConnectTcp))?;
+        }
+    }
+    Ok(created.into())
+}
+
+/// Applies the ruleset `fd` to the calling process. Called in the child
+/// between fork and exec: only async-signal-safe system calls.
+pub fn restrict_in_child(fd: RawFd) -> std::io::Result<()> {
+    // SAFETY: plain system calls with integer arguments.
+    unsafe {
+        if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        if libc::syscall(libc::SYS_landlock_restrict_self, fd, 0u32) != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
+/// The `[SANDBOX]` line for an evaluation result whose text shows a refused
+/// file operation or connection, or `None`.
+pub fn refusal_hint(report: &SandboxReport, text: &str) -> Option<String> {
+    if report.mode == SandboxMode::Off || !report.enforced {
+        return None;
+    }
+    let lower = text.to_ascii_lowercase();
+    let denied = lower.contains("permission denied");
+    if !denied {
+        return None;
+    }
+    let net = lower.contains("socket") || lower.contains("connect");
+    let flag = if net {
+        "--allow-connect HOST:PORT (or --allow-net)"
+    } else if report.mode == SandboxMode::Strict {
+        "--allow-write DIR (writes) or --allow-read DIR (reads)"
+    } else {
+        "--allow-write DIR"
+    };
+    Some(format!(
+        "[SANDBOX] the image runs with --sandbox {}: this may be the sandbox refusing a {} \
+         outside its rules (image-info lists them); the server's {flag} allows it, or --sandbox off.",
+        report.mode.as_str(),
+        if net { "connection" } else { "file access" },
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn report(mode: SandboxMode, enforced: bool) -> SandboxReport {
+        SandboxReport {
+            mode,
+            enforced,
+            abi: 7,
+            write: vec![PathBuf::from("/p")],
+            read: None,
+            network: String::new(),
+            warning: None,
+        }
+    }
+
+    #[test]
+    fn connect_takes_host_port_or_port() {
+        assert_eq!(parse_connect("127.0.0.1:5432"), Ok(5432));
+        assert_eq!(parse_connect("[::1]:80"), Ok(80));
+        assert_eq!(parse_connect("443"), Ok(443));
+        assert!(parse_connect("example.org").is_err());
+        assert!(parse_connect("h:70000").is_err());
+    }
+
+    #[test]
+    fn modes_parse() {
+        assert_eq!(SandboxMode::parse("Strict"), Some(SandboxMode::Strict));
+        assert_eq!(
+            SandboxMode::parse("workspace"),
+            Some(SandboxMode::Workspace)
+        );
+        assert_eq!(SandboxMode::parse("off"), Some(SandboxMode::Off));
+        assert_eq!(SandboxMode::parse("on"), None);
+    }
+
+    #[test]
+    fn hint_names_the_flag_and_only_when_confined() {
+        let file = "Error opening #P\"/x\": Permission denied";
+        let h = refusal_hint(&report(SandboxMode::Workspace, true), file).unwrap();
+        assert!(
+            h.starts_with("[SANDBOX]") && h.contains("--allow-write DIR"),
+            "{h}"
+        );
+        let h = refusal_hint(&report(SandboxMode::Strict, true), file).unwrap();
+        assert!(h.contains("--allow-read DIR"), "{h}");
+        let net = "Socket error in \"connect\": EACCES (Permission denied)";
+        let h = refusal_hint(&report(SandboxMode::Workspace, true), net).unwrap();
+        assert!(h.contains("--allow-connect"), "{h}");
+        assert_eq!(refusal_hint(&report(SandboxMode::Off, false), file), None);
+        assert_eq!(
+            refusal_hint(&report(SandboxMode::Workspace, false), file),
+            None
+        );
+        assert_eq!(
+            refusal_hint(&report(SandboxMode::Workspace, true), "No such file"),
+            None
+        );
+    }
+}

@@ -1,0 +1,364 @@
+//! `--sandbox workspace|strict` (CONTRACT §10, issue 13) with a real SBCL on
+//! this kernel: evaluated code, and the processes it starts, cannot write
+//! outside the project root and the allowed dirs, cannot connect anywhere
+//! unless allowed, cannot reach the server through `/proc/<pid>/fd`, and in
+//! `strict` cannot read outside either; ASDF builds still work.
+//!
+//! The kernel must offer Landlock ABI 4 or later (network rules); the tests
+//! say so and fail otherwise, rather than pass unconfined.
+
+mod common;
+mod eval_support;
+
+use std::path::{Path, PathBuf};
+
+use eval_support::{call, eval, Reply};
+use serde_json::json;
+
+/// A project root, an outside dir and the server's private temp dir (so
+/// the shared /tmp is outside too).
+struct Dirs {
+    _tmp: tempfile::TempDir,
+    root: PathBuf,
+    outside: PathBuf,
+    server_tmp: PathBuf,
+}
+
+fn dirs() -> Dirs {
+    let tmp = tempfile::tempdir().unwrap();
+    let base = tmp.path().canonicalize().unwrap();
+    let d = Dirs {
+        root: base.join("root"),
+        outside: base.join("outside"),
+        server_tmp: base.join("server-tmp"),
+        _tmp: tmp,
+    };
+    for p in [&d.root, &d.outside, &d.server_tmp] {
+        std::fs::create_dir_all(p).unwrap();
+    }
+    d
+}
+
+fn require_landlock() {
+    let abi = cl_mcp_server::image::sandbox::kernel_abi();
+    assert!(
+        abi >= 4,
+        "this kernel's Landlock ABI is {abi}; the sandbox tests need 4 or later"
+    );
+}
+
+fn server(d: &Dirs, extra: &[&str]) -> common::Server {
+    require_landlock();
+    let cache = std::env::temp_dir().join("cl-mcp-server-test-cache");
+    let mut args = vec!["--project-root", d.root.to_str().unwrap()];
+    args.extend_from_slice(extra);
+    let mut s = common::Server::start_with_env(
+        &args,
+        &[
+            ("CL_MCP_CACHE_DIR", cache.to_str().unwrap()),
+            ("TMPDIR", d.server_tmp.to_str().unwrap()),
+        ],
+    );
+    let r = s.request(json!({"jsonrpc":"2.0","id":0,"method":"initialize","params":{
+        "protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"test","version":"1"}}}));
+    assert!(r.get("result").is_some(), "initialize failed: {r}");
+    s.send(&json!({"jsonrpc":"2.0","method":"notifications/initialized"}));
+    s
+}
+
+fn lisp_path(p: &Path) -> String {
+    format!("{:?}", p.to_str().unwrap())
+}
+
+fn write_form(p: &Path) -> String {
+    format!(
+        "(with-open-file (s {} :direction :output :if-exists :supersede) (write-string \"x\" s) :written)",
+        lisp_path(p)
+    )
+}
+
+fn touch_form(p: &Path) -> String {
+    format!(
+        "(sb-ext:process-exit-code (sb-ext:run-program \"/usr/bin/touch\" (list {}) :output nil :error nil))",
+        lisp_path(p)
+    )
+}
+
+fn connect_form(port: u16) -> String {
+    format!(
+        "(let ((s (make-instance 'sb-bsd-sockets:inet-socket :type :stream :protocol :tcp)))
+           (unwind-protect
+                (progn (sb-bsd-sockets:socket-connect s #(127 0 0 1) {port}) :connected)
+             (sb-bsd-sockets:socket-close s)))"
+    )
+}
+
+/// Signal 0 (a probe that delivers nothing) to the server.
+const SIGNAL_PARENT: &str = "(progn (require :sb-posix)
+  (handler-case (progn (sb-posix:kill (sb-posix:getppid) 0) :sent)
+    (sb-posix:syscall-error () :refused)))";
+
+fn assert_refused(r: &Reply, flag: &str) {
+    assert!(r.is_error, "{}", r.text);
+    assert!(
+        r.text.to_ascii_lowercase().contains("permission denied"),
+        "{}",
+        r.text
+    );
+    let sandbox_lines: Vec<&str> = r
+        .text
+        .lines()
+        .filter(|l| l.starts_with("[SANDBOX]"))
+        .collect();
+    assert_eq!(sandbox_lines.len(), 1, "{}", r.text);
+    assert!(sandbox_lines[0].contains("workspace") || sandbox_lines[0].contains("strict"));
+    assert!(sandbox_lines[0].contains(flag), "{}", r.text);
+}
+
+#[test]
+fn workspace_confines_writes_children_network_and_proc() {
+    let d = dirs();
+    let allowed = d.outside.join("allowed");
+    std::fs::create_dir_all(&allowed).unwrap();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let mut s = server(
+        &d,
+        &[
+            "--sandbox",
+            "workspace",
+            "--allow-write",
+            allowed.to_str().unwrap(),
+        ],
+    );
+
+    // Inside the root: allowed.
+    let inside = d.root.join("inside.txt");
+    let r = eval(&mut s, 1, &write_form(&inside));
+    assert_eq!(r.text, "=> :WRITTEN");
+    assert_eq!(std::fs::read_to_string(&inside).unwrap(), "x");
+
+    // Outside (a dir of the shared /tmp): refused, with one [SANDBOX] line.
+    let outside = d.outside.join("evil.txt");
+    let r = eval(&mut s, 2, &write_form(&outside));
+    assert_refused(&r, "--allow-write");
+    assert!(!outside.exists());
+
+    // A child process inherits the sandbox.
+    let touched = d.outside.join("touched");
+    let r = eval(&mut s, 3, &touch_form(&touched));
+    assert!(!r.is_error, "{}", r.text);
+    assert_ne!(r.text, "=> 0", "touch succeeded outside the root");
+    assert!(!touched.exists());
+    let r = eval(&mut s, 4, &touch_form(&d.root.join("touched")));
+    assert_eq!(r.text, "=> 0");
+    assert!(d.root.join("touched").exists());
+
+    // --allow-write widens it.
+    let r = eval(&mut s, 5, &write_form(&allowed.join("ok.txt")));
+    assert_eq!(r.text, "=> :WRITTEN");
+
+    // Renaming a file out of the root, or a symbolic link out of it, does
+    // not help.
+    let r = eval(
+        &mut s,
+        6,
+        &format!(
+            "(rename-file {} {})",
+            lisp_path(&inside),
+            lisp_path(&d.outside.join("moved.txt"))
+        ),
+    );
+    assert!(r.is_error, "{}", r.text);
+    assert!(!d.outside.join("moved.txt").exists());
+    std::os::unix::fs::symlink(&d.outside, d.root.join("link")).unwrap();
+    let r = eval(&mut s, 7, &write_form(&d.root.join("link/via-link.txt")));
+    assert!(r.is_error, "{}", r.text);
+    assert!(!d.outside.join("via-link.txt").exists());
+
+    // Reads are allowed in workspace.
+    std::fs::write(d.outside.join("readable.txt"), "hello").unwrap();
+    let r = eval(
+        &mut s,
+        8,
+        &format!(
+            "(with-open-file (s {}) (values (read-line s)))",
+            lisp_path(&d.outside.join("readable.txt"))
+        ),
+    );
+    assert_eq!(r.text, "=> \"hello\"");
+
+    // No TCP connection to a port the test listens on (Swank itself, which
+    // the server connects to, works: every call here goes through it).
+    let r = eval(&mut s, 9, &connect_form(port));
+    assert_refused(&r, "--allow-connect");
+
+    // The server's own stdout, through /proc: refused.
+    let r = eval(
+        &mut s,
+        10,
+        "(progn (require :sb-posix)
+           (with-open-file (s (format nil \"/proc/~D/fd/1\" (sb-posix:getppid))
+                              :direction :output :if-exists :append)
+             (write-line \"{\\\"jsonrpc\\\":\\\"2.0\\\",\\\"id\\\":99,\\\"result\\\":{}}\" s))
+           :forged)",
+    );
+    assert!(r.is_error, "{}", r.text);
+    assert!(r.text.contains("Permission denied"), "{}", r.text);
+
+    // No signals to processes outside the sandbox (the server here).
+    let r = eval(&mut s, 12, SIGNAL_PARENT);
+    assert_eq!(r.text, "=> :REFUSED");
+
+    // image-info shows the mode and the rules.
+    let r = call(&mut s, 11, "image-info", json!({}));
+    assert!(!r.is_error, "{}", r.text);
+    common::assert_conforms("image-info", &r.structured);
+    let sb = &r.structured["sandbox"];
+    assert_eq!(sb["mode"], "workspace", "{}", r.structured);
+    assert_eq!(sb["enforced"], true);
+    let write: Vec<&str> = sb["write"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap())
+        .collect();
+    assert!(write.contains(&d.root.to_str().unwrap()), "{write:?}");
+    assert!(write.contains(&allowed.to_str().unwrap()), "{write:?}");
+    assert!(!write.contains(&"/tmp"), "{write:?}");
+    assert!(sb.get("read").is_none());
+    assert!(r.text.contains("sandbox: workspace"), "{}", r.text);
+    drop(listener);
+}
+
+#[test]
+fn allow_connect_opens_one_port() {
+    let d = dirs();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let other = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let other_port = other.local_addr().unwrap().port();
+    let allow = format!("127.0.0.1:{port}");
+    let mut s = server(&d, &["--sandbox", "workspace", "--allow-connect", &allow]);
+    let r = eval(&mut s, 1, &connect_form(port));
+    assert_eq!(r.text, "=> :CONNECTED");
+    let r = eval(&mut s, 2, &connect_form(other_port));
+    assert_refused(&r, "--allow-connect");
+}
+
+#[test]
+fn asdf_builds_still_work_in_workspace() {
+    let d = dirs();
+    let project = d.root.join("sbxdemo");
+    std::fs::create_dir_all(&project).unwrap();
+    std::fs::write(
+        project.join("sbxdemo.asd"),
+        "(asdf:defsystem \"sbxdemo\" :components ((:file \"main\")))\n",
+    )
+    .unwrap();
+    std::fs::write(
+        project.join("main.lisp"),
+        "(defpackage :sbxdemo (:use :cl) (:export #:answer))\n(in-package :sbxdemo)\n(defun answer () :sandboxed)\n",
+    )
+    .unwrap();
+    let mut s = server(&d, &["--sandbox", "workspace"]);
+    let r = call(&mut s, 1, "asdf-load-system", json!({"system": "sbxdemo"}));
+    assert!(!r.is_error, "{}", r.text);
+    let r = eval(&mut s, 2, "(sbxdemo:answer)");
+    assert_eq!(r.text, "=> :SANDBOXED");
+    // lisp-compile-file writes into the private fasl dir of the cache.
+    std::fs::write(d.root.join("single.lisp"), "(defun single-answer () 7)\n").unwrap();
+    let r = call(
+        &mut s,
+        3,
+        "lisp-compile-file",
+        json!({"path": "single.lisp"}),
+    );
+    assert!(!r.is_error, "{}", r.text);
+    let r = eval(&mut s, 4, "(single-answer)");
+    assert_eq!(r.text, "=> 7");
+}
+
+#[test]
+fn strict_refuses_reads_outside() {
+    let d = dirs();
+    let secret = d.outside.join("secret.txt");
+    std::fs::write(&secret, "s3cret").unwrap();
+    std::fs::write(d.root.join("mine.txt"), "mine").unwrap();
+    let extra = d.outside.join("extra");
+    std::fs::create_dir_all(&extra).unwrap();
+    std::fs::write(extra.join("granted.txt"), "granted").unwrap();
+    let mut s = server(
+        &d,
+        &[
+            "--sandbox",
+            "strict",
+            "--allow-read",
+            extra.to_str().unwrap(),
+        ],
+    );
+    let read = |p: &Path| {
+        format!(
+            "(with-open-file (s {}) (values (read-line s)))",
+            lisp_path(p)
+        )
+    };
+    let r = eval(&mut s, 1, &read(&d.root.join("mine.txt")));
+    assert_eq!(r.text, "=> \"mine\"");
+    let r = eval(&mut s, 2, &read(&secret));
+    assert_refused(&r, "--allow-read");
+    assert!(!r.text.contains("s3cret"));
+    let r = eval(&mut s, 3, &read(&extra.join("granted.txt")));
+    assert_eq!(r.text, "=> \"granted\"");
+    let r = eval(&mut s, 4, &write_form(&extra.join("no.txt")));
+    assert_refused(&r, "--allow-write");
+
+    let r = call(&mut s, 5, "image-info", json!({}));
+    common::assert_conforms("image-info", &r.structured);
+    assert_eq!(r.structured["sandbox"]["mode"], "strict");
+    assert!(r.structured["sandbox"]["read"].is_array());
+}
+
+#[test]
+fn off_leaves_the_image_unconfined() {
+    let d = dirs();
+    let mut s = server(&d, &["--sandbox", "off"]);
+    let outside = d.outside.join("free.txt");
+    let r = eval(&mut s, 1, &write_form(&outside));
+    assert_eq!(r.text, "=> :WRITTEN");
+    let r = call(&mut s, 2, "image-info", json!({}));
+    assert_eq!(r.structured["sandbox"]["mode"], "off");
+    let r = eval(&mut s, 3, SIGNAL_PARENT);
+    assert_eq!(r.text, "=> :SENT");
+}
+
+#[test]
+fn a_new_root_is_writable_after_image_restart() {
+    let d = dirs();
+    let mut s = server(&d, &["--sandbox", "workspace", "--allow-any-root"]);
+    let r = eval(&mut s, 1, "(+ 1 2)");
+    assert_eq!(r.text, "=> 3");
+    let target = d.outside.join("after-move.txt");
+    let r = call(
+        &mut s,
+        2,
+        "fs-set-project-root",
+        json!({"path": d.outside.to_str().unwrap()}),
+    );
+    assert!(!r.is_error, "{}", r.text);
+    assert!(
+        r.text.contains("[SANDBOX]") && r.text.contains("image-restart"),
+        "{}",
+        r.text
+    );
+    // The running image keeps the rules it started with.
+    let r = eval(&mut s, 3, &write_form(&target));
+    assert_refused(&r, "--allow-write");
+    let r = call(&mut s, 4, "image-restart", json!({}));
+    assert!(!r.is_error, "{}", r.text);
+    let r = eval(&mut s, 5, &write_form(&target));
+    assert_eq!(r.text, "=> :WRITTEN");
+    // The old root is outside now.
+    let r = eval(&mut s, 6, &write_form(&d.root.join("old.txt")));
+    assert_refused(&r, "--allow-write");
+}
