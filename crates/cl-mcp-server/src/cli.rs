@@ -147,6 +147,11 @@ pub struct ServerOptions {
         allow_hyphen_values = true
     )]
     pub lisp_args: Vec<String>,
+    /// Cap the local image's heap at MB mebibytes (SBCL's dynamic space,
+    /// ECL's heap): a runaway allocation then fails inside the image as a
+    /// Lisp storage condition instead of taking the host's memory.
+    #[arg(long, env = "CL_MCP_MEMORY_LIMIT", global = true, value_name = "MB")]
+    pub memory_limit: Option<u64>,
     /// Abort a pending debugger (evaluate-lisp with debug) nobody has touched for this many seconds.
     #[arg(
         long,
@@ -296,11 +301,18 @@ impl ServerOptions {
                 .filter(|a| !a.is_empty())
                 .cloned()
                 .collect(),
+            memory_limit_mb: self.memory_limit,
             ..crate::image::ImageConfig::default()
         };
         config.image = image;
         config.shared_image = self.shared_image;
         config.eager_image = !self.lazy_image;
+        if self.memory_limit.is_some_and(|m| m < 256) {
+            return Err(
+                "--memory-limit must be at least 256 (MiB): the image itself needs about 100"
+                    .into(),
+            );
+        }
         config.approval_token_fallback = self.approval_fallback == "token";
         config.allow_any_root = self.allow_any_root;
         config.require_approval = self

@@ -225,3 +225,30 @@ fn stack_exhaustion_in_macroexpansion_leaves_the_image_alive() {
     let r = eval(&mut s, 5, "*hardening-state*");
     assert_eq!(r.text, "=> 42", "the image and its state survived");
 }
+
+#[test]
+fn memory_limit_turns_a_huge_allocation_into_a_lisp_error() {
+    let mut s = lisp_server(&["--memory-limit", "512"]);
+    let r = eval(
+        &mut s,
+        1,
+        "(defvar *memory-kept* :yes) (sb-ext:dynamic-space-size)",
+    );
+    assert_eq!(r.text, format!("=> {}", 512 * 1024 * 1024), "{}", r.text);
+    let r = eval(
+        &mut s,
+        2,
+        "(length (make-array (* 700 1024 1024) :element-type '(unsigned-byte 8)))",
+    );
+    assert!(r.is_error, "{}", r.text);
+    assert!(r.text.contains("HEAP-EXHAUSTED"), "{}", r.text);
+    let r = eval(&mut s, 3, "*memory-kept*");
+    assert_eq!(r.text, "=> :YES", "the image and its state survived");
+    // Too small a limit is a start-up error, not a broken image.
+    let out = std::process::Command::new(common::BIN)
+        .args(["--memory-limit", "64"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--memory-limit"));
+}

@@ -174,6 +174,18 @@ impl LispKind {
         matches!(self, LispKind::Sbcl | LispKind::Clisp | LispKind::Ccl)
     }
 
+    /// Runtime options that cap the heap at `mb` MiB (`--memory-limit`),
+    /// placed before every other argument; empty where the implementation
+    /// takes no such option on its command line (CLISP grows its heap as
+    /// it needs; ABCL's JVM takes `-Xmx` through its wrapper script).
+    pub fn memory_args(self, mb: u64) -> Vec<OsString> {
+        match self {
+            LispKind::Sbcl => vec!["--dynamic-space-size".into(), format!("{mb}").into()],
+            LispKind::Ecl => vec!["--heap-size".into(), format!("{}", mb * 1024 * 1024).into()],
+            LispKind::Clisp | LispKind::Abcl | LispKind::Ccl => Vec::new(),
+        }
+    }
+
     /// What the runtime option for the heap is called, for `--help` texts
     /// and doctor hints.
     pub fn heap_hint(self) -> &'static str {

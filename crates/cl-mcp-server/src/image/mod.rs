@@ -66,6 +66,9 @@ pub struct ImageConfig {
     pub crash_window: Duration,
     /// `--sandbox` and its allowances (local images only).
     pub sandbox: sandbox::SandboxConfig,
+    /// `--memory-limit`: the local image's heap, in MiB (`None`: the
+    /// implementation's default).
+    pub memory_limit_mb: Option<u64>,
     /// The project root a local image may write under (read at each start,
     /// so a restart follows `fs-set-project-root`); `None`: the working
     /// directory.
@@ -87,6 +90,7 @@ impl Default for ImageConfig {
             crash_limit: 3,
             crash_window: Duration::from_secs(300),
             sandbox: sandbox::SandboxConfig::default(),
+            memory_limit_mb: None,
             project_root: None,
         }
     }

@@ -805,6 +805,13 @@ impl Image {
                 cmd.pre_exec(move || sandbox::restrict_in_child(fd));
             }
         }
+        if let Some(mb) = self.inner.config.memory_limit_mb {
+            let args = plan.kind.memory_args(mb);
+            if args.is_empty() {
+                tracing::warn!(lisp = %plan.kind, "--memory-limit is not applied to this implementation (set its heap with --lisp-arg)");
+            }
+            cmd.args(args);
+        }
         cmd.args(&self.inner.config.lisp_runtime_args)
             .args(&plan.args)
             .envs(plan.env.iter().map(|(k, v)| (k, v)))
