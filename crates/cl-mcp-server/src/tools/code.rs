@@ -123,12 +123,7 @@ pub const BUILD_TIMEOUT_SECONDS: f64 = 600.0;
 
 /// The validated timeout of a build tool call.
 pub fn build_timeout(seconds: Option<f64>) -> Result<std::time::Duration, String> {
-    let s = seconds.unwrap_or(BUILD_TIMEOUT_SECONDS);
-    if s > 0.0 && s.is_finite() {
-        Ok(std::time::Duration::from_secs_f64(s.min(1.0e7)))
-    } else {
-        Err("timeoutSeconds must be a positive number of seconds.".into())
-    }
+    lisp_call::timeout_arg(seconds, BUILD_TIMEOUT_SECONDS)
 }
 
 /// The `[TIMEOUT]`/`[INTERRUPTED]` line of a build that was stopped, if it was.

@@ -854,10 +854,10 @@ fn restart_form(a: &RestartArgs) -> Result<String, String> {
 }
 
 async fn debugger_restart(a: RestartArgs, ctx: ToolContext) -> ToolOutput {
-    let timeout = a.timeout_seconds.unwrap_or(30.0);
-    if !(timeout > 0.0 && timeout.is_finite()) {
-        return ToolOutput::error("timeoutSeconds must be a positive number of seconds.");
-    }
+    let timeout = match super::lisp_call::timeout_arg(a.timeout_seconds, 30.0) {
+        Ok(t) => t,
+        Err(e) => return ToolOutput::error(e),
+    };
     let p = match ctx.session.debuggers.find(a.debugger) {
         Ok(p) => p,
         Err(e) => return ToolOutput::error(e),
@@ -893,7 +893,6 @@ async fn debugger_restart(a: RestartArgs, ctx: ToolContext) -> ToolOutput {
             _ = async { rx.wait_for(|s| s.debug_seq > since || s.outcome.is_some()).await.is_ok() } => {}
         }
     }
-    let timeout = Duration::from_secs_f64(timeout.min(1.0e7));
     let (waited, cause) = wait(&ctx, &p, since, timeout).await;
     outcome_output(&ctx, &p, waited, cause).await
 }

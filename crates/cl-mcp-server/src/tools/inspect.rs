@@ -28,15 +28,6 @@ static NEXT_ID: AtomicU64 = AtomicU64::new(1 << 41);
 const STATUS_POLL: Duration = Duration::from_millis(500);
 const UNWIND_GRACE: Duration = Duration::from_secs(5);
 
-fn timeout_of(seconds: Option<f64>, default: f64) -> Result<Duration, String> {
-    let s = seconds.unwrap_or(default);
-    if s > 0.0 && s.is_finite() {
-        Ok(Duration::from_secs_f64(s.min(1.0e7)))
-    } else {
-        Err("timeoutSeconds must be a positive number of seconds.".into())
-    }
-}
-
 /// Runs a helper that evaluates user code as one of the session's
 /// evaluations; the helper form gets `:id` and `:session`.
 async fn run_user_code(
@@ -228,7 +219,7 @@ fn render_inspection(o: &InspectOutput) -> String {
 }
 
 async fn inspect_object(a: InspectArgs, ctx: ToolContext) -> ToolOutput {
-    let timeout = match timeout_of(a.timeout_seconds, 30.0) {
+    let timeout = match image::timeout_arg(a.timeout_seconds, 30.0) {
         Ok(t) => t,
         Err(e) => return ToolOutput::error(e),
     };
@@ -596,7 +587,7 @@ fn render_profile(o: &ProfileOutput) -> String {
 }
 
 async fn profile_code(a: ProfileArgs, ctx: ToolContext) -> ToolOutput {
-    let timeout = match timeout_of(a.timeout_seconds, 120.0) {
+    let timeout = match image::timeout_arg(a.timeout_seconds, 120.0) {
         Ok(t) => t,
         Err(e) => return ToolOutput::error(e),
     };

@@ -39,6 +39,17 @@ pub fn check_read_depth(text: &str, what: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// The validated `timeoutSeconds` of a call (`default` when absent): a
+/// positive, finite number of seconds, capped at 10^7.
+pub fn timeout_arg(seconds: Option<f64>, default: f64) -> Result<Duration, String> {
+    let s = seconds.unwrap_or(default);
+    if s > 0.0 && s.is_finite() {
+        Ok(Duration::from_secs_f64(s.min(1.0e7)))
+    } else {
+        Err("timeoutSeconds must be a positive number of seconds.".into())
+    }
+}
+
 /// The form `(CL-MCP:NAME ARG... :KEY VALUE...)`, printed so that the Lisp
 /// reader reads every argument back exactly (strings are escaped by the data
 /// printer; no caller splices raw text into a form).
