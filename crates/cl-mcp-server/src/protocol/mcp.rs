@@ -71,6 +71,15 @@ impl McpError {
         }
     }
 
+    /// A -32603 whose data says what went wrong.
+    pub fn internal(data: impl Into<String>) -> Self {
+        McpError {
+            code: jsonrpc::INTERNAL_ERROR,
+            message: "Internal error",
+            data: Value::String(data.into()),
+        }
+    }
+
     pub fn into_line(self, id: &RequestId) -> String {
         jsonrpc::error(Some(id), self.code, self.message, &self.data)
     }
@@ -894,11 +903,7 @@ fn start_task(
         .session
         .tasks
         .create(ttl, false)
-        .map_err(|e| McpError {
-            code: jsonrpc::INTERNAL_ERROR,
-            message: "Internal error",
-            data: Value::String(e),
-        })?;
+        .map_err(McpError::internal)?;
     let conn = req.conn.clone();
     let out = conn.notify.clone();
     let legacy = req.era == Era::Legacy;
@@ -1016,11 +1021,7 @@ async fn call_tool_as_task(
         .session
         .tasks
         .create(None, true)
-        .map_err(|e| McpError {
-            code: jsonrpc::INTERNAL_ERROR,
-            message: "Internal error",
-            data: Value::String(e),
-        })?;
+        .map_err(McpError::internal)?;
     let mut ctx = ToolContext::new(req.conn.session.clone(), task.cancel.clone());
     ctx.client_capabilities = declared;
     ctx.input = input;
@@ -1041,11 +1042,7 @@ async fn call_tool_as_task(
                 // Nobody will learn this task's id: stop its work.
                 let _ = task.cancel();
                 req.conn.session.tasks.remove(&task.id);
-                return Err(McpError {
-                    code: jsonrpc::INTERNAL_ERROR,
-                    message: "Internal error",
-                    data: Value::String("the request was cancelled".into()),
-                });
+                return Err(McpError::internal("the request was cancelled"));
             }
         }
         if let Some(outcome) = task.outcome_now() {
