@@ -81,14 +81,7 @@ fn flood_then_read(pid: u32, reader: impl Read, what: &str) {
 
 #[test]
 fn a_client_that_never_reads_stdio_keeps_memory_bounded() {
-    let mut child = Command::new(BIN)
-        .args(["--lazy-image"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let _kill = KillOnDrop(child.id());
+    let (mut child, _kill) = lazy_stdio_server();
     write_in_background(child.stdin.take().unwrap(), flood_input());
     let stdout = child.stdout.take().unwrap();
     flood_then_read(child.id(), stdout, "stdio");
@@ -102,6 +95,20 @@ fn a_client_that_never_reads_tcp_keeps_memory_bounded() {
     let stream = TcpStream::connect(tcp_addr(&server)).unwrap();
     write_in_background(stream.try_clone().unwrap(), flood_input());
     flood_then_read(server.child.id(), stream, "tcp");
+}
+
+/// `cl-mcp-server --lazy-image` on piped stdio (stderr dropped), killed
+/// when the guard goes.
+fn lazy_stdio_server() -> (std::process::Child, KillOnDrop) {
+    let child = Command::new(BIN)
+        .args(["--lazy-image"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let kill = KillOnDrop(child.id());
+    (child, kill)
 }
 
 struct KillOnDrop(u32);
@@ -192,14 +199,7 @@ fn a_batch_response_is_capped_in_bytes() {
 
 #[test]
 fn one_batch_line_of_a_flood_keeps_memory_bounded() {
-    let mut child = Command::new(BIN)
-        .args(["--lazy-image"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let _kill = KillOnDrop(child.id());
+    let (mut child, _kill) = lazy_stdio_server();
     let batch: Vec<String> = (2..FLOOD + 2)
         .map(|id| format!("{{\"jsonrpc\":\"2.0\",\"id\":{id},\"method\":\"tools/list\"}}"))
         .collect();

@@ -11,29 +11,18 @@
 mod common;
 mod js_support;
 
-use std::process::Command;
-
 #[test]
 fn official_typescript_sdk_drives_every_family_over_stdio_and_http() {
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/sdk/ts_sdk_client.mjs");
-    let node = js_support::node();
     js_support::installed("@modelcontextprotocol/sdk/package.json");
     js_support::installed("@modelcontextprotocol/client/package.json");
     let root = env!("CARGO_MANIFEST_DIR");
     let http = common::Listening::start(&["http", "--bind", "127.0.0.1:0", "--project-root", root]);
-    let out = Command::new(&node)
-        .arg(script)
-        .arg(js_support::js_dir())
-        .args([common::BIN, root, &http.address])
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run {}: {e}", node.display()));
-    drop(http);
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        out.status.success(),
-        "TypeScript SDK client failed:\n{stdout}\n{stderr}"
+    let stdout = js_support::run_client(
+        "ts_sdk_client.mjs",
+        &[common::BIN, root, &http.address],
+        "TypeScript SDK client",
     );
+    drop(http);
     for transport in ["stdio", "http"] {
         for (sdk, mode, protocol) in [
             ("@modelcontextprotocol/sdk 1.", "legacy", "2025-11-25"),
@@ -66,26 +55,10 @@ fn official_typescript_sdk_drives_every_family_over_stdio_and_http() {
 /// inside and before a task, tool and protocol errors, cancellation.
 #[test]
 fn official_tasks_client_drives_the_tasks_extension() {
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/sdk/ts_tasks_client.mjs");
-    let node = js_support::node();
     js_support::installed("@modelcontextprotocol/client/package.json");
     js_support::installed("@modelcontextprotocol/ext-tasks/package.json");
     let http = common::Listening::start(&["http", "--bind", "127.0.0.1:0"]);
-    let out = Command::new(&node)
-        .arg(script)
-        .arg(js_support::js_dir())
-        .arg(&http.address)
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run {}: {e}", node.display()));
+    let stdout = js_support::run_client("ts_tasks_client.mjs", &[&http.address], "Tasks client");
     drop(http);
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        out.status.success(),
-        "Tasks client failed:\n{stdout}\n{stderr}"
-    );
-    assert!(
-        stdout.contains("tasks client ok: 6 tasks"),
-        "{stdout}\n{stderr}"
-    );
+    assert!(stdout.contains("tasks client ok: 6 tasks"), "{stdout}");
 }

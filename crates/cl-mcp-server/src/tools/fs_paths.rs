@@ -502,10 +502,8 @@ mod tests {
 
     #[test]
     fn extra_read_roots_allow_reads_only() {
-        let base = std::env::temp_dir()
-            .canonicalize()
-            .unwrap()
-            .join(format!("fs-paths-extra-{}", std::process::id()));
+        let tmp = tempfile::tempdir().unwrap();
+        let base = tmp.path().canonicalize().unwrap();
         let root = base.join("root");
         let lib = base.join("lib");
         std::fs::create_dir_all(&root).unwrap();
@@ -525,7 +523,6 @@ mod tests {
             e.0.contains("Reads are allowed only under the project root;"),
             "{e}"
         );
-        std::fs::remove_dir_all(&base).unwrap();
     }
 
     /// What a race could leave between the check and the use: the handle
@@ -533,10 +530,8 @@ mod tests {
     /// symlink or FIFO.
     #[test]
     fn handles_refuse_what_a_race_could_swap_in() {
-        let base = std::env::temp_dir()
-            .canonicalize()
-            .unwrap()
-            .join(format!("fs-paths-race-{}", std::process::id()));
+        let tmp = tempfile::tempdir().unwrap();
+        let base = tmp.path().canonicalize().unwrap();
         let root = base.join("root");
         let out = base.join("out");
         std::fs::create_dir_all(&root).unwrap();
@@ -568,6 +563,5 @@ mod tests {
         assert_eq!(atomic_write(&at("new/f"), b"ok"), Ok(false));
         assert_eq!(atomic_write(&at("new/f"), b"ok2"), Ok(true));
         assert_eq!(std::fs::read_to_string(root.join("new/f")).unwrap(), "ok2");
-        std::fs::remove_dir_all(&base).unwrap();
     }
 }

@@ -41,3 +41,23 @@ pub fn installed(relative: &str) -> PathBuf {
     );
     path
 }
+
+/// Runs the client script `script` (under `tests/sdk`) with Node, giving it
+/// the JS directory and then `args`; panics with its output unless it
+/// succeeds, naming it `what`. Returns its stdout.
+pub fn run_client(script: &str, args: &[&str], what: &str) -> String {
+    let node = node();
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/sdk")
+        .join(script);
+    let out = std::process::Command::new(&node)
+        .arg(path)
+        .arg(js_dir())
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {}: {e}", node.display()));
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{what} failed:\n{stdout}\n{stderr}");
+    stdout
+}
