@@ -56,6 +56,23 @@ async def run(target, label: str, mode: str) -> None:
         assert any(x["name"] == "USE-VALUE" for x in r.structured_content["restarts"]), r.structured_content
         r = await call(client, "debugger-restart", {"debugger": number, "restart": "use-value", "values": ["4"]})
         assert r.structured_content["values"] == ["8"], r.structured_content
+        # A frame's value inspected while the debugger waits, then stepping.
+        r = await call(client, "evaluate-lisp", {"code": '(let ((sdk-local (list 1 2))) (break "look") sdk-local)', "debug": True}, error=True)
+        number = r.structured_content["debugger"]["debugger"]
+        frame = r.structured_content["debugger"]["frames"][0]["index"]
+        r = await call(client, "inspect-object", {"debugger": number, "frame": frame, "code": "(list 1 2)"})
+        assert r.structured_content["total"] == 2, r.structured_content
+        r = await call(client, "debugger-restart", {"debugger": number, "action": "continue"})
+        assert r.structured_content["values"] == ["(1 2)"], r.structured_content
+        await call(client, "evaluate-lisp", {"code": "(declaim (optimize (debug 3))) (defun sdk-step (x) (let ((y (sdk-twice x))) (+ y (sdk-twice y))))"})
+        r = await call(client, "evaluate-lisp", {"code": "(step (sdk-step 2))", "debug": True}, error=True)
+        assert "STEP-FORM-CONDITION" in text_of(r), text_of(r)
+        r = await call(client, "debugger-restart", {"action": "step"}, error=True)
+        assert "(SDK-TWICE X)" in text_of(r), text_of(r)
+        r = await call(client, "debugger-restart", {"action": "next"}, error=True)
+        assert "(SDK-TWICE Y)" in text_of(r), text_of(r)
+        r = await call(client, "debugger-restart", {"action": "out"})
+        assert r.structured_content["values"] == ["12"], r.structured_content
 
         # One tool of each family.
         r = await call(client, "image-info", {})
