@@ -65,17 +65,33 @@ fn seed_complete_session() {
         assert_eq!(t["inputSchema"]["type"], "object", "{t}");
         // MCP's default dialect (2020-12); no per-schema `$schema`.
         assert!(t["inputSchema"].get("$schema").is_none(), "{t}");
+        // Only the hints that differ from the spec's defaults (readOnly
+        // false, destructive true, idempotent false, openWorld true);
+        // destructive/idempotent only on a tool that changes state (the
+        // spec gives them meaning only then).
         let a = &t["annotations"];
-        for hint in [
-            "readOnlyHint",
-            "destructiveHint",
-            "idempotentHint",
-            "openWorldHint",
-        ] {
-            assert!(a[hint].is_boolean(), "{hint}: {t}");
+        assert_eq!(a["openWorldHint"], false, "{t}");
+        assert!(a.get("readOnlyHint").is_none_or(|r| r == true), "{t}");
+        if a["readOnlyHint"] == true {
+            assert!(a.get("destructiveHint").is_none(), "{t}");
+            assert!(a.get("idempotentHint").is_none(), "{t}");
+        } else {
+            assert!(a.get("destructiveHint").is_none_or(|d| d == false), "{t}");
+            assert!(a.get("idempotentHint").is_none_or(|d| d == true), "{t}");
         }
         assert!(t["title"].is_string() && t["description"].is_string());
     }
+    let hints =
+        |name: &str| tools.iter().find(|t| t["name"] == name).unwrap()["annotations"].clone();
+    assert_eq!(
+        hints("evaluate-lisp"),
+        json!({"destructiveHint": false, "openWorldHint": false})
+    );
+    assert_eq!(hints("fs-write-file"), json!({"openWorldHint": false}));
+    assert_eq!(
+        hints("code-find"),
+        json!({"readOnlyHint": true, "openWorldHint": false})
+    );
     s.send_raw(r#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"test-sleep","arguments":{"seconds":0.1}}}"#);
     let r = s.recv();
     assert_eq!(r["id"], 3);

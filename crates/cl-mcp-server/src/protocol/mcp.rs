@@ -34,7 +34,7 @@ Lisp-aware source tools. Work REPL-first: explore with code-describe/code-find/c
 with evaluate-lisp (state persists between calls; *package* too), then persist changes in files with \
 lisp-edit-form (structural, keeps the file readable) and verify with lisp-compile-file or \
 asdf-load-system/asdf-test-system. Read Lisp files with lisp-read-file (collapsed view first) and \
-search them with clgrep-search. Long evaluations can be cancelled; timeouts never lose the image's state.";
+search them with clgrep-search. File paths are relative to the project root (fs-get-project-info). Long evaluations can be cancelled; timeouts never lose the image's state.";
 
 /// Every version this server speaks, newest first (the stateless one, then
 /// the handshake-era ones a dual-era client can fall back to).

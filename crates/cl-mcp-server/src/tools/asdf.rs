@@ -19,11 +19,10 @@ use super::{cap_output, tool, Annotations, ToolContext, ToolDef, ToolGroup, Tool
 #[derive(Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 struct LoadArgs {
-    /// System name, e.g. `my-app/tests`.
+    /// E.g. `my-app/tests`.
     system: String,
-    /// Recompile and reload even if up to date.
     force: Option<bool>,
-    /// Seconds before it is interrupted (default 600).
+    /// Default 600.
     timeout_seconds: Option<f64>,
 }
 
@@ -67,11 +66,10 @@ async fn asdf_load_system(a: LoadArgs, ctx: ToolContext) -> ToolOutput {
 #[derive(Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 struct TestArgs {
-    /// The system to test.
     system: String,
-    /// Run only this FiveAM test or suite (`name` or `package::name`).
+    /// A FiveAM test or suite (`pkg::name`).
     test: Option<String>,
-    /// Seconds before it is interrupted (default 600).
+    /// Default 600.
     timeout_seconds: Option<f64>,
 }
 
@@ -247,11 +245,10 @@ async fn asdf_test_system(a: TestArgs, ctx: ToolContext) -> ToolOutput {
 #[derive(Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 struct ListArgs {
-    /// Only systems whose name contains this (any case).
+    /// Substring of the name (any case).
     filter: Option<String>,
-    /// Only systems already loaded.
     loaded_only: Option<bool>,
-    /// At most this many (default 500).
+    /// Default 500.
     limit: Option<u32>,
 }
 
@@ -314,7 +311,6 @@ async fn asdf_list_systems(a: ListArgs, ctx: ToolContext) -> ToolOutput {
 #[derive(Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 struct InfoArgs {
-    /// The system name.
     system: String,
 }
 
@@ -406,9 +402,9 @@ pub fn tools() -> Vec<ToolDef> {
             "asdf-load-system",
             ToolGroup::Asdf,
             "Load an ASDF system",
-            "Load an ASDF system by name (Quicklisp fetches missing dependencies when installed; \
-             `force` recompiles). Returns every diagnostic as `path:line:column: severity: \
-             message`; a failed build names the component and why.",
+            "Load an ASDF system (Quicklisp fetches missing dependencies when installed; `force` \
+             recompiles). Diagnostics as `path:line:col: severity: message`; a failed build names \
+             the component and why.",
             Annotations::MUTATING,
             |a: LoadArgs, ctx: ToolContext| async move {
                 let c = ctx.clone();
@@ -421,9 +417,9 @@ pub fn tools() -> Vec<ToolDef> {
             "asdf-test-system",
             ToolGroup::Asdf,
             "Run a system's tests",
-            "Run `asdf:test-system`, output captured, never waiting for input. FiveAM: each \
-             failed check with test, expected/actual, form and location; `test` runs one test or \
-             suite. Others: counts from their summary.",
+            "Run `asdf:test-system` with output captured, never waiting for input. FiveAM: each \
+             failed check with expected/actual, form and location; `test` runs one test or suite. \
+             Others: counts from their summary.",
             Annotations::MUTATING,
             |a: TestArgs, ctx: ToolContext| async move {
                 let c = ctx.clone();
@@ -436,8 +432,7 @@ pub fn tools() -> Vec<ToolDef> {
             "asdf-list-systems",
             ToolGroup::Asdf,
             "List ASDF systems",
-            "Systems ASDF can find (registered or in the source registry), with whether each is \
-             loaded; `filter` by name.",
+            "Systems ASDF can find, with whether each is loaded.",
             Annotations::READ_ONLY,
             |a: ListArgs, ctx: ToolContext| async move {
                 let c = ctx.clone();

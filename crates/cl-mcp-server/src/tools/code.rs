@@ -167,13 +167,13 @@ pub fn render_build_output(v: &Value) -> String {
 #[derive(Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 struct FindArgs {
-    /// `pkg:name`, `pkg::name`, or a bare name.
+    /// `pkg::name` or a bare name.
     symbol: String,
-    /// Package for a bare name (default: the current one).
+    /// For a bare name.
     package: Option<String>,
-    /// Only the project's (default false).
+    /// Default false.
     project_only: Option<bool>,
-    /// Most listed (default 50).
+    /// Default 50.
     limit: Option<u32>,
 }
 
@@ -312,9 +312,9 @@ fn package_key(package: &Option<String>, ctx: &ToolContext) -> Vec<(&'static str
 #[derive(Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 struct DescribeArgs {
-    /// `pkg:name`, `pkg::name`, or a bare name.
+    /// `pkg::name` or a bare name.
     symbol: String,
-    /// Package for a bare name (default: the current one).
+    /// For a bare name.
     package: Option<String>,
 }
 
@@ -422,15 +422,14 @@ impl XrefKind {
 #[derive(Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 struct RefsArgs {
-    /// `pkg:name`, `pkg::name`, or a bare name.
+    /// `pkg::name` or a bare name.
     symbol: String,
-    /// Package for a bare name (default: the current one).
+    /// For a bare name.
     package: Option<String>,
     /// Default `calls`.
     kind: Option<XrefKind>,
-    /// Only the project's (default true).
     project_only: Option<bool>,
-    /// Most references listed (default 200).
+    /// Default 200.
     limit: Option<u32>,
 }
 
@@ -563,13 +562,11 @@ async fn code_find_references(a: RefsArgs, ctx: ToolContext) -> ToolOutput {
 #[derive(Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 struct AproposArgs {
-    /// Substring of the symbol names to find (any case).
     query: String,
-    /// Only symbols of this package.
+    /// Only this package's.
     package: Option<String>,
-    /// Only external (exported) symbols.
     external_only: Option<bool>,
-    /// At most this many symbols (default 200).
+    /// Default 200.
     limit: Option<u32>,
 }
 
@@ -647,11 +644,8 @@ enum ExpandMode {
 #[derive(Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 struct MacroexpandArgs {
-    /// The form to expand, as text.
     form: String,
-    /// Package to read it in (default: the session's current package).
     package: Option<String>,
-    /// `1` expands once, `all` (default) expands every macro.
     mode: Option<ExpandMode>,
 }
 
@@ -703,11 +697,9 @@ async fn code_macroexpand(a: MacroexpandArgs, ctx: ToolContext) -> ToolOutput {
 #[derive(Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 struct CompileArgs {
-    /// File, relative to the project root.
     path: String,
-    /// Load the compiled file (default true).
     load: Option<bool>,
-    /// Seconds before it is interrupted (default 600).
+    /// Default 600.
     timeout_seconds: Option<f64>,
 }
 
@@ -1010,7 +1002,7 @@ pub fn tools() -> Vec<ToolDef> {
             ToolGroup::Code,
             "Find definitions",
             "Where a symbol is defined in the live image: each definition (function, method, \
-             variable, class, ...) with path, line and column, the project's first.",
+             class, ...) with path, line and column, the project's first.",
             Annotations::READ_ONLY,
             |a: FindArgs, ctx: ToolContext| async move {
                 let c = ctx.clone();
@@ -1022,8 +1014,8 @@ pub fn tools() -> Vec<ToolDef> {
             "code-describe",
             ToolGroup::Code,
             "Describe a symbol",
-            "What a symbol names in the live image: kinds (function, macro, generic function, \
-             variable, class, ...), arglist, documentation, value, and `describe` text.",
+            "What a symbol names in the live image: kinds, arglist, documentation, value and \
+             `describe` text.",
             Annotations::READ_ONLY,
             |a: DescribeArgs, ctx: ToolContext| async move {
                 let c = ctx.clone();
@@ -1035,9 +1027,9 @@ pub fn tools() -> Vec<ToolDef> {
             "code-find-references",
             ToolGroup::Code,
             "Find references",
-            "Cross references from the live image (`kind`): callers of a function, code using a \
-             variable or macro, methods on a class. Only the project's by default \
-             (`projectOnly`).",
+            "Who refers to a symbol, per the image's cross references (`kind`): callers, users of \
+             a variable or macro, methods on a class; the project's only unless `projectOnly` is \
+             false.",
             Annotations::READ_ONLY,
             |a: RefsArgs, ctx: ToolContext| async move {
                 let c = ctx.clone();
@@ -1049,8 +1041,7 @@ pub fn tools() -> Vec<ToolDef> {
             "code-apropos",
             ToolGroup::Code,
             "Apropos",
-            "Symbols whose names contain `query` (any case), optionally only in `package` or \
-             only external ones, with what each names.",
+            "Symbols whose names contain `query` (any case), with what each names.",
             Annotations::READ_ONLY,
             |a: AproposArgs, ctx: ToolContext| async move {
                 let c = ctx.clone();
@@ -1062,8 +1053,8 @@ pub fn tools() -> Vec<ToolDef> {
             "code-macroexpand",
             ToolGroup::Code,
             "Macroexpand",
-            "Expand a macro form once (`mode` 1) or completely (`mode` all, the default), \
-             read in `package`.",
+            "Expand a macro form once (`mode` 1) or fully (`all`, the default), read in \
+             `package`.",
             Annotations::READ_ONLY,
             |a: MacroexpandArgs, ctx: ToolContext| async move {
                 let c = ctx.clone();
@@ -1075,9 +1066,9 @@ pub fn tools() -> Vec<ToolDef> {
             "lisp-compile-file",
             ToolGroup::Code,
             "Compile a file",
-            "Compile a Lisp file in the image (and load it unless `load` is false). Returns \
-             diagnostics as `path:line:column: severity: message`; a full WARNING fails \
-             (`failureP`), style-warnings do not. An `.asd` is loaded with asdf:load-asd.",
+            "Compile and load (unless `load` is false) a Lisp file in the image. Diagnostics as \
+             `path:line:col: severity: message`; a WARNING fails, a style-warning does not. An \
+             `.asd` is loaded with asdf:load-asd.",
             Annotations::MUTATING,
             |a: CompileArgs, ctx: ToolContext| async move {
                 let c = ctx.clone();

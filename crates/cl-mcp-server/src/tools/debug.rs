@@ -535,11 +535,10 @@ pub async fn outcome_output(
 #[derive(Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 struct BacktraceArgs {
-    /// Default: the newest.
+    /// Default: newest.
     debugger: Option<u64>,
-    /// First frame (default 0).
     start: Option<u32>,
-    /// Frames (default 20).
+    /// Default 20.
     count: Option<u32>,
 }
 
@@ -568,11 +567,10 @@ async fn debugger_backtrace(a: BacktraceArgs, ctx: ToolContext) -> ToolOutput {
 #[derive(Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 struct FrameArgs {
-    /// Default: the newest.
+    /// Default: newest.
     debugger: Option<u64>,
-    /// Default: the top user frame.
+    /// Default: top user frame.
     frame: Option<u32>,
-    /// Forms to evaluate in the frame.
     code: Option<String>,
 }
 
@@ -740,7 +738,7 @@ async fn debugger_frame(a: FrameArgs, ctx: ToolContext) -> ToolOutput {
     .with_error(is_error)
 }
 
-/// Number or name.
+// A restart's number or name.
 #[derive(Deserialize, JsonSchema, Clone, Debug)]
 #[serde(untagged)]
 enum RestartRef {
@@ -771,17 +769,16 @@ enum Action {
 #[derive(Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 struct RestartArgs {
-    /// Default: the newest.
+    /// Default: newest.
     debugger: Option<u64>,
-    /// Number or name.
     restart: Option<RestartRef>,
-    /// Forms giving the restart's arguments (`return`: the value).
+    /// Forms (`return`: the value).
     values: Option<Vec<String>>,
     /// Instead of `restart`.
     action: Option<Action>,
-    /// Frame for `return`/`restart`.
+    /// For `return`/`restart`.
     frame: Option<u32>,
-    /// Seconds to wait (default 30).
+    /// Default 30.
     timeout_seconds: Option<f64>,
 }
 
@@ -922,8 +919,8 @@ pub fn tools() -> Vec<ToolDef> {
             "debugger-backtrace",
             ToolGroup::Debug,
             "Debugger backtrace",
-            "A pending debugger (evaluate-lisp debug: true): condition, numbered restarts, user \
-             frames with source locations, paged.",
+            "A pending debugger (evaluate-lisp `debug: true`): condition, restarts, user frames \
+             with source, paged.",
             Annotations::READ_ONLY,
             |a: BacktraceArgs, ctx: ToolContext| async move {
                 let c = ctx.clone();
@@ -935,8 +932,7 @@ pub fn tools() -> Vec<ToolDef> {
             "debugger-frame",
             ToolGroup::Debug,
             "Debugger frame",
-            "A frame of a pending debugger: locals, source location and form, catch tags; `code` \
-             is evaluated in the frame.",
+            "A frame's locals, source and catch tags; `code` is evaluated in the frame.",
             Annotations::MUTATING,
             |a: FrameArgs, ctx: ToolContext| async move {
                 let c = ctx.clone();
@@ -948,8 +944,8 @@ pub fn tools() -> Vec<ToolDef> {
             "debugger-restart",
             ToolGroup::Debug,
             "Resolve a debugger",
-            "Invoke a restart of a pending debugger (number or name, `values` as arguments) or \
-             an action, then return the evaluation's outcome or its next debugger.",
+            "Resolve a pending debugger by a restart (number or name; `values` its arguments) or \
+             an `action`; returns the evaluation's outcome or its next debugger.",
             Annotations::MUTATING,
             |a: RestartArgs, ctx: ToolContext| async move {
                 let c = ctx.clone();

@@ -35,25 +35,21 @@ const UNWIND_GRACE: Duration = Duration::from_secs(5);
 #[derive(Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 struct EvalArgs {
-    /// One or more forms, read and evaluated one at a time.
+    /// Forms, evaluated in order.
     code: String,
-    /// Package for this call (default: the current one).
+    /// For this call (default: the current one).
     package: Option<String>,
-    /// `*print-level*` for the values.
     print_level: Option<u32>,
-    /// `*print-length*` for the values.
     print_length: Option<u32>,
-    /// Print the values with `*print-readably*` true.
     print_readably: Option<bool>,
-    /// Seconds before it is interrupted (default 30).
+    /// Default 30.
     timeout_seconds: Option<f64>,
-    /// Characters kept per output part (default 50000).
+    /// Per output part (default 50000).
     max_output_length: Option<usize>,
-    /// Read the code with `*read-eval*` false (`#.` refused).
+    /// Bind `*read-eval*` to false.
     safe_read: Option<bool>,
-    /// Text for `*standard-input*` (else end-of-file).
+    /// For `*standard-input*`.
     stdin: Option<String>,
-    /// Keep an error/break waiting in the debugger (debug tools).
     debug: Option<bool>,
 }
 
@@ -354,10 +350,9 @@ pub fn tools() -> Vec<ToolDef> {
         "evaluate-lisp",
         ToolGroup::Eval,
         "Evaluate Common Lisp",
-        "Evaluate Lisp forms in the session's persistent image (`*package*` persists). Returns \
-         output, warnings and `=> value` lines; an error, its type, message, backtrace and \
-         restarts (with `debug: true` it waits in the debugger). A timeout keeps the image's \
-         state.",
+        "Evaluate forms in the session's persistent image. Returns output, warnings and `=> \
+         value` lines; on error its type, message, backtrace and restarts (`debug: true` waits in \
+         the debugger instead). A timeout keeps the image's state.",
         Annotations::MUTATING,
         |a: EvalArgs, ctx: ToolContext| async move {
             let c = ctx.clone();

@@ -24,13 +24,12 @@ const LIST_CAP: usize = 2000;
 #[derive(Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 struct ReadArgs {
-    /// File, relative to the project root.
     path: String,
-    /// First line to return, 0-based (default 0).
+    /// 0-based first line.
     offset: Option<usize>,
-    /// Most lines (default: all, up to 2 MB).
+    /// Lines (default: all, up to 2 MB).
     limit: Option<usize>,
-    /// For a line over 2 MB: the page's `nextByteOffset`.
+    /// For a line over 2 MB: `nextByteOffset`.
     byte_offset: Option<usize>,
 }
 
@@ -60,9 +59,7 @@ struct ReadOutput {
 #[derive(Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 struct WriteArgs {
-    /// File to write, relative to the project root.
     path: String,
-    /// The complete new content of the file.
     content: String,
 }
 
@@ -83,7 +80,6 @@ struct WriteOutput {
 #[derive(Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 struct ListArgs {
-    /// Directory to list (default: the project root).
     path: Option<String>,
 }
 
@@ -135,7 +131,7 @@ struct ProjectInfo {
 #[derive(Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 struct SetRootArgs {
-    /// A directory, absolute or relative to the root.
+    /// Absolute or relative to the root.
     path: String,
 }
 
@@ -153,9 +149,8 @@ pub fn tools() -> Vec<ToolDef> {
             "fs-read-file",
             ToolGroup::Fs,
             "Read a file",
-            "Reads a text file under the project root (or an ASDF system's source directory), at \
-             most 2 MB per call: `offset`/`limit` select lines and a closing note gives the next \
-             page. For Lisp source prefer lisp-read-file.",
+            "Read a text file under the project root (or an ASDF system's source directory), 2 MB \
+             a call at most; `offset`/`limit` select lines. For Lisp prefer lisp-read-file.",
             Annotations::READ_ONLY,
             |a: ReadArgs, ctx: ToolContext| off_workers(move || read_file(a, &ctx.session)),
         )
@@ -164,9 +159,8 @@ pub fn tools() -> Vec<ToolDef> {
             "fs-write-file",
             ToolGroup::Fs,
             "Write a file",
-            "Writes `content` as the whole file at `path` under the project root, atomically \
-             (mode kept, missing directories created). To change one Lisp definition prefer \
-             lisp-edit-form.",
+            "Write `content` as the whole file at `path` under the project root, atomically (mode \
+             kept, directories created). For one Lisp definition prefer lisp-edit-form.",
             Annotations::DESTRUCTIVE,
             |a: WriteArgs, ctx: ToolContext| off_workers(move || write_file(a, &ctx.session)),
         )
@@ -175,8 +169,8 @@ pub fn tools() -> Vec<ToolDef> {
             "fs-list-directory",
             ToolGroup::Fs,
             "List a directory",
-            "Lists a directory (default: the project root): every entry, sorted by name, with \
-             its type and size.",
+            "List a directory (default: the project root): entries sorted by name, with type and \
+             size.",
             Annotations::READ_ONLY,
             |a: ListArgs, ctx: ToolContext| off_workers(move || list_directory(a, &ctx.session)),
         )
@@ -185,8 +179,8 @@ pub fn tools() -> Vec<ToolDef> {
             "fs-get-project-info",
             ToolGroup::Fs,
             "Project root info",
-            "The session's project root (file tools resolve relative paths against it and stay \
-             inside it), the server's working directory, and how the root was chosen.",
+            "The session's project root (file tools stay inside it), the working directory, and \
+             how the root was chosen.",
             Annotations::READ_ONLY,
             |_a: NoArgs, ctx: ToolContext| async move { project_info(&ctx.session) },
         )
@@ -195,8 +189,8 @@ pub fn tools() -> Vec<ToolDef> {
             "fs-set-project-root",
             ToolGroup::Fs,
             "Set the project root",
-            "Sets the session's project root to a directory inside the start root or a client \
-             root (anywhere with --allow-any-root).",
+            "Set the session's project root to a directory inside the start root or a client root \
+             (anywhere with --allow-any-root).",
             Annotations::MUTATING,
             |a: SetRootArgs, ctx: ToolContext| async move { set_project_root(a, &ctx.session) },
         )

@@ -250,8 +250,8 @@ pub fn tools() -> Vec<ToolDef> {
             "image-info",
             ToolGroup::Image,
             "Image information",
-            "The session's image: implementation, version, PID, uptime, mode, Swank and ASDF \
-             versions, package, loaded systems, features, pending debuggers.",
+            "The image: implementation, version, PID, uptime, mode, sandbox, Swank/ASDF versions, \
+             package, systems, features, pending debuggers.",
             Annotations::READ_ONLY,
             |a: NoArgs, ctx: ToolContext| async move {
                 let c = ctx.clone();
@@ -263,8 +263,8 @@ pub fn tools() -> Vec<ToolDef> {
             "image-restart",
             ToolGroup::Image,
             "Restart the image",
-            "Kill this session's local Lisp image and start a fresh one (all state is lost). \
-             Refused when attached to the user's image.",
+            "Kill the session's local image and start a fresh one; all state is lost. Refused \
+             when attached to the user's image.",
             Annotations::DESTRUCTIVE,
             image_restart,
         )
@@ -273,8 +273,8 @@ pub fn tools() -> Vec<ToolDef> {
             "image-interrupt",
             ToolGroup::Image,
             "Interrupt evaluation",
-            "Interrupt this session's running evaluation (for clients that cannot cancel a \
-             request). The evaluation returns with where it was; state is kept.",
+            "Interrupt the session's running evaluation (for clients that cannot cancel); it \
+             returns where it was, state kept.",
             Annotations::MUTATING,
             image_interrupt,
         )

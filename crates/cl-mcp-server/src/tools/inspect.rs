@@ -89,19 +89,16 @@ fn package_keys(package: &Option<String>) -> Vec<(&'static str, Value)> {
 #[derive(Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 struct InspectArgs {
-    /// Forms; the last value is inspected.
+    /// The last value is inspected.
     code: Option<String>,
-    /// Evaluate `code` in this frame of a pending debugger (its locals).
+    /// Of a pending debugger.
     frame: Option<u32>,
-    /// With `frame`: which pending debugger (default: the newest).
+    /// Default: newest.
     debugger: Option<u64>,
-    /// Index of a part to drill into.
     part: Option<u32>,
-    /// Back to the previous object.
     back: Option<bool>,
-    /// First part shown (default 0).
     start: Option<u32>,
-    /// Parts shown (default 50).
+    /// Default 50.
     count: Option<u32>,
     package: Option<String>,
     /// Default 30.
@@ -294,16 +291,14 @@ async fn inspect_object(a: InspectArgs, ctx: ToolContext) -> ToolOutput {
 #[derive(Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 struct TraceArgs {
-    /// Names to trace: `pkg::f`, `(setf f)`, `(method f :around (integer))`.
     trace: Option<Vec<String>>,
-    /// Names to untrace.
     untrace: Option<Vec<String>>,
-    /// Untrace everything traced here.
+    /// Everything traced here.
     untrace_all: Option<bool>,
     package: Option<String>,
-    /// Most records returned (default 200, at most 500).
+    /// Default 200, at most 500.
     limit: Option<u32>,
-    /// Keep returned records (default: removed).
+    /// Keep the returned records.
     keep: Option<bool>,
 }
 
@@ -477,13 +472,11 @@ enum ProfileMode {
 #[derive(Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 struct ProfileArgs {
-    /// Forms to run (compiled first).
     code: String,
-    /// `cpu` (default) or `alloc`.
+    /// Default `cpu`.
     mode: Option<ProfileMode>,
-    /// Functions listed (default 20).
+    /// Default 20.
     top: Option<u32>,
-    /// Functions whose calls are counted exactly.
     count_calls: Option<Vec<String>>,
     package: Option<String>,
     /// Default 120.
@@ -657,9 +650,8 @@ enum ThreadAction {
 struct ThreadsArgs {
     /// Default `list`.
     action: Option<ThreadAction>,
-    /// Thread id, for the other actions.
     thread: Option<i64>,
-    /// Most frames of a backtrace (default 30).
+    /// Backtrace frames (default 30).
     limit: Option<u32>,
 }
 
@@ -801,8 +793,9 @@ pub fn tools() -> Vec<ToolDef> {
             "inspect-object",
             ToolGroup::Debug,
             "Inspect an object",
-            "Show the value of `code` as numbered parts (slots, hash-table entries, elements, \
-             car/cdr; a function's lambda list and source). `part` N drills in, `back` returns.",
+            "Show the value of `code` as numbered parts (slots, entries, elements; a function's \
+             lambda list and source); `part` N drills in, `back` returns. With `frame`, `code` \
+             sees that frame's locals.",
             Annotations::MUTATING,
             |a: InspectArgs, ctx: ToolContext| async move {
                 let c = ctx.clone();
@@ -814,8 +807,8 @@ pub fn tools() -> Vec<ToolDef> {
             "trace-functions",
             ToolGroup::Debug,
             "Trace functions",
-            "Trace/untrace functions, (setf f), (method f (class)). Returns what is traced and the \
-             calls since the last call as records: arguments, values, depth, thread.",
+            "Trace/untrace functions, `(setf f)`, `(method f :around (integer))`. Returns what is \
+             traced and the calls since the last call: arguments, values, depth, thread.",
             Annotations::MUTATING,
             |a: TraceArgs, ctx: ToolContext| async move {
                 let c = ctx.clone();
@@ -827,8 +820,8 @@ pub fn tools() -> Vec<ToolDef> {
             "profile-code",
             ToolGroup::Debug,
             "Profile code",
-            "Run `code` under the statistical profiler (`mode` cpu/alloc): top functions by self \
-             and cumulative samples, server frames left out; `countCalls` counts calls exactly.",
+            "Run `code` (compiled first) under the statistical profiler (`mode` cpu/alloc): top \
+             functions by self and cumulative samples; `countCalls` counts calls exactly.",
             Annotations::MUTATING,
             |a: ProfileArgs, ctx: ToolContext| async move {
                 let c = ctx.clone();
@@ -840,8 +833,8 @@ pub fn tools() -> Vec<ToolDef> {
             "list-threads",
             ToolGroup::Debug,
             "List threads",
-            "The image's threads: id, name, status, whether in the debugger. `action` \
-             backtrace, interrupt (enter the debugger) or kill one `thread`.",
+            "The image's threads: id, name, status, whether in the debugger; `action` backtrace, \
+             interrupt (into the debugger) or kill a `thread`.",
             Annotations::DESTRUCTIVE,
             |a: ThreadsArgs, ctx: ToolContext| async move {
                 let c = ctx.clone();

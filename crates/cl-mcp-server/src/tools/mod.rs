@@ -117,15 +117,28 @@ impl Annotations {
         open_world: false,
     };
 
-    /// All four hints, spelled out (a client need not know the spec's
-    /// defaults).
+    /// The hints that say something, and nothing a client would read the
+    /// same way without them: the spec's defaults are readOnly false,
+    /// destructive true, idempotent false, openWorld true, and it gives the
+    /// destructive and idempotent hints meaning only when readOnly is false.
+    /// So: `readOnlyHint` when true; `openWorldHint` always (false for every
+    /// tool here: they touch the local image and files only); for a tool
+    /// that changes state, `destructiveHint` when false and `idempotentHint`
+    /// when true.
     fn to_json(self) -> Value {
-        json!({
-            "readOnlyHint": self.read_only,
-            "destructiveHint": self.destructive,
-            "idempotentHint": self.idempotent,
-            "openWorldHint": self.open_world,
-        })
+        let mut a = Map::new();
+        if self.read_only {
+            a.insert("readOnlyHint".into(), json!(true));
+        } else {
+            if !self.destructive {
+                a.insert("destructiveHint".into(), json!(false));
+            }
+            if self.idempotent {
+                a.insert("idempotentHint".into(), json!(true));
+            }
+        }
+        a.insert("openWorldHint".into(), json!(self.open_world));
+        Value::Object(a)
     }
 }
 
@@ -611,43 +624,33 @@ pub fn schema_of<T: JsonSchema>() -> Value {
     v
 }
 
-/// JSON Schema 2020-12 of a type as a result (what serialising produces):
-/// a field skipped when serialising is not `required`, whatever its type,
-/// so the schema cannot promise a field a result leaves out. A field that
-/// is never written as `null` (optional and skipped when absent) gets its
-/// plain type, not `["T", "null"]`, which some clients warn about.
-///
-/// Results never carry `null` members (see [`prune_nulls`]), so a field
-/// written as `null` when unknown is not required either and has its plain
-/// type. Descriptions and bounds are left out: the schema is for clients to
-/// validate against, the tool's description and input schema tell the model
-/// what the fields mean, and `tools/list` stays small.
+/// JSON Schema 2020-12 of a type as a result (what serialising produces),
+/// compacted to what a validating client needs and `tools/list` can afford:
+/// each top-level field with its one plain type. Nothing is `required`
+/// (a field skipped when serialising could not be, and which fields come
+/// back depends on the outcome: value, error, timeout), no array lists its
+/// element type and a nested object is just `object`, so the schema is true
+/// of every result. Results never carry `null` members (see
+/// [`prune_nulls`]), so no type admits `null`. The tool's description and
+/// text and the README describe the fields; the model reads those.
 pub fn output_schema_of<T: JsonSchema>() -> Value {
     let mut v =
         generate_schema::<T>(schemars::generate::SchemaSettings::draft2020_12().for_serialize());
     unrequire_nullable(&mut v);
     drop_null_from_optional(&mut v);
-    strip_keys(&mut v, &["description", "minimum", "maximum"]);
-    shallow_nested_objects(&mut v);
+    field_types_only(&mut v);
     v
 }
 
-/// Keeps an output schema to its top level: each field with its type, an
-/// array's element type, and which fields are always there; a nested
-/// object (or an array's object elements) is just `object`. Still true of
-/// every result, at a fraction of the bytes; the tool's text and the README
-/// describe the nested shapes.
-fn shallow_nested_objects(v: &mut Value) {
-    let Some(Value::Object(props)) = v.get_mut("properties") else {
-        return;
-    };
-    for p in props.values_mut() {
-        let Value::Object(pm) = p else { continue };
-        if pm.get("type") == Some(&json!("object")) {
-            pm.retain(|k, _| k == "type");
-        } else if let Some(Value::Object(items)) = pm.get_mut("items") {
-            if items.get("type") == Some(&json!("object")) {
-                items.retain(|k, _| k == "type");
+/// Keeps an object schema to `type` and its properties, each property to
+/// its `type`.
+fn field_types_only(v: &mut Value) {
+    let Value::Object(m) = v else { return };
+    m.retain(|k, _| k == "type" || k == "properties");
+    if let Some(Value::Object(props)) = m.get_mut("properties") {
+        for p in props.values_mut() {
+            if let Value::Object(pm) = p {
+                pm.retain(|k, _| k == "type");
             }
         }
     }
@@ -1029,61 +1032,54 @@ mod tests {
     }
 
     #[test]
-    fn output_schema_never_requires_a_skippable_field() {
+    fn output_schema_lists_each_field_with_its_plain_type() {
         let s = output_schema_of::<Out>();
-        let mut required: Vec<&str> = s["required"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|v| v.as_str().unwrap())
-            .collect();
-        required.sort();
-        assert_eq!(required, ["always"], "{s}");
-        // Results drop nulls: a nullable field is optional with its plain type.
-        assert_eq!(s["properties"]["maybeNull"]["type"], json!("string"));
-        assert_eq!(s["properties"]["whenKnown"]["type"], json!("integer"));
-        assert_eq!(s["properties"]["interrupted"]["type"], json!("boolean"));
+        assert!(s.get("required").is_none(), "{s}");
+        assert_eq!(s["type"], "object");
+        // Results drop nulls: a nullable field has its plain type.
+        assert_eq!(s["properties"]["always"], json!({"type": "string"}));
+        assert_eq!(s["properties"]["maybeNull"], json!({"type": "string"}));
+        assert_eq!(s["properties"]["whenKnown"], json!({"type": "integer"}));
+        assert_eq!(s["properties"]["interrupted"], json!({"type": "boolean"}));
+        assert_eq!(s["properties"]["frames"], json!({"type": "array"}));
     }
 
     #[test]
-    fn every_output_schema_requires_only_fields_always_written() {
-        // Each registered tool's schema comes from `output_schema_of`; a
-        // non-required property is never nullable there (see above), and a
-        // required one must be declared by the type. Checked over the real
-        // registry so a hand-written schema cannot slip in.
+    fn every_output_schema_is_flat_and_true_of_every_outcome() {
+        // Checked over the real registry so a hand-written schema cannot
+        // slip in: nothing required (which fields come back depends on the
+        // outcome), and each field has one JSON type, never `null`.
         for t in ToolRegistry::standard(&ToolGroup::ALL).list() {
             let Some(o) = &t.output_schema else { continue };
-            let mut stack = vec![o];
-            while let Some(v) = stack.pop() {
-                let Value::Object(m) = v else { continue };
-                if let (Some(Value::Object(props)), req) = (m.get("properties"), m.get("required"))
-                {
-                    let req: Vec<&str> = req
-                        .and_then(Value::as_array)
-                        .map(|r| r.iter().filter_map(Value::as_str).collect())
-                        .unwrap_or_default();
-                    for r in &req {
-                        assert!(
-                            props.contains_key(*r),
-                            "{}: required `{r}` is not a property",
-                            t.name
-                        );
-                    }
-                    for (name, p) in props {
-                        if !req.contains(&name.as_str()) {
-                            assert!(
-                                !p["type"]
-                                    .as_array()
-                                    .is_some_and(|a| a.contains(&json!("null"))),
-                                "{}: optional `{name}` is nullable",
-                                t.name
-                            );
-                        }
-                    }
-                }
-                stack.extend(m.values());
+            let m = o.as_object().unwrap();
+            assert_eq!(m["type"], "object", "{}", t.name);
+            assert!(
+                m.keys().all(|k| k == "type" || k == "properties"),
+                "{}: {o}",
+                t.name
+            );
+            for (name, p) in m["properties"].as_object().unwrap() {
+                let ty = p["type"].as_str();
+                assert!(
+                    ty.is_some_and(|ty| ty != "null") && p.as_object().unwrap().len() == 1,
+                    "{}: `{name}` is {p}",
+                    t.name
+                );
             }
         }
+    }
+
+    #[test]
+    fn every_tool_fits_the_tool_list_budget() {
+        // CONTRACT §2: `tools/list` with every group fits in 24 KB (what a
+        // model pays in context before its first call).
+        let tools: Vec<Value> = ToolRegistry::standard(&ToolGroup::ALL)
+            .list()
+            .filter(|t| t.group != ToolGroup::Testing)
+            .map(ToolDef::describe)
+            .collect();
+        let bytes = json!({ "tools": tools }).to_string().len();
+        assert!(bytes <= 24_000, "tools/list is {bytes} bytes");
     }
 
     #[test]

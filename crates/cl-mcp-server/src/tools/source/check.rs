@@ -13,13 +13,12 @@ use crate::tools::{off_workers, tool, Annotations, ToolContext, ToolDef, ToolGro
 #[derive(Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 struct CheckArgs {
-    /// File to check, or give `code`.
+    /// Or give `code`.
     path: Option<String>,
-    /// Lisp text to check. Give `path` or `code`.
     code: Option<String>,
-    /// With `path`: first line, 0-based.
+    /// 0-based first line.
     offset: Option<usize>,
-    /// With `path`: lines to check (default: all).
+    /// Default: all lines.
     limit: Option<usize>,
 }
 
@@ -55,9 +54,9 @@ pub fn tool_def() -> ToolDef {
         "lisp-check-parens",
         ToolGroup::Source,
         "Check Lisp delimiters",
-        "Finds the first unbalanced delimiter in a file (`path`, lines `offset`/`limit`) or \
-         `code`: `kind`, `expected`, `found`, `position`, and a hint where a `)` is probably \
-         missing. Strings, comments, `#\\(`, `|a)b|` never cause false alarms.",
+        "Find the first unbalanced delimiter in a file (`path`, `offset`/`limit` lines) or \
+         `code`: kind, position, and where a `)` is probably missing. Strings, comments, `#\\(`, \
+         `|a)b|` are read correctly.",
         Annotations::READ_ONLY,
         |a: CheckArgs, ctx: ToolContext| off_workers(move || {
             let (text, base_line, base_offset, label) = match (&a.path, &a.code) {

@@ -19,7 +19,7 @@ use crate::tools::fs::{read_text_capped, resolve_for, to_json};
 use crate::tools::fs_paths::{atomic_write, Access};
 use crate::tools::{off_workers, tool, Annotations, ToolContext, ToolDef, ToolGroup, ToolOutput};
 
-/// What to do with the form.
+// What to do with the form.
 #[derive(Deserialize, JsonSchema, Clone, Copy, Debug, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]
 pub enum Operation {
@@ -50,20 +50,17 @@ impl Operation {
 #[derive(Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 struct EditArgs {
-    /// File to edit (relative to the project root).
     path: String,
-    /// `defun`, `defmethod`, `defclass`, ...
+    /// `defun`, `defmethod`, ...
     form_type: String,
-    /// Name; for methods with qualifiers and specializers
-    /// (`print-object :after (point t)`); `(setf foo)`.
+    /// Methods: `print-object :after (point t)`; `(setf foo)`.
     form_name: String,
-    /// What to do with the form.
     operation: Operation,
-    /// The new form(s), balanced (not for `delete`).
+    /// New form(s), balanced (not for `delete`).
     content: Option<String>,
-    /// Show the diff without writing (default false).
+    /// Diff only, nothing written.
     dry_run: Option<bool>,
-    /// Start line, to pick among same-named forms.
+    /// To pick among same-named forms.
     line: Option<usize>,
 }
 
@@ -90,9 +87,9 @@ pub fn tool_def() -> ToolDef {
         "lisp-edit-form",
         ToolGroup::Source,
         "Edit a Lisp definition",
-        "Replaces, deletes, or inserts before/after one top-level definition (`formType`, \
-         `formName`). The rest stays byte-identical; nothing is written if the file would not \
-         read, another form would change, or the target is unclosed. Returns a unified diff.",
+        "Replace, delete, or insert before/after one top-level definition (`formType`, \
+         `formName`); the rest stays byte-identical. Nothing is written if the file would not \
+         read, another form would change, or the target is unclosed. Returns a diff.",
         Annotations::DESTRUCTIVE,
         |a: EditArgs, ctx: ToolContext| off_workers(move || edit(a, &ctx)),
     )

@@ -32,13 +32,12 @@ const MAX_FILE_BYTES: u64 = 8 * READ_CAP_BYTES as u64;
 #[derive(Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 struct SearchArgs {
-    /// Regex (Rust syntax; `(?i)` for any case), matched per line.
+    /// Rust regex (`(?i)`: any case).
     pattern: String,
-    /// File or directory (default: the project root).
     path: Option<String>,
-    /// Only hits inside these form types, e.g. `["defun"]`.
+    /// E.g. `["defun"]`.
     form_types: Option<Vec<String>>,
-    /// Most hits returned (default 200).
+    /// Default 200.
     limit: Option<usize>,
 }
 
@@ -84,11 +83,10 @@ struct SearchOutput {
 #[derive(Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 struct SignaturesArgs {
-    /// File or directory (default: the project root).
     path: Option<String>,
-    /// Only these definition types, e.g. `["defun"]`.
+    /// E.g. `["defun"]`.
     form_types: Option<Vec<String>>,
-    /// Most definitions returned (default 2000).
+    /// Default 2000.
     limit: Option<usize>,
 }
 
@@ -126,9 +124,9 @@ pub fn search_tool_def() -> ToolDef {
         "clgrep-search",
         ToolGroup::Source,
         "Search Lisp code",
-        "Searches Lisp files under `path` (default: the project root; .gitignore respected) for a \
-         regex, line by line. Each hit gives path, line, text and the enclosing top-level form's \
-         type and name (e.g. defun foo), to read or edit next.",
+        "Search Lisp files under `path` (default: the project root; .gitignore respected) for a \
+         regex, line by line; each hit with path, line, text and its top-level form's type and \
+         name.",
         Annotations::READ_ONLY,
         |a: SearchArgs, ctx: ToolContext| async move {
             tokio::task::spawn_blocking(move || run_search(a, &ctx))
@@ -145,9 +143,9 @@ pub fn signatures_tool_def() -> ToolDef {
         "clgrep-signatures",
         ToolGroup::Source,
         "List Lisp definitions",
-        "Lists the top-level definitions (every def... form; methods with qualifiers and \
-         specializers; `(setf foo)`; forms inside eval-when/progn) in a Lisp file or directory \
-         tree, with line and signature.",
+        "List definitions (def... forms; methods with qualifiers and specializers; inside \
+         eval-when/progn) in a Lisp file or tree (default: the project root) with line and \
+         signature.",
         Annotations::READ_ONLY,
         |a: SignaturesArgs, ctx: ToolContext| async move {
             tokio::task::spawn_blocking(move || run_signatures(a, &ctx))

@@ -27,17 +27,13 @@ const MAX_SHOWN_LINE: usize = 200;
 #[derive(Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 struct ReadArgs {
-    /// File to read (relative to the project root).
     path: String,
-    /// Collapse forms to signatures (default true).
     collapsed: Option<bool>,
-    /// Regex on definition names: matches shown whole.
     name_pattern: Option<String>,
-    /// Regex on form text: matching forms shown whole.
     content_pattern: Option<String>,
-    /// First line to show, 0-based (default 0).
+    /// 0-based first line.
     offset: Option<usize>,
-    /// Most lines to show (default 2000).
+    /// Default 2000.
     limit: Option<usize>,
 }
 
@@ -77,9 +73,9 @@ pub fn tool_def() -> ToolDef {
         "lisp-read-file",
         ToolGroup::Source,
         "Read a Lisp file (collapsed)",
-        "Reads a file with Lisp awareness: each top-level form collapsed to its signature with \
-         line numbers; `namePattern`/`contentPattern` expand the matching definitions/forms, \
-         `collapsed: false` shows raw lines; `offset`/`limit` page.",
+        "Read a file with Lisp awareness: top-level forms collapsed to signatures with line \
+         numbers; regexes `namePattern`/`contentPattern` show matching definitions/forms whole, \
+         `collapsed: false` raw lines; `offset`/`limit` page.",
         Annotations::READ_ONLY,
         |a: ReadArgs, ctx: ToolContext| {
             off_workers(move || {
