@@ -323,24 +323,69 @@ inspection, so PART and BACK go on from it. An error in CODE is answered as
 ;;; Trace records.
 ;;;
 ;;; Traced functions report each call and return to `trace-report', which
-;;; keeps them as records (not text on *trace-output*): a bounded store the
-;;; tool reads and clears.
+;;; keeps them as records (not text on *trace-output*) in the stores of the
+;;; sessions that traced the function: bounded stores the tool reads and
+;;; clears. A function stays traced while some session asked for it; a
+;;; session's end (`end-session') untraces what only it traced, so its
+;;; traces never outlive it in a shared or attached image.
 
 (defparameter *max-trace-records* 5000
-  "Records kept; later calls are counted as dropped.")
+  "Records kept per session; later calls are counted as dropped.")
 
 (defstruct (trace-record (:constructor make-trace-record
                              (id depth name thread arguments)))
   id depth name thread arguments (outcome :running) values)
 
-(defvar *trace-records* (make-array 64 :adjustable t :fill-pointer 0))
-(defvar *trace-dropped* 0)
+(defstruct trace-store
+  (records (make-array 64 :adjustable t :fill-pointer 0))
+  (dropped 0)
+  ;; Thread -> records of its calls not yet returned, innermost first.
+  (open (make-hash-table :test 'eq)))
+
 (defvar *trace-next-id* 0)
-(defvar *trace-open* (make-hash-table :test 'eq)
-  "Thread -> records of its calls not yet returned, innermost first.")
 (defvar *trace-lock* (swank/backend:make-lock :name "cl-mcp trace"))
-(defvar *traced-specs* '()
-  "The function names traced through trace-request, newest first.")
+(defvar *trace-owners* (make-hash-table :test 'equal)
+  "Traced function name -> the sessions that traced it, newest first.")
+(defvar *trace-stores* (make-hash-table :test 'equal)
+  "Session -> its TRACE-STORE.")
+
+(defun with-trace-lock (function)
+  (swank/backend:call-with-lock-held *trace-lock* function))
+
+(defun trace-store (session)
+  "SESSION's store (created on first use). Call with *TRACE-LOCK* held."
+  (or (gethash session *trace-stores*)
+      (setf (gethash session *trace-stores*) (make-trace-store))))
+
+(defun session-traced-specs (session)
+  "The function names SESSION traced, oldest first."
+  (with-trace-lock
+    (lambda ()
+      (let ((specs '()))
+        (maphash (lambda (spec owners)
+                   (when (member session owners :test #'equal)
+                     (push spec specs)))
+                 *trace-owners*)
+        (sort specs #'string< :key #'short-print)))))
+
+(defun own-trace (spec session)
+  (with-trace-lock
+    (lambda ()
+      (pushnew session (gethash spec *trace-owners*) :test #'equal))))
+
+(defun disown-trace (spec session)
+  "Drop SESSION from SPEC's owners; untrace SPEC when nobody is left.
+Returns true when SPEC is no longer traced."
+  (let ((last (with-trace-lock
+                (lambda ()
+                  (let ((owners (remove session (gethash spec *trace-owners*)
+                                        :test #'equal)))
+                    (if owners
+                        (progn (setf (gethash spec *trace-owners*) owners) nil)
+                        (progn (remhash spec *trace-owners*) t)))))))
+    (when last
+      (ignore-errors (remove-trace spec)))
+    last))
 
 (defun printed-list (objects)
   "OBJECTS printed (at most 20, each capped)."
@@ -351,33 +396,37 @@ inspection, so PART and BACK go on from it. An error in CODE is answered as
             (when (> n 20) (list (format nil "[~D more]" (- n 20)))))))
 
 (defun trace-report (depth name event values)
-  "The tracer's reporter (see INSTALL-TRACE): records a call on :ENTER,
-completes it on :EXIT or :NON-LOCAL-EXIT."
+  "The tracer's reporter (see INSTALL-TRACE): records a call on :ENTER in
+the stores of the sessions that traced NAME, completes it on :EXIT or
+:NON-LOCAL-EXIT."
   (let ((thread (swank/backend:current-thread))
         (printed (if (eq event :non-local-exit) nil (printed-list values))))
-    (swank/backend:call-with-lock-held
-     *trace-lock*
+    (with-trace-lock
      (lambda ()
-       (case event
-         (:enter
-          (let ((record (make-trace-record (incf *trace-next-id*) depth
-                                           (short-print name 300)
-                                           (princ-to-string*
-                                            (or (ignore-errors (swank/backend:thread-name thread))
-                                                "thread"))
-                                           printed)))
-            (push record (gethash thread *trace-open*))
-            (if (< (fill-pointer *trace-records*) *max-trace-records*)
-                (vector-push-extend record *trace-records*)
-                (incf *trace-dropped*))))
-         (t
-          (let ((record (pop (gethash thread *trace-open*))))
-            (unless (gethash thread *trace-open*)
-              (remhash thread *trace-open*))
-            (when record
-              (setf (trace-record-outcome record)
-                    (if (eq event :exit) :returned :non-local-exit)
-                    (trace-record-values record) printed)))))))))
+       (dolist (session (gethash name *trace-owners*))
+         (let* ((store (trace-store session))
+                (open (trace-store-open store)))
+           (case event
+             (:enter
+              (let ((record (make-trace-record (incf *trace-next-id*) depth
+                                               (short-print name 300)
+                                               (princ-to-string*
+                                                (or (ignore-errors (swank/backend:thread-name thread))
+                                                    "thread"))
+                                               printed))
+                    (records (trace-store-records store)))
+                (push record (gethash thread open))
+                (if (< (fill-pointer records) *max-trace-records*)
+                    (vector-push-extend record records)
+                    (incf (trace-store-dropped store)))))
+             (t
+              (let ((record (pop (gethash thread open))))
+                (unless (gethash thread open)
+                  (remhash thread open))
+                (when record
+                  (setf (trace-record-outcome record)
+                        (if (eq event :exit) :returned :non-local-exit)
+                        (trace-record-values record) printed)))))))))))
 
 (defun trace-record-plist (r)
   (list :id (trace-record-id r) :depth (trace-record-depth r)
@@ -386,27 +435,43 @@ completes it on :EXIT or :NON-LOCAL-EXIT."
         :outcome (string-downcase (symbol-name (trace-record-outcome r)))
         :values (trace-record-values r)))
 
-(defun take-trace-records (limit clear)
-  "The oldest LIMIT records (and how many more there are); with CLEAR,
-the finished ones returned are removed from the store."
-  (swank/backend:call-with-lock-held
-   *trace-lock*
+(defun take-trace-records (session limit clear)
+  "The oldest LIMIT records of SESSION (and how many more there are); with
+CLEAR, the finished ones returned are removed from its store."
+  (with-trace-lock
    (lambda ()
-     (let* ((n (fill-pointer *trace-records*))
+     (let* ((store (trace-store session))
+            (all (trace-store-records store))
+            (n (fill-pointer all))
             (shown (min n limit))
             (records (loop for i below shown
-                           collect (trace-record-plist (aref *trace-records* i))))
-            (dropped *trace-dropped*))
+                           collect (trace-record-plist (aref all i))))
+            (dropped (trace-store-dropped store)))
        (when clear
          ;; Calls still running stay, so their return is not lost.
          (let ((keep (remove-if-not (lambda (r) (eq (trace-record-outcome r) :running))
-                                    (subseq *trace-records* 0 shown)))
-               (rest (subseq *trace-records* shown)))
-           (setf (fill-pointer *trace-records*) 0)
-           (map nil (lambda (r) (vector-push-extend r *trace-records*))
+                                    (subseq all 0 shown)))
+               (rest (subseq all shown)))
+           (setf (fill-pointer all) 0)
+           (map nil (lambda (r) (vector-push-extend r all))
                 (concatenate 'list keep rest))
-           (setf *trace-dropped* 0)))
+           (setf (trace-store-dropped store) 0)))
        (list :records records :more (- n shown) :dropped dropped)))))
+
+(defun end-session (session)
+  "SESSION (a session key) is over: untrace what only it traced, drop its
+trace records and inspections, forget its current package. Returns
+(:untraced (S...))."
+  (let ((untraced '()))
+    (dolist (spec (session-traced-specs session))
+      (when (disown-trace spec session)
+        (push (short-print spec) untraced)))
+    (with-trace-lock (lambda () (remhash session *trace-stores*)))
+    (swank/backend:call-with-lock-held
+     *inspections-lock* (lambda () (remhash session *inspections*)))
+    (swank/backend:call-with-lock-held
+     *session-lock* (lambda () (remhash session *session-packages*)))
+    (list :untraced (nreverse untraced))))
 
 (defun read-trace-spec (string package)
   "A function name from the user's text: FOO, PKG::FOO, (SETF FOO),
@@ -444,16 +509,14 @@ calls so far. Returns (:traced (S...) :changes ((:name :action :ok
         (dolist (text untrace)
           (multiple-value-bind (spec error) (read-trace-spec text package)
             (cond (error (change text "untrace" nil error))
-                  ((not (member spec *traced-specs* :test #'equal))
-                   (change (short-print spec) "untrace" nil "It was not traced."))
-                  (t (remove-trace spec)
-                     (setf *traced-specs* (remove spec *traced-specs* :test #'equal))
+                  ((not (member spec (session-traced-specs session) :test #'equal))
+                   (change (short-print spec) "untrace" nil "It was not traced by this session."))
+                  (t (disown-trace spec session)
                      (change (short-print spec) "untrace" t nil)))))
         (when untrace-all
-          (dolist (spec *traced-specs*)
-            (ignore-errors (remove-trace spec))
-            (change (short-print spec) "untrace" t nil))
-          (setf *traced-specs* '()))
+          (dolist (spec (session-traced-specs session))
+            (disown-trace spec session)
+            (change (short-print spec) "untrace" t nil)))
         (dolist (text trace)
           (multiple-value-bind (spec error) (read-trace-spec text package)
             (if error
@@ -464,18 +527,20 @@ calls so far. Returns (:traced (S...) :changes ((:name :action :ok
                                             (muffle-warning w))))
                     (handler-case
                         (progn
-                          (install-trace spec #+sbcl 'trace-report-sbcl #-sbcl 'trace-report)
-                          (setf *traced-specs*
-                                (cons spec (remove spec *traced-specs* :test #'equal)))
+                          (own-trace spec session)
+                          (handler-bind ((error (lambda (e)
+                                                  (declare (ignore e))
+                                                  (disown-trace spec session))))
+                            (install-trace spec #+sbcl 'trace-report-sbcl #-sbcl 'trace-report))
                           (change (short-print spec) "trace" t
                                   (and warnings (format nil "~{~A~^ ~}" (reverse warnings)))))
                       (error (e)
                         (change (short-print spec) "trace" nil (print-capped e 500))))))))))
-      (append (list :traced (mapcar #'short-print *traced-specs*)
+      (append (list :traced (mapcar #'short-print (session-traced-specs session))
                     :changes (nreverse changes))
               ;; At most 500 records: a reply stays far below Swank's
               ;; message limit (each holds 40 strings of 300 characters).
-              (take-trace-records (max 0 (min 500 (or limit 200))) clear)))))
+              (take-trace-records session (max 0 (min 500 (or limit 200))) clear)))))
 
 #+sbcl
 (defun trace-report-sbcl (depth name event frame values)

@@ -460,3 +460,78 @@ fn attached_image_shows_the_users_threads_and_traces_their_calls() {
     let r = call(&mut s, 5, "list-threads", json!({}));
     assert!(r.text.contains("\"user-app\" alive"), "{}", r.text);
 }
+
+/// Traces belong to the session that asked for them: another session
+/// attached to the same image neither lists them nor gets their records,
+/// and a session's end (stdin closed) untraces what only it traced.
+#[test]
+fn traces_are_per_session_and_removed_when_the_session_ends() {
+    let user = UserLisp::start_with(&[
+        "(defun cl-user::app-step (n) (* n 2))",
+        "(defun cl-user::app-loop () (loop for i from 0 do (cl-user::app-step i) (sleep 0.02)))",
+        "(sb-thread:make-thread #'cl-user::app-loop :name \"user-app\")",
+    ]);
+    let addr = format!("127.0.0.1:{}", user.port);
+    let mut a = lisp_server(&["--swank", &addr]);
+    let mut b = lisp_server(&["--swank", &addr]);
+    let traced = |r: &eval_support::Reply| r.structured["traced"].clone();
+
+    let r = call(
+        &mut a,
+        1,
+        "trace-functions",
+        json!({"trace": ["cl-user::app-step"]}),
+    );
+    assert!(!r.is_error, "{}", r.text);
+    assert_eq!(traced(&r), json!(["APP-STEP"]), "{}", r.text);
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    // B did not trace it: B lists nothing and records nothing.
+    let r = call(&mut b, 1, "trace-functions", json!({}));
+    assert_eq!(traced(&r), json!([]), "{}", r.text);
+    assert_eq!(r.structured["records"], json!([]), "{}", r.text);
+    let r = call(
+        &mut b,
+        2,
+        "trace-functions",
+        json!({"untrace": ["cl-user::app-step"]}),
+    );
+    assert!(r.is_error, "B cannot untrace A's trace: {}", r.text);
+    // A lists it and has its records.
+    let r = call(&mut a, 2, "trace-functions", json!({}));
+    assert_eq!(traced(&r), json!(["APP-STEP"]), "{}", r.text);
+    assert!(
+        !r.structured["records"].as_array().unwrap().is_empty(),
+        "{}",
+        r.text
+    );
+
+    // Both trace it; A's end leaves B's trace in place.
+    let r = call(
+        &mut b,
+        3,
+        "trace-functions",
+        json!({"trace": ["cl-user::app-step"]}),
+    );
+    assert!(!r.is_error, "{}", r.text);
+    let (status, _) = a.close();
+    assert!(status.success());
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    let r = call(&mut b, 4, "trace-functions", json!({}));
+    assert_eq!(traced(&r), json!(["APP-STEP"]), "{}", r.text);
+    assert!(
+        !r.structured["records"].as_array().unwrap().is_empty(),
+        "{}",
+        r.text
+    );
+    let r = eval(&mut b, 5, "(mapcar #'string (trace))");
+    assert!(r.text.ends_with("=> (\"APP-STEP\")"), "{}", r.text);
+
+    // B's end untraces it in the user's image, which runs on.
+    let (status, _) = b.close();
+    assert!(status.success());
+    let mut c = lisp_server(&["--swank", &addr]);
+    let r = eval(&mut c, 1, "(trace)");
+    assert!(r.text.ends_with("=> NIL"), "{}", r.text);
+    let r = call(&mut c, 3, "list-threads", json!({}));
+    assert!(r.text.contains("\"user-app\" alive"), "{}", r.text);
+}

@@ -142,3 +142,37 @@ async fn ending_a_session_aborts_its_pending_debuggers() {
     }
     assert_eq!(left, "=> 1", "the suspended evaluation was aborted");
 }
+
+/// In a shared image a session's traces are its own and end with it
+/// (HTTP DELETE): the function is untraced for everyone.
+#[tokio::test]
+async fn ending_a_session_untraces_its_functions() {
+    let http = Http {
+        server: Listening::start(&["http", "--bind", "127.0.0.1:0", "--shared-image"]),
+    };
+    let a = http.session().await;
+    let b = http.session().await;
+    assert_eq!(http.eval(&a, "(defun sess-tr (x) x)").await, "=> SESS-TR");
+    let (_, v) = http
+        .post(
+            Some(&a),
+            json!({"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"trace-functions",
+                   "arguments":{"trace":["sess-tr"]}}}),
+        )
+        .await;
+    assert_eq!(
+        v["result"]["structuredContent"]["traced"],
+        json!(["SESS-TR"]),
+        "{v}"
+    );
+    assert_eq!(http.eval(&b, "(trace)").await, "=> (SESS-TR)");
+    let status = reqwest::Client::new()
+        .delete(&http.server.address)
+        .header("mcp-session-id", &a)
+        .send()
+        .await
+        .unwrap()
+        .status();
+    assert!(status.is_success(), "{status}");
+    assert_eq!(http.eval(&b, "(trace)").await, "=> NIL");
+}

@@ -259,6 +259,42 @@ async fn monitor(
     }
 }
 
+/// The session ends (its stream closed, HTTP `DELETE`, expiry): aborts its
+/// pending debuggers and waits for them to unwind, then, in an image that
+/// outlives the session (shared or attached), undoes what the session left
+/// there (`cl-mcp:end-session`: the traces only it asked for, its records,
+/// inspections and current package). Bounded in time; never starts an
+/// image.
+pub async fn end_session(session: &Session) {
+    session.debuggers.end.cancel();
+    let Some(image) = session.image_if_started() else {
+        return;
+    };
+    let deadline = Instant::now() + UNWIND_GRACE;
+    while !session.debuggers.list.lock().unwrap().is_empty() && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    if !session.config.shared_image && image.mode() != crate::image::ImageMode::Attached {
+        // Its own local image goes with it.
+        return;
+    }
+    let form = helper_form(
+        "end-session",
+        vec![Value::string(super::lisp_call::session_key_of(session))],
+        vec![],
+    );
+    let r = tokio::time::timeout(
+        UNWIND_GRACE,
+        image.rex(&form, BUFFER_PACKAGE, crate::image::Thread::T),
+    )
+    .await;
+    tracing::debug!(
+        session = session.id,
+        ok = matches!(r, Ok(Ok(_))),
+        "session ended in the image"
+    );
+}
+
 /// Unwinds evaluation `id` wherever it is (debugger included), through
 /// `cl-mcp:interrupt-evaluation` on a fresh thread.
 async fn abort_in_image(image: &Image, id: u64) {

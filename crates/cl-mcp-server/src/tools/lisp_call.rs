@@ -115,7 +115,13 @@ pub fn eval_slot(ctx: &ToolContext) -> &crate::session::EvalState {
 /// `cl-mcp:eval-request`), so sessions sharing an attached image keep their
 /// own current package.
 pub fn session_key(ctx: &ToolContext) -> String {
-    format!("session-{}", ctx.session.id)
+    session_key_of(&ctx.session)
+}
+
+/// [`session_key`] of a session. The process id keeps the sessions of two
+/// servers attached to one image apart.
+pub fn session_key_of(session: &crate::session::Session) -> String {
+    format!("session-{}-{}", std::process::id(), session.id)
 }
 
 /// Why the server stopped an evaluation.

@@ -150,6 +150,8 @@ pub async fn serve(
                 if !keep {
                     tracing::info!(session = %id, "http session expired");
                     conn.cancel_all();
+                    let session = conn.session().clone();
+                    tokio::spawn(async move { crate::tools::debug::end_session(&session).await });
                 }
                 keep
             });
@@ -376,9 +378,11 @@ async fn handle(State(state): State<Arc<HttpState>>, request: Request) -> Respon
                     "DELETE needs the Mcp-Session-Id header",
                 );
             };
-            match state.sessions.lock().unwrap().by_id.remove(id) {
+            let removed = state.sessions.lock().unwrap().by_id.remove(id);
+            match removed {
                 Some((conn, _)) => {
                     conn.cancel_all();
+                    crate::tools::debug::end_session(conn.session()).await;
                     StatusCode::NO_CONTENT.into_response()
                 }
                 None => session_not_found(None, id),

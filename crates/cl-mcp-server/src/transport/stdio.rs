@@ -41,6 +41,7 @@ pub async fn serve(engine: Arc<Engine>, stdout: std::fs::File) {
             conn.drain().await;
         }
     }
+    crate::tools::debug::end_session(conn.session()).await;
     drop(conn);
     drop(tx);
     let _ = tokio::task::spawn_blocking(move || writer.join()).await;
