@@ -327,6 +327,18 @@ interrupt may land inside SLEEP's internals; that is where it was)."
   (let ((symbol (frame-name-symbol name)))
     (eq symbol 'call-with-user-code)))
 
+(defun traced-call-frame (frame inner-name)
+  "How the user sees FRAME when it is the tracer's wrapper around a call
+of a traced function (TRACER-FRAME-CALL): :HIDE when the frame just inside
+it (named INNER-NAME) is that function's own, else (values NAME CALL),
+CALL the call as a list (its own frame is gone: a tail call, or a :BREAK
+before it). NIL for every other frame."
+  (multiple-value-bind (name args) (tracer-frame-call frame)
+    (cond ((null name) nil)
+          ((and inner-name (eq (frame-name-symbol name) (frame-name-symbol inner-name)))
+           :hide)
+          (t (values name (cons name args))))))
+
 (defun raw-backtrace (count &optional names-only)
   "Up to COUNT frames from the current stack top as (name . text). With
 NAMES-ONLY the text is the function's name without the arguments: printing
@@ -336,20 +348,25 @@ handler must never run user code."
     (ignore-errors
      (swank/backend:call-with-debugging-environment
       (lambda ()
-        (dolist (frame (swank/backend:compute-backtrace 0 count))
-          (let ((text (handler-case
-                          (let ((*print-length* 10) (*print-level* 4)
-                                (*print-readably* nil) (*print-pretty* nil)
-                                (s (make-capture-stream 400 :stop-after 400)))
-                            (catch 'capture-full
-                              (if names-only
-                                  (format s "(~S ...)" (frame-function-name frame))
-                                  (swank/backend:print-frame frame s)))
-                            (capture-contents s))
-                        (error () "#<frame>"))))
-            (push (cons (frame-function-name frame)
-                        (truncate-string (substitute #\Space #\Newline text) 400))
-                  frames))))))
+        (let ((inner nil))
+          (dolist (frame (swank/backend:compute-backtrace 0 count))
+            (multiple-value-bind (traced call) (traced-call-frame frame inner)
+              (setf inner (frame-function-name frame))
+              (unless (eq traced :hide)
+                (let ((text (handler-case
+                                (let ((*print-length* 10) (*print-level* 4)
+                                      (*print-readably* nil) (*print-pretty* nil)
+                                      (s (make-capture-stream 400 :stop-after 400)))
+                                  (catch 'capture-full
+                                    (cond (names-only
+                                           (format s "(~S ...)" (or traced inner)))
+                                          (traced (prin1 call s))
+                                          (t (swank/backend:print-frame frame s))))
+                                  (capture-contents s))
+                              (error () "#<frame>"))))
+                  (push (cons (or traced inner)
+                              (truncate-string (substitute #\Space #\Newline text) 400))
+                        frames)))))))))
     (nreverse frames)))
 
 (defun user-backtrace (&optional (limit 20) keep-internal drop)

@@ -35,12 +35,15 @@ restart (the ones past it belong to Swank's request loop)."
                               (if n (type-name-of-symbol n) ""))
                       :description (print-capped r 1000))))
 
-(defun frame-text (frame)
+(defun frame-text (frame &optional call)
+  "FRAME printed; CALL (a list), when given, is printed instead (a traced
+call whose wrapper frame stands for it, TRACED-CALL-FRAME)."
   (handler-case
       (let ((*print-length* 10) (*print-level* 4)
             (*print-readably* nil) (*print-pretty* nil)
             (s (make-capture-stream 400 :stop-after 400)))
-        (catch 'capture-full (swank/backend:print-frame frame s))
+        (catch 'capture-full
+          (if call (prin1 call s) (swank/backend:print-frame frame s)))
         (truncate-string (substitute #\Space #\Newline (capture-contents s)) 400))
     (error () "#<frame>")))
 
@@ -49,13 +52,22 @@ restart (the ones past it belong to Swank's request loop)."
 stack is cut where the evaluation's user code was entered, and the
 debugger's, Swank's and our own frames (and the signalling machinery) are
 left out. INDEX is Swank's frame number."
-  (let ((frames (swank/backend:compute-backtrace 0 limit)))
+  (let ((frames (swank/backend:compute-backtrace 0 limit))
+        (inner nil)
+        (user '()))
     (loop for frame in frames
           for i from 0
           for name = (frame-function-name frame)
           until (sentinel-frame-p name)
-          unless (machinery-frame-p name (frame-text frame))
-            collect (list i frame))))
+          do (multiple-value-bind (traced call) (traced-call-frame frame inner)
+               (setf inner name)
+               (cond ((eq traced :hide))
+                     ;; The tracer's wrapper stands for a call whose own
+                     ;; frame is gone.
+                     (traced (push (list i frame call) user))
+                     ((not (machinery-frame-p name (frame-text frame)))
+                      (push (list i frame) user)))))
+    (nreverse user)))
 
 (defun frame-location (index)
   "(:path P :line L :column C :offset O) of frame INDEX, or NIL. The
@@ -75,9 +87,10 @@ the whitespace before it)."
             (setf loc (list :path (getf loc :path) :offset start :line line :column column)))))
       loc)))
 
-(defun frame-plist (index frame &key location)
-  (append (list :index index :frame (frame-text frame))
-          (when location
+(defun frame-plist (index frame &key location call)
+  (append (list :index index :frame (frame-text frame call))
+          ;; A traced call's wrapper frame is at the tracer's source.
+          (when (and location (not call))
             (let ((loc (frame-location index)))
               (when loc
                 (list :path (namestring (getf loc :path))
@@ -99,8 +112,8 @@ the whitespace before it)."
             :type (type-name condition)
             :message (print-capped condition 20000)
             :restarts (debugger-restart-plists)
-            :frames (loop for (i f) in page
-                          collect (frame-plist i f :location t))
+            :frames (loop for (i f call) in page
+                          collect (frame-plist i f :location t :call call))
             :total-frames (length frames))))))
 
 (defun form-text-at (path offset &optional (limit 2000))
@@ -130,7 +143,13 @@ capped at LIMIT characters."
              (locals (ignore-errors (swank/backend:frame-locals index)))
              (shown (subseq locals 0 (min max-locals (length locals)))))
         (append
-         (frame-plist index frame)
+         (frame-plist index frame
+                      :call (and (plusp index)
+                                 (nth-value 1 (traced-call-frame
+                                               frame
+                                               (frame-function-name
+                                                (first (swank/backend:compute-backtrace
+                                                        (1- index) index)))))))
          (when loc
            (list :path (namestring (getf loc :path))
                  :line (getf loc :line)

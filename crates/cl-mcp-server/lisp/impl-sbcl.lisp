@@ -45,6 +45,15 @@ such as (SETF FOO) or (LAMBDA () :IN FOO), a string, or NIL if unknown."
   #+sbcl (ignore-errors (sb-di:debug-fun-name (sb-di:frame-debug-fun frame)))
   #-sbcl (progn frame nil))
 
+(defun tracer-frame-call (frame)
+  "When FRAME is the tracer's wrapper around a call of a traced function
+(SBCL's SB-DEBUG::TRACE-CALL), (values NAME ARGS) of that call; else NIL."
+  #+sbcl (ignore-errors
+          (multiple-value-bind (name args) (sb-debug::frame-call frame)
+            (when (and (eq name 'sb-debug::trace-call) (consp args) (consp (cdr args)))
+              (values (sb-debug::trace-info-what (first args)) (cddr args)))))
+  #-sbcl (progn frame nil))
+
 (defun implementation-internal-package-p (package)
   "True for the implementation's own internal packages, whose frames are
 machinery around user code (signalling, evaluation, interrupts)."

@@ -693,10 +693,14 @@ names are printed there: an interrupt handler must not run user code
          (ignore-errors
           (swank/backend:call-with-debugging-environment
            (lambda ()
-             (dolist (frame (swank/backend:compute-backtrace 0 (+ limit 200)))
-               (push (list (frame-function-name frame)
-                           (ignore-errors (swank/backend:frame-source-location frame)))
-                     frames)))))
+             (let ((inner nil))
+               (dolist (frame (swank/backend:compute-backtrace 0 (+ limit 200)))
+                 (let ((traced (traced-call-frame frame inner)))
+                   (setf inner (frame-function-name frame))
+                   (unless (eq traced :hide)
+                     (push (list (or traced inner)
+                                 (ignore-errors (swank/backend:frame-source-location frame)))
+                           frames))))))))
          (setf (car box) (nreverse frames)))))
     (loop repeat 300
           while (eq (car box) :pending)

@@ -500,3 +500,91 @@ fn single_stepping_into_over_and_out() {
     let r = call(&mut s, 9, "debugger-restart", json!({"action": "abort"}));
     assert!(r.is_error, "{}", r.text);
 }
+
+/// Backtraces show the user's frames only: a traced function's calls appear
+/// as themselves, never as the tracer's wrapper frames (TRACE-CALL), and no
+/// frame of Swank or of the server; the numbers still address the frames.
+#[test]
+fn traced_calls_show_as_the_users_frames() {
+    let mut s = lisp_server(&[]);
+    let r = eval(
+        &mut s,
+        1,
+        "(declaim (optimize (debug 2))) \
+         (defun trc-g (x) (if (= x 0) (error \"boom ~a\" x) (+ 1 (trc-g (1- x))))) \
+         (defun trc-f (x) (if (= x 0) (error \"tail ~a\" x) (trc-f (1- x))))",
+    );
+    assert!(!r.is_error, "{}", r.text);
+    let r = call(
+        &mut s,
+        2,
+        "trace-functions",
+        json!({"trace": ["trc-g", "trc-f"]}),
+    );
+    assert!(!r.is_error, "{}", r.text);
+    let clean = |text: &str| {
+        for word in ["TRACE-CALL", "SWANK", "CL-MCP", "ENCAPSULAT"] {
+            assert!(!text.contains(word), "{word} in:\n{text}");
+        }
+    };
+    // The error backtrace of evaluate-lisp.
+    let r = eval(&mut s, 3, "(trc-g 2)");
+    assert!(r.is_error);
+    clean(&r.text);
+    let frames: Vec<String> = r.structured["error"]["backtrace"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["frame"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(
+        frames,
+        ["(TRC-G 0)", "(TRC-G 1)", "(TRC-G 2)"],
+        "{}",
+        r.text
+    );
+
+    // A waiting debugger: the same frames, their numbers address them.
+    let r = eval_with(&mut s, 4, "(trc-g 2)", json!({"debug": true}));
+    assert!(r.text.starts_with("[DEBUGGER level 1]"), "{}", r.text);
+    clean(&r.text);
+    let shown: Vec<&str> = r.structured["debugger"]["frames"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["frame"].as_str().unwrap())
+        .collect();
+    assert_eq!(shown, ["(TRC-G 0)", "(TRC-G 1)", "(TRC-G 2)"], "{}", r.text);
+    let one = frame_index(&r.structured, "(TRC-G 1)");
+    let r = call(&mut s, 5, "debugger-frame", json!({"frame": one}));
+    assert_eq!(r.structured["frame"], "(TRC-G 1)", "{}", r.text);
+    assert!(
+        r.structured["locals"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|l| l["name"] == "X" && l["value"] == "1"),
+        "{}",
+        r.text
+    );
+    let r = call(&mut s, 6, "debugger-backtrace", json!({}));
+    clean(&r.text);
+    let r = call(&mut s, 7, "debugger-restart", json!({"action": "abort"}));
+    assert!(r.is_error, "{}", r.text);
+
+    // Tail calls leave only the wrapper's frame: it stands for the call.
+    let r = eval_with(&mut s, 8, "(trc-f 2)", json!({"debug": true}));
+    clean(&r.text);
+    let shown: Vec<&str> = r.structured["debugger"]["frames"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["frame"].as_str().unwrap())
+        .collect();
+    assert_eq!(shown, ["(TRC-F 0)", "(TRC-F 1)", "(TRC-F 2)"], "{}", r.text);
+    let r = call(&mut s, 9, "debugger-restart", json!({"action": "abort"}));
+    assert!(r.is_error, "{}", r.text);
+    let r = eval(&mut s, 10, "(trc-f 1)");
+    clean(&r.text);
+    assert!(r.text.contains("1: (TRC-F 1)"), "{}", r.text);
+}
