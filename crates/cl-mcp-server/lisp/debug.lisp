@@ -226,12 +226,49 @@ restart."
                       append (mapcar #'eval (read-forms v package)))))
       (apply #'invoke-restart (second entry) args))))
 
+(defvar *give-back-restart* nil
+  "In a thread taken over (TAKE-OVER-THREAD): the restart that leaves the
+taken-over level for the debugger the thread was in before.")
+
 (defun debugger-abort ()
-  "Abandon the whole evaluation (its own ABORT restart), from any level."
-  (let ((r (and *current-evaluation* (evaluation-abort-restart *current-evaluation*))))
+  "Abandon the whole evaluation (its own ABORT restart), from any level; in
+a thread taken over, hand it back to the debugger it was in."
+  (let ((r (or (and *current-evaluation* (evaluation-abort-restart *current-evaluation*))
+               *give-back-restart*)))
     (if r
         (invoke-restart r)
         (list :error "This debugger does not belong to an evaluation of this server."))))
+
+;;; Threads in the debugger that are not ours (attach mode: the user's
+;;; application threads, in the user's SLIME debugger).
+
+(defun take-over-thread (thread-id claim)
+  "Make thread THREAD-ID, which sits in a debugger (the user's SLIME one,
+say), enter a nested level of its debugger served by this connection:
+an interrupt binds Swank's connection to ours and CLAIM (a request id the
+server claimed) as the pending continuation, so the server's tools drive
+that level. DEBUGGER-ABORT there hands the thread back to the level it was
+in. Returns (:ok T) or (:error MESSAGE)."
+  (let ((thread (swank/backend:find-thread thread-id))
+        (connection (symbol-value (find-symbol "*EMACS-CONNECTION*" "SWANK"))))
+    (multiple-value-bind (in-debugger condition)
+        (and thread (thread-debugger-condition thread))
+      (cond ((null thread)
+             (list :error (format nil "No thread with id ~A (list-threads lists them)." thread-id)))
+            ((eq thread (swank/backend:current-thread))
+             (list :error "That is the thread serving this request."))
+            ((not (and in-debugger condition))
+             (list :error (format nil "Thread ~A is not in the debugger; list-threads' interrupt action puts it there." thread-id)))
+            (t
+             (swank/backend:interrupt-thread
+              thread
+              (lambda ()
+                (let ((*give-back-restart* (find-restart 'abort)))
+                  (progv (list (find-symbol "*EMACS-CONNECTION*" "SWANK")
+                               (find-symbol "*PENDING-CONTINUATIONS*" "SWANK"))
+                      (list connection (list claim))
+                    (enter-debugger condition)))))
+             (list :ok t))))))
 
 (defun debugger-return-from-frame (index form &key package)
   "Make frame INDEX return the values of FORM (read in PACKAGE, evaluated
@@ -264,3 +301,14 @@ when the implementation cannot."
     (list :error (format nil "~A. Only frames of functions compiled with (debug 2) or more can be restarted, e.g. after (declaim (optimize (debug 2)))."
                          (if (stringp result) result
                              (format nil "Cannot restart frame ~D" index))))))
+
+(defun yield-default-connection ()
+  "Called on the server's connection to an attached image: put it last
+among Swank's connections, so Swank's default connection (where a thread
+outside any request, e.g. the user's application thread, sends its
+debugger) stays the user's SLIME."
+  (let ((ours swank::*emacs-connection*))
+    (when (and ours (cdr swank::*connections*))
+      (setf swank::*connections*
+            (append (remove ours swank::*connections*) (list ours))))
+    t))

@@ -735,6 +735,46 @@ names are printed there: an interrupt handler must not run user code
                                          (list :path (getf plist :path)
                                                :line (getf plist :line))))))))))))
 
+(defun in-thread-value (symbol-name thread)
+  "The value of Swank's special SYMBOL-NAME in THREAD, or NIL."
+  (let ((s (find-symbol symbol-name "SWANK")))
+    (and s #+sbcl (multiple-value-bind (v ok)
+                      (ignore-errors (sb-thread:symbol-value-in-thread s thread nil))
+                    (and ok v))
+         #-sbcl nil)))
+
+(defun thread-debugger-view (thread-id &key (count 20))
+  "Thread THREAD-ID sitting in a debugger, seen without touching it:
+(:level N :type S :message S :restarts (...) :frames (...) :total-frames N)
+like DEBUGGER-STATE (frames from an interrupt that prints only names), or
+(:error MESSAGE)."
+  (let ((thread (swank/backend:find-thread thread-id)))
+    (multiple-value-bind (in-debugger condition)
+        (and thread (thread-debugger-condition thread))
+      (cond ((null thread)
+             (list :error (format nil "No thread with id ~A (list-threads lists them)." thread-id)))
+            ((not in-debugger)
+             (list :error (format nil "Thread ~A is not in the debugger." thread-id)))
+            (t
+             (let ((frames (or (thread-backtrace thread (max 1 (min 200 count))) '())))
+               (list :level (or (in-thread-value "*SLDB-LEVEL*" thread) 1)
+                     :type (if condition (type-name condition) "")
+                     :message (if condition (print-capped condition 20000) "")
+                     :restarts (loop for r in (in-thread-value "*SLDB-RESTARTS*" thread)
+                                     for i from 0
+                                     collect (list :index i
+                                                   :name (let ((n (restart-name r)))
+                                                           (if n (type-name-of-symbol n) ""))
+                                                   :description (print-capped r 1000)))
+                     :frames (loop for f in frames
+                                   collect (list* :index (getf f :index)
+                                                  :frame (getf f :frame)
+                                                  (and (getf f :path)
+                                                       (list :path (let ((p (getf f :path)))
+                                                                     (if (pathnamep p) (namestring p) p))
+                                                             :line (getf f :line)))))
+                     :total-frames (length frames))))))))
+
 (defun thread-request (&key (action :list) thread (limit 30))
   "ACTION :list (every thread), :backtrace, :interrupt or :kill THREAD (an
 id from the list). Returns (:threads ((:id :name :status :in-debugger

@@ -588,3 +588,137 @@ fn traced_calls_show_as_the_users_frames() {
     clean(&r.text);
     assert!(r.text.contains("1: (TRC-F 1)"), "{}", r.text);
 }
+
+/// Attach mode: a thread of the user's application that enters the debugger
+/// goes to the user's SLIME, not to us. The agent sees it (list-threads,
+/// debugger-backtrace with its thread: condition, restarts, frames) without
+/// touching it, and acts on it only after taking it over explicitly.
+#[test]
+fn a_users_thread_in_the_debugger_is_seen_and_taken_over_only_when_asked() {
+    use std::io::Read;
+    use std::sync::{Arc, Mutex};
+    let user = UserLisp::start_with(&[
+        "(declaim (optimize (debug 2)))",
+        "(defvar cl-user::*go* nil)",
+        "(defvar cl-user::*served* nil)",
+        "(defun cl-user::handle (n) (let ((r (* n 2))) (error \"handler failed on ~a\" r) r))",
+        "(defun cl-user::serve () (loop until cl-user::*go* do (sleep 0.02)) \
+         (setf cl-user::*served* (restart-case (cl-user::handle 21) \
+           (use-value (v) :report \"Use a value.\" v))))",
+        "(sb-thread:make-thread #'cl-user::serve :name \"user-handler\")",
+    ]);
+    let addr = format!("127.0.0.1:{}", user.port);
+    // The user's SLIME: a Swank connection of its own, made first.
+    let slime = std::net::TcpStream::connect(&addr).unwrap();
+    let heard = Arc::new(Mutex::new(String::new()));
+    {
+        let heard = heard.clone();
+        let mut slime = slime.try_clone().unwrap();
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 4096];
+            while let Ok(n) = slime.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                heard
+                    .lock()
+                    .unwrap()
+                    .push_str(&String::from_utf8_lossy(&buf[..n]));
+            }
+        });
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    let mut s = lisp_server(&["--swank", &addr]);
+    let r = eval(&mut s, 1, "(setf cl-user::*go* t)");
+    assert!(r.text.ends_with("=> T"), "{}", r.text);
+
+    let mut handler = serde_json::Value::Null;
+    for i in 0..100 {
+        let r = call(&mut s, 100 + i, "list-threads", json!({}));
+        if let Some(t) = r.structured["threads"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|t| t["name"] == "user-handler" && t["inDebugger"] == true)
+        {
+            handler = t.clone();
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let thread = handler["id"]
+        .as_i64()
+        .expect("the handler thread waits in the debugger");
+    assert!(
+        heard.lock().unwrap().contains("handler failed on 42"),
+        "the user's SLIME got the debugger"
+    );
+
+    // Seen, not touched.
+    let r = call(&mut s, 2, "debugger-backtrace", json!({"thread": thread}));
+    assert!(!r.is_error, "{}", r.text);
+    assert!(r.text.contains("not taken over"), "{}", r.text);
+    assert_eq!(r.structured["debugger"], 0, "{}", r.text);
+    assert!(r.structured["message"]
+        .as_str()
+        .unwrap()
+        .contains("handler failed on 42"));
+    assert!(
+        r.structured["restarts"].to_string().contains("USE-VALUE"),
+        "{}",
+        r.text
+    );
+    assert!(
+        r.structured["frames"].to_string().contains("HANDLE"),
+        "{}",
+        r.text
+    );
+    let r = call(&mut s, 3, "debugger-restart", json!({"action": "continue"}));
+    assert!(r.is_error, "nothing was taken over: {}", r.text);
+    let r = call(&mut s, 4, "list-threads", json!({}));
+    assert!(r.structured["threads"].to_string().contains("user-handler"));
+
+    // Taken over when asked: a nested level for the debugger tools.
+    let r = call(
+        &mut s,
+        5,
+        "debugger-backtrace",
+        json!({"thread": thread, "takeOver": true}),
+    );
+    assert!(r.text.starts_with("[DEBUGGER level 2]"), "{}", r.text);
+    assert_eq!(r.structured["thread"], thread, "{}", r.text);
+    assert!(!r.text.contains("SWANK"), "{}", r.text);
+    let handle = r.structured["frames"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["frame"].as_str().unwrap().contains("(HANDLE 21)"))
+        .unwrap_or_else(|| panic!("{}", r.text))["index"]
+        .clone();
+    let r = call(&mut s, 6, "debugger-frame", json!({"frame": handle}));
+    assert!(
+        r.structured["locals"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|l| l["name"] == "N" && l["value"] == "21"),
+        "{}",
+        r.text
+    );
+    let r = call(
+        &mut s,
+        7,
+        "debugger-restart",
+        json!({"restart": "use-value", "values": ["7"]}),
+    );
+    assert!(!r.is_error, "{}", r.text);
+    assert!(r.text.contains("[THREAD]"), "{}", r.text);
+    // The user's thread ran on with the value the agent chose.
+    let r = eval(&mut s, 8, "cl-user::*served*");
+    assert_eq!(r.text, "=> 7");
+    assert!(
+        heard.lock().unwrap().contains(":debug-return"),
+        "the user's SLIME was told its debugger is over"
+    );
+    drop(slime);
+}

@@ -30,7 +30,9 @@ use std::path::PathBuf;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-pub use supervisor::{Image, ImageEvent, ImageInfo, ImageNote, ImageReply, NoteLevel};
+pub use supervisor::{
+    DebuggerClaim, Image, ImageEvent, ImageInfo, ImageNote, ImageReply, NoteLevel,
+};
 pub use swank_client::{RexOutcome, SwankEvent, Thread};
 
 /// Where the image comes from and how to start it. The binary fills this

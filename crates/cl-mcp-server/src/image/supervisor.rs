@@ -116,6 +116,18 @@ struct Inner {
     debuggable: Mutex<std::collections::HashSet<u64>>,
 }
 
+/// See [`Image::claim_debugger`]; released when dropped.
+pub struct DebuggerClaim {
+    inner: Arc<Inner>,
+    pub id: u64,
+}
+
+impl Drop for DebuggerClaim {
+    fn drop(&mut self) {
+        self.inner.debuggable.lock().unwrap().remove(&self.id);
+    }
+}
+
 struct Live {
     generation: u64,
     mode: ImageMode,
@@ -350,6 +362,20 @@ impl Image {
         let _forget = Forget(&self.inner, id);
         let r = live.client.rex_with_id(id, form, package, Thread::T).await;
         self.reply(&live, r).await
+    }
+
+    /// Claims the debugger entries of a thread the caller will make enter
+    /// the debugger with the returned id among its continuations (a thread
+    /// taken over, `tools::debug`): they are not aborted while the claim
+    /// lives.
+    pub async fn claim_debugger(&self) -> Result<DebuggerClaim, ImageError> {
+        let live = self.live().await?;
+        let id = live.client.new_request_id();
+        self.inner.debuggable.lock().unwrap().insert(id);
+        Ok(DebuggerClaim {
+            inner: self.inner.clone(),
+            id,
+        })
     }
 
     /// The thread [`Image::eval`] runs on (to interrupt it).
@@ -1077,7 +1103,18 @@ fn handle_event(inner: &Inner, live: &Arc<Live>, event: &SwankEvent) {
                     .filter_map(Value::as_i64)
                     .any(|id| ids.contains(&(id as u64)))
             });
-            if !claimed {
+            // In an attached image, a thread that is not serving one of
+            // our requests is the user's: its debugger waits for them (or
+            // for the agent to take it over), never aborted by us.
+            let users = inner.mode == ImageMode::Attached
+                && continuations.as_list().is_none_or(|l| l.is_empty());
+            if users {
+                tracing::info!(
+                    thread,
+                    level,
+                    "a thread of the user's image waits in the debugger"
+                );
+            } else if !claimed {
                 let text = condition
                     .as_list()
                     .and_then(|l| l.first())
@@ -1203,24 +1240,26 @@ async fn load_helpers_into(client: &SwankClient) -> Result<(), ImageError> {
             .await
             .map_err(|e| ImageError::StartFailed(format!("loading the helpers: {e}")))
     };
-    if matches!(rex(check).await?, RexOutcome::Ok(v) if v.is_t()) {
-        return Ok(());
-    }
-    for (name, text) in helpers::sources() {
-        let form = format!(
-            "(cl:let ((cl:*package* (cl:find-package \"CL-USER\")) (cl:*read-eval* cl:t)) \
-             (cl:load (cl:make-string-input-stream {})) t)",
-            lisp_string(text)
-        );
-        if let RexOutcome::Abort(why) = rex(form).await? {
-            tracing::warn!(file = name, reason = ?why, "helper failed to load into the attached image");
+    if !matches!(rex(check).await?, RexOutcome::Ok(v) if v.is_t()) {
+        for (name, text) in helpers::sources() {
+            let form = format!(
+                "(cl:let ((cl:*package* (cl:find-package \"CL-USER\")) (cl:*read-eval* cl:t)) \
+                 (cl:load (cl:make-string-input-stream {})) t)",
+                lisp_string(text)
+            );
+            if let RexOutcome::Abort(why) = rex(form).await? {
+                tracing::warn!(file = name, reason = ?why, "helper failed to load into the attached image");
+            }
         }
+        rex(format!(
+            "(cl:setf (cl:get :cl-mcp-server :helpers-hash) {})",
+            lisp_string(&hash)
+        ))
+        .await?;
     }
-    rex(format!(
-        "(cl:setf (cl:get :cl-mcp-server :helpers-hash) {})",
-        lisp_string(&hash)
-    ))
-    .await?;
+    // Swank's default connection (where a thread outside any request sends
+    // its debugger) stays the user's SLIME, not ours.
+    rex("(cl-mcp-server::yield-default-connection)".into()).await?;
     Ok(())
 }
 

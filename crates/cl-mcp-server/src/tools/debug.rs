@@ -25,8 +25,8 @@ use tokio_util::sync::{CancellationToken, DropGuard};
 use super::eval::{render_text, EvalOutput, InterruptCause};
 use super::fs_paths::display_path;
 use super::lisp_call::{
-    call_fresh, call_on_thread, check_read_depth, finish, helper_form, plist_i64, plist_list,
-    plist_str, plist_strings, reply_value, BUFFER_PACKAGE,
+    call_fresh, call_lookup, call_on_thread, check_read_depth, finish, helper_form, plist_i64,
+    plist_list, plist_str, plist_strings, reply_value, BUFFER_PACKAGE,
 };
 use super::{tool, Annotations, ToolContext, ToolDef, ToolGroup, ToolOutput};
 use crate::image::Image;
@@ -65,6 +65,9 @@ pub struct Pending {
     pub id: u64,
     /// The first line of its code, for listings.
     pub code: String,
+    /// The thread it took over (`debugger-backtrace` `takeOver`), instead
+    /// of an evaluation of ours.
+    pub taken_over: Option<i64>,
     state: watch::Sender<PendState>,
     touched: Mutex<Instant>,
     /// Wakes the monitor when `touched` moved (the idle deadline changed).
@@ -158,6 +161,7 @@ pub fn start(ctx: &ToolContext, id: u64, form: String, code: &str) -> Arc<Pendin
     let pending = Arc::new(Pending {
         id,
         code: code.lines().next().unwrap_or("").chars().take(80).collect(),
+        taken_over: None,
         state,
         touched: Mutex::new(Instant::now()),
         touch: tokio::sync::Notify::new(),
@@ -251,6 +255,161 @@ async fn monitor(
                 stop_sent = true;
                 p.state.send_modify(|s| s.aborted = Some("the session ended".into()));
                 abort_in_image(&image, p.id).await;
+            }
+        }
+    }
+    if let Some(s) = session.upgrade() {
+        s.debuggers.remove(p.id);
+    }
+}
+
+/// Takes over `thread`, which sits in a debugger that is not ours (in
+/// attach mode: the user's, in their SLIME): a nested level of its debugger
+/// is entered for this session (`cl-mcp:take-over-thread`) and followed as a
+/// [`Pending`]; `abort` there hands the thread back to the level it was in.
+async fn take_over(ctx: &ToolContext, thread: i64) -> Result<Arc<Pending>, String> {
+    let image = ctx.session.image();
+    let claim = image.claim_debugger().await.map_err(|e| e.to_string())?;
+    let id = super::eval::NEXT_EVAL_ID.fetch_add(1, Ordering::Relaxed);
+    let (state, _) = watch::channel(PendState::default());
+    let p = Arc::new(Pending {
+        id,
+        code: format!("thread {thread}, taken over"),
+        taken_over: Some(thread),
+        state,
+        touched: Mutex::new(Instant::now()),
+        touch: tokio::sync::Notify::new(),
+    });
+    let mut rx = p.state.subscribe();
+    let events = image.subscribe();
+    let form = helper_form(
+        "take-over-thread",
+        vec![Value::Integer(thread), Value::Integer(claim.id as i64)],
+        vec![],
+    );
+    ctx.session.debuggers.list.lock().unwrap().push(p.clone());
+    let idle = Duration::from_secs(ctx.session.config.debugger_idle_secs.max(1));
+    tokio::spawn(follow_taken_over(
+        image,
+        Arc::downgrade(&ctx.session),
+        p.clone(),
+        claim,
+        events,
+        idle,
+        ctx.session.debuggers.end.clone(),
+    ));
+    let failed = match call_fresh(ctx, &form).await {
+        Ok(v) => plist_str(&v, "error"),
+        Err(e) => Some(e),
+    };
+    let entered = async {
+        rx.wait_for(|s| s.level > 0 || s.outcome.is_some())
+            .await
+            .is_ok()
+    };
+    let failed = match failed {
+        Some(e) => Some(e),
+        None => match tokio::time::timeout(UNWIND_GRACE, entered).await {
+            Ok(true) => None,
+            _ => Some(format!(
+                "Thread {thread} did not enter the debugger within {} s of being asked.",
+                UNWIND_GRACE.as_secs()
+            )),
+        },
+    };
+    match failed {
+        None => Ok(p),
+        Some(e) => {
+            p.state.send_modify(|s| s.outcome = Some(Err(e.clone())));
+            ctx.session.debuggers.remove(p.id);
+            Err(e)
+        }
+    }
+}
+
+/// Follows a thread taken over: its debugger levels (entries whose
+/// continuations hold the claim), until it leaves the level we entered;
+/// hands it back when idle or at session end.
+async fn follow_taken_over(
+    image: Image,
+    session: Weak<Session>,
+    p: Arc<Pending>,
+    claim: crate::image::DebuggerClaim,
+    mut events: tokio::sync::broadcast::Receiver<crate::image::ImageEvent>,
+    idle: Duration,
+    end: CancellationToken,
+) {
+    let mut base: Option<i64> = None;
+    let mut stop_sent = false;
+    loop {
+        let level = p.state.borrow().level;
+        let idle_at = tokio::time::Instant::from_std(*p.touched.lock().unwrap() + idle);
+        let give_back = tokio::select! {
+            ev = events.recv() => match ev {
+                Ok(ev) => {
+                    match ev.event {
+                        SwankEvent::Debug { thread, level, continuations, .. }
+                            if Some(thread) == p.taken_over =>
+                        {
+                            let ours = continuations.as_list().is_some_and(|l| {
+                                l.iter().filter_map(Value::as_i64).any(|i| i as u64 == claim.id)
+                            });
+                            if ours {
+                                base.get_or_insert(level);
+                                p.touch();
+                                p.state.send_modify(|s| {
+                                    s.thread = Some(thread);
+                                    s.level = level;
+                                    s.debug_seq += 1;
+                                });
+                            }
+                        }
+                        SwankEvent::DebugReturn { thread, level }
+                            if Some(thread) == p.taken_over && base.is_some() =>
+                        {
+                            if base.is_some_and(|b| level <= b) {
+                                p.state.send_modify(|s| {
+                                    s.level = 0;
+                                    s.outcome = Some(Ok(Value::nil()));
+                                });
+                                break;
+                            }
+                            p.state.send_modify(|s| s.level = s.level.min(level - 1));
+                        }
+                        _ => {}
+                    }
+                    None
+                }
+                Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => None,
+                Err(_) => {
+                    p.state.send_modify(|s| {
+                        s.outcome = Some(Err("The connection to the image was lost.".into()))
+                    });
+                    break;
+                }
+            },
+            _ = tokio::time::sleep_until(idle_at), if level > 0 && !stop_sent => Some(format!(
+                "the taken-over thread was handed back after {} s without use \
+                 (--debugger-idle-secs)",
+                idle.as_secs()
+            )),
+            _ = p.touch.notified() => None,
+            _ = end.cancelled(), if !stop_sent => Some("the session ended".to_string()),
+        };
+        if let Some(why) = give_back {
+            stop_sent = true;
+            p.state.send_modify(|s| s.aborted = Some(why));
+            if let Some(thread) = p.state().thread {
+                let form = helper_form("debugger-abort", vec![], vec![]);
+                let image = image.clone();
+                // Never answers when it works: the level is unwound.
+                tokio::spawn(async move {
+                    let _ = tokio::time::timeout(
+                        UNWIND_GRACE,
+                        image.rex(&form, BUFFER_PACKAGE, crate::image::Thread::Id(thread)),
+                    )
+                    .await;
+                });
             }
         }
     }
@@ -425,6 +584,9 @@ pub struct DebuggerInfo {
     /// User frames, innermost first.
     pub frames: Vec<FrameInfo>,
     pub total_frames: i64,
+    /// The thread, for a thread's debugger (`debugger` 0: not taken over).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub thread: Option<i64>,
 }
 
 fn rel_path(ctx: &ToolContext, path: &str) -> String {
@@ -457,6 +619,7 @@ fn debugger_info(ctx: &ToolContext, id: u64, v: &Value) -> DebuggerInfo {
             })
             .collect(),
         total_frames: plist_i64(v, "total-frames").unwrap_or(0),
+        thread: None,
     }
 }
 
@@ -483,13 +646,19 @@ pub async fn read_debugger(
     if let Some(e) = plist_str(&v, "error") {
         return Err(e);
     }
-    Ok(debugger_info(ctx, p.id, &v))
+    let mut d = debugger_info(ctx, p.id, &v);
+    d.thread = p.taken_over;
+    Ok(d)
 }
 
 /// The `[DEBUGGER level N]` text.
 pub fn render_debugger(d: &DebuggerInfo) -> String {
+    let what = match d.thread {
+        Some(t) => format!("thread {t}, taken over"),
+        None => "the evaluation is suspended".into(),
+    };
     let mut t = format!(
-        "[DEBUGGER level {}] debugger {}: the evaluation is suspended\n{}\n{}",
+        "[DEBUGGER level {}] debugger {}: {what}\n{}\n{}",
         d.level, d.debugger, d.kind, d.message
     );
     t.push_str("\n\n[Restarts]");
@@ -531,6 +700,19 @@ pub async fn outcome_output(
 ) -> ToolOutput {
     match waited {
         Waited::Done(Err(e)) => ToolOutput::error(e),
+        Waited::Done(Ok(_)) if p.taken_over.is_some() => {
+            let mut text = format!(
+                "[THREAD] Thread {} left the debugger level taken over (debugger {}): it runs \
+                 on, or is back in the debugger it was in (list-threads shows which).",
+                p.taken_over.unwrap_or(0),
+                p.id
+            );
+            if let Some(why) = p.state().aborted {
+                text = format!("[ABORTED] {why}.\n{text}");
+            }
+            let out = EvalOutput::default();
+            ToolOutput::structured(text, serde_json::to_value(&out).unwrap_or_default())
+        }
         Waited::Done(Ok(v)) => {
             let out = EvalOutput::from_plist(&v);
             let cause = match (cause, out.interrupted) {
@@ -573,31 +755,85 @@ pub async fn outcome_output(
 struct BacktraceArgs {
     /// Default: newest.
     debugger: Option<u64>,
+    /// Another thread's debugger (list-threads id), read-only.
+    thread: Option<i64>,
+    /// With `thread`: take it over.
+    take_over: Option<bool>,
     start: Option<u32>,
     /// Default 20.
     count: Option<u32>,
 }
 
 async fn debugger_backtrace(a: BacktraceArgs, ctx: ToolContext) -> ToolOutput {
-    let p = match ctx.session.debuggers.find(a.debugger) {
+    let count = a.count.unwrap_or(20).min(500);
+    let held = a.thread.and_then(|t| {
+        ctx.session
+            .debuggers
+            .suspended()
+            .into_iter()
+            .find(|p| p.state().thread == Some(t))
+    });
+    if let (Some(thread), None) = (a.thread, &held) {
+        if a.take_over != Some(true) {
+            return thread_debugger(&ctx, thread, count).await;
+        }
+        if let Err(e) = take_over(&ctx, thread).await {
+            return ToolOutput::error(e);
+        }
+    }
+    let wanted = match (&held, a.thread) {
+        (Some(p), _) => Some(p.id),
+        (None, Some(_)) => None, // the one just taken over: the newest
+        (None, None) => a.debugger,
+    };
+    let p = match ctx.session.debuggers.find(wanted) {
         Ok(p) => p,
         Err(e) => return ToolOutput::error(e),
     };
     p.touch();
-    match read_debugger(
-        &ctx,
-        &p,
-        a.start.unwrap_or(0),
-        a.count.unwrap_or(20).min(500),
-    )
-    .await
-    {
+    match read_debugger(&ctx, &p, a.start.unwrap_or(0), count).await {
         Ok(d) => ToolOutput::structured(
             render_debugger(&d),
             serde_json::to_value(&d).unwrap_or_default(),
         ),
         Err(e) => ToolOutput::error(e),
     }
+}
+
+/// A thread sitting in a debugger that is not this session's (the user's,
+/// in attach mode), seen without touching it.
+async fn thread_debugger(ctx: &ToolContext, thread: i64, count: u32) -> ToolOutput {
+    let form = helper_form(
+        "thread-debugger-view",
+        vec![Value::Integer(thread)],
+        vec![("count", Value::Integer(count.into()))],
+    );
+    let v = match call_lookup(ctx, &form).await {
+        Ok(v) => v,
+        Err(e) => return ToolOutput::error(e),
+    };
+    let mut d = debugger_info(ctx, 0, &v);
+    d.thread = Some(thread);
+    let mut text = format!(
+        "[THREAD {thread} in the debugger, level {}] not taken over: its debugger is left to \
+         whoever holds it (the user's SLIME)\n{}\n{}\n\n[Restarts]",
+        d.level, d.kind, d.message
+    );
+    for r in &d.restarts {
+        text.push_str(&format!("\n{}: [{}] {}", r.index, r.name, r.description));
+    }
+    text.push_str("\n\n[Frames]");
+    for f in &d.frames {
+        text.push_str(&format!("\n{}: {}", f.index, f.frame));
+        if let (Some(p), Some(l)) = (&f.path, f.line) {
+            text.push_str(&format!("  at {p}:{l}"));
+        }
+    }
+    text.push_str(&format!(
+        "\n\nTo act on it: debugger-backtrace with thread {thread} and takeOver: true (a \
+         nested level for the debugger tools; action abort hands it back)."
+    ));
+    ToolOutput::structured(text, serde_json::to_value(&d).unwrap_or_default())
 }
 
 #[derive(Deserialize, JsonSchema)]
@@ -955,9 +1191,10 @@ pub fn tools() -> Vec<ToolDef> {
             "debugger-backtrace",
             ToolGroup::Debug,
             "Debugger backtrace",
-            "A pending debugger (evaluate-lisp `debug: true`): condition, restarts, user frames \
-             with source, paged.",
-            Annotations::READ_ONLY,
+            "A pending debugger (evaluate-lisp `debug: true`) or a `thread`'s: condition, \
+             restarts, user frames with source, paged.",
+            // `takeOver` changes the thread's state.
+            Annotations::MUTATING,
             |a: BacktraceArgs, ctx: ToolContext| async move {
                 let c = ctx.clone();
                 finish(&c, debugger_backtrace(a, ctx).await)

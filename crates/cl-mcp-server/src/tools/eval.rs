@@ -224,7 +224,7 @@ fn trim_float(s: f64) -> String {
     }
 }
 
-static NEXT_EVAL_ID: AtomicU64 = AtomicU64::new(1);
+pub(crate) static NEXT_EVAL_ID: AtomicU64 = AtomicU64::new(1);
 
 /// The `cl-mcp:eval-request` form for these arguments.
 fn request_form(a: &EvalArgs, id: u64, session: &str, max_output: usize) -> String {
