@@ -35,9 +35,82 @@ restart (the ones past it belong to Swank's request loop)."
                               (if n (type-name-of-symbol n) ""))
                       :description (print-capped r 1000))))
 
+(defun symbol-from-text (text)
+  "The existing symbol TEXT names (PKG::NAME, PKG:NAME or NAME in
+CL-USER), or NIL; never interns."
+  (let* ((colon (position #\: text))
+         (package (if colon
+                      (find-package (string-upcase (subseq text 0 colon)))
+                      (find-package "COMMON-LISP-USER")))
+         (name (string-upcase (string-left-trim ":" (if colon (subseq text colon) text)))))
+    (and package (plusp (length name)) (find-symbol name package))))
+
+#+clisp
+(defun clisp-frame-view (frame)
+  "(values NAME TEXT) of a CLISP frame, read from its description: an
+APPLY frame is a call of an interpreted function (TEXT \"(F '1)\"), a
+compiled function's frame is named by it; every other frame (EVAL forms,
+bindings, blocks, catch tags) is :SKIP."
+  (let* ((all (with-output-to-string (s) (ignore-errors (sys::describe-frame s frame))))
+         (line (subseq all 0 (or (position #\Newline all) (length all)))))
+    (flet ((after (marker)
+             (let ((p (search marker line)))
+               (and p (subseq line (+ p (length marker)))))))
+      (let ((call (after "APPLY frame for call "))
+            (compiled (or (after "#<COMPILED-FUNCTION ") (after "#<SYSTEM-FUNCTION "))))
+        (cond (call
+               (let ((name (symbol-from-text
+                            (string-trim "(" (subseq call 0 (or (position-if (lambda (c) (member c '(#\Space #\))))
+                                                                             call)
+                                                                (length call)))))))
+                 (values (or name :skip) (truncate-string call 400))))
+              (compiled
+               (let* ((end (or (position #\> compiled) (length compiled)))
+                      (name (symbol-from-text (subseq compiled 0 end))))
+                 (values (or name :skip)
+                         (and name (format nil "(~A ...)" (type-name-of-symbol name))))))
+              (t (values :skip nil)))))))
+
+(defun frame-env-index (index)
+  "The frame whose variables are those of frame INDEX's function: INDEX
+itself, except on CLISP, where an interpreted function's APPLY frame has
+none and the innermost EVAL frame of its body (below it, before the next
+call) holds its lexical environment."
+  #+clisp (let ((frames (swank/backend:compute-backtrace 0 (1+ index)))
+                (found index))
+            (loop for j from (1- index) downto 0
+                  for text = (with-output-to-string (s)
+                               (ignore-errors (sys::describe-frame s (nth j frames))))
+                  until (search "APPLY frame" text)
+                  when (and (search "EVAL frame" text)
+                            (ignore-errors (swank/backend:frame-locals j)))
+                    do (setf found j))
+            found)
+  #-clisp index)
+
+(defun frame-view (frame)
+  "(values NAME TEXT) for deciding whether FRAME is the user's and showing
+it: NAME as FRAME-FUNCTION-NAME gives it, or :SKIP for frames that are
+nobody's call (CLISP's EVAL and binding frames, ECL's anonymous compiled
+lambdas of Swank and the server); TEXT replaces the printed frame, or NIL."
+  #+clisp (clisp-frame-view frame)
+  #+ecl (let ((name (frame-function-name frame)))
+          (if (or (null name)
+                  (and (symbolp name)
+                       (or (null (symbol-package name))
+                           ;; The bytecode interpreter running a form.
+                           (string= (symbol-name name) "BYTECODES"))))
+              (values :skip nil)
+              (values name (format nil "(~A ...)"
+                                   (if (symbolp name) (type-name-of-symbol name) name)))))
+  #-(or clisp ecl) (values (frame-function-name frame) nil))
+
 (defun frame-text (frame &optional call)
-  "FRAME printed; CALL (a list), when given, is printed instead (a traced
-call whose wrapper frame stands for it, TRACED-CALL-FRAME)."
+  "FRAME printed; CALL, when given, is shown instead: a string, or a list
+printed (a traced call whose wrapper frame stands for it,
+TRACED-CALL-FRAME)."
+  (when (stringp call)
+    (return-from frame-text call))
   (handler-case
       (let ((*print-length* 10) (*print-level* 4)
             (*print-readably* nil) (*print-pretty* nil)
@@ -57,16 +130,16 @@ left out. INDEX is Swank's frame number."
         (user '()))
     (loop for frame in frames
           for i from 0
-          for name = (frame-function-name frame)
+          for (name text) = (multiple-value-list (frame-view frame))
           until (sentinel-frame-p name)
           do (multiple-value-bind (traced call) (traced-call-frame frame inner)
                (setf inner name)
-               (cond ((eq traced :hide))
+               (cond ((or (eq traced :hide) (eq name :skip)))
                      ;; The tracer's wrapper stands for a call whose own
                      ;; frame is gone.
                      (traced (push (list i frame call) user))
-                     ((not (machinery-frame-p name (frame-text frame)))
-                      (push (list i frame) user)))))
+                     ((not (machinery-frame-p name (or text (frame-text frame))))
+                      (push (list i frame text) user)))))
     (nreverse user)))
 
 (defun frame-location (index)
@@ -140,16 +213,17 @@ capped at LIMIT characters."
         (list :error (format nil "There is no frame ~D in this debugger." index))))
     (with-file-cache ()
       (let* ((loc (frame-location index))
-             (locals (ignore-errors (swank/backend:frame-locals index)))
+             (locals (ignore-errors (swank/backend:frame-locals (frame-env-index index))))
              (shown (subseq locals 0 (min max-locals (length locals)))))
         (append
          (frame-plist index frame
-                      :call (and (plusp index)
-                                 (nth-value 1 (traced-call-frame
-                                               frame
-                                               (frame-function-name
-                                                (first (swank/backend:compute-backtrace
-                                                        (1- index) index)))))))
+                      :call (or (nth-value 1 (frame-view frame))
+                                (and (plusp index)
+                                     (nth-value 1 (traced-call-frame
+                                                   frame
+                                                   (frame-function-name
+                                                    (first (swank/backend:compute-backtrace
+                                                            (1- index) index))))))))
          (when loc
            (list :path (namestring (getf loc :path))
                  :line (getf loc :line)
@@ -193,7 +267,7 @@ nested debugger level (like SLDB's eval-in-frame)."
                                          ;; the frame's function.
                                          (ignore-errors (swank/backend:frame-package index)))))
         (setf values (multiple-value-list
-                      (swank/backend:eval-in-frame form index)))))
+                      (swank/backend:eval-in-frame form (frame-env-index index))))))
     (list :values (print-values values :max-output max-output)
           :stdout (capture-contents out))))
 
@@ -270,12 +344,20 @@ in. Returns (:ok T) or (:error MESSAGE)."
                     (enter-debugger condition)))))
              (list :ok t))))))
 
+(defun frame-action-error (what index e)
+  (list :error (format nil "Cannot ~A frame ~D on ~A: ~A" what index
+                       (lisp-implementation-type) (print-capped e 500))))
+
 (defun debugger-return-from-frame (index form &key package)
   "Make frame INDEX return the values of FORM (read in PACKAGE, evaluated
 in the frame). Returns (:error MESSAGE) when the implementation cannot."
   (let* ((forms (read-forms form package))
-         (result (swank/backend:return-from-frame
-                  index (if (cdr forms) `(progn ,@forms) (first forms)))))
+         (result (handler-case
+                     (swank/backend:return-from-frame
+                      index (if (cdr forms) `(progn ,@forms) (first forms)))
+                   (error (e)
+                     (return-from debugger-return-from-frame
+                       (frame-action-error "return from" index e))))))
     (list :error (format nil "Cannot return from frame ~D: ~A. Only frames of functions compiled with (debug 2) or more can return a value, e.g. after (declaim (optimize (debug 2)))."
                          index (if (stringp result) result "not supported here")))))
 
@@ -284,6 +366,10 @@ in the frame). Returns (:error MESSAGE) when the implementation cannot."
 calls), :NEXT (over calls) or :OUT (until the current function returns).
 At a stepped form it steps on; elsewhere (a BREAK) it starts stepping and
 continues. Does not return when it steps; (:error MESSAGE) when it cannot."
+  #-sbcl (progn kind frame
+                (return-from debugger-step
+                  (list :error (format nil "Single-stepping (step, next, out) needs SBCL's stepper; ~A has none the server can drive. Look at frames with debugger-frame and pick a restart instead."
+                                       (lisp-implementation-type)))))
   (handler-case
       (ecase kind
         (:into (swank:sldb-step frame))
@@ -297,7 +383,10 @@ continues. Does not return when it steps; (:error MESSAGE) when it cannot."
   "Restart frame INDEX (call its function again with the same arguments;
 a redefined function runs its new definition). Returns (:error MESSAGE)
 when the implementation cannot."
-  (let ((result (swank/backend:restart-frame index)))
+  (let ((result (handler-case (swank/backend:restart-frame index)
+                  (error (e)
+                    (return-from debugger-restart-frame
+                      (frame-action-error "restart" index e))))))
     (list :error (format nil "~A. Only frames of functions compiled with (debug 2) or more can be restarted, e.g. after (declaim (optimize (debug 2)))."
                          (if (stringp result) result
                              (format nil "Cannot restart frame ~D" index))))))

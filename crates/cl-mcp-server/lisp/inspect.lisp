@@ -312,7 +312,7 @@ inspection, so PART and BACK go on from it. An error in CODE is answered as
           (with-compilation-unit (:override t)
             (dolist (form (read-forms code (or package
                                                (ignore-errors (swank/backend:frame-package index)))))
-              (setf value (swank/backend:eval-in-frame form index)))))
+              (setf value (swank/backend:eval-in-frame form (frame-env-index index))))))
       (error (e)
         (return-from debugger-inspect-in-frame
           (list :error (format nil "~A in frame ~D: ~A" (type-name e) index

@@ -722,3 +722,80 @@ fn a_users_thread_in_the_debugger_is_seen_and_taken_over_only_when_asked() {
     );
     drop(slime);
 }
+
+/// The debugger on ECL or CLISP through their Swank backends: the user's
+/// frame, its locals, evaluation in it, restarts; stepping says plainly
+/// that it needs SBCL.
+fn debugger_on(lisp: &str) {
+    let found = std::env::var_os("PATH")
+        .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(lisp).is_file()));
+    assert!(found, "{lisp} is not installed: apt-get install {lisp}");
+    let mut s = lisp_server(&["--lisp", lisp]);
+    let r = eval(
+        &mut s,
+        1,
+        "(defun dbg-h (x) (let ((y (* x 2))) (+ y (error \"bad ~a\" y))))",
+    );
+    assert!(!r.is_error, "{}", r.text);
+    let r = eval_with(
+        &mut s,
+        2,
+        "(restart-case (dbg-h 21) (use-value (v) :report \"Use a value.\" v))",
+        json!({"debug": true}),
+    );
+    assert!(r.text.starts_with("[DEBUGGER level 1]"), "{}", r.text);
+    assert!(r.text.contains("bad 42"), "{}", r.text);
+    let frames = r.structured["debugger"]["frames"]
+        .as_array()
+        .unwrap()
+        .clone();
+    assert!(!frames.is_empty(), "{}", r.text);
+    assert!(
+        frames[0]["frame"].as_str().unwrap().contains("DBG-H"),
+        "{}",
+        r.text
+    );
+    for word in ["CL-MCP", "SWANK", "BYTECODES", "LAMBDA", "frame for"] {
+        assert!(!r.text.contains(word), "{word} in:\n{}", r.text);
+    }
+    let r = call(&mut s, 3, "debugger-frame", json!({"code": "(list x y)"}));
+    assert!(!r.is_error, "{}", r.text);
+    let locals = r.structured["locals"].to_string();
+    assert!(
+        locals.contains(r#"{"name":"X","value":"21"}"#),
+        "{}",
+        r.text
+    );
+    assert!(
+        locals.contains(r#"{"name":"Y","value":"42"}"#),
+        "{}",
+        r.text
+    );
+    assert_eq!(r.structured["values"], json!(["(21 42)"]), "{}", r.text);
+    let r = call(&mut s, 4, "debugger-restart", json!({"action": "step"}));
+    assert!(r.is_error, "{}", r.text);
+    assert!(r.text.contains("needs SBCL"), "{}", r.text);
+    assert!(r.text.contains("still pending"), "{}", r.text);
+    let r = call(
+        &mut s,
+        5,
+        "debugger-restart",
+        json!({"restart": "use-value", "values": ["7"]}),
+    );
+    assert!(!r.is_error, "{}", r.text);
+    assert!(r.text.ends_with("=> 7"), "{}", r.text);
+    let r = eval_with(&mut s, 6, "(break)", json!({"debug": true}));
+    assert!(r.text.starts_with("[DEBUGGER level 1]"), "{}", r.text);
+    let r = call(&mut s, 7, "debugger-restart", json!({"action": "continue"}));
+    assert!(r.text.ends_with("=> NIL"), "{}", r.text);
+}
+
+#[test]
+fn debugger_on_ecl() {
+    debugger_on("ecl");
+}
+
+#[test]
+fn debugger_on_clisp() {
+    debugger_on("clisp");
+}
