@@ -4,6 +4,7 @@
 //! this test fails, saying how to install it.
 
 mod common;
+mod eval_support;
 
 use std::process::Command;
 
@@ -25,11 +26,28 @@ fn official_python_sdk_connects_lists_and_calls() {
     let root = env!("CARGO_MANIFEST_DIR");
     let http = common::Listening::start(&["http", "--bind", "127.0.0.1:0", "--project-root", root]);
     let url = http.address.clone();
+    // An image of the user's, for attach mode: an application thread that
+    // hits an error once told to, and waits in the debugger.
+    let user = eval_support::UserLisp::start_with(&[
+        "(defvar cl-user::*go* nil)",
+        "(defvar cl-user::*sdk-served* nil)",
+        "(sb-thread:make-thread (lambda () (loop until cl-user::*go* do (sleep 0.02)) \
+         (setf cl-user::*sdk-served* (restart-case (error \"sdk handler failed\") \
+           (use-value (v) v)))) :name \"sdk-user\")",
+    ]);
+    let swank = format!("127.0.0.1:{}", user.port);
     let out = Command::new(&python)
-        .args([script, env!("CARGO_BIN_EXE_cl-mcp-server"), root, &url])
+        .args([
+            script,
+            env!("CARGO_BIN_EXE_cl-mcp-server"),
+            root,
+            &url,
+            &swank,
+        ])
         .output()
         .unwrap();
     drop(http);
+    drop(user);
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
@@ -46,4 +64,8 @@ fn official_python_sdk_connects_lists_and_calls() {
             "{stdout}"
         );
     }
+    assert!(
+        stdout.contains("attached: a user's thread taken over"),
+        "{stdout}"
+    );
 }

@@ -5,7 +5,10 @@ family, a resource read, a prompt and a completion. The SDK validates every
 successful tool result against the tool's outputSchema. Exits non-zero on
 any failure.
 
-Usage: python3 python_sdk_client.py /path/to/cl-mcp-server project-root [http-url]
+Given a Swank address, it also attaches to that image (the user's) and
+takes over an application thread waiting in the debugger.
+
+Usage: python3 python_sdk_client.py /path/to/cl-mcp-server project-root [http-url [swank-address]]
 """
 
 import asyncio
@@ -118,6 +121,33 @@ async def run(target, label: str, mode: str) -> None:
         print(f"{label} {mode}: protocol {version}, {len(names)} tools, evaluate-lisp and every family ok")
 
 
+async def attached(binary: str, swank: str) -> None:
+    """The user's thread that entered the debugger: seen, then taken over."""
+    target = StdioServerParameters(command=binary, args=["--swank", swank])
+    async with Client(target, mode="legacy", read_timeout_seconds=120) as client:
+        await call(client, "evaluate-lisp", {"code": "(setf cl-user::*go* t)"})
+        thread = None
+        for _ in range(100):
+            r = await call(client, "list-threads", {})
+            found = [t for t in r.structured_content["threads"] if t["name"] == "sdk-user" and t["inDebugger"]]
+            if found:
+                thread = found[0]["id"]
+                break
+            await asyncio.sleep(0.05)
+        assert thread is not None, r.structured_content
+        r = await call(client, "debugger-backtrace", {"thread": thread})
+        assert r.structured_content["debugger"] == 0 and r.structured_content["thread"] == thread, r.structured_content
+        assert any(x["name"] == "USE-VALUE" for x in r.structured_content["restarts"]), r.structured_content
+        r = await call(client, "debugger-backtrace", {"thread": thread, "takeOver": True})
+        assert r.structured_content["thread"] == thread, r.structured_content
+        number = r.structured_content["debugger"]
+        r = await call(client, "debugger-restart", {"debugger": number, "restart": "use-value", "values": ["5"]})
+        assert "[THREAD]" in text_of(r), text_of(r)
+        r = await call(client, "evaluate-lisp", {"code": "cl-user::*sdk-served*"})
+        assert r.structured_content["values"] == ["5"], r.structured_content
+        print("attached: a user's thread taken over and resolved")
+
+
 async def main() -> None:
     binary = sys.argv[1]
     root = sys.argv[2]
@@ -127,6 +157,8 @@ async def main() -> None:
     if len(sys.argv) > 3:
         await run(sys.argv[3], "http", "auto")
         await run(sys.argv[3], "http", "legacy")
+    if len(sys.argv) > 4:
+        await attached(binary, sys.argv[4])
 
 
 asyncio.run(main())
