@@ -705,6 +705,32 @@ fn a_users_thread_in_the_debugger_is_seen_and_taken_over_only_when_asked() {
         "{}",
         r.text
     );
+    // `abort` hands it back to the user's debugger, where it still waits.
+    let r = call(&mut s, 20, "debugger-restart", json!({"action": "abort"}));
+    assert!(!r.is_error, "{}", r.text);
+    assert!(r.text.contains("[THREAD]"), "{}", r.text);
+    let r = call(&mut s, 21, "debugger-backtrace", json!({"thread": thread}));
+    assert!(r.text.contains("level 1] not taken over"), "{}", r.text);
+    let r = call(
+        &mut s,
+        22,
+        "debugger-backtrace",
+        json!({"thread": thread, "takeOver": true}),
+    );
+    assert!(r.text.starts_with("[DEBUGGER level 2]"), "{}", r.text);
+    // So does the session's end.
+    let (status, _) = s.close();
+    assert!(status.success());
+    let mut s = lisp_server(&["--swank", &addr]);
+    let r = call(&mut s, 23, "debugger-backtrace", json!({"thread": thread}));
+    assert!(r.text.contains("level 1] not taken over"), "{}", r.text);
+    let r = call(
+        &mut s,
+        24,
+        "debugger-backtrace",
+        json!({"thread": thread, "takeOver": true}),
+    );
+    assert!(r.text.starts_with("[DEBUGGER level 2]"), "{}", r.text);
     let r = call(
         &mut s,
         7,
