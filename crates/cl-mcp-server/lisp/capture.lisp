@@ -351,22 +351,30 @@ handler must never run user code."
         (let ((inner nil))
           (dolist (frame (swank/backend:compute-backtrace 0 count))
             (multiple-value-bind (traced call) (traced-call-frame frame inner)
-              (setf inner (frame-function-name frame))
-              (unless (eq traced :hide)
-                (let ((text (handler-case
-                                (let ((*print-length* 10) (*print-level* 4)
-                                      (*print-readably* nil) (*print-pretty* nil)
-                                      (s (make-capture-stream 400 :stop-after 400)))
-                                  (catch 'capture-full
-                                    (cond (names-only
-                                           (format s "(~S ...)" (or traced inner)))
-                                          (traced (prin1 call s))
-                                          (t (swank/backend:print-frame frame s))))
-                                  (capture-contents s))
-                              (error () "#<frame>"))))
-                  (push (cons (or traced inner)
-                              (truncate-string (substitute #\Space #\Newline text) 400))
-                        frames)))))))))
+              ;; FRAME-VIEW (debug.lisp): ECL's and CLISP's frames as
+              ;; calls, their machinery frames :SKIP. It prints a frame's
+              ;; description, so not when only names may be printed.
+              (multiple-value-bind (name view)
+                  (if names-only
+                      (frame-function-name frame)
+                      (funcall 'frame-view frame))
+                (setf inner (frame-function-name frame))
+                (unless (or (eq traced :hide) (eq name :skip))
+                  (let ((text (handler-case
+                                  (let ((*print-length* 10) (*print-level* 4)
+                                        (*print-readably* nil) (*print-pretty* nil)
+                                        (s (make-capture-stream 400 :stop-after 400)))
+                                    (catch 'capture-full
+                                      (cond (names-only
+                                             (format s "(~S ...)" (or traced name)))
+                                            (traced (prin1 call s))
+                                            (view (write-string view s))
+                                            (t (swank/backend:print-frame frame s))))
+                                    (capture-contents s))
+                                (error () "#<frame>"))))
+                    (push (cons (or traced name)
+                                (truncate-string (substitute #\Space #\Newline text) 400))
+                          frames))))))))))
     (nreverse frames)))
 
 (defun user-backtrace (&optional (limit 20) keep-internal drop)

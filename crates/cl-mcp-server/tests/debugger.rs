@@ -814,6 +814,16 @@ fn debugger_on(lisp: &str) {
     assert!(r.text.starts_with("[DEBUGGER level 1]"), "{}", r.text);
     let r = call(&mut s, 7, "debugger-restart", json!({"action": "continue"}));
     assert!(r.text.ends_with("=> NIL"), "{}", r.text);
+    // Without `debug`, the error's backtrace shows the same user frame.
+    let r = eval(&mut s, 8, "(dbg-h 21)");
+    assert!(r.is_error, "{}", r.text);
+    let frame = r.structured["error"]["backtrace"][0]["frame"]
+        .as_str()
+        .unwrap_or("");
+    assert!(frame.starts_with("(DBG-H "), "{}", r.text);
+    for word in ["CL-MCP", "SWANK", "BYTECODES", "LAMBDA", "frame for"] {
+        assert!(!r.text.contains(word), "{word} in:\n{}", r.text);
+    }
 }
 
 #[test]
