@@ -646,6 +646,12 @@ fn a_users_thread_in_the_debugger_is_seen_and_taken_over_only_when_asked() {
         }
         std::thread::sleep(Duration::from_millis(50));
     }
+    let r = call(&mut s, 99, "list-threads", json!({}));
+    assert!(
+        r.text.contains("takeOver"),
+        "list-threads says how: {}",
+        r.text
+    );
     let thread = handler["id"]
         .as_i64()
         .expect("the handler thread waits in the debugger");

@@ -759,6 +759,12 @@ fn render_threads(o: &ThreadsOutput) -> String {
             text.push_str(" (serving this call)");
         }
     }
+    if o.threads.iter().any(|t| t.in_debugger) {
+        text.push_str(
+            "\nA thread in the debugger: debugger-backtrace with its `thread` shows it \
+             untouched; `takeOver: true` lets the debugger tools act on it.",
+        );
+    }
     text
 }
 
