@@ -302,6 +302,13 @@ fn nested_levels_break_and_continue() {
     );
     assert!(r.text.starts_with("[DEBUGGER level 1]"), "{}", r.text);
     assert!(r.text.contains("pause 7"), "{}", r.text);
+    // No frame of the user's code between BREAK and the evaluation: said
+    // so, not an empty list.
+    assert!(
+        r.text.contains("[Frames]\n(none of the user's code"),
+        "{}",
+        r.text
+    );
     let r = call(&mut s, 7, "debugger-restart", json!({"action": "continue"}));
     assert!(!r.is_error, "{}", r.text);
     assert_eq!(r.text, "before after\n=> :DONE");

@@ -669,13 +669,7 @@ pub fn render_debugger(d: &DebuggerInfo) -> String {
             t.push_str(&format!("\n{}: [{}] {}", r.index, r.name, r.description));
         }
     }
-    t.push_str("\n\n[Frames]");
-    for f in &d.frames {
-        t.push_str(&format!("\n{}: {}", f.index, f.frame));
-        if let (Some(p), Some(l)) = (&f.path, f.line) {
-            t.push_str(&format!("  at {p}:{l}"));
-        }
-    }
+    push_frames(&mut t, &d.frames, d.total_frames);
     let shown = d.frames.len() as i64;
     if d.total_frames > shown {
         t.push_str(&format!(
@@ -688,6 +682,24 @@ pub fn render_debugger(d: &DebuggerInfo) -> String {
          or name, `values` for use-value/store-value; action abort, continue, return, restart, step, next, out).",
     );
     t
+}
+
+/// The `[Frames]` part of a debugger's text: each user frame with its
+/// source location, or why there is none.
+fn push_frames(t: &mut String, frames: &[FrameInfo], total: i64) {
+    t.push_str("\n\n[Frames]");
+    if total == 0 {
+        t.push_str(
+            "\n(none of the user's code: the condition was signalled directly by the \
+             evaluated form, e.g. a top-level (break))",
+        );
+    }
+    for f in frames {
+        t.push_str(&format!("\n{}: {}", f.index, f.frame));
+        if let (Some(p), Some(l)) = (&f.path, f.line) {
+            t.push_str(&format!("  at {p}:{l}"));
+        }
+    }
 }
 
 /// The result of a wait on `p`: its final outcome rendered as
@@ -822,13 +834,7 @@ async fn thread_debugger(ctx: &ToolContext, thread: i64, count: u32) -> ToolOutp
     for r in &d.restarts {
         text.push_str(&format!("\n{}: [{}] {}", r.index, r.name, r.description));
     }
-    text.push_str("\n\n[Frames]");
-    for f in &d.frames {
-        text.push_str(&format!("\n{}: {}", f.index, f.frame));
-        if let (Some(p), Some(l)) = (&f.path, f.line) {
-            text.push_str(&format!("  at {p}:{l}"));
-        }
-    }
+    push_frames(&mut text, &d.frames, d.total_frames);
     text.push_str(&format!(
         "\n\nTo act on it: debugger-backtrace with thread {thread} and takeOver: true (a \
          nested level for the debugger tools; action abort hands it back)."
