@@ -6,7 +6,7 @@ use std::collections::VecDeque;
 use std::io::Read;
 use std::path::PathBuf;
 use std::process::Stdio;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant, SystemTime};
 
@@ -17,6 +17,7 @@ use tokio::sync::{broadcast, oneshot, watch};
 
 use super::core_cache::{default_cache_dir, CoreCache, LaunchPlan};
 use super::implementation::LispKind;
+use super::limits;
 use super::sandbox::{self, SandboxReport};
 use super::{helpers, locate, ImageConfig, ImageError, ImageMode};
 
@@ -63,6 +64,8 @@ pub struct ImageInfo {
     /// What the running local image is confined to (`None`: attached, or
     /// not started).
     pub sandbox: Option<SandboxReport>,
+    /// Its resource limits in words (`None`: attached, or not started).
+    pub limits: Option<String>,
 }
 
 /// A handle on the session's Lisp image. Cheap to clone; clones share the
@@ -114,6 +117,29 @@ struct Inner {
     /// Request ids of calls whose debugger entries are answered by their
     /// caller (see [`Image::eval_debuggable`]), not aborted.
     debuggable: Mutex<std::collections::HashSet<u64>>,
+    /// When the last call began or ended (`--image-idle-secs`).
+    last_used: Mutex<Instant>,
+    /// Calls running now (an image with one is never idle: a long
+    /// evaluation, a debugger waiting for its client).
+    in_flight: AtomicUsize,
+}
+
+/// Marks a call in flight until dropped.
+struct Busy<'a>(&'a Inner);
+
+impl<'a> Busy<'a> {
+    fn new(inner: &'a Inner) -> Busy<'a> {
+        inner.in_flight.fetch_add(1, Ordering::SeqCst);
+        *inner.last_used.lock().unwrap() = Instant::now();
+        Busy(inner)
+    }
+}
+
+impl Drop for Busy<'_> {
+    fn drop(&mut self) {
+        *self.0.last_used.lock().unwrap() = Instant::now();
+        self.0.in_flight.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 struct Live {
@@ -136,6 +162,8 @@ struct Live {
     kind: Option<LispKind>,
     /// Its sandbox (local images).
     sandbox: Option<SandboxReport>,
+    /// Its resource limits in words (local images).
+    limits: Option<String>,
 }
 
 impl Live {
@@ -229,6 +257,8 @@ impl Drop for Live {
 static SOURCE_FALLBACK_LOGGED: AtomicBool = AtomicBool::new(false);
 /// The sandbox's weakness on this kernel is logged once per process.
 static SANDBOX_WARNING_LOGGED: AtomicBool = AtomicBool::new(false);
+/// So is a process cap that cannot be enforced.
+static CAP_WARNING_LOGGED: AtomicBool = AtomicBool::new(false);
 
 impl Image {
     /// Creates the handle and starts the image in the background (a local
@@ -254,7 +284,8 @@ impl Image {
         };
         let (events, _) = broadcast::channel(1024);
         let (notes, _) = broadcast::channel(64);
-        Image {
+        let idle = config.idle_timeout.filter(|_| mode == ImageMode::Local);
+        let image = Image {
             inner: Arc::new(Inner {
                 config,
                 notes,
@@ -267,8 +298,14 @@ impl Image {
                 generation: AtomicU64::new(0),
                 core_build_failed: AtomicBool::new(false),
                 debuggable: Mutex::new(Default::default()),
+                last_used: Mutex::new(Instant::now()),
+                in_flight: AtomicUsize::new(0),
             }),
+        };
+        if let (Some(idle), Ok(rt)) = (idle, tokio::runtime::Handle::try_current()) {
+            rt.spawn(reclaim_when_idle(Arc::downgrade(&image.inner), idle));
         }
+        image
     }
 
     /// Lifecycle notes from now on (the image's start, death and why,
@@ -296,6 +333,7 @@ impl Image {
         thread: Thread,
     ) -> Result<ImageReply, ImageError> {
         let live = self.live().await?;
+        let _busy = Busy::new(&self.inner);
         let r = live.client.rex(form, package, thread).await;
         self.reply(&live, r).await
     }
@@ -306,6 +344,7 @@ impl Image {
     /// so the user's own threads are never borrowed).
     pub async fn eval(&self, form: &str, package: &str) -> Result<ImageReply, ImageError> {
         let live = self.live().await?;
+        let _busy = Busy::new(&self.inner);
         let thread = self.worker_of(&live).await?;
         let r = live.client.rex(form, package, thread).await;
         let gone = match &r {
@@ -338,6 +377,7 @@ impl Image {
         request_id: &AtomicU64,
     ) -> Result<ImageReply, ImageError> {
         let live = self.live().await?;
+        let _busy = Busy::new(&self.inner);
         let id = live.client.new_request_id();
         request_id.store(id, Ordering::SeqCst);
         self.inner.debuggable.lock().unwrap().insert(id);
@@ -444,6 +484,7 @@ impl Image {
     /// `(:emacs-return-string THREAD TAG "text")`).
     pub async fn send_raw(&self, message: &str) -> Result<(), ImageError> {
         let live = self.live().await?;
+        let _busy = Busy::new(&self.inner);
         live.client
             .send_raw(message)
             .await
@@ -475,6 +516,7 @@ impl Image {
             worker_thread: live.as_ref().and_then(|l| *l.worker.lock().unwrap()),
             kind: live.as_ref().and_then(|l| l.kind),
             sandbox: live.as_ref().and_then(|l| l.sandbox.clone()),
+            limits: live.as_ref().and_then(|l| l.limits.clone()),
         }
     }
 
@@ -629,6 +671,9 @@ impl Image {
     /// The running image, starting one if there is none (or it died).
     async fn live(&self) -> Result<Arc<Live>, ImageError> {
         let mut slot = self.inner.slot.lock().await;
+        // Under the slot's lock, so the idle reaper (which holds it while it
+        // decides) never stops an image a call is about to use.
+        *self.inner.last_used.lock().unwrap() = Instant::now();
         if let Some(l) = slot.as_ref() {
             // `dead` is set by the connection's end handler, which may not
             // have run yet: a closed connection or an exited process is just
@@ -642,7 +687,7 @@ impl Image {
         self.check_crash_loop()?;
         let generation = self.inner.generation.fetch_add(1, Ordering::SeqCst) + 1;
         let live = match self.inner.mode {
-            ImageMode::Local => match self.start_local(generation).await {
+            ImageMode::Local => match self.start_local(generation, self.image_permit()?).await {
                 Ok(live) => live,
                 Err(e) => {
                     // Failed starts count like deaths: a Lisp that cannot
@@ -661,7 +706,70 @@ impl Image {
         };
         *slot = Some(live.clone());
         *self.inner.current.lock().unwrap() = Some(live.clone());
+        *self.inner.last_used.lock().unwrap() = Instant::now();
         Ok(live)
+    }
+
+    /// The local image's limits in words, for `image-info` and `doctor`.
+    fn limits_text(&self, plan: &LaunchPlan, processes: &str) -> String {
+        let cfg = &self.inner.config;
+        let heap = match cfg.memory_limit_mb {
+            Some(mb) if plan.kind.memory_args(mb).is_empty() => format!(
+                "heap: --memory-limit {mb} is not applied to {} (set its heap with {})",
+                plan.kind,
+                plan.kind.heap_hint()
+            ),
+            Some(mb) => format!("heap: at most {mb} MiB (--memory-limit)"),
+            None => "heap: the implementation's default (--memory-limit MB caps it)".into(),
+        };
+        let idle = match cfg.idle_timeout {
+            Some(d) => format!(
+                "idle: stopped after {} s without a call (--image-idle-secs)",
+                d.as_secs()
+            ),
+            None => "idle: never stopped for idleness (--image-idle-secs S would)".into(),
+        };
+        let mut s = format!("limits:\n  {processes}\n  {heap}\n  {idle}");
+        if let Some(q) = &cfg.image_quota {
+            s.push_str(&format!(
+                "\n  images: {} running of at most {} on this server (--max-images)",
+                q.in_use(),
+                q.max()
+            ));
+        }
+        s
+    }
+
+    /// A permit of `--max-images` for a new local image, or the error that
+    /// says the limit is reached and how to raise it.
+    fn image_permit(&self) -> Result<Option<tokio::sync::OwnedSemaphorePermit>, ImageError> {
+        let Some(quota) = &self.inner.config.image_quota else {
+            return Ok(None);
+        };
+        match quota.try_take() {
+            Some(p) => Ok(Some(p)),
+            None => {
+                let max = quota.max();
+                let idle = match self.inner.config.idle_timeout {
+                    Some(d) => format!(
+                        "another session's image is stopped after {} s without a call \
+                         (--image-idle-secs)",
+                        d.as_secs()
+                    ),
+                    None => "idle images are not reclaimed (start the server with \
+                             --image-idle-secs S to reclaim them)"
+                        .to_string(),
+                };
+                Err(ImageError::Limit(format!(
+                    "No Lisp image for this session: the server already runs its limit of {max} \
+                     image{} (--max-images {max}, env CL_MCP_MAX_IMAGES). This session gets one \
+                     on a later call once another session ends or {idle}. To raise the limit, \
+                     restart the server with --max-images N (or CL_MCP_MAX_IMAGES=N). File and \
+                     source tools work meanwhile.",
+                    if max == 1 { "" } else { "s" }
+                )))
+            }
+        }
     }
 
     fn check_crash_loop(&self) -> Result<(), ImageError> {
@@ -757,7 +865,11 @@ impl Image {
         Ok(plan)
     }
 
-    async fn start_local(&self, generation: u64) -> Result<Arc<Live>, ImageError> {
+    async fn start_local(
+        &self,
+        generation: u64,
+        permit: Option<tokio::sync::OwnedSemaphorePermit>,
+    ) -> Result<Arc<Live>, ImageError> {
         let started = Instant::now();
         let plan = self.launch_plan().await?;
         let secret = random_secret()?;
@@ -798,6 +910,20 @@ impl Image {
             self.inner.note(NoteLevel::Warning, format!("sandbox: {w}"));
         }
         let mut cmd = tokio::process::Command::new(&plan.lisp);
+        let cap = limits::prepare_cap(self.inner.config.max_processes);
+        if let Some(w) = &cap.warning {
+            if !CAP_WARNING_LOGGED.swap(true, Ordering::SeqCst) {
+                tracing::warn!("{w}");
+            }
+            self.inner.note(NoteLevel::Warning, w.clone());
+        }
+        if let Some(child_cap) = cap.cap.as_ref().map(limits::ProcessCap::for_child) {
+            // SAFETY: one system call (write or setrlimit), no allocation;
+            // registered before the sandbox, which would refuse the write.
+            unsafe {
+                cmd.pre_exec(move || child_cap.apply_in_child());
+            }
+        }
         if let Some(fd) = confinement.raw_fd() {
             // SAFETY: the closure makes two system calls and allocates
             // nothing (async-signal-safe, as required after fork).
@@ -821,12 +947,25 @@ impl Image {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .kill_on_drop(true);
-        let mut child = cmd.spawn().map_err(|e| {
-            ImageError::StartFailed(format!("cannot run {}: {e}", plan.lisp.display()))
-        })?;
+        let cgroup = cap.cap.as_ref().and_then(|c| c.cgroup().map(PathBuf::from));
+        let limits_text = self.limits_text(&plan, &cap.describe);
+        let mut child = match cmd.spawn() {
+            Ok(c) => c,
+            Err(e) => {
+                if let Some(dir) = cgroup {
+                    tokio::spawn(limits::release_cgroup(dir));
+                }
+                return Err(ImageError::StartFailed(format!(
+                    "cannot run {}: {e}",
+                    plan.lisp.display()
+                )));
+            }
+        };
         // The child holds the ruleset now; ours closes here.
         let sandbox_report = confinement.report.clone();
         drop(confinement);
+        // The cgroup's descriptor was needed only by the child.
+        drop(cap.cap);
         let pid = child.id();
         let stdin = child.stdin.take();
         let stdout = child.stdout.take().expect("piped stdout");
@@ -854,6 +993,12 @@ impl Image {
                 Err(e) => format!("wait failed: {e}"),
             };
             tracing::info!(pid, status = %text, "Lisp image exited");
+            // What it left running dies with it; its place (--max-images)
+            // is free once it is gone.
+            if let Some(dir) = cgroup {
+                limits::release_cgroup(dir).await;
+            }
+            drop(permit);
             let _ = exit_tx.send(Some(text));
         });
 
@@ -942,6 +1087,7 @@ impl Image {
             stderr_tail: tail.clone(),
             kind: Some(plan.kind),
             sandbox: Some(sandbox_report),
+            limits: Some(limits_text),
         });
         self.spawn_monitor(&live, events);
         tracing::info!(
@@ -1028,6 +1174,7 @@ impl Image {
             stderr_tail: Default::default(),
             kind: None,
             sandbox: None,
+            limits: None,
         });
         self.spawn_monitor(&live, events);
         load_helpers_into(&live.client).await?;
@@ -1059,6 +1206,56 @@ impl Image {
                 let _ = inner.events.send(ImageEvent { generation, event });
             }
         });
+    }
+}
+
+/// `--image-idle-secs`: stops the local image once no call has used it for
+/// `idle` (none running, none begun or ended since). The handle stays; the
+/// next call starts a fresh image and hears that the state is gone.
+async fn reclaim_when_idle(inner: Weak<Inner>, idle: Duration) {
+    let tick = (idle / 4).clamp(Duration::from_millis(100), Duration::from_secs(5));
+    loop {
+        tokio::time::sleep(tick).await;
+        let Some(inner) = inner.upgrade() else { return };
+        let mut slot = inner.slot.lock().await;
+        let Some(live) = slot.as_ref() else { continue };
+        let idle_for = inner.last_used.lock().unwrap().elapsed();
+        if live.dead.load(Ordering::SeqCst)
+            || inner.in_flight.load(Ordering::SeqCst) > 0
+            || idle_for < idle
+            || live.mode != ImageMode::Local
+        {
+            continue;
+        }
+        let live = slot.take().expect("checked above");
+        live.stopped_on_purpose.store(true, Ordering::SeqCst);
+        live.dead.store(true, Ordering::SeqCst);
+        live.request_kill();
+        *inner.current.lock().unwrap() = None;
+        drop(slot);
+        let secs = idle.as_secs();
+        tracing::info!(
+            generation = live.generation,
+            pid = live.pid,
+            idle_secs = secs,
+            "Lisp image stopped for idleness (--image-idle-secs)"
+        );
+        inner.note(
+            NoteLevel::Warning,
+            format!(
+                "Lisp image (generation {}) stopped after {secs} s without a call \
+                 (--image-idle-secs); its state is gone and the next call starts a fresh one",
+                live.generation
+            ),
+        );
+        *inner.state_lost.lock().unwrap() = Some((
+            live.generation,
+            format!(
+                "The Lisp image was stopped after {secs} s without a call (--image-idle-secs \
+                 {secs}) and a fresh one was started: everything defined or loaded before \
+                 (functions, variables, systems, the current package) is gone."
+            ),
+        ));
     }
 }
 
