@@ -112,21 +112,17 @@ async fn max_images_refuses_a_second_session_clearly_until_the_first_ends() {
     let b = initialize(&url).await;
     let started = Instant::now();
     let (text, err) = tool(&url, &b, 3, "evaluate-lisp", json!({"code": "(+ 2 2)"})).await;
-    assert!(err, "second session got an image beyond --max-images 1: {text}");
+    assert!(
+        err,
+        "second session got an image beyond --max-images 1: {text}"
+    );
     assert!(
         text.contains("--max-images 1") && text.contains("CL_MCP_MAX_IMAGES"),
         "{text}"
     );
     assert!(started.elapsed() < Duration::from_secs(10), "no hang");
     // The session's file tools still work.
-    let (text, err) = tool(
-        &url,
-        &b,
-        4,
-        "fs-read-file",
-        json!({"path": "hello.lisp"}),
-    )
-    .await;
+    let (text, err) = tool(&url, &b, 4, "fs-read-file", json!({"path": "hello.lisp"})).await;
     assert!(!err && text.contains("defun hello"), "{text}");
     // The first session still has its image.
     let (text, err) = tool(&url, &a, 5, "evaluate-lisp", json!({"code": "(* 6 7)"})).await;
@@ -219,8 +215,7 @@ fn a_bounded_fork_bomb_fails_inside_the_image_which_lives_on() {
     let r = call(&mut s, 1, "image-info", json!({}));
     assert!(!r.is_error, "{}", r.text);
     assert!(
-        r.text.contains("at most 64 processes and threads")
-            || r.text.contains("RLIMIT_NPROC"),
+        r.text.contains("at most 64 processes and threads") || r.text.contains("RLIMIT_NPROC"),
         "{}",
         r.text
     );
@@ -278,4 +273,45 @@ fn limit_flags_are_checked() {
             String::from_utf8_lossy(&out.stderr)
         );
     }
+}
+
+#[test]
+fn clisp_memory_limit_turns_a_runaway_allocation_into_a_recovered_death() {
+    if lisp_missing("clisp") {
+        return;
+    }
+    let mut s = lisp_server(&["--lisp", "clisp", "--memory-limit", "256"]);
+    let r = eval(&mut s, 1, "(+ 1 2)");
+    assert!(!r.is_error && r.text.contains("=> 3"), "{}", r.text);
+    // 1000 MB in 1 MB vectors: far beyond the cap (without it CLISP maps
+    // them all and the host pays).
+    let r = eval(
+        &mut s,
+        2,
+        "(let ((l nil)) (loop repeat 1000 do (push (make-array 1000000 :element-type '(unsigned-byte 8)) l)) (length l))",
+    );
+    assert!(r.is_error, "{}", r.text);
+    assert!(
+        r.text.contains("memory") || r.text.contains("room"),
+        "{}",
+        r.text
+    );
+    let r = eval(&mut s, 3, "(+ 2 2)");
+    assert!(!r.is_error && r.text.contains("=> 4"), "{}", r.text);
+    let r = call(&mut s, 4, "image-info", json!({}));
+    assert!(
+        r.text.contains("address space capped at 320 MiB"),
+        "{}",
+        r.text
+    );
+}
+
+fn lisp_missing(name: &str) -> bool {
+    let found = std::env::var_os("PATH")
+        .map(|p| std::env::split_paths(&p).any(|d| d.join(name).is_file()))
+        .unwrap_or(false);
+    if !found {
+        eprintln!("{name} is not installed: skipped");
+    }
+    !found
 }

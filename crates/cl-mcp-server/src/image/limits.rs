@@ -237,8 +237,8 @@ fn pids_cgroup_dir() -> Result<PathBuf, String> {
     if let Some(path) = cgroups.lines().find_map(|l| l.strip_prefix("0::")) {
         if let Some(mount) = mount_of(true) {
             let dir = mount.join(path.trim_start_matches('/'));
-            let enabled = std::fs::read_to_string(dir.join("cgroup.subtree_control"))
-                .unwrap_or_default();
+            let enabled =
+                std::fs::read_to_string(dir.join("cgroup.subtree_control")).unwrap_or_default();
             if enabled.split_whitespace().any(|c| c == "pids") {
                 return Ok(dir);
             }

@@ -179,6 +179,10 @@ impl Live {
     /// Why the process probably died, from its last words on stderr.
     fn death_cause(&self) -> Option<&'static str> {
         let tail = self.stderr_tail.lock().unwrap();
+        // CLISP out of address space (--memory-limit) also resets past Swank.
+        if tail.iter().any(|l| l.contains("errno = 12 (:ENOMEM)")) {
+            return Some("out of memory: the image hit its address-space cap (--memory-limit)");
+        }
         if tail
             .iter()
             .any(|l| l.contains("cl-mcp-boot: the Lisp reset past Swank"))
@@ -714,12 +718,13 @@ impl Image {
     fn limits_text(&self, plan: &LaunchPlan, processes: &str) -> String {
         let cfg = &self.inner.config;
         let heap = match cfg.memory_limit_mb {
-            Some(mb) if plan.kind.memory_args(mb).is_empty() => format!(
-                "heap: --memory-limit {mb} is not applied to {} (set its heap with {})",
-                plan.kind,
-                plan.kind.heap_hint()
-            ),
-            Some(mb) => format!("heap: at most {mb} MiB (--memory-limit)"),
+            Some(mb) => match plan.kind.address_space_cap(mb) {
+                Some(bytes) => format!(
+                    "heap: at most {mb} MiB (--memory-limit; address space capped at {} MiB)",
+                    bytes / (1024 * 1024)
+                ),
+                None => format!("heap: at most {mb} MiB (--memory-limit)"),
+            },
             None => "heap: the implementation's default (--memory-limit MB caps it)".into(),
         };
         let idle = match cfg.idle_timeout {
@@ -910,6 +915,7 @@ impl Image {
             self.inner.note(NoteLevel::Warning, format!("sandbox: {w}"));
         }
         let mut cmd = tokio::process::Command::new(&plan.lisp);
+        let mut memory_env = Vec::new();
         let cap = limits::prepare_cap(self.inner.config.max_processes);
         if let Some(w) = &cap.warning {
             if !CAP_WARNING_LOGGED.swap(true, Ordering::SeqCst) {
@@ -932,17 +938,37 @@ impl Image {
             }
         }
         if let Some(mb) = self.inner.config.memory_limit_mb {
-            let args = plan.kind.memory_args(mb);
-            if args.is_empty() {
-                tracing::warn!(lisp = %plan.kind, "--memory-limit is not applied to this implementation (set its heap with --lisp-arg)");
+            cmd.args(plan.kind.memory_args(mb));
+            let current = plan
+                .env
+                .iter()
+                .find(|(k, _)| k == "JDK_JAVA_OPTIONS")
+                .map(|(_, v)| v.to_string())
+                .or_else(|| std::env::var("JDK_JAVA_OPTIONS").ok());
+            // Set after `plan.env`, which would otherwise override it.
+            memory_env = plan.kind.memory_env(mb, current.as_deref());
+            if let Some(bytes) = plan.kind.address_space_cap(mb) {
+                // SAFETY: one setrlimit(2) call, no allocation.
+                unsafe {
+                    cmd.pre_exec(move || {
+                        let lim = libc::rlimit {
+                            rlim_cur: bytes as libc::rlim_t,
+                            rlim_max: bytes as libc::rlim_t,
+                        };
+                        if libc::setrlimit(libc::RLIMIT_AS, &lim) != 0 {
+                            return Err(std::io::Error::last_os_error());
+                        }
+                        Ok(())
+                    });
+                }
             }
-            cmd.args(args);
         }
         cmd.args(&self.inner.config.lisp_runtime_args)
             .args(&plan.args)
             .envs(plan.env.iter().map(|(k, v)| (k, v)))
             .env("CL_MCP_SWANK_SECRET", &secret)
             .env("CL_MCP_FASL_DIR", &fasl_dir)
+            .envs(memory_env)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())

@@ -167,10 +167,7 @@ async fn image_info(_a: NoArgs, ctx: ToolContext) -> ToolOutput {
         text.push('\n');
         text.push_str(&limits);
     }
-    ToolOutput::structured(
-        text,
-        serde_json::to_value(&out).unwrap_or_default(),
-    )
+    ToolOutput::structured(text, serde_json::to_value(&out).unwrap_or_default())
 }
 
 /// `structuredContent` of `image-restart`.
