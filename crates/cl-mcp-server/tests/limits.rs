@@ -315,3 +315,50 @@ fn lisp_missing(name: &str) -> bool {
     }
     !found
 }
+
+/// The fallback most users get (no writable pids cgroup, not root):
+/// `RLIMIT_NPROC` above the user's task count. Run as `nobody` through
+/// `setpriv` when the tests run as root (as on the project's machine).
+#[test]
+fn without_a_cgroup_a_user_gets_rlimit_nproc_and_the_bomb_still_fails() {
+    // SAFETY: getuid has no preconditions.
+    if unsafe { libc::getuid() } != 0 || lisp_missing("setpriv") {
+        eprintln!("needs root and setpriv to run the server as nobody: skipped");
+        return;
+    }
+    let home = tempfile::tempdir().unwrap();
+    std::os::unix::fs::chown(home.path(), Some(65534), Some(65534)).unwrap();
+    let home_s = home.path().to_str().unwrap();
+    let bomb = "(let ((procs nil) (err nil)) (handler-case (dotimes (i 200) \
+        (push (sb-ext:run-program \"/bin/sleep\" (list \"5\") :wait nil) procs)) \
+        (error (e) (setf err (princ-to-string e)))) \
+        (dolist (p procs) (ignore-errors (sb-ext:process-kill p 9)) (ignore-errors (sb-ext:process-wait p))) \
+        (format nil \"started ~D; error: ~A\" (length procs) err))";
+    let run = |tool: &str, args: &[&str]| {
+        let out = std::process::Command::new("setpriv")
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups", "env"])
+            .arg(format!("HOME={home_s}"))
+            .arg(env!("CARGO_BIN_EXE_cl-mcp-server"))
+            .args(["--max-processes", "64", "--no-core-cache", "--cache-dir"])
+            .arg(home.path().join("cache"))
+            .args(["--project-root", home_s, "call", tool])
+            .args(args)
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let info = run("image-info", &[]);
+    assert!(
+        info.contains("processes: RLIMIT_NPROC") && info.contains("+ 64"),
+        "{info}"
+    );
+    let out = run("evaluate-lisp", &["--arg", &format!("code={bomb}")]);
+    let started: usize = out
+        .split("started ")
+        .nth(1)
+        .and_then(|t| t.split(';').next())
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or_else(|| panic!("{out}"));
+    assert!(started < 64, "{out}");
+    assert!(out.contains("Resource temporarily unavailable"), "{out}");
+}

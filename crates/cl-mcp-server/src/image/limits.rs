@@ -282,7 +282,8 @@ fn cgroup_cap(max: u32) -> Result<ProcessCap, String> {
     }
 }
 
-/// Removes the empty cgroups of servers that no longer run.
+/// Removes the cgroups of servers that no longer run, killing what their
+/// images left running there (orphans of a server that was killed).
 fn remove_stale(base: &Path) {
     let Ok(entries) = std::fs::read_dir(base) else {
         return;
@@ -297,6 +298,7 @@ fn remove_stale(base: &Path) {
             continue;
         };
         if !Path::new(&format!("/proc/{pid}")).exists() {
+            kill_members(&e.path());
             let _ = std::fs::remove_dir(e.path());
         }
     }
@@ -307,21 +309,24 @@ fn remove_stale(base: &Path) {
 /// cgroup.
 pub async fn release_cgroup(dir: PathBuf) {
     for _ in 0..50 {
-        let pids: Vec<i32> = std::fs::read_to_string(dir.join("cgroup.procs"))
-            .unwrap_or_default()
-            .lines()
-            .filter_map(|l| l.trim().parse().ok())
-            .collect();
-        for pid in &pids {
-            // SAFETY: kill(2); the processes are in the image's own cgroup.
-            unsafe { libc::kill(*pid, libc::SIGKILL) };
-        }
+        kill_members(&dir);
         if std::fs::remove_dir(&dir).is_ok() || !dir.exists() {
             return;
         }
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
     tracing::warn!(cgroup = %dir.display(), "could not remove the image's cgroup");
+}
+
+/// SIGKILL to every process in the cgroup `dir`.
+fn kill_members(dir: &Path) {
+    let pids = std::fs::read_to_string(dir.join("cgroup.procs")).unwrap_or_default();
+    for pid in pids.lines().filter_map(|l| l.trim().parse::<i32>().ok()) {
+        if pid > 0 {
+            // SAFETY: kill(2) of a process in one of our images' cgroups.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+        }
+    }
 }
 
 #[cfg(test)]
