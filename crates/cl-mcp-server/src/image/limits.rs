@@ -100,11 +100,11 @@ impl ChildCap {
         match self {
             ChildCap::JoinCgroup(fd) => {
                 // SAFETY: write(2) of a static byte to a descriptor the
-                // parent keeps open until the child has been spawned.
-                let n = unsafe { libc::write(fd, b"0".as_ptr().cast(), 1) };
-                if n != 1 {
-                    return Err(std::io::Error::last_os_error());
-                }
+                // parent keeps open until the child has been spawned. A
+                // refusal must not keep the image from starting: the
+                // parent checks membership after the spawn
+                // ([`in_cgroup`]) and reports an uncapped image.
+                let _ = unsafe { libc::write(fd, b"0".as_ptr().cast(), 1) };
             }
             ChildCap::Rlimit(n) => {
                 let lim = libc::rlimit {
@@ -316,6 +316,14 @@ pub async fn release_cgroup(dir: PathBuf) {
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
     tracing::warn!(cgroup = %dir.display(), "could not remove the image's cgroup");
+}
+
+/// Whether process `pid` is in the cgroup `dir`.
+pub fn in_cgroup(dir: &Path, pid: u32) -> bool {
+    std::fs::read_to_string(dir.join("cgroup.procs"))
+        .unwrap_or_default()
+        .lines()
+        .any(|l| l.trim().parse() == Ok(pid))
 }
 
 /// SIGKILL to every process in the cgroup `dir`.

@@ -993,6 +993,22 @@ impl Image {
         // The cgroup's descriptor was needed only by the child.
         drop(cap.cap);
         let pid = child.id();
+        let mut limits_text = limits_text;
+        if let (Some(dir), Some(pid)) = (&cgroup, pid) {
+            if !limits::in_cgroup(dir, pid) {
+                let w = format!(
+                    "--max-processes is NOT enforced for this image: it could not join its \
+                     cgroup {}",
+                    dir.display()
+                );
+                tracing::warn!("{w}");
+                self.inner.note(NoteLevel::Warning, w.clone());
+                limits_text = limits_text.replace(
+                    "(cgroup pids.max,",
+                    "(NOT enforced: could not join the cgroup pids.max,",
+                );
+            }
+        }
         let stdin = child.stdin.take();
         let stdout = child.stdout.take().expect("piped stdout");
         let stderr = child.stderr.take().expect("piped stderr");
