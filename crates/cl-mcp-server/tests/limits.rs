@@ -362,3 +362,33 @@ fn without_a_cgroup_a_user_gets_rlimit_nproc_and_the_bomb_still_fails() {
     assert!(started < 64, "{out}");
     assert!(out.contains("Resource temporarily unavailable"), "{out}");
 }
+
+#[test]
+fn memory_limit_also_caps_what_the_image_starts_where_a_memory_cgroup_exists() {
+    let mut s = lisp_server(&["--memory-limit", "256"]);
+    let r = call(&mut s, 1, "image-info", json!({}));
+    assert!(!r.is_error, "{}", r.text);
+    if !r
+        .text
+        .contains("memory: the image and every process it starts at most 768 MiB")
+    {
+        assert!(
+            r.text
+                .contains("memory: processes the image starts are not capped"),
+            "{}",
+            r.text
+        );
+        eprintln!("no writable memory cgroup here: skipped");
+        return;
+    }
+    // A child that wants 2 GiB is killed by the cgroup's OOM killer (signal
+    // 9); the image, far smaller, lives on.
+    let r = eval(
+        &mut s,
+        2,
+        r#"(sb-ext:process-exit-code (sb-ext:run-program "/bin/sh" (list "-c" "exec python3 -c 'x = b\"x\" * (2*1024**3); print(len(x))'") :search t :output nil :error nil))"#,
+    );
+    assert!(!r.is_error && r.text.contains("=> 9"), "{}", r.text);
+    let r = eval(&mut s, 3, "(+ 1 2)");
+    assert!(!r.is_error && r.text.contains("=> 3"), "{}", r.text);
+}

@@ -57,40 +57,21 @@ impl ImageQuota {
     }
 }
 
-/// How the process cap is enforced for one image.
-pub enum ProcessCap {
-    /// The image's own cgroup: the child writes `0` into `procs`.
-    Cgroup { dir: PathBuf, procs: OwnedFd },
-    /// `RLIMIT_NPROC` set to this many tasks of the user.
-    Rlimit(u64),
+/// A cgroup made for one image: the child joins it by writing `0` into
+/// `procs`, a descriptor the server opened.
+pub struct ImageCgroup {
+    pub dir: PathBuf,
+    procs: OwnedFd,
 }
 
 /// What the child does between fork and exec (plain data, so the
 /// `pre_exec` closure owns nothing).
 #[derive(Clone, Copy, Debug)]
 pub enum ChildCap {
-    /// Write `0` (this process) into the cgroup's `cgroup.procs`.
+    /// Write `0` (this process) into a cgroup's `cgroup.procs`.
     JoinCgroup(RawFd),
     /// Lower `RLIMIT_NPROC` to this.
     Rlimit(u64),
-}
-
-impl ProcessCap {
-    /// What the child must do; the descriptor stays open while `self` lives.
-    pub fn for_child(&self) -> ChildCap {
-        match self {
-            ProcessCap::Cgroup { procs, .. } => ChildCap::JoinCgroup(procs.as_raw_fd()),
-            ProcessCap::Rlimit(n) => ChildCap::Rlimit(*n),
-        }
-    }
-
-    /// The cgroup to clean up after the image (`None` for a limit).
-    pub fn cgroup(&self) -> Option<&Path> {
-        match self {
-            ProcessCap::Cgroup { dir, .. } => Some(dir),
-            ProcessCap::Rlimit(_) => None,
-        }
-    }
 }
 
 impl ChildCap {
@@ -121,61 +102,154 @@ impl ChildCap {
     }
 }
 
-/// The cap prepared for one image, and how it reads in `image-info`.
-pub struct PreparedCap {
-    pub cap: Option<ProcessCap>,
-    pub describe: String,
-    /// Why no cap applies although one was asked for.
+/// The caps prepared for one image, and how they read in `image-info`.
+pub struct PreparedCaps {
+    /// The image's cgroups (one per hierarchy: cgroup v1 mounts each
+    /// controller apart, v2 has one cgroup for both).
+    pub cgroups: Vec<ImageCgroup>,
+    /// `RLIMIT_NPROC` for the child, when no pids cgroup could be made.
+    pub nproc: Option<u64>,
+    /// `processes: ...` and, with a memory cap asked for, `memory: ...`.
+    pub lines: Vec<String>,
+    /// Why a cap asked for does not apply.
     pub warning: Option<String>,
+}
+
+impl PreparedCaps {
+    /// What the child must do; the descriptors stay open while `self` lives.
+    pub fn child_steps(&self) -> Vec<ChildCap> {
+        let mut steps: Vec<ChildCap> = self
+            .cgroups
+            .iter()
+            .map(|c| ChildCap::JoinCgroup(c.procs.as_raw_fd()))
+            .collect();
+        steps.extend(self.nproc.map(ChildCap::Rlimit));
+        steps
+    }
+
+    /// The cgroups' directories, to check and clean up after the image.
+    pub fn dirs(&self) -> Vec<PathBuf> {
+        self.cgroups.iter().map(|c| c.dir.clone()).collect()
+    }
 }
 
 static CGROUP_SEQ: AtomicU64 = AtomicU64::new(0);
 
-/// Prepares the cap of `max` processes and threads for an image about to
-/// be started (`None`: `--max-processes 0`, no cap).
-pub fn prepare_cap(max: Option<u32>) -> PreparedCap {
-    let Some(max) = max else {
-        return PreparedCap {
-            cap: None,
-            describe: "processes: no cap (--max-processes 0)".into(),
-            warning: None,
-        };
-    };
-    let cgroup_error = match cgroup_cap(max) {
-        Ok(cap) => {
-            let dir = cap.cgroup().map(|d| d.display().to_string());
-            return PreparedCap {
-                cap: Some(cap),
-                describe: format!(
-                    "processes: at most {max} processes and threads (cgroup pids.max, {})",
-                    dir.unwrap_or_default()
-                ),
-                warning: None,
-            };
-        }
-        Err(e) => e,
-    };
-    // SAFETY: getuid has no preconditions.
-    let uid = unsafe { libc::getuid() };
-    if uid == 0 {
-        let w = format!(
-            "--max-processes {max} is NOT enforced: no writable cgroup with the pids controller \
-             ({cgroup_error}), and root ignores RLIMIT_NPROC"
-        );
-        return PreparedCap {
-            cap: None,
-            describe: format!("processes: {w}"),
-            warning: Some(w),
-        };
+/// Prepares the caps for an image about to be started: `max_processes`
+/// processes and threads (`None`: `--max-processes 0`), and `memory_bytes`
+/// for the image and everything it starts (`None`: no `--memory-limit`;
+/// only where a memory cgroup can be made).
+pub fn prepare_caps(max_processes: Option<u32>, memory_bytes: Option<u64>) -> PreparedCaps {
+    // (controller, v1 file, v2 file, value)
+    let mut wants: Vec<(&str, &str, &str, String)> = Vec::new();
+    if let Some(n) = max_processes {
+        wants.push(("pids", "pids.max", "pids.max", n.to_string()));
     }
-    let now = user_tasks(uid);
-    let limit = now + u64::from(max);
-    PreparedCap {
-        cap: Some(ProcessCap::Rlimit(limit)),
-        describe: format!(
-            "processes: RLIMIT_NPROC {limit} (your {now} tasks at start + {max}; no writable pids cgroup: {cgroup_error})"
-        ),
-        warning: None,
+    if let Some(b) = memory_bytes {
+        wants.push((
+            "memory",
+            "memory.limit_in_bytes",
+            "memory.max",
+            b.to_string(),
+        ));
+    }
+    // Group by hierarchy: one cgroup per base directory.
+    let mut groups: Vec<(PathBuf, Vec<(&str, String)>, Vec<&str>)> = Vec::new();
+    let mut errors: Vec<(&str, String)> = Vec::new();
+    for (ctrl, v1, v2, value) in &wants {
+        match controller_base(ctrl) {
+            Ok((base, is_v2)) => {
+                let file = if is_v2 { *v2 } else { *v1 };
+                match groups.iter_mut().find(|(b, _, _)| *b == base) {
+                    Some((_, settings, ctrls)) => {
+                        settings.push((file, value.clone()));
+                        ctrls.push(ctrl);
+                    }
+                    None => groups.push((base, vec![(file, value.clone())], vec![ctrl])),
+                }
+            }
+            Err(e) => errors.push((ctrl, e)),
+        }
+    }
+    let mut cgroups = Vec::new();
+    let mut made: Vec<(&str, PathBuf)> = Vec::new();
+    for (base, settings, ctrls) in groups {
+        match make_cgroup(&base, &settings) {
+            Ok(cg) => {
+                made.extend(ctrls.iter().map(|c| (*c, cg.dir.clone())));
+                cgroups.push(cg);
+            }
+            Err(e) => errors.extend(ctrls.iter().map(|c| (*c, e.clone()))),
+        }
+    }
+    let made_for = |ctrl: &str| {
+        made.iter()
+            .find(|(c, _)| *c == ctrl)
+            .map(|(_, d)| d.clone())
+    };
+    let error_for = |ctrl: &str| {
+        errors
+            .iter()
+            .find(|(c, _)| *c == ctrl)
+            .map(|(_, e)| e.clone())
+            .unwrap_or_default()
+    };
+    let mut lines = Vec::new();
+    let mut warning = None;
+    let mut nproc = None;
+    match (max_processes, made_for("pids")) {
+        (None, _) => lines.push("processes: no cap (--max-processes 0)".to_string()),
+        (Some(max), Some(dir)) => lines.push(format!(
+            "processes: at most {max} processes and threads (cgroup pids.max, {})",
+            dir.display()
+        )),
+        (Some(max), None) => {
+            let why = error_for("pids");
+            // SAFETY: getuid has no preconditions.
+            let uid = unsafe { libc::getuid() };
+            if uid == 0 {
+                let w = format!(
+                    "--max-processes {max} is NOT enforced: no writable cgroup with the pids \
+                     controller ({why}), and root ignores RLIMIT_NPROC"
+                );
+                lines.push(format!("processes: {w}"));
+                warning = Some(w);
+            } else {
+                let now = user_tasks(uid);
+                let limit = now + u64::from(max);
+                nproc = Some(limit);
+                lines.push(format!(
+                    "processes: RLIMIT_NPROC {limit} (your {now} tasks at start + {max}; no \
+                     writable pids cgroup: {why})"
+                ));
+            }
+        }
+    }
+    if let Some(bytes) = memory_bytes {
+        let mib = bytes / (1024 * 1024);
+        lines.push(match made_for("memory") {
+            Some(dir) => format!(
+                "memory: the image and every process it starts at most {mib} MiB together \
+                 (cgroup {}, {})",
+                if dir.join("memory.max").exists() {
+                    "memory.max"
+                } else {
+                    "memory.limit_in_bytes"
+                },
+                dir.display()
+            ),
+            None => format!(
+                "memory: processes the image starts are not capped (no writable memory \
+                 cgroup: {})",
+                error_for("memory")
+            ),
+        });
+    }
+    PreparedCaps {
+        cgroups,
+        nproc,
+        lines,
+        warning,
     }
 }
 
@@ -201,9 +275,10 @@ pub fn user_tasks(uid: u32) -> u64 {
     .sum()
 }
 
-/// The directory of our own cgroup in a hierarchy with the `pids`
-/// controller, from `/proc/self/mountinfo` and `/proc/self/cgroup`.
-fn pids_cgroup_dir() -> Result<PathBuf, String> {
+/// The directory of our own cgroup in a hierarchy with `ctrl` (`pids`,
+/// `memory`), from `/proc/self/mountinfo` and `/proc/self/cgroup`, and
+/// whether it is cgroup v2.
+fn controller_base(ctrl: &str) -> Result<(PathBuf, bool), String> {
     let cgroups = std::fs::read_to_string("/proc/self/cgroup").map_err(|e| e.to_string())?;
     let mounts = std::fs::read_to_string("/proc/self/mountinfo").map_err(|e| e.to_string())?;
     // mountinfo: id parent major:minor root mountpoint options - fstype source superoptions
@@ -217,7 +292,7 @@ fn pids_cgroup_dir() -> Result<PathBuf, String> {
             let ok = if v2 {
                 fstype == "cgroup2"
             } else {
-                fstype == "cgroup" && superopts.split(',').any(|o| o == "pids")
+                fstype == "cgroup" && superopts.split(',').any(|o| o == ctrl)
             };
             ok.then(|| PathBuf::from(point))
         })
@@ -225,13 +300,13 @@ fn pids_cgroup_dir() -> Result<PathBuf, String> {
     // v1: "N:pids:/path"; v2: "0::/path".
     if let Some(path) = cgroups.lines().find_map(|l| {
         let mut parts = l.splitn(3, ':');
-        let (_, ctrl, path) = (parts.next()?, parts.next()?, parts.next()?);
-        ctrl.split(',').any(|c| c == "pids").then_some(path)
+        let (_, ctrls, path) = (parts.next()?, parts.next()?, parts.next()?);
+        ctrls.split(',').any(|c| c == ctrl).then_some(path)
     }) {
         if let Some(mount) = mount_of(false) {
             let dir = mount.join(path.trim_start_matches('/'));
             // Inside a cgroup namespace the mount may already be our cgroup.
-            return Ok(if dir.is_dir() { dir } else { mount });
+            return Ok((if dir.is_dir() { dir } else { mount }, false));
         }
     }
     if let Some(path) = cgroups.lines().find_map(|l| l.strip_prefix("0::")) {
@@ -239,22 +314,25 @@ fn pids_cgroup_dir() -> Result<PathBuf, String> {
             let dir = mount.join(path.trim_start_matches('/'));
             let enabled =
                 std::fs::read_to_string(dir.join("cgroup.subtree_control")).unwrap_or_default();
-            if enabled.split_whitespace().any(|c| c == "pids") {
-                return Ok(dir);
+            if enabled.split_whitespace().any(|c| c == ctrl) {
+                return Ok((dir, true));
             }
             return Err(format!(
-                "the pids controller is not enabled for children of {}",
+                "the {ctrl} controller is not enabled for children of {}",
                 dir.display()
             ));
         }
     }
-    Err("no cgroup hierarchy with the pids controller is mounted".into())
+    Err(format!(
+        "no cgroup hierarchy with the {ctrl} controller is mounted"
+    ))
 }
 
-/// Creates the image's cgroup `cl-mcp-server/<server pid>-<n>` under ours
-/// with `pids.max = max`, removing empty ones left by servers that are gone.
-fn cgroup_cap(max: u32) -> Result<ProcessCap, String> {
-    let base = pids_cgroup_dir()?.join("cl-mcp-server");
+/// Creates the image's cgroup `cl-mcp-server/<server pid>-<n>` under
+/// `base` with `settings` (file, value), removing the ones left by servers
+/// that are gone.
+fn make_cgroup(base: &Path, settings: &[(&str, String)]) -> Result<ImageCgroup, String> {
+    let base = base.join("cl-mcp-server");
     match std::fs::create_dir(&base) {
         Ok(()) => {}
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
@@ -265,8 +343,10 @@ fn cgroup_cap(max: u32) -> Result<ProcessCap, String> {
     let dir = base.join(format!("{}-{n}", std::process::id()));
     std::fs::create_dir(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
     let setup = || -> Result<OwnedFd, String> {
-        std::fs::write(dir.join("pids.max"), max.to_string())
-            .map_err(|e| format!("cannot set {}/pids.max: {e}", dir.display()))?;
+        for (file, value) in settings {
+            std::fs::write(dir.join(file), value)
+                .map_err(|e| format!("cannot set {}/{file}: {e}", dir.display()))?;
+        }
         let procs = std::fs::OpenOptions::new()
             .write(true)
             .open(dir.join("cgroup.procs"))
@@ -274,7 +354,7 @@ fn cgroup_cap(max: u32) -> Result<ProcessCap, String> {
         Ok(procs.into())
     };
     match setup() {
-        Ok(procs) => Ok(ProcessCap::Cgroup { dir, procs }),
+        Ok(procs) => Ok(ImageCgroup { dir, procs }),
         Err(e) => {
             let _ = std::fs::remove_dir(&dir);
             Err(e)
@@ -311,6 +391,11 @@ pub async fn release_cgroup(dir: PathBuf) {
     for _ in 0..50 {
         kill_members(&dir);
         if std::fs::remove_dir(&dir).is_ok() || !dir.exists() {
+            // The shared `cl-mcp-server` parent too, once no image uses it
+            // (refused while another image's cgroup is in it).
+            if let Some(base) = dir.parent() {
+                let _ = std::fs::remove_dir(base);
+            }
             return;
         }
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
@@ -363,8 +448,8 @@ mod tests {
 
     #[test]
     fn no_cap_when_off() {
-        let p = prepare_cap(None);
-        assert!(p.cap.is_none());
-        assert!(p.describe.contains("no cap"));
+        let p = prepare_caps(None, None);
+        assert!(p.cgroups.is_empty() && p.nproc.is_none());
+        assert_eq!(p.lines, vec!["processes: no cap (--max-processes 0)"]);
     }
 }

@@ -715,7 +715,7 @@ impl Image {
     }
 
     /// The local image's limits in words, for `image-info` and `doctor`.
-    fn limits_text(&self, plan: &LaunchPlan, processes: &str) -> String {
+    fn limits_text(&self, plan: &LaunchPlan, caps: &[String]) -> String {
         let cfg = &self.inner.config;
         let heap = match cfg.memory_limit_mb {
             Some(mb) => match plan.kind.address_space_cap(mb) {
@@ -734,7 +734,7 @@ impl Image {
             ),
             None => "idle: never stopped for idleness (--image-idle-secs S would)".into(),
         };
-        let mut s = format!("limits:\n  {processes}\n  {heap}\n  {idle}");
+        let mut s = format!("limits:\n  {}\n  {heap}\n  {idle}", caps.join("\n  "));
         if let Some(q) = &cfg.image_quota {
             s.push_str(&format!(
                 "\n  images: {} running of at most {} on this server (--max-images)",
@@ -916,18 +916,23 @@ impl Image {
         }
         let mut cmd = tokio::process::Command::new(&plan.lisp);
         let mut memory_env = Vec::new();
-        let cap = limits::prepare_cap(self.inner.config.max_processes);
+        let memory_cap = self
+            .inner
+            .config
+            .memory_limit_mb
+            .map(|mb| (mb + (mb / 2).max(512)) * 1024 * 1024);
+        let cap = limits::prepare_caps(self.inner.config.max_processes, memory_cap);
         if let Some(w) = &cap.warning {
             if !CAP_WARNING_LOGGED.swap(true, Ordering::SeqCst) {
                 tracing::warn!("{w}");
             }
             self.inner.note(NoteLevel::Warning, w.clone());
         }
-        if let Some(child_cap) = cap.cap.as_ref().map(limits::ProcessCap::for_child) {
+        for step in cap.child_steps() {
             // SAFETY: one system call (write or setrlimit), no allocation;
             // registered before the sandbox, which would refuse the write.
             unsafe {
-                cmd.pre_exec(move || child_cap.apply_in_child());
+                cmd.pre_exec(move || step.apply_in_child());
             }
         }
         if let Some(fd) = confinement.raw_fd() {
@@ -973,12 +978,12 @@ impl Image {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .kill_on_drop(true);
-        let cgroup = cap.cap.as_ref().and_then(|c| c.cgroup().map(PathBuf::from));
-        let limits_text = self.limits_text(&plan, &cap.describe);
+        let cgroups = cap.dirs();
+        let limits_text = self.limits_text(&plan, &cap.lines);
         let mut child = match cmd.spawn() {
             Ok(c) => c,
             Err(e) => {
-                if let Some(dir) = cgroup {
+                for dir in cgroups {
                     tokio::spawn(limits::release_cgroup(dir));
                 }
                 return Err(ImageError::StartFailed(format!(
@@ -990,23 +995,21 @@ impl Image {
         // The child holds the ruleset now; ours closes here.
         let sandbox_report = confinement.report.clone();
         drop(confinement);
-        // The cgroup's descriptor was needed only by the child.
-        drop(cap.cap);
+        // The cgroups' descriptors were needed only by the child.
+        drop(cap);
         let pid = child.id();
         let mut limits_text = limits_text;
-        if let (Some(dir), Some(pid)) = (&cgroup, pid) {
-            if !limits::in_cgroup(dir, pid) {
+        for dir in cgroups.iter().filter(|_| pid.is_some()) {
+            if !limits::in_cgroup(dir, pid.unwrap_or_default()) {
                 let w = format!(
-                    "--max-processes is NOT enforced for this image: it could not join its \
-                     cgroup {}",
+                    "the image's cgroup caps (--max-processes, --memory-limit) are NOT \
+                     enforced: it could not join its cgroup {}",
                     dir.display()
                 );
                 tracing::warn!("{w}");
                 self.inner.note(NoteLevel::Warning, w.clone());
-                limits_text = limits_text.replace(
-                    "(cgroup pids.max,",
-                    "(NOT enforced: could not join the cgroup pids.max,",
-                );
+                limits_text =
+                    limits_text.replace("(cgroup ", "(NOT enforced: could not join cgroup ");
             }
         }
         let stdin = child.stdin.take();
@@ -1019,6 +1022,7 @@ impl Image {
         tokio::spawn(log_stderr(stderr, pid, tail.clone()));
 
         let (exit_tx, exit_rx) = watch::channel(None);
+        let cgroups_at_exit = cgroups;
         let (kill_tx, kill_rx) = oneshot::channel::<()>();
         tokio::spawn(async move {
             // Holding stdin keeps the image alive; it exits at EOF.
@@ -1037,7 +1041,7 @@ impl Image {
             tracing::info!(pid, status = %text, "Lisp image exited");
             // What it left running dies with it; its place (--max-images)
             // is free once it is gone.
-            if let Some(dir) = cgroup {
+            for dir in cgroups_at_exit {
                 limits::release_cgroup(dir).await;
             }
             drop(permit);
