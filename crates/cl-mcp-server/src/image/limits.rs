@@ -153,8 +153,10 @@ pub fn prepare_caps(max_processes: Option<u32>, memory_bytes: Option<u64>) -> Pr
             b.to_string(),
         ));
     }
-    // Group by hierarchy: one cgroup per base directory.
-    let mut groups: Vec<(PathBuf, Vec<(&str, String)>, Vec<&str>)> = Vec::new();
+    // Group by hierarchy: one cgroup per base directory, with its settings
+    // (file, value) and the controllers they serve.
+    type Group<'a> = (PathBuf, Vec<(&'a str, String)>, Vec<&'a str>);
+    let mut groups: Vec<Group> = Vec::new();
     let mut errors: Vec<(&str, String)> = Vec::new();
     for (ctrl, v1, v2, value) in &wants {
         match controller_base(ctrl) {
