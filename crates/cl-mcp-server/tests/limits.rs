@@ -277,7 +277,7 @@ fn limit_flags_are_checked() {
 
 #[test]
 fn clisp_memory_limit_turns_a_runaway_allocation_into_a_recovered_death() {
-    if lisp_missing("clisp") {
+    if program_missing("clisp") {
         return;
     }
     let mut s = lisp_server(&["--lisp", "clisp", "--memory-limit", "256"]);
@@ -306,7 +306,8 @@ fn clisp_memory_limit_turns_a_runaway_allocation_into_a_recovered_death() {
     );
 }
 
-fn lisp_missing(name: &str) -> bool {
+/// Whether the program `name` is missing from `PATH` (the test is then skipped).
+fn program_missing(name: &str) -> bool {
     let found = std::env::var_os("PATH")
         .map(|p| std::env::split_paths(&p).any(|d| d.join(name).is_file()))
         .unwrap_or(false);
@@ -322,7 +323,7 @@ fn lisp_missing(name: &str) -> bool {
 #[test]
 fn without_a_cgroup_a_user_gets_rlimit_nproc_and_the_bomb_still_fails() {
     // SAFETY: getuid has no preconditions.
-    if unsafe { libc::getuid() } != 0 || lisp_missing("setpriv") {
+    if unsafe { libc::getuid() } != 0 || program_missing("setpriv") {
         eprintln!("needs root and setpriv to run the server as nobody: skipped");
         return;
     }
@@ -365,6 +366,9 @@ fn without_a_cgroup_a_user_gets_rlimit_nproc_and_the_bomb_still_fails() {
 
 #[test]
 fn memory_limit_also_caps_what_the_image_starts_where_a_memory_cgroup_exists() {
+    if program_missing("python3") {
+        return;
+    }
     let mut s = lisp_server(&["--memory-limit", "256"]);
     let r = call(&mut s, 1, "image-info", json!({}));
     assert!(!r.is_error, "{}", r.text);
