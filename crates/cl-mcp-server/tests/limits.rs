@@ -153,6 +153,13 @@ async fn max_images_refuses_a_second_session_clearly_until_the_first_ends() {
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+    // Refused calls started nothing: this is the session's first image.
+    let (text, err) = tool(&url, &b, 99, "image-info", json!({})).await;
+    assert!(!err && text.contains("generation 1)"), "{text}");
+    assert!(
+        text.contains("images: 1 running of at most 1 on this server (--max-images)"),
+        "{text}"
+    );
 }
 
 #[tokio::test]

@@ -689,9 +689,14 @@ impl Image {
             }
         }
         self.check_crash_loop()?;
+        // Before a generation is counted: a refused call starts nothing.
+        let permit = match self.inner.mode {
+            ImageMode::Local => self.image_permit()?,
+            ImageMode::Attached => None,
+        };
         let generation = self.inner.generation.fetch_add(1, Ordering::SeqCst) + 1;
         let live = match self.inner.mode {
-            ImageMode::Local => match self.start_local(generation, self.image_permit()?).await {
+            ImageMode::Local => match self.start_local(generation, permit).await {
                 Ok(live) => live,
                 Err(e) => {
                     // Failed starts count like deaths: a Lisp that cannot
