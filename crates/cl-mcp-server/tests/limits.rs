@@ -260,6 +260,32 @@ fn a_bounded_fork_bomb_fails_inside_the_image_which_lives_on() {
     assert!(!r.is_error && r.text.contains("alive"), "{}", r.text);
     let r = call(&mut s, 4, "image-info", json!({}));
     assert_eq!(r.structured["generation"], 1, "{}", r.text);
+    // Under the sandbox the image cannot move itself out of its cgroup.
+    if let Some(dir) = r
+        .text
+        .split("(cgroup pids.max, ")
+        .nth(1)
+        .and_then(|t| t.split(')').next())
+    {
+        let root_procs = std::path::Path::new(dir)
+            .parent()
+            .and_then(|p| p.parent())
+            .unwrap()
+            .join("cgroup.procs");
+        let r = eval(
+            &mut s,
+            5,
+            &format!(
+                "(with-open-file (s {:?} :direction :output :if-exists :append) (write-line \"0\" s))",
+                root_procs.display().to_string()
+            ),
+        );
+        assert!(
+            r.is_error && r.text.contains("Permission denied"),
+            "{}",
+            r.text
+        );
+    }
 }
 
 #[test]
