@@ -152,6 +152,25 @@ pub struct ServerOptions {
     /// Lisp storage condition instead of taking the host's memory.
     #[arg(long, env = "CL_MCP_MEMORY_LIMIT", global = true, value_name = "MB")]
     pub memory_limit: Option<u64>,
+    /// Most local Lisp images running at once (HTTP/TCP servers: one per
+    /// session); beyond it a session's image calls answer with an error
+    /// saying so until an image ends. Default: no limit.
+    #[arg(long, env = "CL_MCP_MAX_IMAGES", global = true, value_name = "N")]
+    pub max_images: Option<usize>,
+    /// Stop a session's local image after S seconds without an image call
+    /// (its next call starts a fresh one, without the old state). Default: never.
+    #[arg(long, env = "CL_MCP_IMAGE_IDLE_SECS", global = true, value_name = "S")]
+    pub image_idle_secs: Option<u64>,
+    /// Cap the processes and threads of a local image and everything it
+    /// starts (a cgroup's pids.max, else RLIMIT_NPROC); 0: no cap.
+    #[arg(
+        long,
+        env = "CL_MCP_MAX_PROCESSES",
+        global = true,
+        value_name = "N",
+        default_value_t = crate::image::DEFAULT_MAX_PROCESSES
+    )]
+    pub max_processes: u32,
     /// Abort a pending debugger (evaluate-lisp with debug) nobody has touched for this many seconds.
     #[arg(
         long,
@@ -302,8 +321,24 @@ impl ServerOptions {
                 .cloned()
                 .collect(),
             memory_limit_mb: self.memory_limit,
+            max_processes: (self.max_processes > 0).then_some(self.max_processes),
+            idle_timeout: self.image_idle_secs.map(std::time::Duration::from_secs),
+            image_quota: self.max_images.map(crate::image::limits::ImageQuota::new),
             ..crate::image::ImageConfig::default()
         };
+        if self.max_images == Some(0) {
+            return Err("--max-images must be at least 1".into());
+        }
+        if self.image_idle_secs == Some(0) {
+            return Err("--image-idle-secs must be at least 1".into());
+        }
+        if self.max_processes != 0 && self.max_processes < 16 {
+            return Err(
+                "--max-processes must be 0 (no cap) or at least 16: the image itself runs \
+                 several threads"
+                    .into(),
+            );
+        }
         config.image = image;
         config.shared_image = self.shared_image;
         config.eager_image = !self.lazy_image;

@@ -185,6 +185,19 @@ pub async fn run(engine: Arc<Engine>) -> ExitCode {
         }
     }
     report_sandbox(&engine, &image.info());
+    if let Some(limits) = image.info().limits {
+        let detail = limits
+            .trim_start_matches("limits:")
+            .trim_start()
+            .replace("\n  ", "\n                   ");
+        let enforced = !limits.contains("NOT enforced");
+        report(
+            enforced,
+            "limits",
+            &detail,
+            Some("run as a user other than root (RLIMIT_NPROC), or give the server a writable cgroup with the pids controller"),
+        );
+    }
     if all_ok {
         match engine.tools.get("evaluate-lisp") {
             None => report(

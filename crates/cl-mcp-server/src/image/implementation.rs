@@ -176,13 +176,49 @@ impl LispKind {
 
     /// Runtime options that cap the heap at `mb` MiB (`--memory-limit`),
     /// placed before every other argument; empty where the implementation
-    /// takes no such option on its command line (CLISP grows its heap as
-    /// it needs; ABCL's JVM takes `-Xmx` through its wrapper script).
+    /// takes no such option on its command line (ABCL: see
+    /// [`LispKind::memory_env`]).
     pub fn memory_args(self, mb: u64) -> Vec<OsString> {
         match self {
             LispKind::Sbcl => vec!["--dynamic-space-size".into(), format!("{mb}").into()],
             LispKind::Ecl => vec!["--heap-size".into(), format!("{}", mb * 1024 * 1024).into()],
-            LispKind::Clisp | LispKind::Abcl | LispKind::Ccl => Vec::new(),
+            // CLISP's own option; builds with memory-mapped heaps (Debian's)
+            // ignore it, so the address-space cap below is what holds.
+            LispKind::Clisp => vec!["-m".into(), format!("{mb}MB").into()],
+            LispKind::Ccl => vec!["--heap-reserve".into(), format!("{mb}M").into()],
+            LispKind::Abcl => Vec::new(),
+        }
+    }
+
+    /// Environment that caps the heap at `mb` MiB, given what the
+    /// environment already says: ABCL's launcher is a script that runs
+    /// `java`, which reads `JDK_JAVA_OPTIONS` (JDK 9 and later).
+    pub fn memory_env(self, mb: u64, current: Option<&str>) -> Vec<(String, String)> {
+        match self {
+            LispKind::Abcl => {
+                let opt = format!("-Xmx{mb}m");
+                let v = match current.map(str::trim).filter(|c| !c.is_empty()) {
+                    Some(c) => format!("{c} {opt}"),
+                    None => opt,
+                };
+                vec![("JDK_JAVA_OPTIONS".into(), v)]
+            }
+            _ => Vec::new(),
+        }
+    }
+
+    /// An address-space cap (`RLIMIT_AS`, bytes) for `--memory-limit mb`,
+    /// only where it holds the heap and breaks nothing: CLISP, whose heap
+    /// option is not enforced and whose address space is about its heap
+    /// (it then reports "No more room for LISP objects"). Not SBCL, CCL
+    /// (they reserve their heap's address space up front and cap it
+    /// themselves), ECL (its collector caps it) or ABCL (a JVM reserves
+    /// far more address space than it uses).
+    pub fn address_space_cap(self, mb: u64) -> Option<u64> {
+        match self {
+            // The heap, plus the runtime, its libraries and stacks.
+            LispKind::Clisp => Some((mb + 64) * 1024 * 1024),
+            _ => None,
         }
     }
 
@@ -314,6 +350,29 @@ mod tests {
             Some(LispKind::Ccl)
         );
         assert_eq!(LispKind::classify("bash 5.2"), None);
+    }
+
+    #[test]
+    fn memory_limits_per_implementation() {
+        assert_eq!(
+            LispKind::Clisp.memory_args(512),
+            vec![OsString::from("-m"), OsString::from("512MB")]
+        );
+        assert_eq!(
+            LispKind::Ccl.memory_args(512),
+            vec![OsString::from("--heap-reserve"), OsString::from("512M")]
+        );
+        assert!(LispKind::Abcl.memory_args(512).is_empty());
+        assert_eq!(
+            LispKind::Abcl.memory_env(512, Some("-Dx=1")),
+            vec![("JDK_JAVA_OPTIONS".to_string(), "-Dx=1 -Xmx512m".to_string())]
+        );
+        assert!(LispKind::Sbcl.memory_env(512, None).is_empty());
+        assert_eq!(
+            LispKind::Clisp.address_space_cap(256),
+            Some(320 * 1024 * 1024)
+        );
+        assert_eq!(LispKind::Sbcl.address_space_cap(256), None);
     }
 
     #[test]

@@ -21,6 +21,7 @@
 pub mod core_cache;
 pub mod helpers;
 pub mod implementation;
+pub mod limits;
 pub mod locate;
 pub mod sandbox;
 mod supervisor;
@@ -71,11 +72,24 @@ pub struct ImageConfig {
     /// `--memory-limit`: the local image's heap, in MiB (`None`: the
     /// implementation's default).
     pub memory_limit_mb: Option<u64>,
+    /// `--max-processes`: processes and threads of the local image and
+    /// everything it starts (`None`: no cap). See [`limits`].
+    pub max_processes: Option<u32>,
+    /// `--image-idle-secs`: stop a local image after this long without a
+    /// call (`None`: never); the next call starts a fresh one.
+    pub idle_timeout: Option<Duration>,
+    /// `--max-images`: the server-wide count of running local images
+    /// (shared by every session's configuration; `None`: no limit).
+    pub image_quota: Option<Arc<limits::ImageQuota>>,
     /// The project root a local image may write under (read at each start,
     /// so a restart follows `fs-set-project-root`); `None`: the working
     /// directory.
     pub project_root: Option<Arc<RwLock<PathBuf>>>,
 }
+
+/// `--max-processes` unless told otherwise: room for any build or test run,
+/// far below what would hurt the host.
+pub const DEFAULT_MAX_PROCESSES: u32 = 1024;
 
 impl Default for ImageConfig {
     fn default() -> Self {
@@ -93,6 +107,9 @@ impl Default for ImageConfig {
             crash_window: Duration::from_secs(300),
             sandbox: sandbox::SandboxConfig::default(),
             memory_limit_mb: None,
+            max_processes: Some(DEFAULT_MAX_PROCESSES),
+            idle_timeout: None,
+            image_quota: None,
             project_root: None,
         }
     }
@@ -147,6 +164,8 @@ pub enum ImageError {
     Attached(String),
     /// A Swank protocol problem on a live connection.
     Protocol(String),
+    /// A limit of the server (`--max-images`) refuses a new image now.
+    Limit(String),
 }
 
 impl fmt::Display for ImageError {
@@ -157,7 +176,8 @@ impl fmt::Display for ImageError {
             | ImageError::Died(m)
             | ImageError::CrashLoop(m)
             | ImageError::Attached(m)
-            | ImageError::Protocol(m) => f.write_str(m),
+            | ImageError::Protocol(m)
+            | ImageError::Limit(m) => f.write_str(m),
         }
     }
 }

@@ -6,7 +6,7 @@ use std::collections::VecDeque;
 use std::io::Read;
 use std::path::PathBuf;
 use std::process::Stdio;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant, SystemTime};
 
@@ -17,6 +17,7 @@ use tokio::sync::{broadcast, oneshot, watch};
 
 use super::core_cache::{default_cache_dir, CoreCache, LaunchPlan};
 use super::implementation::LispKind;
+use super::limits;
 use super::sandbox::{self, SandboxReport};
 use super::{helpers, locate, ImageConfig, ImageError, ImageMode};
 
@@ -63,6 +64,8 @@ pub struct ImageInfo {
     /// What the running local image is confined to (`None`: attached, or
     /// not started).
     pub sandbox: Option<SandboxReport>,
+    /// Its resource limits in words (`None`: attached, or not started).
+    pub limits: Option<String>,
 }
 
 /// A handle on the session's Lisp image. Cheap to clone; clones share the
@@ -114,6 +117,29 @@ struct Inner {
     /// Request ids of calls whose debugger entries are answered by their
     /// caller (see [`Image::eval_debuggable`]), not aborted.
     debuggable: Mutex<std::collections::HashSet<u64>>,
+    /// When the last call began or ended (`--image-idle-secs`).
+    last_used: Mutex<Instant>,
+    /// Calls running now (an image with one is never idle: a long
+    /// evaluation, a debugger waiting for its client).
+    in_flight: AtomicUsize,
+}
+
+/// Marks a call in flight until dropped.
+struct Busy<'a>(&'a Inner);
+
+impl<'a> Busy<'a> {
+    fn new(inner: &'a Inner) -> Busy<'a> {
+        inner.in_flight.fetch_add(1, Ordering::SeqCst);
+        *inner.last_used.lock().unwrap() = Instant::now();
+        Busy(inner)
+    }
+}
+
+impl Drop for Busy<'_> {
+    fn drop(&mut self) {
+        *self.0.last_used.lock().unwrap() = Instant::now();
+        self.0.in_flight.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 /// See [`Image::claim_debugger`]; released when dropped.
@@ -148,6 +174,8 @@ struct Live {
     kind: Option<LispKind>,
     /// Its sandbox (local images).
     sandbox: Option<SandboxReport>,
+    /// Its resource limits in words (local images).
+    limits: Option<String>,
 }
 
 impl Live {
@@ -163,6 +191,10 @@ impl Live {
     /// Why the process probably died, from its last words on stderr.
     fn death_cause(&self) -> Option<&'static str> {
         let tail = self.stderr_tail.lock().unwrap();
+        // CLISP out of address space (--memory-limit) also resets past Swank.
+        if tail.iter().any(|l| l.contains("errno = 12 (:ENOMEM)")) {
+            return Some("out of memory: the image hit its address-space cap (--memory-limit)");
+        }
         if tail
             .iter()
             .any(|l| l.contains("cl-mcp-boot: the Lisp reset past Swank"))
@@ -241,6 +273,8 @@ impl Drop for Live {
 static SOURCE_FALLBACK_LOGGED: AtomicBool = AtomicBool::new(false);
 /// The sandbox's weakness on this kernel is logged once per process.
 static SANDBOX_WARNING_LOGGED: AtomicBool = AtomicBool::new(false);
+/// So is a process cap that cannot be enforced.
+static CAP_WARNING_LOGGED: AtomicBool = AtomicBool::new(false);
 
 impl Image {
     /// Creates the handle and starts the image in the background (a local
@@ -266,7 +300,8 @@ impl Image {
         };
         let (events, _) = broadcast::channel(1024);
         let (notes, _) = broadcast::channel(64);
-        Image {
+        let idle = config.idle_timeout.filter(|_| mode == ImageMode::Local);
+        let image = Image {
             inner: Arc::new(Inner {
                 config,
                 notes,
@@ -279,8 +314,14 @@ impl Image {
                 generation: AtomicU64::new(0),
                 core_build_failed: AtomicBool::new(false),
                 debuggable: Mutex::new(Default::default()),
+                last_used: Mutex::new(Instant::now()),
+                in_flight: AtomicUsize::new(0),
             }),
+        };
+        if let (Some(idle), Ok(rt)) = (idle, tokio::runtime::Handle::try_current()) {
+            rt.spawn(reclaim_when_idle(Arc::downgrade(&image.inner), idle));
         }
+        image
     }
 
     /// Lifecycle notes from now on (the image's start, death and why,
@@ -308,6 +349,7 @@ impl Image {
         thread: Thread,
     ) -> Result<ImageReply, ImageError> {
         let live = self.live().await?;
+        let _busy = Busy::new(&self.inner);
         let r = live.client.rex(form, package, thread).await;
         self.reply(&live, r).await
     }
@@ -318,6 +360,7 @@ impl Image {
     /// so the user's own threads are never borrowed).
     pub async fn eval(&self, form: &str, package: &str) -> Result<ImageReply, ImageError> {
         let live = self.live().await?;
+        let _busy = Busy::new(&self.inner);
         let thread = self.worker_of(&live).await?;
         let r = live.client.rex(form, package, thread).await;
         let gone = match &r {
@@ -350,6 +393,7 @@ impl Image {
         request_id: &AtomicU64,
     ) -> Result<ImageReply, ImageError> {
         let live = self.live().await?;
+        let _busy = Busy::new(&self.inner);
         let id = live.client.new_request_id();
         request_id.store(id, Ordering::SeqCst);
         self.inner.debuggable.lock().unwrap().insert(id);
@@ -470,6 +514,7 @@ impl Image {
     /// `(:emacs-return-string THREAD TAG "text")`).
     pub async fn send_raw(&self, message: &str) -> Result<(), ImageError> {
         let live = self.live().await?;
+        let _busy = Busy::new(&self.inner);
         live.client
             .send_raw(message)
             .await
@@ -501,6 +546,7 @@ impl Image {
             worker_thread: live.as_ref().and_then(|l| *l.worker.lock().unwrap()),
             kind: live.as_ref().and_then(|l| l.kind),
             sandbox: live.as_ref().and_then(|l| l.sandbox.clone()),
+            limits: live.as_ref().and_then(|l| l.limits.clone()),
         }
     }
 
@@ -655,6 +701,9 @@ impl Image {
     /// The running image, starting one if there is none (or it died).
     async fn live(&self) -> Result<Arc<Live>, ImageError> {
         let mut slot = self.inner.slot.lock().await;
+        // Under the slot's lock, so the idle reaper (which holds it while it
+        // decides) never stops an image a call is about to use.
+        *self.inner.last_used.lock().unwrap() = Instant::now();
         if let Some(l) = slot.as_ref() {
             // `dead` is set by the connection's end handler, which may not
             // have run yet: a closed connection or an exited process is just
@@ -666,9 +715,14 @@ impl Image {
             }
         }
         self.check_crash_loop()?;
+        // Before a generation is counted: a refused call starts nothing.
+        let permit = match self.inner.mode {
+            ImageMode::Local => self.image_permit()?,
+            ImageMode::Attached => None,
+        };
         let generation = self.inner.generation.fetch_add(1, Ordering::SeqCst) + 1;
         let live = match self.inner.mode {
-            ImageMode::Local => match self.start_local(generation).await {
+            ImageMode::Local => match self.start_local(generation, permit).await {
                 Ok(live) => live,
                 Err(e) => {
                     // Failed starts count like deaths: a Lisp that cannot
@@ -687,7 +741,71 @@ impl Image {
         };
         *slot = Some(live.clone());
         *self.inner.current.lock().unwrap() = Some(live.clone());
+        *self.inner.last_used.lock().unwrap() = Instant::now();
         Ok(live)
+    }
+
+    /// The local image's limits in words, for `image-info` and `doctor`.
+    fn limits_text(&self, plan: &LaunchPlan, caps: &[String]) -> String {
+        let cfg = &self.inner.config;
+        let heap = match cfg.memory_limit_mb {
+            Some(mb) => match plan.kind.address_space_cap(mb) {
+                Some(bytes) => format!(
+                    "heap: at most {mb} MiB (--memory-limit; address space capped at {} MiB)",
+                    bytes / (1024 * 1024)
+                ),
+                None => format!("heap: at most {mb} MiB (--memory-limit)"),
+            },
+            None => "heap: the implementation's default (--memory-limit MB caps it)".into(),
+        };
+        let idle = match cfg.idle_timeout {
+            Some(d) => format!(
+                "idle: stopped after {} s without a call (--image-idle-secs)",
+                d.as_secs()
+            ),
+            None => "idle: never stopped for idleness (--image-idle-secs S would)".into(),
+        };
+        let mut s = format!("limits:\n  {}\n  {heap}\n  {idle}", caps.join("\n  "));
+        if let Some(q) = &cfg.image_quota {
+            s.push_str(&format!(
+                "\n  images: {} running of at most {} on this server (--max-images)",
+                q.in_use(),
+                q.max()
+            ));
+        }
+        s
+    }
+
+    /// A permit of `--max-images` for a new local image, or the error that
+    /// says the limit is reached and how to raise it.
+    fn image_permit(&self) -> Result<Option<tokio::sync::OwnedSemaphorePermit>, ImageError> {
+        let Some(quota) = &self.inner.config.image_quota else {
+            return Ok(None);
+        };
+        match quota.try_take() {
+            Some(p) => Ok(Some(p)),
+            None => {
+                let max = quota.max();
+                let idle = match self.inner.config.idle_timeout {
+                    Some(d) => format!(
+                        "another session's image is stopped after {} s without a call \
+                         (--image-idle-secs)",
+                        d.as_secs()
+                    ),
+                    None => "idle images are not reclaimed (start the server with \
+                             --image-idle-secs S to reclaim them)"
+                        .to_string(),
+                };
+                Err(ImageError::Limit(format!(
+                    "No Lisp image for this session: the server already runs its limit of {max} \
+                     image{} (--max-images {max}, env CL_MCP_MAX_IMAGES). This session gets one \
+                     on a later call once another session ends or {idle}. To raise the limit, \
+                     restart the server with --max-images N (or CL_MCP_MAX_IMAGES=N). File and \
+                     source tools work meanwhile.",
+                    if max == 1 { "" } else { "s" }
+                )))
+            }
+        }
     }
 
     fn check_crash_loop(&self) -> Result<(), ImageError> {
@@ -783,7 +901,11 @@ impl Image {
         Ok(plan)
     }
 
-    async fn start_local(&self, generation: u64) -> Result<Arc<Live>, ImageError> {
+    async fn start_local(
+        &self,
+        generation: u64,
+        permit: Option<tokio::sync::OwnedSemaphorePermit>,
+    ) -> Result<Arc<Live>, ImageError> {
         let started = Instant::now();
         let plan = self.launch_plan().await?;
         let secret = random_secret()?;
@@ -824,6 +946,26 @@ impl Image {
             self.inner.note(NoteLevel::Warning, format!("sandbox: {w}"));
         }
         let mut cmd = tokio::process::Command::new(&plan.lisp);
+        let mut memory_env = Vec::new();
+        let memory_cap = self
+            .inner
+            .config
+            .memory_limit_mb
+            .map(|mb| (mb + (mb / 2).max(512)) * 1024 * 1024);
+        let cap = limits::prepare_caps(self.inner.config.max_processes, memory_cap);
+        if let Some(w) = &cap.warning {
+            if !CAP_WARNING_LOGGED.swap(true, Ordering::SeqCst) {
+                tracing::warn!("{w}");
+            }
+            self.inner.note(NoteLevel::Warning, w.clone());
+        }
+        for step in cap.child_steps() {
+            // SAFETY: one system call (write or setrlimit), no allocation;
+            // registered before the sandbox, which would refuse the write.
+            unsafe {
+                cmd.pre_exec(move || step.apply_in_child());
+            }
+        }
         if let Some(fd) = confinement.raw_fd() {
             // SAFETY: the closure makes two system calls and allocates
             // nothing (async-signal-safe, as required after fork).
@@ -832,28 +974,75 @@ impl Image {
             }
         }
         if let Some(mb) = self.inner.config.memory_limit_mb {
-            let args = plan.kind.memory_args(mb);
-            if args.is_empty() {
-                tracing::warn!(lisp = %plan.kind, "--memory-limit is not applied to this implementation (set its heap with --lisp-arg)");
+            cmd.args(plan.kind.memory_args(mb));
+            let current = plan
+                .env
+                .iter()
+                .find(|(k, _)| k == "JDK_JAVA_OPTIONS")
+                .map(|(_, v)| v.to_string())
+                .or_else(|| std::env::var("JDK_JAVA_OPTIONS").ok());
+            // Set after `plan.env`, which would otherwise override it.
+            memory_env = plan.kind.memory_env(mb, current.as_deref());
+            if let Some(bytes) = plan.kind.address_space_cap(mb) {
+                // SAFETY: one setrlimit(2) call, no allocation.
+                unsafe {
+                    cmd.pre_exec(move || {
+                        let lim = libc::rlimit {
+                            rlim_cur: bytes as libc::rlim_t,
+                            rlim_max: bytes as libc::rlim_t,
+                        };
+                        if libc::setrlimit(libc::RLIMIT_AS, &lim) != 0 {
+                            return Err(std::io::Error::last_os_error());
+                        }
+                        Ok(())
+                    });
+                }
             }
-            cmd.args(args);
         }
         cmd.args(&self.inner.config.lisp_runtime_args)
             .args(&plan.args)
             .envs(plan.env.iter().map(|(k, v)| (k, v)))
             .env("CL_MCP_SWANK_SECRET", &secret)
             .env("CL_MCP_FASL_DIR", &fasl_dir)
+            .envs(memory_env)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .kill_on_drop(true);
-        let mut child = cmd.spawn().map_err(|e| {
-            ImageError::StartFailed(format!("cannot run {}: {e}", plan.lisp.display()))
-        })?;
+        let cgroups = cap.dirs();
+        let limits_text = self.limits_text(&plan, &cap.lines);
+        let mut child = match cmd.spawn() {
+            Ok(c) => c,
+            Err(e) => {
+                for dir in cgroups {
+                    tokio::spawn(limits::release_cgroup(dir));
+                }
+                return Err(ImageError::StartFailed(format!(
+                    "cannot run {}: {e}",
+                    plan.lisp.display()
+                )));
+            }
+        };
         // The child holds the ruleset now; ours closes here.
         let sandbox_report = confinement.report.clone();
         drop(confinement);
+        // The cgroups' descriptors were needed only by the child.
+        drop(cap);
         let pid = child.id();
+        let mut limits_text = limits_text;
+        for dir in cgroups.iter().filter(|_| pid.is_some()) {
+            if !limits::in_cgroup(dir, pid.unwrap_or_default()) {
+                let w = format!(
+                    "the image's cgroup caps (--max-processes, --memory-limit) are NOT \
+                     enforced: it could not join its cgroup {}",
+                    dir.display()
+                );
+                tracing::warn!("{w}");
+                self.inner.note(NoteLevel::Warning, w.clone());
+                limits_text =
+                    limits_text.replace("(cgroup ", "(NOT enforced: could not join cgroup ");
+            }
+        }
         let stdin = child.stdin.take();
         let stdout = child.stdout.take().expect("piped stdout");
         let stderr = child.stderr.take().expect("piped stderr");
@@ -864,6 +1053,7 @@ impl Image {
         tokio::spawn(log_stderr(stderr, pid, tail.clone()));
 
         let (exit_tx, exit_rx) = watch::channel(None);
+        let cgroups_at_exit = cgroups;
         let (kill_tx, kill_rx) = oneshot::channel::<()>();
         tokio::spawn(async move {
             // Holding stdin keeps the image alive; it exits at EOF.
@@ -880,6 +1070,12 @@ impl Image {
                 Err(e) => format!("wait failed: {e}"),
             };
             tracing::info!(pid, status = %text, "Lisp image exited");
+            // What it left running dies with it; its place (--max-images)
+            // is free once it is gone.
+            for dir in cgroups_at_exit {
+                limits::release_cgroup(dir).await;
+            }
+            drop(permit);
             let _ = exit_tx.send(Some(text));
         });
 
@@ -968,6 +1164,7 @@ impl Image {
             stderr_tail: tail.clone(),
             kind: Some(plan.kind),
             sandbox: Some(sandbox_report),
+            limits: Some(limits_text),
         });
         self.spawn_monitor(&live, events);
         tracing::info!(
@@ -1054,6 +1251,7 @@ impl Image {
             stderr_tail: Default::default(),
             kind: None,
             sandbox: None,
+            limits: None,
         });
         self.spawn_monitor(&live, events);
         load_helpers_into(&live.client).await?;
@@ -1085,6 +1283,56 @@ impl Image {
                 let _ = inner.events.send(ImageEvent { generation, event });
             }
         });
+    }
+}
+
+/// `--image-idle-secs`: stops the local image once no call has used it for
+/// `idle` (none running, none begun or ended since). The handle stays; the
+/// next call starts a fresh image and hears that the state is gone.
+async fn reclaim_when_idle(inner: Weak<Inner>, idle: Duration) {
+    let tick = (idle / 4).clamp(Duration::from_millis(100), Duration::from_secs(5));
+    loop {
+        tokio::time::sleep(tick).await;
+        let Some(inner) = inner.upgrade() else { return };
+        let mut slot = inner.slot.lock().await;
+        let Some(live) = slot.as_ref() else { continue };
+        let idle_for = inner.last_used.lock().unwrap().elapsed();
+        if live.dead.load(Ordering::SeqCst)
+            || inner.in_flight.load(Ordering::SeqCst) > 0
+            || idle_for < idle
+            || live.mode != ImageMode::Local
+        {
+            continue;
+        }
+        let live = slot.take().expect("checked above");
+        live.stopped_on_purpose.store(true, Ordering::SeqCst);
+        live.dead.store(true, Ordering::SeqCst);
+        live.request_kill();
+        *inner.current.lock().unwrap() = None;
+        drop(slot);
+        let secs = idle.as_secs();
+        tracing::info!(
+            generation = live.generation,
+            pid = live.pid,
+            idle_secs = secs,
+            "Lisp image stopped for idleness (--image-idle-secs)"
+        );
+        inner.note(
+            NoteLevel::Warning,
+            format!(
+                "Lisp image (generation {}) stopped after {secs} s without a call \
+                 (--image-idle-secs); its state is gone and the next call starts a fresh one",
+                live.generation
+            ),
+        );
+        *inner.state_lost.lock().unwrap() = Some((
+            live.generation,
+            format!(
+                "The Lisp image was stopped after {secs} s without a call (--image-idle-secs \
+                 {secs}) and a fresh one was started: everything defined or loaded before \
+                 (functions, variables, systems, the current package) is gone."
+            ),
+        ));
     }
 }
 

@@ -159,12 +159,15 @@ async fn image_info(_a: NoArgs, ctx: ToolContext) -> ToolOutput {
         Ok(v) => v,
         Err(e) => return ToolOutput::error(e),
     };
-    let mut out = info_output(&ctx.session.image(), &v);
+    let image = ctx.session.image();
+    let mut out = info_output(&image, &v);
     out.pending_debuggers = super::debug::pending_lines(&ctx);
-    ToolOutput::structured(
-        render_info(&out),
-        serde_json::to_value(&out).unwrap_or_default(),
-    )
+    let mut text = render_info(&out);
+    if let Some(limits) = image.info().limits {
+        text.push('\n');
+        text.push_str(&limits);
+    }
+    ToolOutput::structured(text, serde_json::to_value(&out).unwrap_or_default())
 }
 
 /// `structuredContent` of `image-restart`.

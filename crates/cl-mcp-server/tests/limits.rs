@@ -1,0 +1,431 @@
+//! Resource limits of the image (CONTRACT §10, issue 13) against a real
+//! SBCL: `--max-images` over HTTP, `--image-idle-secs`, and a bounded fork
+//! bomb under `--max-processes`.
+
+mod common;
+mod eval_support;
+
+use std::time::{Duration, Instant};
+
+use common::Listening;
+use eval_support::{call, eval, lisp_server};
+use serde_json::{json, Value};
+
+fn cache_dir() -> String {
+    std::env::temp_dir()
+        .join("cl-mcp-server-test-cache")
+        .to_string_lossy()
+        .into_owned()
+}
+
+const ACCEPT: &str = "application/json, text/event-stream";
+
+/// A JSON-RPC response from a POST answered as JSON or as an SSE stream.
+async fn response_of(r: reqwest::Response, id: i64) -> Value {
+    let sse = r
+        .headers()
+        .get("content-type")
+        .is_some_and(|c| c.to_str().unwrap_or("").starts_with("text/event-stream"));
+    let body = r.text().await.unwrap();
+    if !sse {
+        return serde_json::from_str(&body).unwrap_or_else(|e| panic!("{e}: {body}"));
+    }
+    body.lines()
+        .filter_map(|l| l.strip_prefix("data:"))
+        .filter_map(|d| serde_json::from_str::<Value>(d.trim()).ok())
+        .find(|m| m["id"] == json!(id))
+        .unwrap_or_else(|| panic!("no response {id} in {body}"))
+}
+
+async fn initialize(url: &str) -> String {
+    let r = reqwest::Client::new()
+        .post(url)
+        .header("accept", ACCEPT)
+        .json(&json!({"jsonrpc":"2.0","id":1,"method":"initialize",
+            "params":{"protocolVersion":"2025-11-25","capabilities":{},
+                      "clientInfo":{"name":"limits","version":"1"}}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let id = r.headers()["mcp-session-id"].to_str().unwrap().to_string();
+    let r = reqwest::Client::new()
+        .post(url)
+        .header("mcp-session-id", &id)
+        .header("mcp-protocol-version", "2025-11-25")
+        .json(&json!({"jsonrpc":"2.0","method":"notifications/initialized"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 202);
+    id
+}
+
+/// A tools/call in session `sid`: (text, isError). Never a protocol error.
+async fn tool(url: &str, sid: &str, id: i64, name: &str, args: Value) -> (String, bool) {
+    let r = reqwest::Client::new()
+        .post(url)
+        .header("accept", ACCEPT)
+        .header("mcp-session-id", sid)
+        .header("mcp-protocol-version", "2025-11-25")
+        .json(&json!({"jsonrpc":"2.0","id":id,"method":"tools/call",
+            "params":{"name":name,"arguments":args}}))
+        .timeout(Duration::from_secs(120))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let v = response_of(r, id).await;
+    let result = v
+        .get("result")
+        .unwrap_or_else(|| panic!("a protocol error instead of a tool result: {v}"));
+    (
+        result["content"][0]["text"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string(),
+        result["isError"].as_bool().unwrap_or(false),
+    )
+}
+
+#[tokio::test]
+async fn max_images_refuses_a_second_session_clearly_until_the_first_ends() {
+    let root = tempfile::tempdir().unwrap();
+    std::fs::write(root.path().join("hello.lisp"), "(defun hello () 42)\n").unwrap();
+    let cache = cache_dir();
+    let server = Listening::start(&[
+        "http",
+        "--bind",
+        "127.0.0.1:0",
+        "--max-images",
+        "1",
+        "--cache-dir",
+        &cache,
+        "--project-root",
+        root.path().to_str().unwrap(),
+    ]);
+    let url = server.address.clone();
+    let a = initialize(&url).await;
+    let (text, err) = tool(&url, &a, 2, "evaluate-lisp", json!({"code": "(+ 1 2)"})).await;
+    assert!(!err && text.contains("=> 3"), "{text}");
+
+    let b = initialize(&url).await;
+    let started = Instant::now();
+    let (text, err) = tool(&url, &b, 3, "evaluate-lisp", json!({"code": "(+ 2 2)"})).await;
+    assert!(
+        err,
+        "second session got an image beyond --max-images 1: {text}"
+    );
+    assert!(
+        text.contains("--max-images 1") && text.contains("CL_MCP_MAX_IMAGES"),
+        "{text}"
+    );
+    assert!(started.elapsed() < Duration::from_secs(10), "no hang");
+    // The session's file tools still work.
+    let (text, err) = tool(&url, &b, 4, "fs-read-file", json!({"path": "hello.lisp"})).await;
+    assert!(!err && text.contains("defun hello"), "{text}");
+    // The first session still has its image.
+    let (text, err) = tool(&url, &a, 5, "evaluate-lisp", json!({"code": "(* 6 7)"})).await;
+    assert!(!err && text.contains("=> 42"), "{text}");
+
+    // The first session ends: its image is stopped and the second session's
+    // next call gets one.
+    let r = reqwest::Client::new()
+        .delete(&url)
+        .header("mcp-session-id", &a)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 204);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut id = 10;
+    loop {
+        id += 1;
+        let (text, err) = tool(&url, &b, id, "evaluate-lisp", json!({"code": "(+ 2 2)"})).await;
+        if !err {
+            assert!(text.contains("=> 4"), "{text}");
+            break;
+        }
+        assert!(text.contains("--max-images"), "{text}");
+        assert!(
+            Instant::now() < deadline,
+            "still refused 30 s after the first session ended: {text}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // Refused calls started nothing: this is the session's first image.
+    let (text, err) = tool(&url, &b, 99, "image-info", json!({})).await;
+    assert!(!err && text.contains("generation 1)"), "{text}");
+    assert!(
+        text.contains("images: 1 running of at most 1 on this server (--max-images)"),
+        "{text}"
+    );
+}
+
+#[tokio::test]
+async fn an_idle_image_makes_room_for_a_waiting_session() {
+    let cache = cache_dir();
+    let server = Listening::start(&[
+        "http",
+        "--bind",
+        "127.0.0.1:0",
+        "--max-images",
+        "1",
+        "--image-idle-secs",
+        "2",
+        "--cache-dir",
+        &cache,
+    ]);
+    let url = server.address.clone();
+    let a = initialize(&url).await;
+    let (text, err) = tool(&url, &a, 2, "evaluate-lisp", json!({"code": "(+ 1 2)"})).await;
+    assert!(!err, "{text}");
+    let b = initialize(&url).await;
+    // Right away the first session's image is busy or recent: refused...
+    let (text, err) = tool(&url, &b, 3, "evaluate-lisp", json!({"code": "1"})).await;
+    assert!(err && text.contains("--image-idle-secs"), "{text}");
+    // ...and once it has been idle for 2 s it is reclaimed for the waiter.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let (text, err) = tool(&url, &b, 4, "evaluate-lisp", json!({"code": "(+ 2 2)"})).await;
+    assert!(!err && text.contains("=> 4"), "{text}");
+}
+
+#[test]
+fn an_idle_image_is_reclaimed_and_the_next_call_starts_a_fresh_one() {
+    let mut s = lisp_server(&["--image-idle-secs", "1"]);
+    let r = eval(&mut s, 1, "(defvar *limits-state* 42)");
+    assert!(!r.is_error, "{}", r.text);
+    // A call longer than the idle time is busy, never reclaimed.
+    let r = eval(&mut s, 2, "(progn (sleep 2.5) *limits-state*)");
+    assert!(!r.is_error && r.text.contains("=> 42"), "{}", r.text);
+    let r = eval(&mut s, 3, "*limits-state*");
+    assert!(!r.is_error && r.text.contains("=> 42"), "{}", r.text);
+    assert!(!r.text.contains("NOTICE"), "{}", r.text);
+    std::thread::sleep(Duration::from_secs(3));
+    let r = eval(&mut s, 4, "(boundp '*limits-state*)");
+    assert!(!r.is_error, "{}", r.text);
+    assert!(r.text.contains("=> NIL"), "state survived: {}", r.text);
+    assert!(
+        r.text.contains("[NOTICE]") && r.text.contains("--image-idle-secs"),
+        "{}",
+        r.text
+    );
+    let r = call(&mut s, 5, "image-info", json!({}));
+    assert!(!r.is_error, "{}", r.text);
+    assert_eq!(r.structured["generation"], 2, "{}", r.text);
+    assert!(r.text.contains("idle: stopped after 1 s"), "{}", r.text);
+}
+
+#[test]
+fn a_bounded_fork_bomb_fails_inside_the_image_which_lives_on() {
+    let mut s = lisp_server(&["--max-processes", "64"]);
+    let r = call(&mut s, 1, "image-info", json!({}));
+    assert!(!r.is_error, "{}", r.text);
+    assert!(
+        r.text.contains("at most 64 processes and threads") || r.text.contains("RLIMIT_NPROC"),
+        "{}",
+        r.text
+    );
+    // 200 children of `sleep 5`: the cap (64 tasks, the image's own
+    // threads included) stops them well before; all are killed after.
+    let bomb = r#"
+(let ((procs '()) (err nil))
+  (handler-case
+      (dotimes (i 200)
+        (push (sb-ext:run-program "/bin/sleep" '("5") :wait nil :input nil :output nil :error nil)
+              procs))
+    (error (e) (setf err (princ-to-string e))))
+  (let ((n (length procs)))
+    (dolist (p procs)
+      (ignore-errors (sb-ext:process-kill p 9))
+      (ignore-errors (sb-ext:process-wait p)))
+    (format nil "started ~D; error: ~A" n err)))"#;
+    let r = eval(&mut s, 2, bomb);
+    assert!(!r.is_error, "{}", r.text);
+    let started: usize = r
+        .text
+        .split("started ")
+        .nth(1)
+        .and_then(|t| t.split(';').next())
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or_else(|| panic!("{}", r.text));
+    assert!(started < 64, "{}", r.text);
+    assert!(!r.text.contains("error: NIL"), "{}", r.text);
+    // The image and the server live on, and children can be started again.
+    let r = eval(
+        &mut s,
+        3,
+        r#"(with-output-to-string (o) (sb-ext:run-program "/bin/echo" '("alive") :output o))"#,
+    );
+    assert!(!r.is_error && r.text.contains("alive"), "{}", r.text);
+    let r = call(&mut s, 4, "image-info", json!({}));
+    assert_eq!(r.structured["generation"], 1, "{}", r.text);
+    // Under the sandbox the image cannot move itself out of its cgroup.
+    if let Some(dir) = r
+        .text
+        .split("(cgroup pids.max, ")
+        .nth(1)
+        .and_then(|t| t.split(')').next())
+    {
+        let root_procs = std::path::Path::new(dir)
+            .parent()
+            .and_then(|p| p.parent())
+            .unwrap()
+            .join("cgroup.procs");
+        let r = eval(
+            &mut s,
+            5,
+            &format!(
+                "(with-open-file (s {:?} :direction :output :if-exists :append) (write-line \"0\" s))",
+                root_procs.display().to_string()
+            ),
+        );
+        assert!(
+            r.is_error && r.text.contains("Permission denied"),
+            "{}",
+            r.text
+        );
+    }
+}
+
+#[test]
+fn limit_flags_are_checked() {
+    for (flag, value) in [
+        ("--max-images", "0"),
+        ("--image-idle-secs", "0"),
+        ("--max-processes", "5"),
+    ] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_cl-mcp-server"))
+            .args([flag, value, "call", "lisp-check-parens", "--arg", "code=()"])
+            .output()
+            .unwrap();
+        assert!(!out.status.success(), "{flag} {value} accepted");
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains(flag),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+#[test]
+fn clisp_memory_limit_turns_a_runaway_allocation_into_a_recovered_death() {
+    if program_missing("clisp") {
+        return;
+    }
+    let mut s = lisp_server(&["--lisp", "clisp", "--memory-limit", "256"]);
+    let r = eval(&mut s, 1, "(+ 1 2)");
+    assert!(!r.is_error && r.text.contains("=> 3"), "{}", r.text);
+    // 1000 MB in 1 MB vectors: far beyond the cap (without it CLISP maps
+    // them all and the host pays).
+    let r = eval(
+        &mut s,
+        2,
+        "(let ((l nil)) (loop repeat 1000 do (push (make-array 1000000 :element-type '(unsigned-byte 8)) l)) (length l))",
+    );
+    assert!(r.is_error, "{}", r.text);
+    assert!(
+        r.text.contains("memory") || r.text.contains("room"),
+        "{}",
+        r.text
+    );
+    let r = eval(&mut s, 3, "(+ 2 2)");
+    assert!(!r.is_error && r.text.contains("=> 4"), "{}", r.text);
+    let r = call(&mut s, 4, "image-info", json!({}));
+    assert!(
+        r.text.contains("address space capped at 320 MiB"),
+        "{}",
+        r.text
+    );
+}
+
+/// Whether the program `name` is missing from `PATH` (the test is then skipped).
+fn program_missing(name: &str) -> bool {
+    let found = std::env::var_os("PATH")
+        .map(|p| std::env::split_paths(&p).any(|d| d.join(name).is_file()))
+        .unwrap_or(false);
+    if !found {
+        eprintln!("{name} is not installed: skipped");
+    }
+    !found
+}
+
+/// The fallback most users get (no writable pids cgroup, not root):
+/// `RLIMIT_NPROC` above the user's task count. Run as `nobody` through
+/// `setpriv` when the tests run as root (as on the project's machine).
+#[test]
+fn without_a_cgroup_a_user_gets_rlimit_nproc_and_the_bomb_still_fails() {
+    // SAFETY: getuid has no preconditions.
+    if unsafe { libc::getuid() } != 0 || program_missing("setpriv") {
+        eprintln!("needs root and setpriv to run the server as nobody: skipped");
+        return;
+    }
+    let home = tempfile::tempdir().unwrap();
+    std::os::unix::fs::chown(home.path(), Some(65534), Some(65534)).unwrap();
+    let home_s = home.path().to_str().unwrap();
+    let bomb = "(let ((procs nil) (err nil)) (handler-case (dotimes (i 200) \
+        (push (sb-ext:run-program \"/bin/sleep\" (list \"5\") :wait nil) procs)) \
+        (error (e) (setf err (princ-to-string e)))) \
+        (dolist (p procs) (ignore-errors (sb-ext:process-kill p 9)) (ignore-errors (sb-ext:process-wait p))) \
+        (format nil \"started ~D; error: ~A\" (length procs) err))";
+    let run = |tool: &str, args: &[&str]| {
+        let out = std::process::Command::new("setpriv")
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups", "env"])
+            .arg(format!("HOME={home_s}"))
+            .arg(env!("CARGO_BIN_EXE_cl-mcp-server"))
+            .args(["--max-processes", "64", "--no-core-cache", "--cache-dir"])
+            .arg(home.path().join("cache"))
+            .args(["--project-root", home_s, "call", tool])
+            .args(args)
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let info = run("image-info", &[]);
+    assert!(
+        info.contains("processes: RLIMIT_NPROC") && info.contains("+ 64"),
+        "{info}"
+    );
+    let out = run("evaluate-lisp", &["--arg", &format!("code={bomb}")]);
+    let started: usize = out
+        .split("started ")
+        .nth(1)
+        .and_then(|t| t.split(';').next())
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or_else(|| panic!("{out}"));
+    assert!(started < 64, "{out}");
+    assert!(out.contains("Resource temporarily unavailable"), "{out}");
+}
+
+#[test]
+fn memory_limit_also_caps_what_the_image_starts_where_a_memory_cgroup_exists() {
+    if program_missing("python3") {
+        return;
+    }
+    let mut s = lisp_server(&["--memory-limit", "256"]);
+    let r = call(&mut s, 1, "image-info", json!({}));
+    assert!(!r.is_error, "{}", r.text);
+    if !r
+        .text
+        .contains("memory: the image and every process it starts at most 768 MiB")
+    {
+        assert!(
+            r.text
+                .contains("memory: processes the image starts are not capped"),
+            "{}",
+            r.text
+        );
+        eprintln!("no writable memory cgroup here: skipped");
+        return;
+    }
+    // A child that wants 2 GiB is killed by the cgroup's OOM killer (signal
+    // 9); the image, far smaller, lives on.
+    let r = eval(
+        &mut s,
+        2,
+        r#"(sb-ext:process-exit-code (sb-ext:run-program "/bin/sh" (list "-c" "exec python3 -c 'x = b\"x\" * (2*1024**3); print(len(x))'") :search t :output nil :error nil))"#,
+    );
+    assert!(!r.is_error && r.text.contains("=> 9"), "{}", r.text);
+    let r = eval(&mut s, 3, "(+ 1 2)");
+    assert!(!r.is_error && r.text.contains("=> 3"), "{}", r.text);
+}
