@@ -221,6 +221,13 @@ fn a_bounded_fork_bomb_fails_inside_the_image_which_lives_on() {
     let mut s = lisp_server(&["--max-processes", "64"]);
     let r = call(&mut s, 1, "image-info", json!({}));
     assert!(!r.is_error, "{}", r.text);
+    if r.text.contains("NOT enforced") && unsafe { libc::geteuid() } == 0 {
+        // Root without a writable pids cgroup: the kernel ignores
+        // RLIMIT_NPROC for root, and image-info said so (checked here).
+        // The fallback is tested as `nobody` below.
+        eprintln!("root without a writable pids cgroup: skipped");
+        return;
+    }
     assert!(
         r.text.contains("at most 64 processes and threads") || r.text.contains("RLIMIT_NPROC"),
         "{}",
