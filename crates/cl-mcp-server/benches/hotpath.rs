@@ -110,9 +110,20 @@ fn write_system(root: &std::path::Path) {
 /// An SBCL with Swank on a port of its choosing (the caller kills it).
 #[allow(clippy::zombie_processes)]
 fn start_raw_swank() -> (Child, u16) {
-    let mut child = Command::new("sbcl")
-        .args(["--noinform", "--non-interactive", "--no-userinit", "--load", LOADER])
-        .args(["--eval", "(swank-loader:init)"])
+    // Our Lisp helpers too, so the helper's own cost can be measured apart.
+    let lisp_dir = concat!(env!("CARGO_MANIFEST_DIR"), "/lisp");
+    let order = std::fs::read_to_string(format!("{lisp_dir}/ORDER")).unwrap();
+    let mut cmd = Command::new("sbcl");
+    cmd.args(["--noinform", "--non-interactive", "--no-userinit", "--load", LOADER])
+        .args(["--eval", "(swank-loader:init)"]);
+    for file in order
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+    {
+        cmd.args(["--load", &format!("{lisp_dir}/{file}")]);
+    }
+    let mut child = cmd
         .args([
             "--eval",
             "(format t \"~&SWANK-PORT ~D~%\" (swank:create-server :port 0 :dont-close t))",
@@ -156,6 +167,16 @@ fn main() {
     }
     let times: Vec<Duration> = (0..n).map(|_| s.eval("(+ 1 2)").0).collect();
     row(&mut rows, format!("evaluate-lisp (+ 1 2) (n={n})"), times);
+    // The transport and engine alone (no image): `ping`.
+    let times: Vec<Duration> = (0..n)
+        .map(|i| {
+            let msg = format!(r#"{{"jsonrpc":"2.0","id":"p{i}","method":"ping"}}"#);
+            let t = Instant::now();
+            s.roundtrip(&msg);
+            t.elapsed()
+        })
+        .collect();
+    row(&mut rows, format!("ping over stdio, no image (n={n})"), times);
 
     let times: Vec<Duration> = (0..n)
         .map(|i| {
@@ -207,7 +228,7 @@ fn main() {
         .enable_all()
         .build()
         .unwrap();
-    let (fresh, worker) = rt.block_on(async {
+    let (fresh, worker, helper) = rt.block_on(async {
         let (client, _events) = SwankClient::connect(("127.0.0.1", port), None)
             .await
             .unwrap();
@@ -228,12 +249,20 @@ fn main() {
             client.rex(form, "CL-USER", Thread::Id(id)).await.unwrap();
             worker.push(t.elapsed());
         }
-        (fresh, worker)
+        let ours = "(cl-mcp:eval-request \"(+ 1 2)\")";
+        let mut helper = Vec::new();
+        for _ in 0..n {
+            let t = Instant::now();
+            client.rex(ours, "CL-USER", Thread::Id(id)).await.unwrap();
+            helper.push(t.elapsed());
+        }
+        (fresh, worker, helper)
     });
     let _ = lisp.kill();
     let _ = lisp.wait();
     row(&mut rows, format!("raw Swank (+ 1 2), fresh thread (n={n})"), fresh);
     row(&mut rows, format!("raw Swank (+ 1 2), worker thread (n={n})"), worker);
+    row(&mut rows, format!("raw Swank cl-mcp:eval-request, worker (n={n})"), helper);
 
     println!("\ncl-mcp-server hot path (stdio, SBCL)");
     println!("{:-<120}", "");

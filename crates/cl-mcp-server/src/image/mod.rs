@@ -23,6 +23,7 @@ pub mod helpers;
 pub mod implementation;
 pub mod locate;
 pub mod sandbox;
+mod direct;
 mod supervisor;
 
 use std::fmt;
