@@ -228,7 +228,7 @@ fn main() {
         .enable_all()
         .build()
         .unwrap();
-    let (fresh, worker, helper) = rt.block_on(async {
+    let (fresh, worker, helper, chan, chan_helper) = rt.block_on(async {
         let (client, _events) = SwankClient::connect(("127.0.0.1", port), None)
             .await
             .unwrap();
@@ -256,13 +256,56 @@ fn main() {
             client.rex(ours, "CL-USER", Thread::Id(id)).await.unwrap();
             helper.push(t.elapsed());
         }
-        (fresh, worker, helper)
+        // The evaluation channel (lisp/direct.lisp) of the same image, driven
+        // with blocking I/O from here: its floor, and with our helper.
+        let token = "0123456789abcdef";
+        let opened = client
+            .rex(
+                &format!("(cl-mcp-server::start-direct-channel \"{token}\")"),
+                "CL-USER",
+                Thread::T,
+            )
+            .await
+            .unwrap();
+        let swank_client::RexOutcome::Ok(v) = opened else {
+            panic!("start-direct-channel: {opened:?}")
+        };
+        let port = v.as_list().unwrap()[0].as_i64().unwrap() as u16;
+        let mut ch = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+        ch.set_nodelay(true).unwrap();
+        let mut call = |payload: &str| -> String {
+            use std::io::Read;
+            ch.write_all(&swank_client::encode_frame(payload).unwrap()).unwrap();
+            let mut h = [0u8; 6];
+            ch.read_exact(&mut h).unwrap();
+            let len = usize::from_str_radix(std::str::from_utf8(&h).unwrap(), 16).unwrap();
+            let mut b = vec![0u8; len];
+            ch.read_exact(&mut b).unwrap();
+            String::from_utf8(b).unwrap()
+        };
+        call(token);
+        let mut chan = Vec::new();
+        for _ in 0..n {
+            let t = Instant::now();
+            let r = call("(\"CL-USER\" (cl:+ 1 2))");
+            chan.push(t.elapsed());
+            debug_assert!(r.contains('3'));
+        }
+        let mut chan_helper = Vec::new();
+        for _ in 0..n {
+            let t = Instant::now();
+            call("(\"CL-USER\" (cl-mcp:eval-request \"(+ 1 2)\"))");
+            chan_helper.push(t.elapsed());
+        }
+        (fresh, worker, helper, chan, chan_helper)
     });
     let _ = lisp.kill();
     let _ = lisp.wait();
     row(&mut rows, format!("raw Swank (+ 1 2), fresh thread (n={n})"), fresh);
     row(&mut rows, format!("raw Swank (+ 1 2), worker thread (n={n})"), worker);
     row(&mut rows, format!("raw Swank cl-mcp:eval-request, worker (n={n})"), helper);
+    row(&mut rows, format!("raw eval channel (+ 1 2) (n={n})"), chan);
+    row(&mut rows, format!("raw eval channel cl-mcp:eval-request (n={n})"), chan_helper);
 
     println!("\ncl-mcp-server hot path (stdio, SBCL)");
     println!("{:-<120}", "");

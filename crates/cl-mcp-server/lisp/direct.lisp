@@ -19,39 +19,39 @@
 (in-package #:cl-mcp-server)
 
 (defun direct-eval (packet)
-  "Read and evaluate one request packet; the reply message."
-  (restart-case
-      (handler-case
-          (destructuring-bind (package-name form)
-              (swank/rpc::read-form packet swank::*swank-io-package*)
-            (list :ok (let ((*package* (or (find-package package-name)
-                                           (find-package "COMMON-LISP-USER"))))
-                        (eval form))))
-        (error (e) (list :abort (print-capped e 2000))))
-    (abort ()
-      :report "Return to cl-mcp's evaluation loop."
-      (list :abort nil))))
+  "Read and evaluate one request packet as Swank's EVAL-FOR-EMACS would
+(buffer package and readtable, Swank's interrupts enabled during the
+evaluation, errors to Swank's debugger, whose quit restart ends this
+request); the reply message."
+  (let ((condition nil))
+    (restart-case
+        (destructuring-bind (package-name form)
+            (swank/rpc::read-form packet swank::*swank-io-package*)
+          (let ((swank::*buffer-package* (swank::guess-buffer-package package-name))
+                (swank::*buffer-readtable* (swank::guess-buffer-readtable package-name))
+                (swank::*sldb-quit-restart* (find-restart 'abort)))
+            (handler-bind ((t (lambda (c) (setf condition c))))
+              (list :ok (swank::with-slime-interrupts (eval form))))))
+      (abort ()
+        :report "Return to cl-mcp's evaluation loop."
+        (list :abort (and condition
+                          (ignore-errors (prin1-to-string condition))))))))
 
 (defun direct-channel-loop (stream connection)
-  "Serve requests on STREAM until it closes, as a Swank worker would serve
-them for CONNECTION."
-  (let ((swank::*emacs-connection* connection)
-        ;; Whatever reaches the debugger outside an evaluation's own
-        ;; handlers ends that request, never waits on the image's stdin.
-        (*debugger-hook* (lambda (condition hook)
-                           (declare (ignore hook))
-                           (let ((r (find-restart 'abort condition)))
-                             (when r (invoke-restart r))))))
-    (unwind-protect
+  "Serve requests on STREAM until it closes, in the context a Swank worker
+has for CONNECTION (its streams, debugger hook and interrupts)."
+  (unwind-protect
+       (swank::with-connection (connection)
          (loop
            (let ((packet (handler-case (swank/rpc::read-packet stream)
                            (error () (return)))))
              (unless (ignore-errors
-                      (swank/rpc::write-message (direct-eval packet)
-                                               swank::*swank-io-package* stream)
+                      (swank::without-slime-interrupts
+                        (swank/rpc::write-message (direct-eval packet)
+                                                  swank::*swank-io-package* stream))
                       t)
-               (return))))
-      (ignore-errors (close stream)))))
+               (return)))))
+    (ignore-errors (close stream))))
 
 (defun start-direct-channel (token &key (name "cl-mcp-eval"))
   "Listen on a loopback port for the server's evaluation channel and start

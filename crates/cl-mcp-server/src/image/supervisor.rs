@@ -341,15 +341,22 @@ impl Image {
                 // Dropped midway (an abandoned call), `ch` goes with the
                 // future and the slot stays empty.
                 let r = ch.call(form, package).await;
+                let gone = matches!(r, Err(SwankError::Disconnected(_)));
                 if r.is_ok() {
                     *slot = Some(ch);
                 } else {
                     live.drop_direct_worker();
                 }
                 drop(slot);
-                return self.reply(&live, r).await;
+                // The channel's thread ended (killed, or its abort restart
+                // left the loop) while the image lives on: like a lost Swank
+                // worker, the request runs again on a new worker below.
+                if !gone || self.dies_soon(&live).await {
+                    return self.reply(&live, r).await;
+                }
+            } else {
+                live.drop_direct_worker();
             }
-            live.drop_direct_worker();
         }
         let thread = self.worker_of(&live).await?;
         let r = live.client.rex(form, package, thread).await;
