@@ -9,7 +9,9 @@
 //!   itself, on a fresh thread per call and on a persistent worker thread
 //!   (the baselines the server is compared with).
 //!
-//! `HOTPATH_N` sets the number of calls per row (default 2000).
+//! `HOTPATH_N` sets the number of calls per row (default 2000);
+//! `HOTPATH_BIN` runs another build of the server (e.g. an older commit's)
+//! for a before/after comparison under the same conditions.
 
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, ChildStdin, Command, Stdio};
@@ -29,7 +31,8 @@ struct Server {
 
 impl Server {
     fn spawn(root: &std::path::Path) -> Server {
-        let mut child = Command::new(BIN)
+        let bin = std::env::var("HOTPATH_BIN").unwrap_or_else(|_| BIN.to_string());
+        let mut child = Command::new(bin)
             .args(["--log-level", "error", "--project-root"])
             .arg(root)
             .stdin(Stdio::piped())
@@ -91,7 +94,7 @@ fn stats(mut v: Vec<Duration>) -> (f64, f64, f64) {
 fn write_system(root: &std::path::Path) {
     let mut components = String::new();
     for i in 0..30 {
-        let mut src = format!("(in-package #:cl-user)\n");
+        let mut src = "(in-package #:cl-user)\n".to_string();
         for j in 0..20 {
             src.push_str(&format!(
                 "(defun hotbench-{i}-{j} (x y)\n  (let ((acc (list x y)))\n    (dotimes (k {j}) (push (* k x) acc))\n    (reduce #'+ acc)))\n"
@@ -114,8 +117,14 @@ fn start_raw_swank() -> (Child, u16) {
     let lisp_dir = concat!(env!("CARGO_MANIFEST_DIR"), "/lisp");
     let order = std::fs::read_to_string(format!("{lisp_dir}/ORDER")).unwrap();
     let mut cmd = Command::new("sbcl");
-    cmd.args(["--noinform", "--non-interactive", "--no-userinit", "--load", LOADER])
-        .args(["--eval", "(swank-loader:init)"]);
+    cmd.args([
+        "--noinform",
+        "--non-interactive",
+        "--no-userinit",
+        "--load",
+        LOADER,
+    ])
+    .args(["--eval", "(swank-loader:init)"]);
     for file in order
         .lines()
         .map(str::trim)
@@ -154,7 +163,10 @@ fn main() {
         let (med, p99, max) = stats(v);
         rows.push((
             name,
-            format!("median {med:7.3} ms   p99 {p99:7.3} ms   max {max:7.3} ms   p99/median {:4.2}", p99 / med),
+            format!(
+                "median {med:7.3} ms   p99 {p99:7.3} ms   max {max:7.3} ms   p99/median {:4.2}",
+                p99 / med
+            ),
         ));
     };
 
@@ -176,7 +188,11 @@ fn main() {
             t.elapsed()
         })
         .collect();
-    row(&mut rows, format!("ping over stdio, no image (n={n})"), times);
+    row(
+        &mut rows,
+        format!("ping over stdio, no image (n={n})"),
+        times,
+    );
 
     let times: Vec<Duration> = (0..n)
         .map(|i| {
@@ -194,7 +210,11 @@ fn main() {
             d
         })
         .collect();
-    row(&mut rows, format!("evaluate-lisp printing 10 KB (n={})", n / 4), times);
+    row(
+        &mut rows,
+        format!("evaluate-lisp printing 10 KB (n={})", n / 4),
+        times,
+    );
 
     // 10 defuns right after a (forced) build of a 30-file system.
     let rounds = 5;
@@ -275,7 +295,8 @@ fn main() {
         ch.set_nodelay(true).unwrap();
         let mut call = |payload: &str| -> String {
             use std::io::Read;
-            ch.write_all(&swank_client::encode_frame(payload).unwrap()).unwrap();
+            ch.write_all(&swank_client::encode_frame(payload).unwrap())
+                .unwrap();
             let mut h = [0u8; 6];
             ch.read_exact(&mut h).unwrap();
             let len = usize::from_str_radix(std::str::from_utf8(&h).unwrap(), 16).unwrap();
@@ -301,11 +322,27 @@ fn main() {
     });
     let _ = lisp.kill();
     let _ = lisp.wait();
-    row(&mut rows, format!("raw Swank (+ 1 2), fresh thread (n={n})"), fresh);
-    row(&mut rows, format!("raw Swank (+ 1 2), worker thread (n={n})"), worker);
-    row(&mut rows, format!("raw Swank cl-mcp:eval-request, worker (n={n})"), helper);
+    row(
+        &mut rows,
+        format!("raw Swank (+ 1 2), fresh thread (n={n})"),
+        fresh,
+    );
+    row(
+        &mut rows,
+        format!("raw Swank (+ 1 2), worker thread (n={n})"),
+        worker,
+    );
+    row(
+        &mut rows,
+        format!("raw Swank cl-mcp:eval-request, worker (n={n})"),
+        helper,
+    );
     row(&mut rows, format!("raw eval channel (+ 1 2) (n={n})"), chan);
-    row(&mut rows, format!("raw eval channel cl-mcp:eval-request (n={n})"), chan_helper);
+    row(
+        &mut rows,
+        format!("raw eval channel cl-mcp:eval-request (n={n})"),
+        chan_helper,
+    );
 
     println!("\ncl-mcp-server hot path (stdio, SBCL)");
     println!("{:-<120}", "");

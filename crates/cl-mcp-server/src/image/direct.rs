@@ -49,7 +49,11 @@ impl DirectChannel {
 
     /// Evaluates `form` (read in Swank's I/O package: every symbol
     /// qualified) with `package` as `*package*`.
-    pub(super) async fn call(&mut self, form: &str, package: &str) -> Result<RexOutcome, SwankError> {
+    pub(super) async fn call(
+        &mut self,
+        form: &str,
+        package: &str,
+    ) -> Result<RexOutcome, SwankError> {
         self.write(&format!("({} {form})", swank_client::lisp_string(package)))
             .await?;
         let reply = self.read().await?;

@@ -19,11 +19,11 @@
 //!    thread that serves evaluations ([`Image::eval`]).
 
 pub mod core_cache;
+mod direct;
 pub mod helpers;
 pub mod implementation;
 pub mod locate;
 pub mod sandbox;
-mod direct;
 mod supervisor;
 
 use std::fmt;

@@ -15,8 +15,8 @@ use swank_client::{lisp_string, RexOutcome, SwankClient, SwankError, SwankEvent,
 use tokio::io::BufReader;
 use tokio::sync::{broadcast, oneshot, watch};
 
-use super::direct::DirectChannel;
 use super::core_cache::{default_cache_dir, CoreCache, LaunchPlan};
+use super::direct::DirectChannel;
 use super::implementation::LispKind;
 use super::sandbox::{self, SandboxReport};
 use super::{helpers, locate, ImageConfig, ImageError, ImageMode};
@@ -1328,7 +1328,9 @@ async fn open_direct(client: &SwankClient) -> Option<(DirectChannel, i64)> {
         let v = match client.rex(&form, "COMMON-LISP-USER", Thread::T).await? {
             RexOutcome::Ok(v) => v,
             RexOutcome::Abort(why) => {
-                return Err(SwankError::Protocol(why.unwrap_or_else(|| "aborted".into())))
+                return Err(SwankError::Protocol(
+                    why.unwrap_or_else(|| "aborted".into()),
+                ))
             }
         };
         let (port, thread) = match v.as_list() {
@@ -1348,7 +1350,9 @@ async fn open_direct(client: &SwankClient) -> Option<(DirectChannel, i64)> {
             None
         }
         Err(_) => {
-            tracing::warn!("the evaluation channel did not open within 10 s; evaluations go through Swank");
+            tracing::warn!(
+                "the evaluation channel did not open within 10 s; evaluations go through Swank"
+            );
             None
         }
     }
