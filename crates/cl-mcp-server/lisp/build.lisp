@@ -92,6 +92,14 @@ diagnostic too), capped."
             collect plist)
     :test #'equal :from-end t)))
 
+(defun collect-build-garbage ()
+  "Collect the young generation now. A build conses a lot (a 30-file system:
+~150 MB), so the nursery is left part full and the collection it is due
+would otherwise land in one of the next evaluations (a 4-20 ms stall);
+inside the build it is a small part of the build's time."
+  #+sbcl (sb-ext:gc)
+  nil)
+
 (defun call-building (thunk &key (backtrace-limit 20) (box (list nil)))
   "Call THUNK (a build: compiling, loading, testing) with Swank's compilation
 hooks in one compilation unit, collecting every compiler note whether the
@@ -155,6 +163,7 @@ the captured stderr)."
                (lambda ()
                  ;; The build's own frames end the backtrace here.
                  (setf values (multiple-value-list (call-with-user-code thunk))))))))))
+    (collect-build-garbage)
     (values (finish-notes (car box) error-condition)
             build-error
             failed

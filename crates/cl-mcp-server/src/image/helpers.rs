@@ -27,6 +27,7 @@ const EMBEDDED: &[(&str, &str)] = &[
     ("project.lisp", include_str!("../../lisp/project.lisp")),
     ("build.lisp", include_str!("../../lisp/build.lisp")),
     ("inspect.lisp", include_str!("../../lisp/inspect.lisp")),
+    ("direct.lisp", include_str!("../../lisp/direct.lisp")),
 ];
 
 const ORDER: &str = include_str!("../../lisp/ORDER");

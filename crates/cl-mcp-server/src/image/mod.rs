@@ -19,6 +19,7 @@
 //!    thread that serves evaluations ([`Image::eval`]).
 
 pub mod core_cache;
+mod direct;
 pub mod helpers;
 pub mod implementation;
 pub mod limits;

@@ -16,6 +16,7 @@ use tokio::io::BufReader;
 use tokio::sync::{broadcast, oneshot, watch};
 
 use super::core_cache::{default_cache_dir, CoreCache, LaunchPlan};
+use super::direct::DirectChannel;
 use super::implementation::LispKind;
 use super::limits;
 use super::sandbox::{self, SandboxReport};
@@ -160,6 +161,11 @@ struct Live {
     client: SwankClient,
     pid: Option<u32>,
     worker: Mutex<Option<i64>>,
+    /// The evaluation channel (`direct.rs`) and the Swank id of the thread
+    /// serving it (then also `worker`). Empty while a call owns the channel,
+    /// and for good once a call was abandoned midway.
+    direct: tokio::sync::Mutex<Option<DirectChannel>>,
+    direct_thread: Option<i64>,
     started_at: SystemTime,
     core: Option<PathBuf>,
     address: String,
@@ -179,6 +185,15 @@ struct Live {
 }
 
 impl Live {
+    /// After the evaluation channel is gone, `worker` no longer names a
+    /// Swank worker: the next evaluation starts one.
+    fn drop_direct_worker(&self) {
+        let mut w = self.worker.lock().unwrap();
+        if w.is_some() && *w == self.direct_thread {
+            *w = None;
+        }
+    }
+
     /// Whether Swank runs requests on threads here: without them (CLISP)
     /// every request runs in turn on the image's one thread, and an
     /// interrupt is a signal to the process.
@@ -361,6 +376,31 @@ impl Image {
     pub async fn eval(&self, form: &str, package: &str) -> Result<ImageReply, ImageError> {
         let live = self.live().await?;
         let _busy = Busy::new(&self.inner);
+        if live.direct_thread.is_some() {
+            // The evaluation channel: one request at a time, in arrival
+            // order (the mutex is fair), like the Swank worker's queue.
+            let mut slot = live.direct.lock().await;
+            if let Some(mut ch) = slot.take() {
+                // Dropped midway (an abandoned call), `ch` goes with the
+                // future and the slot stays empty.
+                let r = ch.call(form, package).await;
+                let gone = matches!(r, Err(SwankError::Disconnected(_)));
+                if r.is_ok() {
+                    *slot = Some(ch);
+                } else {
+                    live.drop_direct_worker();
+                }
+                drop(slot);
+                // The channel's thread ended (killed, or its abort restart
+                // left the loop) while the image lives on: like a lost Swank
+                // worker, the request runs again on a new worker below.
+                if !gone || self.dies_soon(&live).await {
+                    return self.reply(&live, r).await;
+                }
+            } else {
+                live.drop_direct_worker();
+            }
+        }
         let thread = self.worker_of(&live).await?;
         let r = live.client.rex(form, package, thread).await;
         let gone = match &r {
@@ -1135,7 +1175,15 @@ impl Image {
                 ))
             }
         };
-        let worker = if plan.kind.has_threads() {
+        let direct = if plan.kind.has_threads() {
+            open_direct(&client).await
+        } else {
+            None
+        };
+        let direct_thread = direct.as_ref().map(|(_, id)| *id);
+        let worker = if direct_thread.is_some() {
+            direct_thread
+        } else if plan.kind.has_threads() {
             match client.spawn_worker_thread("cl-mcp-eval").await {
                 Ok(id) => Some(id),
                 Err(e) => {
@@ -1154,6 +1202,8 @@ impl Image {
             client,
             pid,
             worker: Mutex::new(worker),
+            direct: tokio::sync::Mutex::new(direct.map(|(ch, _)| ch)),
+            direct_thread,
             started_at: SystemTime::now(),
             core: plan.core.clone(),
             address,
@@ -1241,6 +1291,8 @@ impl Image {
             client,
             pid,
             worker: Mutex::new(None),
+            direct: tokio::sync::Mutex::new(None),
+            direct_thread: None,
             started_at: SystemTime::now(),
             core: None,
             address: address.clone(),
@@ -1509,6 +1561,49 @@ async fn load_helpers_into(client: &SwankClient) -> Result<(), ImageError> {
     // its debugger) stays the user's SLIME, not ours.
     rex("(cl-mcp-server::yield-default-connection)".into()).await?;
     Ok(())
+}
+
+/// Opens the evaluation channel (`lisp/direct.lisp`) of a freshly started
+/// image: its serving thread's id and the connected channel, or `None`
+/// (logged) when this Lisp cannot, so evaluations use a Swank worker.
+async fn open_direct(client: &SwankClient) -> Option<(DirectChannel, i64)> {
+    let token = random_secret().ok()?;
+    let form = format!(
+        "(cl-mcp-server::start-direct-channel {})",
+        lisp_string(&token)
+    );
+    let opened = async {
+        let v = match client.rex(&form, "COMMON-LISP-USER", Thread::T).await? {
+            RexOutcome::Ok(v) => v,
+            RexOutcome::Abort(why) => {
+                return Err(SwankError::Protocol(
+                    why.unwrap_or_else(|| "aborted".into()),
+                ))
+            }
+        };
+        let (port, thread) = match v.as_list() {
+            Some([p, t]) => (p.as_i64(), t.as_i64()),
+            _ => (None, None),
+        };
+        let (Some(port), Some(thread)) = (port.and_then(|p| u16::try_from(p).ok()), thread) else {
+            return Err(SwankError::Protocol(format!("unexpected answer {v}")));
+        };
+        let ch = DirectChannel::connect(port, &token).await?;
+        Ok::<_, SwankError>((ch, thread))
+    };
+    match tokio::time::timeout(Duration::from_secs(10), opened).await {
+        Ok(Ok(r)) => Some(r),
+        Ok(Err(e)) => {
+            tracing::warn!(error = %e, "no evaluation channel; evaluations go through Swank");
+            None
+        }
+        Err(_) => {
+            tracing::warn!(
+                "the evaluation channel did not open within 10 s; evaluations go through Swank"
+            );
+            None
+        }
+    }
 }
 
 fn random_secret() -> Result<String, ImageError> {

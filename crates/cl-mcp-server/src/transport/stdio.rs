@@ -29,7 +29,14 @@ pub async fn serve(engine: Arc<Engine>, stdout: std::fs::File) {
         .spawn(move || write_lines(stdout, rx))
         .expect("spawn the stdout thread");
     let conn = engine.connect(tx.clone());
-    serve_lines(stdin_reader(), &conn, &tx, engine.config.max_message_bytes).await;
+    // Read on a runtime worker, not on the thread that blocks on the whole
+    // server: a request task spawned from a worker starts on that worker as
+    // soon as the reader waits again (no wake-up of another thread).
+    let reading = {
+        let (conn, tx, max) = (conn.clone(), tx.clone(), engine.config.max_message_bytes);
+        tokio::spawn(async move { serve_lines(stdin_reader(), &conn, &tx, max).await })
+    };
+    let _ = reading.await;
     // stdin closed: answer what is in flight, then exit. The client is gone,
     // so work that outlasts a grace period (a long build, a runaway
     // evaluation) is cancelled rather than waited for.

@@ -1,0 +1,353 @@
+//! The evaluation hot path (issue 14): `cargo bench -p cl-mcp-server --bench hotpath`.
+//!
+//! One table, in one run, with the built binary over stdio and a real SBCL:
+//! - warm `evaluate-lisp` round trips (median, p99) for `(+ 1 2)`, a
+//!   `defun`, and a call printing 10 KB;
+//! - 10 sequential `defun` calls right after `asdf-load-system` of a 30-file
+//!   system (forced rebuild), over several rounds: median and max;
+//! - the same `(+ 1 2)` sent straight to a Swank this benchmark starts
+//!   itself, on a fresh thread per call and on a persistent worker thread
+//!   (the baselines the server is compared with).
+//!
+//! `HOTPATH_N` sets the number of calls per row (default 2000);
+//! `HOTPATH_BIN` runs another build of the server (e.g. an older commit's)
+//! for a before/after comparison under the same conditions.
+
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use swank_client::{SwankClient, Thread};
+
+const BIN: &str = env!("CARGO_BIN_EXE_cl-mcp-server");
+const LOADER: &str = "/usr/share/common-lisp/source/slime/swank-loader.lisp";
+
+struct Server {
+    child: Child,
+    stdin: ChildStdin,
+    stdout: BufReader<std::process::ChildStdout>,
+    next_id: u64,
+}
+
+impl Server {
+    fn spawn(root: &std::path::Path) -> Server {
+        let bin = std::env::var("HOTPATH_BIN").unwrap_or_else(|_| BIN.to_string());
+        let mut child = Command::new(bin)
+            .args(["--log-level", "error", "--project-root"])
+            .arg(root)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn cl-mcp-server");
+        let stdin = child.stdin.take().unwrap();
+        let stdout = BufReader::new(child.stdout.take().unwrap());
+        let mut s = Server {
+            child,
+            stdin,
+            stdout,
+            next_id: 1,
+        };
+        s.roundtrip(r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{}}}"#);
+        s.stdin
+            .write_all(b"{\"jsonrpc\":\"2.0\",\"method\":\"notifications/initialized\"}\n")
+            .unwrap();
+        s
+    }
+
+    fn roundtrip(&mut self, msg: &str) -> String {
+        self.stdin.write_all(msg.as_bytes()).unwrap();
+        self.stdin.write_all(b"\n").unwrap();
+        self.stdin.flush().unwrap();
+        let mut line = String::new();
+        self.stdout.read_line(&mut line).unwrap();
+        line
+    }
+
+    fn call(&mut self, tool: &str, arguments: serde_json::Value) -> (Duration, String) {
+        self.next_id += 1;
+        let msg = serde_json::json!({"jsonrpc":"2.0","id":self.next_id,"method":"tools/call",
+            "params":{"name":tool,"arguments":arguments}});
+        let msg = msg.to_string();
+        let t = Instant::now();
+        let r = self.roundtrip(&msg);
+        (t.elapsed(), r)
+    }
+
+    fn eval(&mut self, code: &str) -> (Duration, String) {
+        self.call("evaluate-lisp", serde_json::json!({ "code": code }))
+    }
+
+    fn stop(mut self) {
+        drop(self.stdin);
+        let _ = self.child.wait();
+    }
+}
+
+fn stats(mut v: Vec<Duration>) -> (f64, f64, f64) {
+    v.sort();
+    let at = |p: f64| v[((v.len() as f64 - 1.0) * p).round() as usize].as_secs_f64() * 1e3;
+    (at(0.5), at(0.99), at(1.0))
+}
+
+/// A 30-file ASDF system `hotbench` under `root`.
+fn write_system(root: &std::path::Path) {
+    let mut components = String::new();
+    for i in 0..30 {
+        let mut src = "(in-package #:cl-user)\n".to_string();
+        for j in 0..20 {
+            src.push_str(&format!(
+                "(defun hotbench-{i}-{j} (x y)\n  (let ((acc (list x y)))\n    (dotimes (k {j}) (push (* k x) acc))\n    (reduce #'+ acc)))\n"
+            ));
+        }
+        std::fs::write(root.join(format!("file-{i:02}.lisp")), src).unwrap();
+        components.push_str(&format!(" (:file \"file-{i:02}\")"));
+    }
+    std::fs::write(
+        root.join("hotbench.asd"),
+        format!("(asdf:defsystem \"hotbench\" :serial t :components ({components}))\n"),
+    )
+    .unwrap();
+}
+
+/// An SBCL with Swank on a port of its choosing (the caller kills it).
+#[allow(clippy::zombie_processes)]
+fn start_raw_swank() -> (Child, u16) {
+    // Our Lisp helpers too, so the helper's own cost can be measured apart.
+    let lisp_dir = concat!(env!("CARGO_MANIFEST_DIR"), "/lisp");
+    let order = std::fs::read_to_string(format!("{lisp_dir}/ORDER")).unwrap();
+    let mut cmd = Command::new("sbcl");
+    cmd.args([
+        "--noinform",
+        "--non-interactive",
+        "--no-userinit",
+        "--load",
+        LOADER,
+    ])
+    .args(["--eval", "(swank-loader:init)"]);
+    for file in order
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+    {
+        cmd.args(["--load", &format!("{lisp_dir}/{file}")]);
+    }
+    let mut child = cmd
+        .args([
+            "--eval",
+            "(format t \"~&SWANK-PORT ~D~%\" (swank:create-server :port 0 :dont-close t))",
+        ])
+        .args(["--eval", "(finish-output)", "--eval", "(loop (sleep 60))"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("sbcl on PATH");
+    let out = child.stdout.take().unwrap();
+    for line in BufReader::new(out).lines() {
+        let line = line.unwrap();
+        if let Some(p) = line.strip_prefix("SWANK-PORT ") {
+            return (child, p.trim().parse().unwrap());
+        }
+    }
+    panic!("Swank did not announce its port");
+}
+
+fn main() {
+    let n: usize = std::env::var("HOTPATH_N")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(2000);
+    let mut rows: Vec<(String, String)> = Vec::new();
+    let row = |rows: &mut Vec<(String, String)>, name: String, v: Vec<Duration>| {
+        let (med, p99, max) = stats(v);
+        rows.push((
+            name,
+            format!(
+                "median {med:7.3} ms   p99 {p99:7.3} ms   max {max:7.3} ms   p99/median {:4.2}",
+                p99 / med
+            ),
+        ));
+    };
+
+    let root = tempfile::tempdir().unwrap();
+    write_system(root.path());
+    let mut s = Server::spawn(root.path());
+    for _ in 0..200 {
+        let (_, r) = s.eval("(+ 1 2)");
+        assert!(r.contains("=> 3"), "{r}");
+    }
+    let times: Vec<Duration> = (0..n).map(|_| s.eval("(+ 1 2)").0).collect();
+    row(&mut rows, format!("evaluate-lisp (+ 1 2) (n={n})"), times);
+    // The transport and engine alone (no image): `ping`.
+    let times: Vec<Duration> = (0..n)
+        .map(|i| {
+            let msg = format!(r#"{{"jsonrpc":"2.0","id":"p{i}","method":"ping"}}"#);
+            let t = Instant::now();
+            s.roundtrip(&msg);
+            t.elapsed()
+        })
+        .collect();
+    row(
+        &mut rows,
+        format!("ping over stdio, no image (n={n})"),
+        times,
+    );
+
+    let times: Vec<Duration> = (0..n)
+        .map(|i| {
+            let (d, r) = s.eval(&format!("(defun hot-f (x) (+ x {i}))"));
+            debug_assert!(r.contains("HOT-F"), "{r}");
+            d
+        })
+        .collect();
+    row(&mut rows, format!("evaluate-lisp defun (n={n})"), times);
+
+    let times: Vec<Duration> = (0..n / 4)
+        .map(|_| {
+            let (d, r) = s.eval("(write-string (make-string 10000 :initial-element #\\a)) nil");
+            debug_assert!(r.len() > 10000, "{r}");
+            d
+        })
+        .collect();
+    row(
+        &mut rows,
+        format!("evaluate-lisp printing 10 KB (n={})", n / 4),
+        times,
+    );
+
+    // 10 defuns right after a (forced) build of a 30-file system.
+    let rounds = 5;
+    let mut all = Vec::new();
+    let mut worst_round_total = 0.0f64;
+    for round in 0..rounds {
+        let (_, r) = s.call(
+            "asdf-load-system",
+            serde_json::json!({"system": "hotbench", "force": true}),
+        );
+        assert!(!r.contains("\"isError\":true"), "{r}");
+        let mut total = 0.0;
+        for i in 0..10 {
+            let (d, r) = s.eval(&format!("(defun after-build-{round}-{i} (x) (* x {i}))"));
+            assert!(r.contains("AFTER-BUILD"), "{r}");
+            total += d.as_secs_f64() * 1e3;
+            all.push(d);
+        }
+        worst_round_total = worst_round_total.max(total);
+    }
+    let (med, _, max) = stats(all);
+    rows.push((
+        format!("10 defuns after asdf-load-system, 30 files (x{rounds})"),
+        format!("median {med:7.3} ms   max {max:7.3} ms   worst 10-call total {worst_round_total:6.1} ms"),
+    ));
+    s.stop();
+
+    // Raw Swank baselines, same run.
+    let (mut lisp, port) = start_raw_swank();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let (fresh, worker, helper, chan, chan_helper) = rt.block_on(async {
+        let (client, _events) = SwankClient::connect(("127.0.0.1", port), None)
+            .await
+            .unwrap();
+        let form = "(swank:eval-and-grab-output \"(+ 1 2)\")";
+        for _ in 0..200 {
+            client.rex(form, "CL-USER", Thread::T).await.unwrap();
+        }
+        let mut fresh = Vec::new();
+        for _ in 0..n {
+            let t = Instant::now();
+            client.rex(form, "CL-USER", Thread::T).await.unwrap();
+            fresh.push(t.elapsed());
+        }
+        let id = client.spawn_worker_thread("bench").await.unwrap();
+        let mut worker = Vec::new();
+        for _ in 0..n {
+            let t = Instant::now();
+            client.rex(form, "CL-USER", Thread::Id(id)).await.unwrap();
+            worker.push(t.elapsed());
+        }
+        let ours = "(cl-mcp:eval-request \"(+ 1 2)\")";
+        let mut helper = Vec::new();
+        for _ in 0..n {
+            let t = Instant::now();
+            client.rex(ours, "CL-USER", Thread::Id(id)).await.unwrap();
+            helper.push(t.elapsed());
+        }
+        // The evaluation channel (lisp/direct.lisp) of the same image, driven
+        // with blocking I/O from here: its floor, and with our helper.
+        let token = "0123456789abcdef";
+        let opened = client
+            .rex(
+                &format!("(cl-mcp-server::start-direct-channel \"{token}\")"),
+                "CL-USER",
+                Thread::T,
+            )
+            .await
+            .unwrap();
+        let swank_client::RexOutcome::Ok(v) = opened else {
+            panic!("start-direct-channel: {opened:?}")
+        };
+        let port = v.as_list().unwrap()[0].as_i64().unwrap() as u16;
+        let mut ch = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+        ch.set_nodelay(true).unwrap();
+        let mut call = |payload: &str| -> String {
+            use std::io::Read;
+            ch.write_all(&swank_client::encode_frame(payload).unwrap())
+                .unwrap();
+            let mut h = [0u8; 6];
+            ch.read_exact(&mut h).unwrap();
+            let len = usize::from_str_radix(std::str::from_utf8(&h).unwrap(), 16).unwrap();
+            let mut b = vec![0u8; len];
+            ch.read_exact(&mut b).unwrap();
+            String::from_utf8(b).unwrap()
+        };
+        call(token);
+        let mut chan = Vec::new();
+        for _ in 0..n {
+            let t = Instant::now();
+            let r = call("(\"CL-USER\" (cl:+ 1 2))");
+            chan.push(t.elapsed());
+            debug_assert!(r.contains('3'));
+        }
+        let mut chan_helper = Vec::new();
+        for _ in 0..n {
+            let t = Instant::now();
+            call("(\"CL-USER\" (cl-mcp:eval-request \"(+ 1 2)\"))");
+            chan_helper.push(t.elapsed());
+        }
+        (fresh, worker, helper, chan, chan_helper)
+    });
+    let _ = lisp.kill();
+    let _ = lisp.wait();
+    row(
+        &mut rows,
+        format!("raw Swank (+ 1 2), fresh thread (n={n})"),
+        fresh,
+    );
+    row(
+        &mut rows,
+        format!("raw Swank (+ 1 2), worker thread (n={n})"),
+        worker,
+    );
+    row(
+        &mut rows,
+        format!("raw Swank cl-mcp:eval-request, worker (n={n})"),
+        helper,
+    );
+    row(&mut rows, format!("raw eval channel (+ 1 2) (n={n})"), chan);
+    row(
+        &mut rows,
+        format!("raw eval channel cl-mcp:eval-request (n={n})"),
+        chan_helper,
+    );
+
+    println!("\ncl-mcp-server hot path (stdio, SBCL)");
+    println!("{:-<120}", "");
+    for (k, v) in &rows {
+        println!("{k:<52} {v}");
+    }
+    println!("{:-<120}", "");
+}
