@@ -344,7 +344,7 @@ handler must never run user code."
                             (catch 'capture-full
                               (if names-only
                                   (format s "(~S ...)" (frame-function-name frame))
-                                  (swank/backend:print-frame frame s)))
+                                  (print-frame-text frame s)))
                             (capture-contents s))
                         (error () "#<frame>"))))
             (push (cons (frame-function-name frame)

@@ -40,7 +40,7 @@ restart (the ones past it belong to Swank's request loop)."
       (let ((*print-length* 10) (*print-level* 4)
             (*print-readably* nil) (*print-pretty* nil)
             (s (make-capture-stream 400 :stop-after 400)))
-        (catch 'capture-full (swank/backend:print-frame frame s))
+        (catch 'capture-full (print-frame-text frame s))
         (truncate-string (substitute #\Space #\Newline (capture-contents s)) 400))
     (error () "#<frame>")))
 

@@ -45,6 +45,10 @@ such as (SETF FOO) or (LAMBDA () :IN FOO), a string, or NIL if unknown."
   #+sbcl (ignore-errors (sb-di:debug-fun-name (sb-di:frame-debug-fun frame)))
   #-sbcl (progn frame nil))
 
+(defun print-frame-text (frame stream)
+  "Prints FRAME (a backend frame) as backtraces show it: Swank's text."
+  (swank/backend:print-frame frame stream))
+
 (defun implementation-internal-package-p (package)
   "True for the implementation's own internal packages, whose frames are
 machinery around user code (signalling, evaluation, interrupts)."
