@@ -342,7 +342,12 @@ loaded) plus :systems, the names of the systems the file defines."
              (run-captured
               (lambda ()
                 (setf (values notes build-error failed values flags)
-                      (call-building (lambda () (asdf:load-asd (truename path)) t)
+                      (call-building (lambda ()
+                                       ;; The name, for ASDF's messages (some
+                                       ;; ASDF versions say "system NIL").
+                                       (asdf:load-asd (truename path)
+                                                      :name (pathname-name path))
+                                       t)
                                      :box box)))
               :id id :max-output max-output :warnings :pass))))
       (when (getf result :interrupted)

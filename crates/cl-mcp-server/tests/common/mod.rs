@@ -40,6 +40,29 @@ pub fn on_sbcl() -> bool {
     lisp() == "sbcl"
 }
 
+/// What `lisp-implementation-type` says on the implementation under test,
+/// upper-cased as `image-info` reports it.
+pub fn lisp_type() -> &'static str {
+    match lisp() {
+        "sbcl" => "SBCL",
+        "ecl" => "ECL",
+        "clisp" => "CLISP",
+        "abcl" => "ARMED BEAR COMMON LISP",
+        _ => "CLOZURE COMMON LISP",
+    }
+}
+
+/// A form that makes the image exit at once with `code`, in the
+/// implementation's own words.
+pub fn exit_form(code: i32) -> String {
+    match lisp() {
+        "sbcl" => format!("(sb-ext:exit :code {code} :abort t)"),
+        "abcl" => format!("(ext:exit :status {code})"),
+        "ccl" => format!("(ccl:quit {code})"),
+        _ => format!("(ext:quit {code})"),
+    }
+}
+
 /// A running server with its stdin and a reader thread for its stdout lines.
 pub struct Server {
     pub child: Child,
