@@ -421,6 +421,12 @@ fn find_references_is_capped() {
         json!({"symbol": "car", "projectOnly": false, "limit": 10}),
     );
     assert!(!r.is_error, "{}", r.text);
+    if common::lisp() == "ecl" {
+        // swank/ecl keeps no cross-references: the answer says so.
+        assert_eq!(r.structured["implemented"], false, "{}", r.text);
+        assert!(r.text.contains("keeps no cross-reference data"), "{}", r.text);
+        return;
+    }
     assert_eq!(r.structured["refs"].as_array().unwrap().len(), 10);
     assert!(r.structured["count"].as_u64().unwrap() > 10);
     assert_eq!(r.structured["truncated"], true);

@@ -276,3 +276,24 @@ fn unknown_binaries_are_refused_plainly() {
         r.text
     );
 }
+
+/// `tools/list` on ECL says what ECL cannot do, and on SBCL does not.
+#[test]
+fn tool_descriptions_say_what_ecl_lacks() {
+    require_installed("ecl");
+    let description = |args: &[&str]| {
+        let mut s = common::Server::initialized(args);
+        let r = s.request(json!({"jsonrpc":"2.0","id":1,"method":"tools/list"}));
+        r["result"]["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|t| t["name"] == "code-find-references")
+            .expect("code-find-references is listed")["description"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    assert!(description(&["--lisp", "ecl"]).ends_with(" Not on ECL (no cross-references)."));
+    assert!(!description(&["--lisp", "sbcl"]).contains("Not on"));
+}
