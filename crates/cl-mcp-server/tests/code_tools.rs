@@ -424,7 +424,11 @@ fn find_references_is_capped() {
     if common::lisp() == "ecl" {
         // swank/ecl keeps no cross-references: the answer says so.
         assert_eq!(r.structured["implemented"], false, "{}", r.text);
-        assert!(r.text.contains("keeps no cross-reference data"), "{}", r.text);
+        assert!(
+            r.text.contains("keeps no cross-reference data"),
+            "{}",
+            r.text
+        );
         return;
     }
     assert_eq!(r.structured["refs"].as_array().unwrap().len(), 10);

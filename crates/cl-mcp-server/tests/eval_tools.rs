@@ -101,7 +101,11 @@ fn errors_have_type_message_backtrace_and_restarts() {
     // ECL keeps no arguments in its frames; CLISP prints its interpreter's
     // frames (EVAL and APPLY frames) around the calls.
     match common::lisp() {
-        "ecl" => assert!(r.text.contains("0: (INNER ...)\n1: (OUTER ...)"), "{}", r.text),
+        "ecl" => assert!(
+            r.text.contains("0: (INNER ...)\n1: (OUTER ...)"),
+            "{}",
+            r.text
+        ),
         "clisp" => {
             let inner = r.text.find("APPLY frame for call (INNER '7)");
             let outer = r.text.find("APPLY frame for call (OUTER '7)");
@@ -237,7 +241,8 @@ fn huge_output_is_capped_and_deep_recursion_survived() {
         &format!("(progn (dotimes (i {lines}) (write-string \"0123456789\")) :done)"),
     );
     assert!(
-        r.text.contains(&format!("[truncated {dropped} characters]")),
+        r.text
+            .contains(&format!("[truncated {dropped} characters]")),
         "{}",
         &r.text[r.text.len().saturating_sub(200)..]
     );
@@ -262,7 +267,8 @@ fn huge_output_is_capped_and_deep_recursion_survived() {
         // CLISP cannot recover from exhausting its stack: the image dies,
         // and the answer says so plainly; the next call gets a fresh one.
         assert!(
-            r.text.contains("this Lisp (CLISP) cannot recover from deep recursion"),
+            r.text
+                .contains("this Lisp (CLISP) cannot recover from deep recursion"),
             "{}",
             r.text
         );
@@ -371,7 +377,10 @@ fn other_tools_do_not_wait_behind_a_running_evaluation() {
             "params":{"name":"code-describe","arguments":{"symbol": "cl:car"}}}));
         let msgs = s.collect_until(Duration::from_secs(60), |m| m.get("id") == Some(&json!(3)));
         assert!(t.elapsed() > Duration::from_secs(5), "{:?}", t.elapsed());
-        let eval = msgs.iter().find(|m| m["id"] == 2).expect("the evaluation's reply");
+        let eval = msgs
+            .iter()
+            .find(|m| m["id"] == 2)
+            .expect("the evaluation's reply");
         assert_eq!(eval["result"]["content"][0]["text"], "=> :SLEPT");
         let r = eval_support::reply_of(msgs.last().unwrap());
         assert!(r.text.contains("function"), "{}", r.text);
@@ -488,7 +497,11 @@ fn signalled_error_conditions_are_not_failures() {
         // hidden, and the portable fallback (impl-sbcl.lisp,
         // CALL-WITHOUT-OUTER-HANDLERS) fails the call on any ERROR, even
         // one only SIGNALed.
-        assert!(r.is_error && r.text.starts_with("SAW\n[ERROR]"), "{}", r.text);
+        assert!(
+            r.is_error && r.text.starts_with("SAW\n[ERROR]"),
+            "{}",
+            r.text
+        );
     } else {
         assert!(!r.is_error, "{}", r.text);
         assert_eq!(r.text, "SAW\n=> :RETURNED");
