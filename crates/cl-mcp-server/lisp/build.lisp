@@ -142,19 +142,22 @@ the captured stderr)."
         (swank/backend:with-compilation-hooks ()
           (with-compilation-unit ()
             (block build
-              (call-with-debugger-hooks
-               (lambda (condition hook)
-                 (declare (ignore hook))
-                 (setf error-condition condition
-                       failed (ignore-errors (failed-action-plist condition))
-                       build-error (condition-plist
-                                    condition
-                                    :backtrace (user-backtrace backtrace-limit nil
-                                                               #'build-machinery-frame-p)))
-                 (return-from build nil))
-               (lambda ()
-                 ;; The build's own frames end the backtrace here.
-                 (setf values (multiple-value-list (call-with-user-code thunk))))))))))
+              (flet ((stop (condition &optional hook)
+                       (declare (ignore hook))
+                       (setf error-condition condition
+                             failed (ignore-errors (failed-action-plist condition))
+                             build-error (condition-plist
+                                          condition
+                                          :backtrace (user-backtrace backtrace-limit nil
+                                                                     #'build-machinery-frame-p)))
+                       (return-from build nil)))
+                (call-with-debugger-hooks
+                 #'stop
+                 (lambda ()
+                   ;; The build's own frames end the backtrace here.
+                   (setf values (multiple-value-list
+                                 (call-with-user-code
+                                  (lambda () (call-seeing-errors-first #'stop thunk)))))))))))))
     (values (finish-notes (car box) error-condition)
             build-error
             failed

@@ -169,6 +169,16 @@ ERROR."
   #-sbcl (handler-bind ((error on-error))
            (funcall thunk)))
 
+(defun call-seeing-errors-first (on-error thunk)
+  "Call THUNK so that an ERROR it does not handle reaches ON-ERROR before
+any outer handler. Where CALL-WITHOUT-OUTER-HANDLERS is the portable
+fallback (an outer ERROR handler, e.g. on CLISP), that handler would see
+the error before the debugger hook an inner caller (a build) binds, so
+ON-ERROR is THUNK's own ERROR handler there; SBCL and ECL hide the outer
+handlers, and the debugger hook sees it first anyway."
+  #+(or sbcl ecl) (progn on-error (funcall thunk))
+  #-(or sbcl ecl) (handler-bind ((error on-error)) (funcall thunk)))
+
 (defun compiling-form-position ()
   "While COMPILE-FILE processes a top-level form: (values PATH OFFSET), the
 file and the 0-based character offset where that form starts; NIL when
