@@ -79,6 +79,12 @@ beside it (ASDF's output translations) points at the source ASDF compiled."
   (defun special-variable-p (symbol)
     (ext:special-variable-p symbol))
 
+  (defun xref-available-p ()
+    "swank/clisp answers who-calls from the portable xref database, which
+only files compiled through XREF:XREF-FILE fill: nothing the tools or ASDF
+compile, so no cross-references."
+    nil)
+
   (defun ignorable-warning-p (condition)
     "CLISP warns when a function is redefined (clos:defun with a new
 definition), which is what the agent asked for, and when a library adds a

@@ -169,6 +169,10 @@ ERROR."
   #-sbcl (handler-bind ((error on-error))
            (funcall thunk)))
 
+(defun xref-available-p ()
+  "Whether the backend's who-calls family has any data to answer from."
+  t)
+
 (defun call-seeing-errors-first (on-error thunk)
   "Call THUNK so that an ERROR it does not handle reaches ON-ERROR before
 any outer handler. Where CALL-WITHOUT-OUTER-HANDLERS is the portable

@@ -164,7 +164,7 @@ LIMIT references are listed; :count is how many there are."
                              kind))))
     (with-resolved-symbol (symbol designator (session-default package session))
       (let* ((arg (if (eq key :specializes) (or (find-class symbol nil) symbol) symbol))
-             (raw (handler-case (funcall fn arg)
+             (raw (handler-case (if (xref-available-p) (funcall fn arg) :not-implemented)
                     (error (e) (return-from xref
                                  (list :error (format nil "xref failed: ~A"
                                                       (princ-to-string* e))))))))

@@ -137,68 +137,74 @@ fn introspection_builds_and_tests_on_a_real_project() {
         json!({"symbol": "mcpdemo:add"}),
     );
     assert!(!r.is_error, "{}", r.text);
-    assert_eq!(r.structured["refs"][0]["path"], "main.lisp");
-    assert_eq!(r.structured["refs"][0]["line"], 11);
-    assert_eq!(r.structured["refs"][0]["name"], "MCPDEMO:TWICE");
-    assert!(r.text.contains("main.lisp:11: MCPDEMO:TWICE"), "{}", r.text);
-    let r = call(
-        &mut s,
-        13,
-        "code-find-references",
-        json!({"symbol": "mcpdemo:*counter*", "kind": "sets"}),
-    );
-    assert_eq!(r.structured["count"], 1, "{}", r.text);
-    let r = call(
-        &mut s,
-        14,
-        "code-find-references",
-        json!({"symbol": "mcpdemo:with-doubled", "kind": "macroexpands"}),
-    );
-    assert_eq!(
-        r.structured["refs"][0]["name"], "MCPDEMO::USE-MACRO",
-        "{}",
-        r.text
-    );
-    let r = call(
-        &mut s,
-        15,
-        "code-find-references",
-        json!({"symbol": "mcpdemo:circle", "kind": "specializes"}),
-    );
-    assert!(r.text.contains("AREA"), "{}", r.text);
-    // A caller compiled from outside the project root is left out by default.
-    let elsewhere = tempfile::tempdir().unwrap();
-    let other = elsewhere.path().join("other.lisp");
-    std::fs::write(
-        &other,
-        "(defun cl-user::other-caller () (mcpdemo:add 1 2))\n",
-    )
-    .unwrap();
-    let r = eval(
-        &mut s,
-        16,
-        &format!("(load (compile-file \"{}\"))", other.display()),
-    );
-    assert!(!r.is_error, "{}", r.text);
-    let r = call(
-        &mut s,
-        17,
-        "code-find-references",
-        json!({"symbol": "mcpdemo:add"}),
-    );
-    assert_eq!(r.structured["count"], 1, "{}", r.text);
-    assert_eq!(r.structured["outsideProject"], 1, "{}", r.text);
-    assert!(r.text.contains("projectOnly=false"), "{}", r.text);
-    let r = call(
-        &mut s,
-        27,
-        "code-find-references",
-        json!({"symbol": "mcpdemo:add", "projectOnly": false}),
-    );
-    assert_eq!(r.structured["count"], 2, "{}", r.text);
-    assert!(r.text.contains("OTHER-CALLER"), "{}", r.text);
+    // No cross-references on ECL and CLISP (see find_references_is_capped):
+    // the answer says so, and the rest of this section has nothing to check.
+    if matches!(common::lisp(), "ecl" | "clisp") {
+        assert_eq!(r.structured["implemented"], false, "{}", r.text);
+    } else {
+        assert_eq!(r.structured["refs"][0]["path"], "main.lisp");
+        assert_eq!(r.structured["refs"][0]["line"], 11);
+        assert_eq!(r.structured["refs"][0]["name"], "MCPDEMO:TWICE");
+        assert!(r.text.contains("main.lisp:11: MCPDEMO:TWICE"), "{}", r.text);
+        let r = call(
+            &mut s,
+            13,
+            "code-find-references",
+            json!({"symbol": "mcpdemo:*counter*", "kind": "sets"}),
+        );
+        assert_eq!(r.structured["count"], 1, "{}", r.text);
+        let r = call(
+            &mut s,
+            14,
+            "code-find-references",
+            json!({"symbol": "mcpdemo:with-doubled", "kind": "macroexpands"}),
+        );
+        assert_eq!(
+            r.structured["refs"][0]["name"], "MCPDEMO::USE-MACRO",
+            "{}",
+            r.text
+        );
+        let r = call(
+            &mut s,
+            15,
+            "code-find-references",
+            json!({"symbol": "mcpdemo:circle", "kind": "specializes"}),
+        );
+        assert!(r.text.contains("AREA"), "{}", r.text);
+        // A caller compiled from outside the project root is left out by default.
+        let elsewhere = tempfile::tempdir().unwrap();
+        let other = elsewhere.path().join("other.lisp");
+        std::fs::write(
+            &other,
+            "(defun cl-user::other-caller () (mcpdemo:add 1 2))\n",
+        )
+        .unwrap();
+        let r = eval(
+            &mut s,
+            16,
+            &format!("(load (compile-file \"{}\"))", other.display()),
+        );
+        assert!(!r.is_error, "{}", r.text);
+        let r = call(
+            &mut s,
+            17,
+            "code-find-references",
+            json!({"symbol": "mcpdemo:add"}),
+        );
+        assert_eq!(r.structured["count"], 1, "{}", r.text);
+        assert_eq!(r.structured["outsideProject"], 1, "{}", r.text);
+        assert!(r.text.contains("projectOnly=false"), "{}", r.text);
+        let r = call(
+            &mut s,
+            27,
+            "code-find-references",
+            json!({"symbol": "mcpdemo:add", "projectOnly": false}),
+        );
+        assert_eq!(r.structured["count"], 2, "{}", r.text);
+        assert!(r.text.contains("OTHER-CALLER"), "{}", r.text);
 
-    // code-apropos, code-macroexpand
+        // code-apropos, code-macroexpand
+    }
     let r = call(
         &mut s,
         18,
@@ -421,8 +427,9 @@ fn find_references_is_capped() {
         json!({"symbol": "car", "projectOnly": false, "limit": 10}),
     );
     assert!(!r.is_error, "{}", r.text);
-    if common::lisp() == "ecl" {
-        // swank/ecl keeps no cross-references: the answer says so.
+    if matches!(common::lisp(), "ecl" | "clisp") {
+        // swank/ecl keeps no cross-references, swank/clisp's portable
+        // xref only for files compiled through it: the answer says so.
         assert_eq!(r.structured["implemented"], false, "{}", r.text);
         assert!(
             r.text.contains("keeps no cross-reference data"),

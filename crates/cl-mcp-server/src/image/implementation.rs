@@ -197,7 +197,15 @@ impl LispKind {
                 ("code-find-references", " Not on ECL (no cross-references)."),
                 ("profile-code", " Not on ECL (no profiler)."),
             ],
-            LispKind::Clisp => &[("profile-code", " Not on CLISP (no profiler).")],
+            // swank/clisp's portable xref sees only files compiled through
+            // XREF:XREF-FILE.
+            LispKind::Clisp => &[
+                (
+                    "code-find-references",
+                    " Not on CLISP (no cross-references).",
+                ),
+                ("profile-code", " Not on CLISP (no profiler)."),
+            ],
             LispKind::Abcl => &[("profile-code", " Not on ABCL (no profiler).")],
             LispKind::Ccl => &[("profile-code", " Not on CCL (no profiler).")],
         }
