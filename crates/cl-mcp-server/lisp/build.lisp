@@ -79,6 +79,24 @@ conditions) or ASDF's current action; NIL when neither is known."
             :path (let ((p (ignore-errors (asdf:component-pathname component))))
                     (and p (not (uiop:directory-pathname-p p)) (namestring p)))))))
 
+(defun drop-restated-notes (notes)
+  "NOTES without the ones that restate another note at the same place:
+CLISP's compiler repeats each of its notes as a WARNING whose message is
+the note's prefixed with \"in FOO in lines 3..5 :\"."
+  (remove-if
+   (lambda (n)
+     (let ((a (getf n :message)))
+       (and (stringp a)
+            (some (lambda (m)
+                    (let ((b (getf m :message)))
+                      (and (not (eq m n)) (stringp b)
+                           (< (length b) (length a))
+                           (equal (getf m :path) (getf n :path))
+                           (equal (getf m :line) (getf n :line))
+                           (string= b a :start2 (- (length a) (length b))))))
+                  notes))))
+   notes))
+
 (defun finish-notes (raw error-condition)
   "The diagnostics from RAW, the (original-condition . plist) pairs
 CALL-BUILDING collected (newest first): in order, without duplicates (Swank's
@@ -86,11 +104,12 @@ hooks may be nested, so one condition can be reported twice) and without
 ERROR-CONDITION (the error that ended the build is the build's error, not a
 diagnostic too), capped."
   (cap-diagnostics
-   (remove-duplicates
+   (drop-restated-notes
+    (remove-duplicates
     (loop for (original . plist) in (reverse raw)
           when (and plist (not (and original (eq original error-condition))))
             collect plist)
-    :test #'equal :from-end t)))
+    :test #'equal :from-end t))))
 
 (defun call-building (thunk &key (backtrace-limit 20) (box (list nil)))
   "Call THUNK (a build: compiling, loading, testing) with Swank's compilation

@@ -79,6 +79,24 @@ beside it (ASDF's output translations) points at the source ASDF compiled."
   (defun special-variable-p (symbol)
     (ext:special-variable-p symbol))
 
+  (defun compiling-form-position ()
+    "As on SBCL, from CLISP's COMPILE-FILE: the line where reading the
+current top-level form began (SYS::*COMPILE-FILE-LINENO1*), moved past the
+blank lines and comments before the form."
+    (ignore-errors
+     (let ((line sys::*compile-file-lineno1*)
+           (path (and *compile-file-truename* (namestring *compile-file-truename*))))
+       (when (and path (integerp line) (plusp line))
+         (let ((text (cached-file-text path))
+               (start 0))
+           (when text
+             (loop repeat (1- line)
+                   while start
+                   do (setf start (let ((nl (position #\Newline text :start start)))
+                                    (and nl (1+ nl)))))
+             (when start
+               (values path (definition-form-start text start t)))))))))
+
   (defun xref-available-p ()
     "swank/clisp answers who-calls from the portable xref database, which
 only files compiled through XREF:XREF-FILE fill: nothing the tools or ASDF

@@ -103,12 +103,12 @@ or OCTETS itself when the file cannot be read or decoded."
            (length (swank/backend:utf8-to-string (subseq buffer 0 n))))))
       octets))
 
-(defun definition-form-start (text offset)
-  "Where the definition form that a backend's OFFSET in TEXT stands for
-starts. SBCL points at the form itself; ECL at the end of the form before
-it (skip the blank lines and ; comments between); CLISP's swank backend at
-the definition's name inside a line that starts the form (go back to the
-line's opening parenthesis)."
+(defun definition-form-start (text offset &optional definition)
+  "Where the form that a backend's OFFSET in TEXT stands for starts. SBCL
+points at the form itself; ECL at the end of the form before it (skip the
+blank lines and ; comments between). For a DEFINITION, CLISP's swank
+backend points at its name inside a line that starts the form (go back to
+the line's opening parenthesis)."
   (let ((n (length text)))
     (cond ((>= offset n) offset)
           ((or (member (char text offset) '(#\Space #\Tab #\Newline #\Return))
@@ -121,7 +121,7 @@ line's opening parenthesis)."
                                (setf i (or (position #\Newline text :start i) n)))
                               (t (return)))))
              (if (< i n) i offset)))
-          ((char= (char text offset) #\() offset)
+          ((or (char= (char text offset) #\() (not definition)) offset)
           (t (let ((line-start (let ((nl (position #\Newline text :end offset :from-end t)))
                                  (if nl (1+ nl) 0))))
                (if (char= (char text line-start) #\()
@@ -170,8 +170,8 @@ are byte offsets on some backends (DEFINITION-POSITIONS-IN-OCTETS-P)."
                        position nil))))))
        (when (and path offset)
          (let ((text (cached-file-text path)))
-           (when (and text octets)
-             (setf offset (definition-form-start text offset)))
+           (when text
+             (setf offset (definition-form-start text offset octets)))
            (when text
              (multiple-value-bind (line column context)
                  (offset-line-column text offset)
