@@ -50,22 +50,26 @@ user's code in a build backtrace."
 
 (defun current-asdf-action ()
   "The ASDF action being performed, as (values OPERATION COMPONENT), or NIL
-outside ASDF. Read from ASDF's session (3.3+), defensively."
-  (ignore-errors
+outside ASDF. Read from ASDF's session (3.3+), defensively (HANDLER-CASE,
+not IGNORE-ERRORS, whose second value would be taken for the component)."
+  (handler-case
    (let ((session-var (find-symbol "*ASDF-SESSION*" "ASDF/SESSION"))
          (actions (find-symbol "VISITING-ACTION-LIST" "ASDF/SESSION")))
      (when (and session-var actions (boundp session-var) (symbol-value session-var)
                 (fboundp actions))
        (let ((action (first (funcall actions (symbol-value session-var)))))
          (when (and (consp action) (typep (cdr action) 'asdf:component))
-           (values (car action) (cdr action))))))))
+           (values (car action) (cdr action))))))
+    (error () nil)))
 
 (defun failed-action-plist (condition)
   "Which ASDF action CONDITION ended: (:operation \"compile-op\" :component
 \"sys/file\" :path P), from the condition's own context (UIOP's compile
 conditions) or ASDF's current action; NIL when neither is known."
   (multiple-value-bind (operation component)
-      (let* ((reader (find-symbol "COMPILE-CONDITION-CONTEXT-ARGUMENTS" "UIOP"))
+      ;; Not exported from UIOP before ASDF 3.3 (ECL bundles 3.1).
+      (let* ((reader (or (find-symbol "COMPILE-CONDITION-CONTEXT-ARGUMENTS" "UIOP")
+                         (find-symbol "COMPILE-CONDITION-CONTEXT-ARGUMENTS" "UIOP/LISP-BUILD")))
              (args (and reader
                         (ignore-errors (funcall reader condition))))
              (action (and (consp args) (first args))))
@@ -177,11 +181,22 @@ the captured stderr)."
                    (setf values (multiple-value-list
                                  (call-with-user-code
                                   (lambda () (call-seeing-errors-first #'stop thunk)))))))))))))
-    (values (finish-notes (car box) error-condition)
-            build-error
-            failed
-            values
-            (list :warnings-p warnings-p :failure-p (or failure-p (and build-error t)))))))
+    (let ((notes (finish-notes (car box) error-condition)))
+      (values notes
+              build-error
+              failed
+              values
+              ;; ASDF reports COMPILE-FILE's warnings-p only where its
+              ;; *COMPILE-FILE-WARNINGS-BEHAVIOUR* asks (not on CLISP): a
+              ;; warning among the notes is one too.
+              (list :warnings-p (or warnings-p
+                                    (and (find-if (lambda (n)
+                                                    (member (getf n :severity)
+                                                            '("warning" "style-warning")
+                                                            :test #'equal))
+                                                  notes)
+                                         t))
+                    :failure-p (or failure-p (and build-error t))))))))
 
 (defparameter *max-diagnostics* 300
   "At most this many diagnostics are listed per build.")

@@ -47,6 +47,17 @@ first, then the rest."
     "The source file ASDF compiled into FASL (CLISP records where a
 definition was loaded from, and ASDF puts fasls away from their sources)."
     (let ((target (ignore-errors (truename fasl))))
+      ;; lisp-compile-file's fasls mirror their sources under FASL-ROOT.
+      (let* ((root (ignore-errors (namestring (truename (fasl-root)))))
+             (name (and target (namestring target))))
+        (when (and root name (> (length name) (length root))
+                   (string= root name :end2 (length root)))
+          (let ((source (probe-file
+                         (make-pathname :type "lisp"
+                                        :defaults (concatenate 'string "/"
+                                                               (subseq name (length root)))))))
+            (when source
+              (return-from fasl-source source)))))
       (when target
         (dolist (name (asdf:already-loaded-systems))
           (let ((system (asdf:find-system name nil)))
