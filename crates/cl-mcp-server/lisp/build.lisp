@@ -62,6 +62,36 @@ not IGNORE-ERRORS, whose second value would be taken for the component)."
            (values (car action) (cdr action))))))
     (error () nil)))
 
+(defun action-from-files ()
+  "Without ASDF's session (before 3.3: ECL's, CLISP's ASDF), the action
+being performed as (values OPERATION-NAME COMPONENT), from the file being
+compiled (COMPILE-OP on the source) or loaded (LOAD-OP on its fasl),
+looked up among the registered systems' source files; NIL when none."
+  (handler-case
+      (let* ((compiling (and *compile-file-truename*
+                             (namestring (truename *compile-file-truename*))))
+             (loading (and (not compiling) *load-truename*
+                           (namestring (truename *load-truename*))))
+             (target (or compiling loading)))
+        (when target
+          (dolist (name (asdf:registered-systems))
+            (let ((system (asdf:find-system name nil)))
+              (labels ((walk (c)
+                         (typecase c
+                           (asdf:parent-component (mapc #'walk (asdf:component-children c)))
+                           (asdf:cl-source-file
+                            (let ((file (if compiling
+                                            (ignore-errors (asdf:component-pathname c))
+                                            (first (ignore-errors
+                                                    (asdf:output-files 'asdf:compile-op c))))))
+                              (when (and file (equal (ignore-errors (namestring (truename file)))
+                                                     target))
+                                (return-from action-from-files
+                                  (values (if compiling 'asdf:compile-op 'asdf:load-op)
+                                          c))))))))
+                (when system (walk system)))))))
+    (error () nil)))
+
 (defun failed-action-plist (condition)
   "Which ASDF action CONDITION ended: (:operation \"compile-op\" :component
 \"sys/file\" :path P), from the condition's own context (UIOP's compile
@@ -73,11 +103,14 @@ conditions) or ASDF's current action; NIL when neither is known."
              (args (and reader
                         (ignore-errors (funcall reader condition))))
              (action (and (consp args) (first args))))
-        (if (and (consp action) (typep (cdr action) 'asdf:component))
-            (values (car action) (cdr action))
-            (current-asdf-action)))
+        (cond ((and (consp action) (typep (cdr action) 'asdf:component))
+               (values (car action) (cdr action)))
+              ((current-asdf-action))
+              (t (action-from-files))))
     (when component
-      (list :operation (string-downcase (symbol-name (type-of operation)))
+      (list :operation (string-downcase (symbol-name (if (symbolp operation)
+                                                         operation
+                                                         (type-of operation))))
             :component (format nil "~{~A~^/~}"
                                (ignore-errors (asdf:component-find-path component)))
             :path (let ((p (ignore-errors (asdf:component-pathname component))))
@@ -167,6 +200,21 @@ the captured stderr)."
             (block build
               (flet ((stop (condition &optional hook)
                        (declare (ignore hook))
+                       ;; A read error COMPILE-FILE lets through (CLISP's):
+                       ;; a located diagnostic too, as SBCL's compiler
+                       ;; makes it.
+                       (when (typep condition '(or reader-error package-error))
+                         (multiple-value-bind (file offset) (compiling-form-position)
+                           (when offset
+                             (push (cons nil
+                                         (append
+                                          (list :severity "error"
+                                                :message (print-capped condition 5000))
+                                          (location-plist
+                                           (list :location (list :file file)
+                                                 (list :position (1+ offset))
+                                                 nil))))
+                                   (car box)))))
                        (setf error-condition condition
                              failed (ignore-errors (failed-action-plist condition))
                              build-error (condition-plist
