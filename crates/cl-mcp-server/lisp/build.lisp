@@ -103,10 +103,12 @@ conditions) or ASDF's current action; NIL when neither is known."
              (args (and reader
                         (ignore-errors (funcall reader condition))))
              (action (and (consp args) (first args))))
-        (cond ((and (consp action) (typep (cdr action) 'asdf:component))
-               (values (car action) (cdr action)))
-              ((current-asdf-action))
-              (t (action-from-files))))
+        (if (and (consp action) (typep (cdr action) 'asdf:component))
+            (values (car action) (cdr action))
+            (multiple-value-bind (operation component) (current-asdf-action)
+              (if component
+                  (values operation component)
+                  (action-from-files)))))
     (when component
       (list :operation (string-downcase (symbol-name (if (symbolp operation)
                                                          operation
