@@ -18,10 +18,10 @@ cargo test --workspace --all-features --no-fail-fast "$@" 2>&1 | tee "$log" || s
 # side (CL_MCP_LISP reaches the servers the tests start; tests/common/mod.rs
 # `lisp()` lets a test branch where an implementation truly differs).
 # CL_MCP_TEST_MATRIX="" skips it, CL_MCP_TEST_MATRIX=ecl runs one.
-# code_tools, project_systems and image_supervisor do not pass on ECL and
-# CLISP yet (source positions, FiveAM failure order, SBCL-only supervisor
-# tests): run them by hand with CL_MCP_LISP=ecl until they do.
-matrix_suites=(--test eval_tools --test image_tools --test project_loop)
+# (image_supervisor stays SBCL's: it drives the supervisor through SBCL's
+# own threads, sockets and heap options.)
+matrix_suites=(--test eval_tools --test image_tools --test code_tools
+               --test project_loop --test project_systems)
 pids=()
 for lisp in ${CL_MCP_TEST_MATRIX-ecl clisp}; do
   (
