@@ -101,11 +101,10 @@ fn session(name: &str, impl_type: &str) {
         .as_array()
         .cloned()
         .unwrap_or_default();
-    // ABCL: the helpers do not read its frames yet (an empty backtrace).
-    if name != "abcl" {
-        assert!(!frames.is_empty(), "{name}: no backtrace: {}", r.text);
-        assert!(r.text.contains("[Backtrace]"), "{name}: {}", r.text);
-    }
+    assert!(!frames.is_empty(), "{name}: no backtrace: {}", r.text);
+    assert!(r.text.contains("[Backtrace]"), "{name}: {}", r.text);
+    // The user's function is named; ECL keeps no arguments.
+    assert!(r.text.contains("(OL-BOOM "), "{name}: {}", r.text);
     let message = r.structured["error"]["message"].as_str().unwrap_or("");
     assert!(
         message.contains("division by zero") || message.contains("division-by-zero"),
