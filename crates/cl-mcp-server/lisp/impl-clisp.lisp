@@ -10,17 +10,56 @@
 
 #+clisp
 (progn
+  (defun printed-function-symbol (text)
+    "The function a CLISP frame's description names as #<COMPILED-FUNCTION
+PKG::NAME>, #<SYSTEM-FUNCTION NAME> or #<FUNCTION NAME ...>, found (never
+interned); a local function's CLISP name (FOO-1-2) gives FOO. Or NIL."
+    (dolist (prefix '("#<COMPILED-FUNCTION " "#<SYSTEM-FUNCTION " "#<FUNCTION "))
+      (let ((at (search prefix text)))
+        (when at
+          (let* ((start (+ at (length prefix)))
+                 (end (position-if (lambda (c) (member c '(#\Space #\>))) text :start start))
+                 (token (subseq text start end))
+                 (colon (position #\: token))
+                 (package (if colon
+                              (find-package (if (zerop colon) "KEYWORD" (subseq token 0 colon)))
+                              (find-package "COMMON-LISP-USER")))
+                 (name (if colon (string-left-trim ":" (subseq token colon)) token)))
+            (loop while (and package (plusp (length name)))
+                  do (multiple-value-bind (symbol status) (find-symbol name package)
+                       (when (or status symbol) (return-from printed-function-symbol symbol)))
+                     (let ((dash (position #\- name :from-end t))
+                           (emf (search "-<EMF" name)))
+                       (cond ((and dash (< (1+ dash) (length name))
+                                   (every #'digit-char-p (subseq name (1+ dash))))
+                              (setf name (subseq name 0 dash)))
+                             (emf (setf name (subseq name 0 emf)))
+                             (t (return nil))))))))))
+
   (defun frame-function-name (frame)
     "CLISP frames have no function objects Swank exposes: the name is read
 from the frame's printed description (\"APPLY frame for call (FOO 1)\",
-\"EVAL frame for form (FOO 1)\"), or NIL."
+\"EVAL frame for form (FOO 1)\", #<COMPILED-FUNCTION FOO>), or NIL."
     (ignore-errors
-     (let* ((text (with-output-to-string (s) (sys::describe-frame s frame)))
+     (let* ((text (let ((*package* (find-package "KEYWORD")))
+                    (with-output-to-string (s) (sys::describe-frame s frame))))
             (open (position #\( text)))
-       (when open
-         (let ((*read-eval* nil))
-           (let ((form (read-from-string text nil nil :start open)))
-             (and (consp form) (symbolp (first form)) (first form))))))))
+       (or (and (not (search "EVAL frame for " text))
+                (not (search "APPLY frame for " text))
+                (printed-function-symbol text))
+           ;; Frames that are no call (unwind-protect, handler, catch and
+           ;; binding frames) and anonymous compiled functions
+           ;; (#<COMPILED-FUNCTION #:|...|>): machinery, as on SBCL, where
+           ;; backtraces show no such frames.
+           (and (or (search "#<COMPILED-FUNCTION #:" text)
+                    (not (or (search "EVAL frame for " text)
+                             (search "APPLY frame for " text)
+                             (search "FUNCTION " text))))
+                '(lambda () :in clisp-machinery-frame))
+           (when open
+             (let ((*read-eval* nil))
+               (let ((form (read-from-string text nil nil :start open)))
+                 (and (consp form) (symbolp (first form)) (first form)))))))))
 
   (defun implementation-internal-package-p (package)
     (member (package-name package)

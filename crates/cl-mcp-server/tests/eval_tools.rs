@@ -80,12 +80,7 @@ fn errors_have_type_message_backtrace_and_restarts() {
         assert!(r.text.contains("\n\n[Backtrace]\n0: (/ 1 0)"), "{}", r.text);
         assert_eq!(r.structured["error"]["backtrace"][0]["frame"], "(/ 1 0)");
     }
-    // Known gap: CLISP's backtraces still show the helpers' and Swank's
-    // frames below the user's (impl-clisp.lisp reads no frame names for
-    // compiled functions).
-    if common::lisp() != "clisp" {
-        assert!(!r.text.contains("SWANK"), "no Swank frames: {}", r.text);
-    }
+    assert!(!r.text.contains("SWANK"), "no Swank frames: {}", r.text);
 
     let r = eval(
         &mut s,
