@@ -10,9 +10,40 @@ export PYTHON="$PWD/target/sdk-venv/bin/python"
 cargo run --quiet --all-features -p cl-mcp-server -- doctor >&2 \
   || echo "doctor reported a problem (see above); running the tests anyway" >&2
 log=$(mktemp)
-trap 'rm -f "$log"' EXIT
+trap 'rm -f "$log" "$log".*' EXIT
 status=0
 cargo test --workspace --all-features --no-fail-fast "$@" 2>&1 | tee "$log" || status=$?
+# The implementation matrix (CONTRACT §9): the eval, image, code and ASDF
+# suites once more on each other Lisp Debian ships, ECL and CLISP side by
+# side (CL_MCP_LISP reaches the servers the tests start; tests/common/mod.rs
+# `lisp()` lets a test branch where an implementation truly differs).
+# CL_MCP_TEST_MATRIX="" skips it, CL_MCP_TEST_MATRIX=ecl runs one.
+# (image_supervisor stays SBCL's: it drives the supervisor through SBCL's
+# own threads, sockets and heap options.)
+matrix_suites=(--test eval_tools --test image_tools --test code_tools
+               --test project_loop --test project_systems)
+pids=()
+for lisp in ${CL_MCP_TEST_MATRIX-ecl clisp}; do
+  (
+    start=$SECONDS
+    rc=0
+    CL_MCP_LISP=$lisp cargo test --all-features -p cl-mcp-server --no-fail-fast \
+      "${matrix_suites[@]}" >"$log.$lisp" 2>&1 || rc=$?
+    echo "matrix pass on $lisp: $((SECONDS - start)) s, exit $rc" >>"$log.$lisp"
+    exit "$rc"
+  ) &
+  pids+=("$!:$lisp")
+done
+for entry in "${pids[@]}"; do
+  rc=0
+  wait "${entry%%:*}" || rc=$?
+  lisp=${entry#*:}
+  echo
+  echo "=== the eval, image, code and ASDF suites on $lisp ==="
+  tee -a "$log" <"$log.$lisp"
+  rm -f "$log.$lisp"
+  [ "$rc" -eq 0 ] || status=$rc
+done
 echo
 awk '/^test result:/ { for (i = 1; i < NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i } }
      END { printf "tests: %d passed, %d failed\n", p, f }' "$log"

@@ -50,34 +50,91 @@ user's code in a build backtrace."
 
 (defun current-asdf-action ()
   "The ASDF action being performed, as (values OPERATION COMPONENT), or NIL
-outside ASDF. Read from ASDF's session (3.3+), defensively."
-  (ignore-errors
+outside ASDF. Read from ASDF's session (3.3+), defensively (HANDLER-CASE,
+not IGNORE-ERRORS, whose second value would be taken for the component)."
+  (handler-case
    (let ((session-var (find-symbol "*ASDF-SESSION*" "ASDF/SESSION"))
          (actions (find-symbol "VISITING-ACTION-LIST" "ASDF/SESSION")))
      (when (and session-var actions (boundp session-var) (symbol-value session-var)
                 (fboundp actions))
        (let ((action (first (funcall actions (symbol-value session-var)))))
          (when (and (consp action) (typep (cdr action) 'asdf:component))
-           (values (car action) (cdr action))))))))
+           (values (car action) (cdr action))))))
+    (error () nil)))
+
+(defun action-from-files ()
+  "Without ASDF's session (before 3.3: ECL's, CLISP's ASDF), the action
+being performed as (values OPERATION-NAME COMPONENT), from the file being
+compiled (COMPILE-OP on the source) or loaded (LOAD-OP on its fasl),
+looked up among the registered systems' source files; NIL when none."
+  (handler-case
+      (let* ((compiling (and *compile-file-truename*
+                             (namestring (truename *compile-file-truename*))))
+             (loading (and (not compiling) *load-truename*
+                           (namestring (truename *load-truename*))))
+             (target (or compiling loading)))
+        (when target
+          (dolist (name (asdf:registered-systems))
+            (let ((system (asdf:find-system name nil)))
+              (labels ((walk (c)
+                         (typecase c
+                           (asdf:parent-component (mapc #'walk (asdf:component-children c)))
+                           (asdf:cl-source-file
+                            (let ((file (if compiling
+                                            (ignore-errors (asdf:component-pathname c))
+                                            (first (ignore-errors
+                                                    (asdf:output-files 'asdf:compile-op c))))))
+                              (when (and file (equal (ignore-errors (namestring (truename file)))
+                                                     target))
+                                (return-from action-from-files
+                                  (values (if compiling 'asdf:compile-op 'asdf:load-op)
+                                          c))))))))
+                (when system (walk system)))))))
+    (error () nil)))
 
 (defun failed-action-plist (condition)
   "Which ASDF action CONDITION ended: (:operation \"compile-op\" :component
 \"sys/file\" :path P), from the condition's own context (UIOP's compile
 conditions) or ASDF's current action; NIL when neither is known."
   (multiple-value-bind (operation component)
-      (let* ((reader (find-symbol "COMPILE-CONDITION-CONTEXT-ARGUMENTS" "UIOP"))
+      ;; Not exported from UIOP before ASDF 3.3 (ECL bundles 3.1).
+      (let* ((reader (or (find-symbol "COMPILE-CONDITION-CONTEXT-ARGUMENTS" "UIOP")
+                         (find-symbol "COMPILE-CONDITION-CONTEXT-ARGUMENTS" "UIOP/LISP-BUILD")))
              (args (and reader
                         (ignore-errors (funcall reader condition))))
              (action (and (consp args) (first args))))
         (if (and (consp action) (typep (cdr action) 'asdf:component))
             (values (car action) (cdr action))
-            (current-asdf-action)))
+            (multiple-value-bind (operation component) (current-asdf-action)
+              (if component
+                  (values operation component)
+                  (action-from-files)))))
     (when component
-      (list :operation (string-downcase (symbol-name (type-of operation)))
+      (list :operation (string-downcase (symbol-name (if (symbolp operation)
+                                                         operation
+                                                         (type-of operation))))
             :component (format nil "~{~A~^/~}"
                                (ignore-errors (asdf:component-find-path component)))
             :path (let ((p (ignore-errors (asdf:component-pathname component))))
                     (and p (not (uiop:directory-pathname-p p)) (namestring p)))))))
+
+(defun drop-restated-notes (notes)
+  "NOTES without the ones that restate another note at the same place:
+CLISP's compiler repeats each of its notes as a WARNING whose message is
+the note's prefixed with \"in FOO in lines 3..5 :\"."
+  (remove-if
+   (lambda (n)
+     (let ((a (getf n :message)))
+       (and (stringp a)
+            (some (lambda (m)
+                    (let ((b (getf m :message)))
+                      (and (not (eq m n)) (stringp b)
+                           (< (length b) (length a))
+                           (equal (getf m :path) (getf n :path))
+                           (equal (getf m :line) (getf n :line))
+                           (string= b a :start2 (- (length a) (length b))))))
+                  notes))))
+   notes))
 
 (defun finish-notes (raw error-condition)
   "The diagnostics from RAW, the (original-condition . plist) pairs
@@ -86,11 +143,12 @@ hooks may be nested, so one condition can be reported twice) and without
 ERROR-CONDITION (the error that ended the build is the build's error, not a
 diagnostic too), capped."
   (cap-diagnostics
-   (remove-duplicates
+   (drop-restated-notes
+    (remove-duplicates
     (loop for (original . plist) in (reverse raw)
           when (and plist (not (and original (eq original error-condition))))
             collect plist)
-    :test #'equal :from-end t)))
+    :test #'equal :from-end t))))
 
 (defun collect-build-garbage ()
   "Collect the young generation now. A build conses a lot (a 30-file system:
@@ -150,25 +208,54 @@ the captured stderr)."
         (swank/backend:with-compilation-hooks ()
           (with-compilation-unit ()
             (block build
-              (call-with-debugger-hooks
-               (lambda (condition hook)
-                 (declare (ignore hook))
-                 (setf error-condition condition
-                       failed (ignore-errors (failed-action-plist condition))
-                       build-error (condition-plist
-                                    condition
-                                    :backtrace (user-backtrace backtrace-limit nil
-                                                               #'build-machinery-frame-p)))
-                 (return-from build nil))
-               (lambda ()
-                 ;; The build's own frames end the backtrace here.
-                 (setf values (multiple-value-list (call-with-user-code thunk))))))))))
+              (flet ((stop (condition &optional hook)
+                       (declare (ignore hook))
+                       ;; A read error COMPILE-FILE lets through (CLISP's):
+                       ;; a located diagnostic too, as SBCL's compiler
+                       ;; makes it.
+                       (when (typep condition '(or reader-error package-error))
+                         (multiple-value-bind (file offset) (compiling-form-position)
+                           (when offset
+                             (push (cons nil
+                                         (append
+                                          (list :severity "error"
+                                                :message (print-capped condition 5000))
+                                          (location-plist
+                                           (list :location (list :file file)
+                                                 (list :position (1+ offset))
+                                                 nil))))
+                                   (car box)))))
+                       (setf error-condition condition
+                             failed (ignore-errors (failed-action-plist condition))
+                             build-error (condition-plist
+                                          condition
+                                          :backtrace (user-backtrace backtrace-limit nil
+                                                                     #'build-machinery-frame-p)))
+                       (return-from build nil)))
+                (call-with-debugger-hooks
+                 #'stop
+                 (lambda ()
+                   ;; The build's own frames end the backtrace here.
+                   (setf values (multiple-value-list
+                                 (call-with-user-code
+                                  (lambda () (call-seeing-errors-first #'stop thunk)))))))))))))
     (collect-build-garbage)
-    (values (finish-notes (car box) error-condition)
-            build-error
-            failed
-            values
-            (list :warnings-p warnings-p :failure-p (or failure-p (and build-error t)))))))
+    (let ((notes (finish-notes (car box) error-condition)))
+      (values notes
+              build-error
+              failed
+              values
+              ;; ASDF reports COMPILE-FILE's warnings-p only where its
+              ;; *COMPILE-FILE-WARNINGS-BEHAVIOUR* asks (not on CLISP): a
+              ;; warning among the notes is one too.
+              (list :warnings-p (or warnings-p
+                                    (and (find-if (lambda (n)
+                                                    (member (getf n :severity)
+                                                            '("warning" "style-warning")
+                                                            :test #'equal))
+                                                  notes)
+                                         t))
+                    :failure-p (or failure-p (and build-error t))))))))
 
 (defparameter *max-diagnostics* 300
   "At most this many diagnostics are listed per build.")
@@ -351,7 +438,12 @@ loaded) plus :systems, the names of the systems the file defines."
              (run-captured
               (lambda ()
                 (setf (values notes build-error failed values flags)
-                      (call-building (lambda () (asdf:load-asd (truename path)) t)
+                      (call-building (lambda ()
+                                       ;; The name, for ASDF's messages (some
+                                       ;; ASDF versions say "system NIL").
+                                       (asdf:load-asd (truename path)
+                                                      :name (pathname-name path))
+                                       t)
                                      :box box)))
               :id id :max-output max-output :warnings :pass))))
       (when (getf result :interrupted)

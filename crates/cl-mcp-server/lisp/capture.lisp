@@ -369,7 +369,7 @@ handler must never run user code."
                                              (format s "(~S ...)" (or traced name)))
                                             (traced (prin1 call s))
                                             (view (write-string view s))
-                                            (t (swank/backend:print-frame frame s))))
+                                            (t (print-frame-text frame s))))
                                     (capture-contents s))
                                 (error () "#<frame>"))))
                     (push (cons (or traced name)

@@ -116,7 +116,7 @@ TRACED-CALL-FRAME)."
             (*print-readably* nil) (*print-pretty* nil)
             (s (make-capture-stream 400 :stop-after 400)))
         (catch 'capture-full
-          (if call (prin1 call s) (swank/backend:print-frame frame s)))
+          (if call (prin1 call s) (print-frame-text frame s)))
         (truncate-string (substitute #\Space #\Newline (capture-contents s)) 400))
     (error () "#<frame>")))
 

@@ -23,6 +23,15 @@ SYS::*INVOKE-DEBUGGER-HOOK* first, as SBCL does its own."
           (sys::*invoke-debugger-hook* hook))
       (funcall thunk)))
 
+  (defun call-without-outer-handlers (thunk on-error)
+    "The portable fallback (impl-sbcl.lisp), with the stack saved where
+swank/abcl reads its frames from: SYS::*SAVED-BACKTRACE*, which only ABCL's
+own debugger fills, so the error's backtrace is the stack where it arrived."
+    (handler-bind ((error (lambda (c)
+                            (let ((sys::*saved-backtrace* (sys:backtrace)))
+                              (funcall on-error c)))))
+      (funcall thunk)))
+
   (defun frame-function-name (frame)
     "The function name of an ABCL frame: a Lisp frame's function (or its
 name); a Java frame's text, which the backtrace treats as foreign."
@@ -31,8 +40,20 @@ name); a Java frame's text, which the backtrace treats as foreign."
          (princ-to-string frame)
          (let ((x (first (sys:frame-to-list frame))))
            (cond ((symbolp x) x)
-                 ((functionp x) (nth-value 2 (function-lambda-expression x)))
+                 ((functionp x)
+                  (or (nth-value 2 (function-lambda-expression x))
+                      (local-function-name x)))
                  (t nil))))))
+
+  (defun local-function-name (function)
+    "(LAMBDA () :IN F) for a compiled local function of the helpers' F,
+which ABCL names only in print (#<LOCAL-FUNCTION IN F {...}>); else NIL."
+    (let* ((text (princ-to-string function))
+           (prefix "#<LOCAL-FUNCTION IN ")
+           (end (position #\Space text :start (min (length text) (length prefix)))))
+      (when (and end (eql 0 (search prefix text)))
+        (let ((symbol (find-symbol (subseq text (length prefix) end) "CL-MCP-SERVER")))
+          (and symbol (list 'lambda '() :in symbol))))))
 
   (defun implementation-internal-package-p (package)
     "ABCL's own packages: frames in them are machinery around user code."

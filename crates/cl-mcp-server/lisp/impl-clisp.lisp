@@ -10,17 +10,56 @@
 
 #+clisp
 (progn
+  (defun printed-function-symbol (text)
+    "The function a CLISP frame's description names as #<COMPILED-FUNCTION
+PKG::NAME>, #<SYSTEM-FUNCTION NAME> or #<FUNCTION NAME ...>, found (never
+interned); a local function's CLISP name (FOO-1-2) gives FOO. Or NIL."
+    (dolist (prefix '("#<COMPILED-FUNCTION " "#<SYSTEM-FUNCTION " "#<FUNCTION "))
+      (let ((at (search prefix text)))
+        (when at
+          (let* ((start (+ at (length prefix)))
+                 (end (position-if (lambda (c) (member c '(#\Space #\>))) text :start start))
+                 (token (subseq text start end))
+                 (colon (position #\: token))
+                 (package (if colon
+                              (find-package (if (zerop colon) "KEYWORD" (subseq token 0 colon)))
+                              (find-package "COMMON-LISP-USER")))
+                 (name (if colon (string-left-trim ":" (subseq token colon)) token)))
+            (loop while (and package (plusp (length name)))
+                  do (multiple-value-bind (symbol status) (find-symbol name package)
+                       (when (or status symbol) (return-from printed-function-symbol symbol)))
+                     (let ((dash (position #\- name :from-end t))
+                           (emf (search "-<EMF" name)))
+                       (cond ((and dash (< (1+ dash) (length name))
+                                   (every #'digit-char-p (subseq name (1+ dash))))
+                              (setf name (subseq name 0 dash)))
+                             (emf (setf name (subseq name 0 emf)))
+                             (t (return nil))))))))))
+
   (defun frame-function-name (frame)
     "CLISP frames have no function objects Swank exposes: the name is read
 from the frame's printed description (\"APPLY frame for call (FOO 1)\",
-\"EVAL frame for form (FOO 1)\"), or NIL."
+\"EVAL frame for form (FOO 1)\", #<COMPILED-FUNCTION FOO>), or NIL."
     (ignore-errors
-     (let* ((text (with-output-to-string (s) (sys::describe-frame s frame)))
+     (let* ((text (let ((*package* (find-package "KEYWORD")))
+                    (with-output-to-string (s) (sys::describe-frame s frame))))
             (open (position #\( text)))
-       (when open
-         (let ((*read-eval* nil))
-           (let ((form (read-from-string text nil nil :start open)))
-             (and (consp form) (symbolp (first form)) (first form))))))))
+       (or (and (not (search "EVAL frame for " text))
+                (not (search "APPLY frame for " text))
+                (printed-function-symbol text))
+           ;; Frames that are no call (unwind-protect, handler, catch and
+           ;; binding frames) and anonymous compiled functions
+           ;; (#<COMPILED-FUNCTION #:|...|>): machinery, as on SBCL, where
+           ;; backtraces show no such frames.
+           (and (or (search "#<COMPILED-FUNCTION #:" text)
+                    (not (or (search "EVAL frame for " text)
+                             (search "APPLY frame for " text)
+                             (search "FUNCTION " text))))
+                '(lambda () :in clisp-machinery-frame))
+           (when open
+             (let ((*read-eval* nil))
+               (let ((form (read-from-string text nil nil :start open)))
+                 (and (consp form) (symbolp (first form)) (first form)))))))))
 
   (defun implementation-internal-package-p (package)
     (member (package-name package)
@@ -47,6 +86,17 @@ first, then the rest."
     "The source file ASDF compiled into FASL (CLISP records where a
 definition was loaded from, and ASDF puts fasls away from their sources)."
     (let ((target (ignore-errors (truename fasl))))
+      ;; lisp-compile-file's fasls mirror their sources under FASL-ROOT.
+      (let* ((root (ignore-errors (namestring (truename (fasl-root)))))
+             (name (and target (namestring target))))
+        (when (and root name (> (length name) (length root))
+                   (string= root name :end2 (length root)))
+          (let ((source (probe-file
+                         (make-pathname :type "lisp"
+                                        :defaults (concatenate 'string "/"
+                                                               (subseq name (length root)))))))
+            (when source
+              (return-from fasl-source source)))))
       (when target
         (dolist (name (asdf:already-loaded-systems))
           (let ((system (asdf:find-system name nil)))
@@ -78,6 +128,30 @@ beside it (ASDF's output translations) points at the source ASDF compiled."
 
   (defun special-variable-p (symbol)
     (ext:special-variable-p symbol))
+
+  (defun compiling-form-position ()
+    "As on SBCL, from CLISP's COMPILE-FILE: the line where reading the
+current top-level form began (SYS::*COMPILE-FILE-LINENO1*), moved past the
+blank lines and comments before the form."
+    (ignore-errors
+     (let ((line sys::*compile-file-lineno1*)
+           (path (and *compile-file-truename* (namestring *compile-file-truename*))))
+       (when (and path (integerp line) (plusp line))
+         (let ((text (cached-file-text path))
+               (start 0))
+           (when text
+             (loop repeat (1- line)
+                   while start
+                   do (setf start (let ((nl (position #\Newline text :start start)))
+                                    (and nl (1+ nl)))))
+             (when start
+               (values path (definition-form-start text start t)))))))))
+
+  (defun xref-available-p ()
+    "swank/clisp answers who-calls from the portable xref database, which
+only files compiled through XREF:XREF-FILE fill: nothing the tools or ASDF
+compile, so no cross-references."
+    nil)
 
   (defun ignorable-warning-p (condition)
     "CLISP warns when a function is redefined (clos:defun with a new

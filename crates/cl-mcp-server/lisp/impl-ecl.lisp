@@ -12,17 +12,33 @@
 (progn
   (defun frame-function-name (frame)
     "The function name of a swank/ecl frame (a list whose first element is
-the function or its name)."
+the function or its name). A natively compiled anonymous function is only
+an uninterned #:LAMBDAnn there, with no trace of the function around it;
+the helpers' own handlers and thunks are such frames around every
+evaluation (code typed into evaluate-lisp is bytecompiled and keeps its
+names), so they are named as the helpers' and left out of backtraces."
     (ignore-errors
      (let ((x (first frame)))
-       (cond ((symbolp x) x)
+       (cond ((and x (symbolp x) (null (symbol-package x))
+                   (eql 0 (search "LAMBDA" (symbol-name x))))
+              '(lambda () :in ecl-anonymous-compiled-function))
+             ((symbolp x) x)
              ((functionp x) (si:compiled-function-name x))
              (t nil)))))
+
+  (defun print-frame-text (frame stream)
+    "swank/ecl prints a frame as its function object (#<bytecompiled-function
+FOO 0x...>): ECL keeps no arguments in its frames, so (FOO ...) instead."
+    (let ((name (frame-function-name frame)))
+      (if name
+          (format stream "(~S ...)" name)
+          (swank/backend:print-frame frame stream))))
 
   (defun implementation-internal-package-p (package)
     "ECL's own packages: frames in them are machinery around user code."
     (member (package-name package)
-            '("SYSTEM" "EXT" "C" "CLOS" "MP" "FFI" "GRAY" "SB-BSD-SOCKETS")
+            '("SYSTEM" "SI" "EXT" "C" "CLOS" "MP" "FFI" "GRAY" "SB-BSD-SOCKETS"
+              "WALKER")
             :test #'string=))
 
   (defun stack-exhaustion-p (condition)

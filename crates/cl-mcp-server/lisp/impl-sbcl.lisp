@@ -54,6 +54,10 @@ such as (SETF FOO) or (LAMBDA () :IN FOO), a string, or NIL if unknown."
               (values (sb-debug::trace-info-what (first args)) (cddr args)))))
   #-sbcl (progn frame nil))
 
+(defun print-frame-text (frame stream)
+  "Prints FRAME (a backend frame) as backtraces show it: Swank's text."
+  (swank/backend:print-frame frame stream))
+
 (defun implementation-internal-package-p (package)
   "True for the implementation's own internal packages, whose frames are
 machinery around user code (signalling, evaluation, interrupts)."
@@ -173,6 +177,20 @@ ERROR."
                   (funcall thunk)))
   #-sbcl (handler-bind ((error on-error))
            (funcall thunk)))
+
+(defun xref-available-p ()
+  "Whether the backend's who-calls family has any data to answer from."
+  t)
+
+(defun call-seeing-errors-first (on-error thunk)
+  "Call THUNK so that an ERROR it does not handle reaches ON-ERROR before
+any outer handler. Where CALL-WITHOUT-OUTER-HANDLERS is the portable
+fallback (an outer ERROR handler, e.g. on CLISP), that handler would see
+the error before the debugger hook an inner caller (a build) binds, so
+ON-ERROR is THUNK's own ERROR handler there; SBCL and ECL hide the outer
+handlers, and the debugger hook sees it first anyway."
+  #+(or sbcl ecl) (progn on-error (funcall thunk))
+  #-(or sbcl ecl) (handler-bind ((error on-error)) (funcall thunk)))
 
 (defun compiling-form-position ()
   "While COMPILE-FILE processes a top-level form: (values PATH OFFSET), the

@@ -15,8 +15,17 @@
            (progn ,@body)))))
 
 (defun dspec-kind (dspec)
-  "A short kind name for a definition spec such as (DEFUN FOO)."
+  "A short kind name for a definition spec such as (DEFUN FOO), or CLISP's
+(FOO SYSTEM::DEFUN/DEFMACRO), (FOO (DEFMETHOD ...))."
   (let ((head (if (consp dspec) (first dspec) dspec)))
+    ;; CLISP puts the name first and the kind second.
+    (when (and (consp dspec) (consp (cdr dspec)) (symbolp head)
+               (not (eql 0 (search "DEF" (symbol-name head)))))
+      (let ((kind (if (consp (second dspec)) (first (second dspec)) (second dspec))))
+        (when (and kind (symbolp kind) (eql 0 (search "DEF" (symbol-name kind))))
+          (setf head (if (string= (symbol-name kind) "DEFUN/DEFMACRO")
+                         (if (macro-function head) 'defmacro 'defun)
+                         kind)))))
     (if (symbolp head)
         (let ((name (string-downcase (symbol-name head))))
           (cond ((string= name "defun") "function")
@@ -164,7 +173,7 @@ LIMIT references are listed; :count is how many there are."
                              kind))))
     (with-resolved-symbol (symbol designator (session-default package session))
       (let* ((arg (if (eq key :specializes) (or (find-class symbol nil) symbol) symbol))
-             (raw (handler-case (funcall fn arg)
+             (raw (handler-case (if (xref-available-p) (funcall fn arg) :not-implemented)
                     (error (e) (return-from xref
                                  (list :error (format nil "xref failed: ~A"
                                                       (princ-to-string* e))))))))

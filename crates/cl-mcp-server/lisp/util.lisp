@@ -103,6 +103,31 @@ or OCTETS itself when the file cannot be read or decoded."
            (length (swank/backend:utf8-to-string (subseq buffer 0 n))))))
       octets))
 
+(defun definition-form-start (text offset &optional definition)
+  "Where the form that a backend's OFFSET in TEXT stands for starts. SBCL
+points at the form itself; ECL at the end of the form before it (skip the
+blank lines and ; comments between). For a DEFINITION, CLISP's swank
+backend points at its name inside a line that starts the form (go back to
+the line's opening parenthesis)."
+  (let ((n (length text)))
+    (cond ((>= offset n) offset)
+          ((or (member (char text offset) '(#\Space #\Tab #\Newline #\Return))
+               (char= (char text offset) #\;))
+           (let ((i offset))
+             (loop while (< i n)
+                   do (let ((c (char text i)))
+                        (cond ((member c '(#\Space #\Tab #\Newline #\Return)) (incf i))
+                              ((char= c #\;)
+                               (setf i (or (position #\Newline text :start i) n)))
+                              (t (return)))))
+             (if (< i n) i offset)))
+          ((or (char= (char text offset) #\() (not definition)) offset)
+          (t (let ((line-start (let ((nl (position #\Newline text :end offset :from-end t)))
+                                 (if nl (1+ nl) 0))))
+               (if (char= (char text line-start) #\()
+                   line-start
+                   offset))))))
+
 (defun location-plist (location &key octets)
   "A Swank location as a plist: (:path P :offset O :line L :column C
 :context LINE-TEXT :snippet S), or (:error MESSAGE) when Swank could not
@@ -129,8 +154,24 @@ are byte offsets on some backends (DEFINITION-POSITIONS-IN-OCTETS-P)."
                         offset))
             (snippet (and (consp hints) (getf hints :snippet)))
             (result (list :path path)))
+       ;; A definition's (:LINE L C) (CLISP's: L is where reading the form
+       ;; began, C unreliable): the form's own position from L's start.
+       (when (and path (not offset) octets (consp position) (eq (first position) :line)
+                  (integerp (second position)))
+         (let ((text (cached-file-text path)))
+           (when text
+             (let ((start 0))
+               (loop repeat (1- (second position))
+                     while start
+                     do (setf start (let ((nl (position #\Newline text :start start)))
+                                      (and nl (1+ nl)))))
+               (when start
+                 (setf offset start
+                       position nil))))))
        (when (and path offset)
          (let ((text (cached-file-text path)))
+           (when text
+             (setf offset (definition-form-start text offset octets)))
            (when text
              (multiple-value-bind (line column context)
                  (offset-line-column text offset)

@@ -137,68 +137,74 @@ fn introspection_builds_and_tests_on_a_real_project() {
         json!({"symbol": "mcpdemo:add"}),
     );
     assert!(!r.is_error, "{}", r.text);
-    assert_eq!(r.structured["refs"][0]["path"], "main.lisp");
-    assert_eq!(r.structured["refs"][0]["line"], 11);
-    assert_eq!(r.structured["refs"][0]["name"], "MCPDEMO:TWICE");
-    assert!(r.text.contains("main.lisp:11: MCPDEMO:TWICE"), "{}", r.text);
-    let r = call(
-        &mut s,
-        13,
-        "code-find-references",
-        json!({"symbol": "mcpdemo:*counter*", "kind": "sets"}),
-    );
-    assert_eq!(r.structured["count"], 1, "{}", r.text);
-    let r = call(
-        &mut s,
-        14,
-        "code-find-references",
-        json!({"symbol": "mcpdemo:with-doubled", "kind": "macroexpands"}),
-    );
-    assert_eq!(
-        r.structured["refs"][0]["name"], "MCPDEMO::USE-MACRO",
-        "{}",
-        r.text
-    );
-    let r = call(
-        &mut s,
-        15,
-        "code-find-references",
-        json!({"symbol": "mcpdemo:circle", "kind": "specializes"}),
-    );
-    assert!(r.text.contains("AREA"), "{}", r.text);
-    // A caller compiled from outside the project root is left out by default.
-    let elsewhere = tempfile::tempdir().unwrap();
-    let other = elsewhere.path().join("other.lisp");
-    std::fs::write(
-        &other,
-        "(defun cl-user::other-caller () (mcpdemo:add 1 2))\n",
-    )
-    .unwrap();
-    let r = eval(
-        &mut s,
-        16,
-        &format!("(load (compile-file \"{}\"))", other.display()),
-    );
-    assert!(!r.is_error, "{}", r.text);
-    let r = call(
-        &mut s,
-        17,
-        "code-find-references",
-        json!({"symbol": "mcpdemo:add"}),
-    );
-    assert_eq!(r.structured["count"], 1, "{}", r.text);
-    assert_eq!(r.structured["outsideProject"], 1, "{}", r.text);
-    assert!(r.text.contains("projectOnly=false"), "{}", r.text);
-    let r = call(
-        &mut s,
-        27,
-        "code-find-references",
-        json!({"symbol": "mcpdemo:add", "projectOnly": false}),
-    );
-    assert_eq!(r.structured["count"], 2, "{}", r.text);
-    assert!(r.text.contains("OTHER-CALLER"), "{}", r.text);
+    // No cross-references on ECL and CLISP (see find_references_is_capped):
+    // the answer says so, and the rest of this section has nothing to check.
+    if matches!(common::lisp(), "ecl" | "clisp") {
+        assert_eq!(r.structured["implemented"], false, "{}", r.text);
+    } else {
+        assert_eq!(r.structured["refs"][0]["path"], "main.lisp");
+        assert_eq!(r.structured["refs"][0]["line"], 11);
+        assert_eq!(r.structured["refs"][0]["name"], "MCPDEMO:TWICE");
+        assert!(r.text.contains("main.lisp:11: MCPDEMO:TWICE"), "{}", r.text);
+        let r = call(
+            &mut s,
+            13,
+            "code-find-references",
+            json!({"symbol": "mcpdemo:*counter*", "kind": "sets"}),
+        );
+        assert_eq!(r.structured["count"], 1, "{}", r.text);
+        let r = call(
+            &mut s,
+            14,
+            "code-find-references",
+            json!({"symbol": "mcpdemo:with-doubled", "kind": "macroexpands"}),
+        );
+        assert_eq!(
+            r.structured["refs"][0]["name"], "MCPDEMO::USE-MACRO",
+            "{}",
+            r.text
+        );
+        let r = call(
+            &mut s,
+            15,
+            "code-find-references",
+            json!({"symbol": "mcpdemo:circle", "kind": "specializes"}),
+        );
+        assert!(r.text.contains("AREA"), "{}", r.text);
+        // A caller compiled from outside the project root is left out by default.
+        let elsewhere = tempfile::tempdir().unwrap();
+        let other = elsewhere.path().join("other.lisp");
+        std::fs::write(
+            &other,
+            "(defun cl-user::other-caller () (mcpdemo:add 1 2))\n",
+        )
+        .unwrap();
+        let r = eval(
+            &mut s,
+            16,
+            &format!("(load (compile-file \"{}\"))", other.display()),
+        );
+        assert!(!r.is_error, "{}", r.text);
+        let r = call(
+            &mut s,
+            17,
+            "code-find-references",
+            json!({"symbol": "mcpdemo:add"}),
+        );
+        assert_eq!(r.structured["count"], 1, "{}", r.text);
+        assert_eq!(r.structured["outsideProject"], 1, "{}", r.text);
+        assert!(r.text.contains("projectOnly=false"), "{}", r.text);
+        let r = call(
+            &mut s,
+            27,
+            "code-find-references",
+            json!({"symbol": "mcpdemo:add", "projectOnly": false}),
+        );
+        assert_eq!(r.structured["count"], 2, "{}", r.text);
+        assert!(r.text.contains("OTHER-CALLER"), "{}", r.text);
 
-    // code-apropos, code-macroexpand
+        // code-apropos, code-macroexpand
+    }
     let r = call(
         &mut s,
         18,
@@ -212,14 +218,26 @@ fn introspection_builds_and_tests_on_a_real_project() {
         "code-macroexpand",
         json!({"form": "(with-doubled (z 3) z)", "package": "mcpdemo", "mode": "1"}),
     );
-    assert_eq!(r.text, "(let ((z (twice 3)))\n  z)");
+    if common::lisp() == "clisp" {
+        // CLISP's pretty printer keeps a form that fits on one line.
+        assert_eq!(r.text, "(let ((z (twice 3))) z)");
+    } else {
+        assert_eq!(r.text, "(let ((z (twice 3)))\n  z)");
+    }
     let r = call(
         &mut s,
         20,
         "code-macroexpand",
         json!({"form": "(with-doubled (z 3) (when z z))", "package": "mcpdemo"}),
     );
-    assert!(!r.text.contains("when"), "{}", r.text);
+    if common::on_sbcl() {
+        assert!(!r.text.contains("when"), "{}", r.text);
+    } else {
+        // ECL's walker and CLISP's EXT:EXPAND-FORM leave WHEN unexpanded
+        // (README, "Other implementations"); the user's macro is expanded.
+        assert!(r.text.contains("(let ((z (twice 3)))"), "{}", r.text);
+        assert!(!r.text.contains("with-doubled"), "{}", r.text);
+    }
 
     // asdf-test-system with FiveAM (from Debian's cl-fiveam)
     let r = call(&mut s, 21, "asdf-test-system", json!({"system": "mcpdemo"}));
@@ -231,65 +249,85 @@ fn introspection_builds_and_tests_on_a_real_project() {
 
     // lisp-compile-file: a full warning is compile-file's failure-p (not a
     // success, as ASDF treats it), but the fasl is loaded; and a read error.
-    let r = call(
-        &mut s,
-        22,
-        "lisp-compile-file",
-        json!({"path": "warn.lisp"}),
-    );
-    assert!(r.is_error, "{}", r.text);
-    assert!(
-        r.text.starts_with("Compilation failed for warn.lisp in ",)
-            && r.text
-                .contains("(compile-file's failure-p; the fasl was loaded anyway)"),
-        "{}",
-        r.text
-    );
-    assert_eq!(r.structured["failureP"], true);
-    assert_eq!(r.structured["warningsP"], true);
-    assert!(
-        r.text.contains("warn.lisp:5:5: warning: Constant"),
-        "{}",
-        r.text
-    );
-    assert!(
-        r.text.contains("warn.lisp:4:9: style-warning:"),
-        "{}",
-        r.text
-    );
-    assert_eq!(r.structured["success"], false);
-    // A client that asked for logs hears the build: its headline, then each
-    // warning (not style-warnings) as a log message.
-    let r = s.request(
-        json!({"jsonrpc":"2.0","id":122,"method":"logging/setLevel","params":{"level":"warning"}}),
-    );
-    assert!(r.get("result").is_some(), "{r}");
-    s.send(&json!({"jsonrpc":"2.0","id":123,"method":"tools/call","params":{"name":"lisp-compile-file","arguments":{"path":"warn.lisp"}}}));
-    let seen = s.collect_until(std::time::Duration::from_secs(60), |m| m["id"] == 123);
-    let logs: Vec<(String, String)> = seen
-        .iter()
-        .filter(|m| m["method"] == "notifications/message")
-        .map(|m| {
-            (
-                m["params"]["level"].as_str().unwrap_or("").to_string(),
-                m["params"]["data"].as_str().unwrap_or("").to_string(),
-            )
-        })
-        .collect();
-    assert!(
-        logs.iter()
-            .any(|(l, d)| l == "warning" && d.starts_with("Compilation failed for warn.lisp")),
-        "{logs:?}"
-    );
-    assert!(
-        logs.iter()
-            .any(|(l, d)| l == "warning" && d.starts_with("warn.lisp:5:5: warning: Constant")),
-        "{logs:?}"
-    );
-    assert!(
-        !logs.iter().any(|(_, d)| d.contains(": style-warning:")),
-        "{logs:?}"
-    );
+    // CLISP locates its notes at the top-level form, in its own words.
+    let (warned, style_warned) = match common::lisp() {
+        "clisp" => (
+            "warn.lisp:3:1: warning: Arithmetic operand \"not a number\" must evaluate to a number",
+            "warn.lisp:3:1: style-warning: variable UNUSED is not used",
+        ),
+        _ => (
+            "warn.lisp:5:5: warning: Constant",
+            "warn.lisp:4:9: style-warning:",
+        ),
+    };
+    if common::lisp() != "ecl" {
+        let r = call(
+            &mut s,
+            22,
+            "lisp-compile-file",
+            json!({"path": "warn.lisp"}),
+        );
+        assert!(r.is_error, "{}", r.text);
+        assert!(
+            r.text.starts_with("Compilation failed for warn.lisp in ",)
+                && r.text
+                    .contains("(compile-file's failure-p; the fasl was loaded anyway)"),
+            "{}",
+            r.text
+        );
+        assert_eq!(r.structured["failureP"], true);
+        assert_eq!(r.structured["warningsP"], true);
+        assert!(r.text.contains(warned), "{}", r.text);
+        assert!(r.text.contains(style_warned), "{}", r.text);
+        assert_eq!(r.structured["success"], false);
+        // A client that asked for logs hears the build: its headline, then each
+        // warning (not style-warnings) as a log message.
+        let r = s.request(
+            json!({"jsonrpc":"2.0","id":122,"method":"logging/setLevel","params":{"level":"warning"}}),
+        );
+        assert!(r.get("result").is_some(), "{r}");
+        s.send(&json!({"jsonrpc":"2.0","id":123,"method":"tools/call","params":{"name":"lisp-compile-file","arguments":{"path":"warn.lisp"}}}));
+        let seen = s.collect_until(std::time::Duration::from_secs(60), |m| m["id"] == 123);
+        let logs: Vec<(String, String)> = seen
+            .iter()
+            .filter(|m| m["method"] == "notifications/message")
+            .map(|m| {
+                (
+                    m["params"]["level"].as_str().unwrap_or("").to_string(),
+                    m["params"]["data"].as_str().unwrap_or("").to_string(),
+                )
+            })
+            .collect();
+        assert!(
+            logs.iter()
+                .any(|(l, d)| l == "warning" && d.starts_with("Compilation failed for warn.lisp")),
+            "{logs:?}"
+        );
+        assert!(
+            logs.iter()
+                .any(|(l, d)| l == "warning" && d.starts_with(warned)),
+            "{logs:?}"
+        );
+        assert!(
+            !logs.iter().any(|(_, d)| d.contains(": style-warning:")),
+            "{logs:?}"
+        );
+    } else {
+        // ECL's compiler reports neither the type conflict nor the unused
+        // variable (README, "Other implementations"): a clean compile.
+        let r = call(
+            &mut s,
+            22,
+            "lisp-compile-file",
+            json!({"path": "warn.lisp"}),
+        );
+        assert!(!r.is_error, "{}", r.text);
+        assert!(
+            r.text.starts_with("Compiled and loaded warn.lisp"),
+            "{}",
+            r.text
+        );
+    }
     let r = eval(&mut s, 23, "(not (null (fboundp 'warns-on-purpose)))");
     assert_eq!(r.text, "=> T", "loaded");
     let fasls: Vec<_> = std::fs::read_dir(&root)
@@ -301,18 +339,28 @@ fn introspection_builds_and_tests_on_a_real_project() {
         fasls.is_empty(),
         "compiling never writes into the project: {fasls:?}"
     );
-    let r = call(
-        &mut s,
-        40,
-        "lisp-compile-file",
-        json!({"path": "warn.lisp", "load": false}),
-    );
-    assert!(
-        r.text.starts_with("Compilation failed for warn.lisp in ")
-            && r.text.contains("(compile-file's failure-p): 1 warning"),
-        "{}",
-        r.text
-    );
+    if common::lisp() != "ecl" {
+        let r = call(
+            &mut s,
+            40,
+            "lisp-compile-file",
+            json!({"path": "warn.lisp", "load": false}),
+        );
+        assert!(
+            r.text.starts_with("Compilation failed for warn.lisp in ")
+                && r.text.contains("(compile-file's failure-p): 1 warning"),
+            "{}",
+            r.text
+        );
+    } else {
+        let r = call(
+            &mut s,
+            40,
+            "lisp-compile-file",
+            json!({"path": "warn.lisp", "load": false}),
+        );
+        assert!(!r.is_error, "{}", r.text);
+    }
 
     let r = call(
         &mut s,
@@ -321,8 +369,23 @@ fn introspection_builds_and_tests_on_a_real_project() {
         json!({"path": "readerr.lisp"}),
     );
     assert!(r.is_error, "{}", r.text);
-    assert!(r.text.contains("readerr.lisp:6:"), "{}", r.text);
-    assert!(r.text.contains("error: READ error"), "{}", r.text);
+    if matches!(common::lisp(), "ecl" | "clisp") {
+        // ECL and CLISP locate a read error at the top-level form they were
+        // reading.
+        assert!(r.text.contains("readerr.lisp:5:1: error: "), "{}", r.text);
+        assert!(
+            r.text
+                .to_lowercase()
+                .contains("no package with the name no-such-package-xyz")
+                || r.text
+                    .contains("no package with name \"NO-SUCH-PACKAGE-XYZ\""),
+            "{}",
+            r.text
+        );
+    } else {
+        assert!(r.text.contains("readerr.lisp:6:"), "{}", r.text);
+        assert!(r.text.contains("error: READ error"), "{}", r.text);
+    }
     let r = call(
         &mut s,
         25,
@@ -421,6 +484,17 @@ fn find_references_is_capped() {
         json!({"symbol": "car", "projectOnly": false, "limit": 10}),
     );
     assert!(!r.is_error, "{}", r.text);
+    if matches!(common::lisp(), "ecl" | "clisp") {
+        // swank/ecl keeps no cross-references, swank/clisp's portable
+        // xref only for files compiled through it: the answer says so.
+        assert_eq!(r.structured["implemented"], false, "{}", r.text);
+        assert!(
+            r.text.contains("keeps no cross-reference data"),
+            "{}",
+            r.text
+        );
+        return;
+    }
     assert_eq!(r.structured["refs"].as_array().unwrap().len(), 10);
     assert!(r.structured["count"].as_u64().unwrap() > 10);
     assert_eq!(r.structured["truncated"], true);

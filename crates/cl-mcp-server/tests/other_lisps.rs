@@ -101,11 +101,10 @@ fn session(name: &str, impl_type: &str) {
         .as_array()
         .cloned()
         .unwrap_or_default();
-    // ABCL: the helpers do not read its frames yet (an empty backtrace).
-    if name != "abcl" {
-        assert!(!frames.is_empty(), "{name}: no backtrace: {}", r.text);
-        assert!(r.text.contains("[Backtrace]"), "{name}: {}", r.text);
-    }
+    assert!(!frames.is_empty(), "{name}: no backtrace: {}", r.text);
+    assert!(r.text.contains("[Backtrace]"), "{name}: {}", r.text);
+    // The user's function is named; ECL keeps no arguments.
+    assert!(r.text.contains("(OL-BOOM "), "{name}: {}", r.text);
     let message = r.structured["error"]["message"].as_str().unwrap_or("");
     assert!(
         message.contains("division by zero") || message.contains("division-by-zero"),
@@ -275,4 +274,25 @@ fn unknown_binaries_are_refused_plainly() {
         "{}",
         r.text
     );
+}
+
+/// `tools/list` on ECL says what ECL cannot do, and on SBCL does not.
+#[test]
+fn tool_descriptions_say_what_ecl_lacks() {
+    require_installed("ecl");
+    let description = |args: &[&str]| {
+        let mut s = common::Server::initialized(args);
+        let r = s.request(json!({"jsonrpc":"2.0","id":1,"method":"tools/list"}));
+        r["result"]["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|t| t["name"] == "code-find-references")
+            .expect("code-find-references is listed")["description"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    assert!(description(&["--lisp", "ecl"]).ends_with(" Not on ECL (no cross-references)."));
+    assert!(!description(&["--lisp", "sbcl"]).contains("Not on"));
 }

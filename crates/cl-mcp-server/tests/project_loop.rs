@@ -93,7 +93,11 @@ fn asd_files_load_as_asdf_loads_them() {
         r.structured["failed"]["reason"]
             .as_str()
             .unwrap()
-            .contains("end of file"),
+            .contains(match common::lisp() {
+                "ecl" => "Unexpected end of file",
+                "clisp" => "ends within an object",
+                _ => "end of file",
+            }),
         "{}",
         r.text
     );
@@ -121,6 +125,19 @@ fn code_find_limits_and_project_first_and_describe_labels() {
     assert!(!r.is_error, "{}", r.text);
 
     // print-object has many methods in SBCL: the project's comes first.
+    // ECL and CLISP keep no source location for their own methods (ECL
+    // lists only the project's, CLISP adds the generic function).
+    if !common::on_sbcl() {
+        let r = call(&mut s, 2, "code-find", json!({"symbol": "print-object"}));
+        let defs = r.structured["definitions"].as_array().unwrap();
+        assert_eq!(defs[0]["path"], "widget.lisp", "{}", r.text);
+        // Known gap: CLISP's method location is off (line 9 in this
+        // six-line file).
+        if common::lisp() == "ecl" {
+            assert_eq!(defs[0]["line"], 3, "{}", r.text);
+        }
+        return;
+    }
     let r = call(
         &mut s,
         2,
@@ -204,7 +221,7 @@ fn code_find_limits_and_project_first_and_describe_labels() {
 }
 
 fn image_pid(s: &mut common::Server, id: i64) -> u32 {
-    let r = eval(s, id, "(sb-unix:unix-getpid)");
+    let r = eval(s, id, "(swank/backend:getpid)");
     r.text.trim_start_matches("=> ").parse().expect(&r.text)
 }
 
@@ -244,9 +261,17 @@ fn the_local_image_exits_with_the_server() {
     let took = lives_on(pid, started);
     assert!(took < Duration::from_millis(1000), "idle: {took:?}");
 
+    // CLISP has no threads: its one thread reads the stdin lifeline only
+    // between evaluations, so a busy CLISP image exits when its evaluation
+    // ends (a short one here).
+    let (busy_code, busy_bound) = if common::lisp() == "clisp" {
+        ("(sleep 2)", Duration::from_millis(3000))
+    } else {
+        ("(sleep 30)", Duration::from_millis(1000))
+    };
     let busy = |s: &mut common::Server| {
         s.send(&json!({"jsonrpc":"2.0","id":2,"method":"tools/call",
-            "params":{"name":"evaluate-lisp","arguments":{"code":"(sleep 30)"}}}));
+            "params":{"name":"evaluate-lisp","arguments":{"code":busy_code}}}));
         std::thread::sleep(Duration::from_millis(300));
     };
     let mut s = lisp_server(&["--project-root", &root_s]);
@@ -255,10 +280,7 @@ fn the_local_image_exits_with_the_server() {
     let started = Instant::now();
     s.child.kill().unwrap();
     let took = lives_on(pid, started);
-    assert!(
-        took < Duration::from_millis(1000),
-        "server killed: {took:?}"
-    );
+    assert!(took < busy_bound, "server killed: {took:?}");
 
     let mut s = lisp_server(&["--project-root", &root_s]);
     let pid = image_pid(&mut s, 1);
@@ -269,7 +291,7 @@ fn the_local_image_exits_with_the_server() {
         unsafe { libc::kill(p as i32, libc::SIGTERM) };
     }
     let took = lives_on(pid, started);
-    assert!(took < Duration::from_millis(1000), "SIGTERM: {took:?}");
+    assert!(took < busy_bound, "SIGTERM: {took:?}");
 }
 
 /// The agent's loop on a FiveAM project: load by name, run the tests, add a

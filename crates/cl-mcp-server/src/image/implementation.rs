@@ -222,6 +222,31 @@ impl LispKind {
         }
     }
 
+    /// What a tool cannot do on this implementation: (tool, clause) pairs
+    /// whose clause `tools/list` appends to the tool's description, so no
+    /// description promises what the running Lisp lacks.
+    pub fn missing_features(self) -> &'static [(&'static str, &'static str)] {
+        match self {
+            LispKind::Sbcl => &[],
+            // swank/ecl implements no who-calls family.
+            LispKind::Ecl => &[
+                ("code-find-references", " Not on ECL (no cross-references)."),
+                ("profile-code", " Not on ECL (no profiler)."),
+            ],
+            // swank/clisp's portable xref sees only files compiled through
+            // XREF:XREF-FILE.
+            LispKind::Clisp => &[
+                (
+                    "code-find-references",
+                    " Not on CLISP (no cross-references).",
+                ),
+                ("profile-code", " Not on CLISP (no profiler)."),
+            ],
+            LispKind::Abcl => &[("profile-code", " Not on ABCL (no profiler).")],
+            LispKind::Ccl => &[("profile-code", " Not on CCL (no profiler).")],
+        }
+    }
+
     /// What the runtime option for the heap is called, for `--help` texts
     /// and doctor hints.
     pub fn heap_hint(self) -> &'static str {

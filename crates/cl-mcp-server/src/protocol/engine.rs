@@ -57,7 +57,8 @@ impl Engine {
         } else {
             &[]
         };
-        let tools_list = mcp::describe_tools(&tools, token_tools);
+        let mut tools_list = mcp::describe_tools(&tools, token_tools);
+        note_missing_features(&mut tools_list, &config.image);
         Arc::new(Engine {
             tools_list,
             config: Arc::new(config),
@@ -751,5 +752,31 @@ pub(crate) struct ProgressGuard(CancellationToken);
 impl Drop for ProgressGuard {
     fn drop(&mut self) {
         self.0.cancel();
+    }
+}
+
+/// Appends to each tool's description what the chosen implementation
+/// cannot do ([`LispKind::missing_features`](crate::image::implementation::LispKind::missing_features)).
+/// Only a local image named by `--lisp` is asked (its `--version`, once):
+/// the default is SBCL, and an attached image's implementation is known
+/// only once connected.
+fn note_missing_features(tools_list: &mut Value, image: &crate::image::ImageConfig) {
+    if image.attach.is_some() || image.lisp.is_none() {
+        return;
+    }
+    let Ok((_, kind)) = crate::image::locate::find_lisp_kind(image) else {
+        return;
+    };
+    for (tool, clause) in kind.missing_features() {
+        if let Some(d) = tools_list
+            .as_array_mut()
+            .into_iter()
+            .flatten()
+            .find(|t| t["name"] == *tool)
+        {
+            if let Some(text) = d["description"].as_str() {
+                d["description"] = Value::String(format!("{text}{clause}"));
+            }
+        }
     }
 }

@@ -12,6 +12,57 @@ use serde_json::{json, Value};
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_cl-mcp-server");
 
+/// The Common Lisp implementation the image-backed tests run on, by its
+/// short name (`sbcl`, `ecl`, `clisp`, `abcl`, `ccl`): `CL_MCP_LISP` (a name
+/// or a path), which the servers the tests start inherit. Unset, `sbcl`.
+/// `scripts/test.sh` runs the eval, image, code and ASDF suites once more
+/// with `CL_MCP_LISP=ecl` and `CL_MCP_LISP=clisp` (the CI matrix).
+pub fn lisp() -> &'static str {
+    static NAME: OnceLock<&'static str> = OnceLock::new();
+    NAME.get_or_init(|| {
+        let Some(v) = std::env::var_os("CL_MCP_LISP").filter(|v| !v.is_empty()) else {
+            return "sbcl";
+        };
+        let file = std::path::Path::new(&v)
+            .file_name()
+            .map(|f| f.to_string_lossy().to_ascii_lowercase())
+            .unwrap_or_default();
+        ["sbcl", "ecl", "clisp", "abcl", "ccl", "lx86cl"]
+            .into_iter()
+            .find(|n| file.starts_with(n))
+            .map(|n| if n == "lx86cl" { "ccl" } else { n })
+            .unwrap_or_else(|| panic!("CL_MCP_LISP={v:?}: not an implementation the tests know"))
+    })
+}
+
+/// Whether the tests run on SBCL (the default implementation).
+pub fn on_sbcl() -> bool {
+    lisp() == "sbcl"
+}
+
+/// What `lisp-implementation-type` says on the implementation under test,
+/// upper-cased as `image-info` reports it.
+pub fn lisp_type() -> &'static str {
+    match lisp() {
+        "sbcl" => "SBCL",
+        "ecl" => "ECL",
+        "clisp" => "CLISP",
+        "abcl" => "ARMED BEAR COMMON LISP",
+        _ => "CLOZURE COMMON LISP",
+    }
+}
+
+/// A form that makes the image exit at once with `code`, in the
+/// implementation's own words.
+pub fn exit_form(code: i32) -> String {
+    match lisp() {
+        "sbcl" => format!("(sb-ext:exit :code {code} :abort t)"),
+        "abcl" => format!("(ext:exit :status {code})"),
+        "ccl" => format!("(ccl:quit {code})"),
+        _ => format!("(ext:quit {code})"),
+    }
+}
+
 /// A running server with its stdin and a reader thread for its stdout lines.
 pub struct Server {
     pub child: Child,
