@@ -51,25 +51,37 @@ CL-USER), or NIL; never interns."
 APPLY frame is a call of an interpreted function (TEXT \"(F '1)\"), a
 compiled function's frame is named by it; every other frame (EVAL forms,
 bindings, blocks, catch tags) is :SKIP."
-  (let* ((all (with-output-to-string (s) (ignore-errors (sys::describe-frame s frame))))
-         (line (subseq all 0 (or (position #\Newline all) (length all)))))
-    (flet ((after (marker)
+  (flet ((first-line (package)
+           ;; Described with *PACKAGE* as given: the names a frame shows
+           ;; depend on it (a build loads with the system's package current).
+           (let* ((all (let ((*package* package))
+                         (with-output-to-string (s)
+                           (ignore-errors (sys::describe-frame s frame))))))
+             (subseq all 0 (or (position #\Newline all) (length all))))))
+    (let ((line (first-line *package*))
+          ;; Every symbol with its package, to find the function by name.
+          (qualified (first-line (find-package "KEYWORD"))))
+    (flet ((after (marker &optional (line line))
              (let ((p (search marker line)))
-               (and p (subseq line (+ p (length marker)))))))
+               (and p (subseq line (+ p (length marker))))))
+           (head-name (call)
+             (symbol-from-text
+              (string-trim "(" (subseq call 0 (or (position-if (lambda (c) (member c '(#\Space #\))))
+                                                               call)
+                                                  (length call)))))))
       (let ((call (after "APPLY frame for call "))
-            (compiled (or (after "#<COMPILED-FUNCTION ") (after "#<SYSTEM-FUNCTION "))))
+            (compiled (or (after "#<COMPILED-FUNCTION " qualified)
+                          (after "#<SYSTEM-FUNCTION " qualified))))
         (cond (call
-               (let ((name (symbol-from-text
-                            (string-trim "(" (subseq call 0 (or (position-if (lambda (c) (member c '(#\Space #\))))
-                                                                             call)
-                                                                (length call)))))))
+               (let ((name (let ((q (after "APPLY frame for call " qualified)))
+                             (and q (head-name q)))))
                  (values (or name :skip) (truncate-string call 400))))
               (compiled
                (let* ((end (or (position #\> compiled) (length compiled)))
                       (name (symbol-from-text (subseq compiled 0 end))))
                  (values (or name :skip)
                          (and name (format nil "(~A ...)" (type-name-of-symbol name))))))
-              (t (values :skip nil)))))))
+              (t (values :skip nil))))))))
 
 (defun frame-env-index (index)
   "The frame whose variables are those of frame INDEX's function: INDEX
