@@ -358,7 +358,8 @@ fn failed_builds_keep_their_diagnostics() {
     match common::lisp() {
         "ecl" => {}
         "clisp" => assert!(
-            r.text.contains("\n0: (BOOM::EXPLODE ...)\n1: (BOOM::OUTER ...)"),
+            r.text
+                .contains("\n0: (BOOM::EXPLODE ...)\n1: (BOOM::OUTER ...)"),
             "{}",
             r.text
         ),
