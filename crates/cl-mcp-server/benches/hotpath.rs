@@ -19,8 +19,11 @@ use std::time::{Duration, Instant};
 
 use swank_client::{SwankClient, Thread};
 
+#[path = "support/raw_swank.rs"]
+mod raw_swank;
+use raw_swank::start_raw_swank;
+
 const BIN: &str = env!("CARGO_BIN_EXE_cl-mcp-server");
-const LOADER: &str = "/usr/share/common-lisp/source/slime/swank-loader.lisp";
 
 struct Server {
     child: Child,
@@ -108,49 +111,6 @@ fn write_system(root: &std::path::Path) {
         format!("(asdf:defsystem \"hotbench\" :serial t :components ({components}))\n"),
     )
     .unwrap();
-}
-
-/// An SBCL with Swank on a port of its choosing (the caller kills it).
-#[allow(clippy::zombie_processes)]
-fn start_raw_swank() -> (Child, u16) {
-    // Our Lisp helpers too, so the helper's own cost can be measured apart.
-    let lisp_dir = concat!(env!("CARGO_MANIFEST_DIR"), "/lisp");
-    let order = std::fs::read_to_string(format!("{lisp_dir}/ORDER")).unwrap();
-    let mut cmd = Command::new("sbcl");
-    cmd.args([
-        "--noinform",
-        "--non-interactive",
-        "--no-userinit",
-        "--load",
-        LOADER,
-    ])
-    .args(["--eval", "(swank-loader:init)"]);
-    for file in order
-        .lines()
-        .map(str::trim)
-        .filter(|l| !l.is_empty() && !l.starts_with('#'))
-    {
-        cmd.args(["--load", &format!("{lisp_dir}/{file}")]);
-    }
-    let mut child = cmd
-        .args([
-            "--eval",
-            "(format t \"~&SWANK-PORT ~D~%\" (swank:create-server :port 0 :dont-close t))",
-        ])
-        .args(["--eval", "(finish-output)", "--eval", "(loop (sleep 60))"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("sbcl on PATH");
-    let out = child.stdout.take().unwrap();
-    for line in BufReader::new(out).lines() {
-        let line = line.unwrap();
-        if let Some(p) = line.strip_prefix("SWANK-PORT ") {
-            return (child, p.trim().parse().unwrap());
-        }
-    }
-    panic!("Swank did not announce its port");
 }
 
 fn main() {

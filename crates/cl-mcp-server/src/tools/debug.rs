@@ -84,6 +84,16 @@ impl Pending {
         self.touch.notify_one();
     }
 
+    /// Its evaluation entered the debugger at `level` on `thread`.
+    fn entered(&self, thread: i64, level: i64) {
+        self.touch();
+        self.state.send_modify(|s| {
+            s.thread = Some(thread);
+            s.level = level;
+            s.debug_seq += 1;
+        });
+    }
+
     /// Seconds since a tool last touched it.
     pub fn idle_secs(&self) -> u64 {
         self.touched.lock().unwrap().elapsed().as_secs()
@@ -215,19 +225,10 @@ async fn monitor(
             }
             ev = events.recv(), if events_open => match ev {
                 Ok(ev) => match ev.event {
-                    SwankEvent::Debug { thread, level, continuations, .. } => {
-                        let mine = request_id.load(Ordering::SeqCst);
-                        let ours = continuations.as_list().is_some_and(|l| {
-                            l.iter().filter_map(Value::as_i64).any(|i| i as u64 == mine)
-                        });
-                        if ours {
-                            p.touch();
-                            p.state.send_modify(|s| {
-                                s.thread = Some(thread);
-                                s.level = level;
-                                s.debug_seq += 1;
-                            });
-                        }
+                    SwankEvent::Debug { thread, level, continuations, .. }
+                        if continues(&continuations, request_id.load(Ordering::SeqCst)) =>
+                    {
+                        p.entered(thread, level);
                     }
                     SwankEvent::DebugReturn { thread, level }
                         if p.state.borrow().thread == Some(thread) =>
@@ -349,20 +350,11 @@ async fn follow_taken_over(
                 Ok(ev) => {
                     match ev.event {
                         SwankEvent::Debug { thread, level, continuations, .. }
-                            if Some(thread) == p.taken_over =>
+                            if Some(thread) == p.taken_over
+                                && continues(&continuations, claim.id) =>
                         {
-                            let ours = continuations.as_list().is_some_and(|l| {
-                                l.iter().filter_map(Value::as_i64).any(|i| i as u64 == claim.id)
-                            });
-                            if ours {
-                                base.get_or_insert(level);
-                                p.touch();
-                                p.state.send_modify(|s| {
-                                    s.thread = Some(thread);
-                                    s.level = level;
-                                    s.debug_seq += 1;
-                                });
-                            }
+                            base.get_or_insert(level);
+                            p.entered(thread, level);
                         }
                         SwankEvent::DebugReturn { thread, level }
                             if Some(thread) == p.taken_over && base.is_some() =>
@@ -682,6 +674,14 @@ pub fn render_debugger(d: &DebuggerInfo) -> String {
          or name, `values` for use-value/store-value; action abort, continue, return, restart, step, next, out).",
     );
     t
+}
+
+/// Whether a `:debug` event's continuations include request `id` (the
+/// debugger was entered inside that request).
+fn continues(continuations: &Value, id: u64) -> bool {
+    continuations
+        .as_list()
+        .is_some_and(|l| l.iter().filter_map(Value::as_i64).any(|i| i as u64 == id))
 }
 
 /// The `[Frames]` part of a debugger's text: each user frame with its
