@@ -199,11 +199,46 @@ pub fn asdf_fasl_cache() -> Option<PathBuf> {
     xdg("XDG_CACHE_HOME", ".cache").map(|c| c.join("common-lisp"))
 }
 
+/// The user's home directory as the password database has it. A JVM
+/// (ABCL) takes its `user.home` from there, not from `$HOME`.
+fn passwd_home() -> Option<PathBuf> {
+    use std::ffi::CStr;
+    use std::os::unix::ffi::OsStrExt;
+    let mut buf = vec![0u8; 4096];
+    let mut pw: libc::passwd = unsafe { std::mem::zeroed() };
+    let mut found: *mut libc::passwd = std::ptr::null_mut();
+    // SAFETY: every pointer is to a live local of the size given.
+    let rc = unsafe {
+        libc::getpwuid_r(
+            libc::getuid(),
+            &mut pw,
+            buf.as_mut_ptr().cast(),
+            buf.len(),
+            &mut found,
+        )
+    };
+    if rc != 0 || found.is_null() || pw.pw_dir.is_null() {
+        return None;
+    }
+    // SAFETY: getpwuid_r succeeded, so pw_dir points into `buf`, NUL-ended.
+    let dir = unsafe { CStr::from_ptr(pw.pw_dir) };
+    Some(PathBuf::from(std::ffi::OsStr::from_bytes(dir.to_bytes()))).filter(|d| d.is_absolute())
+}
+
 /// The directories the image may write to in `workspace` and `strict`
 /// (existing ones, canonical, deduplicated).
 pub fn write_dirs(cfg: &SandboxConfig, places: &Places) -> Vec<PathBuf> {
     let mut dirs = vec![places.root.to_path_buf(), places.cache.to_path_buf()];
-    if let Some(fasl) = asdf_fasl_cache() {
+    let mut fasl_caches: Vec<PathBuf> = asdf_fasl_cache().into_iter().collect();
+    // Where `$HOME` is not the password database's home, a JVM's ASDF
+    // (ABCL's `user-homedir-pathname` is the JVM's `user.home`) writes
+    // under the latter.
+    if std::env::var_os("XDG_CACHE_HOME").is_none_or(|v| v.is_empty()) {
+        if let Some(h) = passwd_home().filter(|h| Some(h) != home().as_ref()) {
+            fasl_caches.push(h.join(".cache").join("common-lisp"));
+        }
+    }
+    for fasl in fasl_caches {
         // ASDF creates it at the first compile; Landlock needs it to exist.
         let _ = std::fs::create_dir_all(&fasl);
         dirs.push(fasl);
@@ -475,6 +510,13 @@ pub fn refusal_hint(report: &SandboxReport, text: &str) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn passwd_home_is_an_existing_directory() {
+        // Where a JVM's ASDF writes when `$HOME` says otherwise.
+        let h = passwd_home().expect("the user has a passwd entry");
+        assert!(h.is_absolute() && h.is_dir(), "{}", h.display());
+    }
 
     fn report(mode: SandboxMode, enforced: bool) -> SandboxReport {
         SandboxReport {
