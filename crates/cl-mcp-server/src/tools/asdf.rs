@@ -11,7 +11,7 @@ use super::code::{
     BuildOutput, Diagnostic, FailedAction,
 };
 use super::lisp_call::{
-    self, helper_form, plist_bool, plist_i64, plist_list, plist_str, plist_strings,
+    self, helper_form, plist_bool, plist_i64, plist_items, plist_str, plist_strings,
 };
 use super::output::DEFAULT_MAX_OUTPUT;
 use super::{cap_output, tool, Annotations, ToolContext, ToolDef, ToolGroup, ToolOutput};
@@ -152,17 +152,13 @@ async fn asdf_test_system(a: TestArgs, ctx: ToolContext) -> ToolOutput {
             failed: plist_i64(s, "failed"),
             skipped: plist_i64(s, "skipped"),
         });
-    let failures = plist_list(&v, "failures")
-        .unwrap_or(&[])
-        .iter()
-        .map(|f| TestFailure {
-            test: plist_str(f, "test").unwrap_or_default(),
-            suite: plist_str(f, "suite"),
-            message: plist_str(f, "message").unwrap_or_default(),
-            form: plist_str(f, "form"),
-            location: super::code::Location::from_plist(f, &root),
-        })
-        .collect();
+    let failures = plist_items(&v, "failures", |f| TestFailure {
+        test: plist_str(f, "test").unwrap_or_default(),
+        suite: plist_str(f, "suite"),
+        message: plist_str(f, "message").unwrap_or_default(),
+        form: plist_str(f, "form"),
+        location: super::code::Location::from_plist(f, &root),
+    });
     let out = TestOutput {
         success: build.success,
         summary,
@@ -283,15 +279,11 @@ async fn asdf_list_systems(a: ListArgs, ctx: ToolContext) -> ToolOutput {
     };
     let out = ListOutput {
         count: plist_i64(&v, "count").unwrap_or(0),
-        systems: plist_list(&v, "systems")
-            .unwrap_or(&[])
-            .iter()
-            .map(|s| SystemEntry {
-                name: plist_str(s, "name").unwrap_or_default(),
-                loaded: plist_bool(s, "loaded"),
-                project: plist_bool(s, "project"),
-            })
-            .collect(),
+        systems: plist_items(&v, "systems", |s| SystemEntry {
+            name: plist_str(s, "name").unwrap_or_default(),
+            loaded: plist_bool(s, "loaded"),
+            project: plist_bool(s, "project"),
+        }),
     };
     let mut text = format!("{} system(s) known to ASDF", out.count);
     if (out.systems.len() as i64) < out.count {

@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 
 use super::fs_paths::{self, Access};
 use super::lisp_call::{
-    self, helper_form, plist_bool, plist_i64, plist_list, plist_str, plist_strings,
+    self, helper_form, plist_bool, plist_i64, plist_items, plist_list, plist_str, plist_strings,
 };
 use super::output::DEFAULT_MAX_OUTPUT;
 use super::{tool, Annotations, ToolContext, ToolDef, ToolGroup, ToolOutput};
@@ -70,15 +70,11 @@ pub struct Diagnostic {
 
 /// Reads the `:diagnostics` of a build helper's result.
 pub fn diagnostics_from(v: &Value, root: &Path) -> Vec<Diagnostic> {
-    plist_list(v, "diagnostics")
-        .unwrap_or(&[])
-        .iter()
-        .map(|d| Diagnostic {
-            severity: plist_str(d, "severity").unwrap_or_else(|| "note".into()),
-            message: plist_str(d, "message").unwrap_or_default(),
-            location: Location::from_plist(d, root),
-        })
-        .collect()
+    plist_items(v, "diagnostics", |d| Diagnostic {
+        severity: plist_str(d, "severity").unwrap_or_else(|| "note".into()),
+        message: plist_str(d, "message").unwrap_or_default(),
+        location: Location::from_plist(d, root),
+    })
 }
 
 /// `path:line:column: severity: message`, one per line (message lines after
@@ -359,14 +355,10 @@ async fn code_describe(a: DescribeArgs, ctx: ToolContext) -> ToolOutput {
         symbol: plist_str(&v, "symbol").unwrap_or_default(),
         kinds: plist_strings(&v, "kinds"),
         arglist: plist_str(&v, "arglist"),
-        documentation: plist_list(&v, "documentation")
-            .unwrap_or(&[])
-            .iter()
-            .map(|d| Documentation {
-                kind: plist_str(d, "kind").unwrap_or_default(),
-                text: plist_str(d, "text").unwrap_or_default(),
-            })
-            .collect(),
+        documentation: plist_items(&v, "documentation", |d| Documentation {
+            kind: plist_str(d, "kind").unwrap_or_default(),
+            text: plist_str(d, "text").unwrap_or_default(),
+        }),
         value: plist_str(&v, "value"),
         description: plist_str(&v, "describe").unwrap_or_default(),
     };
@@ -607,14 +599,10 @@ async fn code_apropos(a: AproposArgs, ctx: ToolContext) -> ToolOutput {
     };
     let out = AproposOutput {
         count: plist_i64(&v, "count").unwrap_or(0),
-        symbols: plist_list(&v, "symbols")
-            .unwrap_or(&[])
-            .iter()
-            .map(|s| AproposSymbol {
-                symbol: plist_str(s, "symbol").unwrap_or_default(),
-                kinds: plist_strings(s, "kinds"),
-            })
-            .collect(),
+        symbols: plist_items(&v, "symbols", |s| AproposSymbol {
+            symbol: plist_str(s, "symbol").unwrap_or_default(),
+            kinds: plist_strings(s, "kinds"),
+        }),
     };
     let mut text = format!("{} symbol(s) match {:?}", out.count, a.query);
     if (out.symbols.len() as i64) < out.count {

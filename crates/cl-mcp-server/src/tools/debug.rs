@@ -26,7 +26,7 @@ use super::eval::{render_text, EvalOutput, InterruptCause};
 use super::fs_paths::display_path;
 use super::lisp_call::{
     call_fresh, call_lookup, call_on_thread, check_read_depth, finish, helper_form, plist_i64,
-    plist_list, plist_str, plist_strings, reply_value, BUFFER_PACKAGE,
+    plist_items, plist_str, plist_strings, reply_value, BUFFER_PACKAGE,
 };
 use super::{tool, Annotations, ToolContext, ToolDef, ToolGroup, ToolOutput};
 use crate::image::Image;
@@ -591,25 +591,17 @@ fn debugger_info(ctx: &ToolContext, id: u64, v: &Value) -> DebuggerInfo {
         level: plist_i64(v, "level").unwrap_or(0),
         kind: plist_str(v, "type").unwrap_or_default(),
         message: plist_str(v, "message").unwrap_or_default(),
-        restarts: plist_list(v, "restarts")
-            .unwrap_or(&[])
-            .iter()
-            .map(|r| RestartInfo {
-                index: plist_i64(r, "index").unwrap_or(0),
-                name: plist_str(r, "name").unwrap_or_default(),
-                description: plist_str(r, "description").unwrap_or_default(),
-            })
-            .collect(),
-        frames: plist_list(v, "frames")
-            .unwrap_or(&[])
-            .iter()
-            .map(|f| FrameInfo {
-                index: plist_i64(f, "index").unwrap_or(0),
-                frame: plist_str(f, "frame").unwrap_or_default(),
-                path: plist_str(f, "path").map(|p| rel_path(ctx, &p)),
-                line: plist_i64(f, "line"),
-            })
-            .collect(),
+        restarts: plist_items(v, "restarts", |r| RestartInfo {
+            index: plist_i64(r, "index").unwrap_or(0),
+            name: plist_str(r, "name").unwrap_or_default(),
+            description: plist_str(r, "description").unwrap_or_default(),
+        }),
+        frames: plist_items(v, "frames", |f| FrameInfo {
+            index: plist_i64(f, "index").unwrap_or(0),
+            frame: plist_str(f, "frame").unwrap_or_default(),
+            path: plist_str(f, "path").map(|p| rel_path(ctx, &p)),
+            line: plist_i64(f, "line"),
+        }),
         total_frames: plist_i64(v, "total-frames").unwrap_or(0),
         thread: None,
     }
@@ -965,14 +957,10 @@ async fn debugger_frame(a: FrameArgs, ctx: ToolContext) -> ToolOutput {
         path: plist_str(&v, "path").map(|s| rel_path(&ctx, &s)),
         line: plist_i64(&v, "line"),
         form: plist_str(&v, "form"),
-        locals: plist_list(&v, "locals")
-            .unwrap_or(&[])
-            .iter()
-            .map(|l| Local {
-                name: plist_str(l, "name").unwrap_or_default(),
-                value: plist_str(l, "value").unwrap_or_default(),
-            })
-            .collect(),
+        locals: plist_items(&v, "locals", |l| Local {
+            name: plist_str(l, "name").unwrap_or_default(),
+            value: plist_str(l, "value").unwrap_or_default(),
+        }),
         more_locals: plist_i64(&v, "more-locals").unwrap_or(0),
         catch_tags: plist_strings(&v, "catch-tags"),
         ..FrameOutput::default()

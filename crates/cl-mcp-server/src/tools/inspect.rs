@@ -17,7 +17,8 @@ use serde::{Deserialize, Serialize};
 
 use super::code::{render_build_error, render_interruption, Location};
 use super::lisp_call::{
-    self as image, helper_form, plist_bool, plist_i64, plist_list, plist_str, plist_strings,
+    self as image, helper_form, plist_bool, plist_i64, plist_items, plist_list, plist_str,
+    plist_strings,
 };
 use super::output::DEFAULT_MAX_OUTPUT;
 use super::{tool, Annotations, ToolContext, ToolDef, ToolGroup, ToolOutput};
@@ -148,30 +149,22 @@ fn inspect_output(v: &Value, root: &std::path::Path) -> InspectOutput {
         type_name: plist_str(v, "type").unwrap_or_default(),
         kind: plist_str(v, "kind").unwrap_or_default(),
         path: plist_strings(v, "path"),
-        attributes: plist_list(v, "attributes")
-            .unwrap_or(&[])
-            .iter()
-            .map(|a| Attribute {
-                name: plist_str(a, "name").unwrap_or_default(),
-                value: plist_str(a, "value").unwrap_or_default(),
-            })
-            .collect(),
+        attributes: plist_items(v, "attributes", |a| Attribute {
+            name: plist_str(a, "name").unwrap_or_default(),
+            value: plist_str(a, "value").unwrap_or_default(),
+        }),
         location: v
             .plist_get("location")
             .filter(|l| !l.is_nil())
             .map(|l| Location::from_plist(l, root)),
         start: plist_i64(v, "start").unwrap_or(0),
         total: plist_i64(v, "total").unwrap_or(0),
-        parts: plist_list(v, "parts")
-            .unwrap_or(&[])
-            .iter()
-            .map(|p| Part {
-                index: plist_i64(p, "index").unwrap_or(0),
-                label: plist_str(p, "label").unwrap_or_default(),
-                value: plist_str(p, "value").unwrap_or_default(),
-                drillable: plist_bool(p, "drillable"),
-            })
-            .collect(),
+        parts: plist_items(v, "parts", |p| Part {
+            index: plist_i64(p, "index").unwrap_or(0),
+            label: plist_str(p, "label").unwrap_or_default(),
+            value: plist_str(p, "value").unwrap_or_default(),
+            drillable: plist_bool(p, "drillable"),
+        }),
     }
 }
 
@@ -341,28 +334,20 @@ struct TraceOutput {
 fn trace_output(v: &Value) -> TraceOutput {
     TraceOutput {
         traced: plist_strings(v, "traced"),
-        changes: plist_list(v, "changes")
-            .unwrap_or(&[])
-            .iter()
-            .map(|c| TraceChange {
-                name: plist_str(c, "name").unwrap_or_default(),
-                action: plist_str(c, "action").unwrap_or_default(),
-                ok: plist_bool(c, "ok"),
-                message: plist_str(c, "message"),
-            })
-            .collect(),
-        records: plist_list(v, "records")
-            .unwrap_or(&[])
-            .iter()
-            .map(|r| TraceRecord {
-                depth: plist_i64(r, "depth").unwrap_or(0),
-                function: plist_str(r, "name").unwrap_or_default(),
-                thread: plist_str(r, "thread").unwrap_or_default(),
-                arguments: plist_strings(r, "arguments"),
-                outcome: plist_str(r, "outcome").unwrap_or_default(),
-                values: plist_strings(r, "values"),
-            })
-            .collect(),
+        changes: plist_items(v, "changes", |c| TraceChange {
+            name: plist_str(c, "name").unwrap_or_default(),
+            action: plist_str(c, "action").unwrap_or_default(),
+            ok: plist_bool(c, "ok"),
+            message: plist_str(c, "message"),
+        }),
+        records: plist_items(v, "records", |r| TraceRecord {
+            depth: plist_i64(r, "depth").unwrap_or(0),
+            function: plist_str(r, "name").unwrap_or_default(),
+            thread: plist_str(r, "thread").unwrap_or_default(),
+            arguments: plist_strings(r, "arguments"),
+            outcome: plist_str(r, "outcome").unwrap_or_default(),
+            values: plist_strings(r, "values"),
+        }),
         more: plist_i64(v, "more").unwrap_or(0),
         dropped: plist_i64(v, "dropped").unwrap_or(0),
     }
@@ -614,14 +599,10 @@ async fn profile_code(a: ProfileArgs, ctx: ToolContext) -> ToolOutput {
         mode: plist_str(&v, "mode").unwrap_or_default(),
         samples: plist_i64(&v, "samples").unwrap_or(0),
         functions: profiled_functions(&v, "functions"),
-        calls: plist_list(&v, "calls")
-            .unwrap_or(&[])
-            .iter()
-            .map(|c| CallCount {
-                name: plist_str(c, "name").unwrap_or_default(),
-                count: plist_i64(c, "count").unwrap_or(0),
-            })
-            .collect(),
+        calls: plist_items(&v, "calls", |c| CallCount {
+            name: plist_str(c, "name").unwrap_or_default(),
+            count: plist_i64(c, "count").unwrap_or(0),
+        }),
         values: plist_strings(&v, "values"),
         stdout: plist_str(&v, "stdout").unwrap_or_default(),
         elapsed_ms: plist_i64(&v, "elapsed-ms").unwrap_or(0),
@@ -692,33 +673,25 @@ struct ThreadsOutput {
 
 fn threads_output(v: &Value, root: &std::path::Path) -> ThreadsOutput {
     ThreadsOutput {
-        threads: plist_list(v, "threads")
-            .unwrap_or(&[])
-            .iter()
-            .map(|t| ThreadInfo {
-                id: plist_i64(t, "id").unwrap_or(0),
-                name: plist_str(t, "name").unwrap_or_default(),
-                status: plist_str(t, "status").unwrap_or_default(),
-                in_debugger: plist_bool(t, "in-debugger"),
-                condition: plist_str(t, "condition"),
-                current: plist_bool(t, "current"),
-            })
-            .collect(),
+        threads: plist_items(v, "threads", |t| ThreadInfo {
+            id: plist_i64(t, "id").unwrap_or(0),
+            name: plist_str(t, "name").unwrap_or_default(),
+            status: plist_str(t, "status").unwrap_or_default(),
+            in_debugger: plist_bool(t, "in-debugger"),
+            condition: plist_str(t, "condition"),
+            current: plist_bool(t, "current"),
+        }),
         thread: plist_i64(v, "thread"),
         frames: v.plist_get("frames").map(|_| {
-            plist_list(v, "frames")
-                .unwrap_or(&[])
-                .iter()
-                .map(|f| {
-                    let l = Location::from_plist(f, root);
-                    ThreadFrame {
-                        index: plist_i64(f, "index").unwrap_or(0),
-                        frame: plist_str(f, "frame").unwrap_or_default(),
-                        path: l.path,
-                        line: l.line,
-                    }
-                })
-                .collect()
+            plist_items(v, "frames", |f| {
+                let l = Location::from_plist(f, root);
+                ThreadFrame {
+                    index: plist_i64(f, "index").unwrap_or(0),
+                    frame: plist_str(f, "frame").unwrap_or_default(),
+                    path: l.path,
+                    line: l.line,
+                }
+            })
         }),
         message: plist_str(v, "message"),
     }

@@ -88,6 +88,12 @@ pub fn plist_list<'a>(v: &'a Value, key: &str) -> Option<&'a [Value]> {
         .filter(|l| !l.is_empty())
 }
 
+/// Each element of a list value of a plist, mapped by `f` (none when the
+/// key is missing or not a list).
+pub fn plist_items<T>(v: &Value, key: &str, f: impl FnMut(&Value) -> T) -> Vec<T> {
+    plist_list(v, key).unwrap_or(&[]).iter().map(f).collect()
+}
+
 /// The strings of a list value of a plist (non-strings skipped).
 pub fn plist_strings(v: &Value, key: &str) -> Vec<String> {
     plist_list(v, key)
