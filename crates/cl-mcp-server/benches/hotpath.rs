@@ -212,30 +212,11 @@ fn main() {
         let (client, _events) = SwankClient::connect(("127.0.0.1", port), None)
             .await
             .unwrap();
-        let form = "(swank:eval-and-grab-output \"(+ 1 2)\")";
-        for _ in 0..200 {
-            client.rex(form, "CL-USER", Thread::T).await.unwrap();
-        }
-        let mut fresh = Vec::new();
-        for _ in 0..n {
-            let t = Instant::now();
-            client.rex(form, "CL-USER", Thread::T).await.unwrap();
-            fresh.push(t.elapsed());
-        }
-        let id = client.spawn_worker_thread("bench").await.unwrap();
-        let mut worker = Vec::new();
-        for _ in 0..n {
-            let t = Instant::now();
-            client.rex(form, "CL-USER", Thread::Id(id)).await.unwrap();
-            worker.push(t.elapsed());
-        }
-        let ours = "(cl-mcp:eval-request \"(+ 1 2)\")";
-        let mut helper = Vec::new();
-        for _ in 0..n {
-            let t = Instant::now();
-            client.rex(ours, "CL-USER", Thread::Id(id)).await.unwrap();
-            helper.push(t.elapsed());
-        }
+        let raw_swank::Baselines {
+            fresh,
+            worker,
+            helper,
+        } = raw_swank::swank_baselines(&client, n, 200).await;
         // The evaluation channel (lisp/direct.lisp) of the same image, driven
         // with blocking I/O from here: its floor, and with our helper.
         let token = "0123456789abcdef";

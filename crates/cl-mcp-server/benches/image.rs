@@ -20,7 +20,7 @@ use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use swank_client::{SwankClient, Thread};
+use swank_client::SwankClient;
 
 #[path = "support/raw_swank.rs"]
 mod raw_swank;
@@ -260,35 +260,15 @@ fn main() {
         .enable_all()
         .build()
         .unwrap();
-    let (fresh, worker, helper) = rt.block_on(async {
+    let raw_swank::Baselines {
+        fresh,
+        worker,
+        helper,
+    } = rt.block_on(async {
         let (client, _events) = SwankClient::connect(("127.0.0.1", port), None)
             .await
             .unwrap();
-        let form = "(swank:eval-and-grab-output \"(+ 1 2)\")";
-        for _ in 0..50 {
-            client.rex(form, "CL-USER", Thread::T).await.unwrap();
-        }
-        let mut fresh = Vec::new();
-        for _ in 0..n {
-            let t = Instant::now();
-            client.rex(form, "CL-USER", Thread::T).await.unwrap();
-            fresh.push(t.elapsed());
-        }
-        let id = client.spawn_worker_thread("bench").await.unwrap();
-        let mut worker = Vec::new();
-        for _ in 0..n {
-            let t = Instant::now();
-            client.rex(form, "CL-USER", Thread::Id(id)).await.unwrap();
-            worker.push(t.elapsed());
-        }
-        let ours = "(cl-mcp:eval-request \"(+ 1 2)\")";
-        let mut helper = Vec::new();
-        for _ in 0..n {
-            let t = Instant::now();
-            client.rex(ours, "CL-USER", Thread::Id(id)).await.unwrap();
-            helper.push(t.elapsed());
-        }
-        (fresh, worker, helper)
+        raw_swank::swank_baselines(&client, n as usize, 50).await
     });
     let _ = lisp.kill();
     let _ = lisp.wait();

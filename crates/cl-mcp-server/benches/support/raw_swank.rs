@@ -4,6 +4,9 @@
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use swank_client::{SwankClient, Thread};
 
 const LOADER: &str = "/usr/share/common-lisp/source/slime/swank-loader.lisp";
 
@@ -49,4 +52,44 @@ pub fn start_raw_swank() -> (Child, u16) {
         }
     }
     panic!("Swank did not announce its port");
+}
+
+/// The raw-Swank round trips both benchmarks report, `n` of each after
+/// `warmup` unmeasured calls.
+pub struct Baselines {
+    /// `(+ 1 2)` through `swank:eval-and-grab-output`, a fresh thread a call.
+    pub fresh: Vec<Duration>,
+    /// The same on one persistent worker thread.
+    pub worker: Vec<Duration>,
+    /// Our helper, `cl-mcp:eval-request`, on that worker.
+    pub helper: Vec<Duration>,
+}
+
+pub async fn swank_baselines(client: &SwankClient, n: usize, warmup: usize) -> Baselines {
+    async fn times(client: &SwankClient, form: &str, thread: Thread, n: usize) -> Vec<Duration> {
+        let mut v = Vec::with_capacity(n);
+        for _ in 0..n {
+            let t = Instant::now();
+            client.rex(form, "CL-USER", thread).await.unwrap();
+            v.push(t.elapsed());
+        }
+        v
+    }
+    let form = "(swank:eval-and-grab-output \"(+ 1 2)\")";
+    times(client, form, Thread::T, warmup).await;
+    let fresh = times(client, form, Thread::T, n).await;
+    let id = client.spawn_worker_thread("bench").await.unwrap();
+    let worker = times(client, form, Thread::Id(id), n).await;
+    let helper = times(
+        client,
+        "(cl-mcp:eval-request \"(+ 1 2)\")",
+        Thread::Id(id),
+        n,
+    )
+    .await;
+    Baselines {
+        fresh,
+        worker,
+        helper,
+    }
 }
