@@ -50,8 +50,14 @@
   #-(or sbcl ecl clisp ccl) (progn name nil))
 
 (defun exit-now (code)
+  "End the process at once, whatever its other threads are doing."
   #+sbcl (sb-ext:exit :code code :abort t)
-  #+(or ecl clisp) (ext:quit code)
+  ;; ECL's QUIT kills and then joins every other thread by default: one
+  ;; that does not take the interrupt (inside WITHOUT-INTERRUPTS, or one
+  ;; that missed it going to sleep) would keep the image alive for as long
+  ;; as it runs, after the server is gone.
+  #+ecl (ext:quit code nil)
+  #+clisp (ext:quit code)
   #+ccl (ccl:quit code)
   #+abcl (ext:exit :status code)
   #-(or sbcl ecl clisp ccl abcl) (progn code (error "no exit on this Lisp")))

@@ -163,7 +163,9 @@ impl LispKind {
     pub fn exit_form(self, code: i32) -> String {
         match self {
             LispKind::Sbcl => format!("(sb-ext:exit :code {code} :abort t)"),
-            LispKind::Ecl | LispKind::Clisp => format!("(ext:quit {code})"),
+            // ECL: without joining other threads (see boot.lisp's EXIT-NOW).
+            LispKind::Ecl => format!("(ext:quit {code} nil)"),
+            LispKind::Clisp => format!("(ext:quit {code})"),
             LispKind::Abcl => format!("(ext:exit :status {code})"),
             LispKind::Ccl => format!("(ccl:quit {code})"),
         }
