@@ -712,3 +712,74 @@ async fn dropping_a_legacy_http_post_cancels_its_request() {
         server.log.lock().unwrap()
     );
 }
+
+/// The ids of the answers in `text`, one JSON message per line, in order
+/// (requests run concurrently, so their answers may come in any order).
+fn answered_ids(text: &str) -> Vec<i64> {
+    let mut ids: Vec<i64> = text
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .filter_map(|v| v["id"].as_i64())
+        .collect();
+    ids.sort_unstable();
+    ids
+}
+
+/// Pipes (what the SDKs in Python and Rust give a server), a socket pair
+/// (what Node's child processes get) and plain files (a script replaying a
+/// session) all carry the same session: the first two are served on the
+/// runtime's poller, files by the blocking threads.
+#[test]
+fn stdio_is_served_over_a_socket_pair_and_over_files() {
+    let session = format!(
+        "{INIT}\n{INITIALIZED}\n{}\n{}\n",
+        r#"{"jsonrpc":"2.0","id":2,"method":"ping"}"#,
+        r#"{"jsonrpc":"2.0","id":3,"method":"tools/list"}"#
+    );
+
+    // One socket end as both stdin and stdout.
+    let (ours, theirs) = std::os::unix::net::UnixStream::pair().unwrap();
+    let mut child = Command::new(BIN)
+        .arg("--lazy-image")
+        .stdin(Stdio::from(std::os::fd::OwnedFd::from(
+            theirs.try_clone().unwrap(),
+        )))
+        .stdout(Stdio::from(std::os::fd::OwnedFd::from(theirs)))
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let _kill = KillOnDrop(child.id());
+    (&ours).write_all(session.as_bytes()).unwrap();
+    ours.shutdown(std::net::Shutdown::Write).unwrap();
+    ours.set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    let mut out = String::new();
+    (&ours).read_to_string(&mut out).unwrap();
+    assert_eq!(
+        answered_ids(&out),
+        [1, 2, 3],
+        "{}",
+        &out[..out.len().min(2000)]
+    );
+    assert!(child.wait().unwrap().success());
+
+    // A file in, a file out.
+    let dir = tempfile::tempdir().unwrap();
+    let (input, output) = (dir.path().join("in.jsonl"), dir.path().join("out.jsonl"));
+    std::fs::write(&input, &session).unwrap();
+    let status = Command::new(BIN)
+        .arg("--lazy-image")
+        .stdin(std::fs::File::open(&input).unwrap())
+        .stdout(std::fs::File::create(&output).unwrap())
+        .stderr(Stdio::null())
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let out = std::fs::read_to_string(&output).unwrap();
+    assert_eq!(
+        answered_ids(&out),
+        [1, 2, 3],
+        "{}",
+        &out[..out.len().min(2000)]
+    );
+}
