@@ -670,7 +670,7 @@ mod tests {
         );
         assert!(build.contains("(compile-file f"), "{build}");
         assert!(build.contains(r#""/c/ecl-k.tmp-1/""#), "{build}");
-        assert!(build.trim_end().ends_with("(ext:quit 0)"), "{build}");
+        assert!(build.trim_end().ends_with("(ext:quit 0 nil)"), "{build}");
         let start = fasl_start_script(
             LispKind::Ecl,
             &SwankSource::Asdf,
