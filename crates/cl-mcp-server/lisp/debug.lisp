@@ -54,9 +54,7 @@ bindings, blocks, catch tags) is :SKIP."
   (flet ((first-line (package)
            ;; Described with *PACKAGE* as given: the names a frame shows
            ;; depend on it (a build loads with the system's package current).
-           (let* ((all (let ((*package* package))
-                         (with-output-to-string (s)
-                           (ignore-errors (sys::describe-frame s frame))))))
+           (let ((all (frame-description frame package)))
              (subseq all 0 (or (position #\Newline all) (length all))))))
     (let ((line (first-line *package*))
           ;; Every symbol with its package, to find the function by name.
@@ -91,8 +89,7 @@ call) holds its lexical environment."
   #+clisp (let ((frames (swank/backend:compute-backtrace 0 (1+ index)))
                 (found index))
             (loop for j from (1- index) downto 0
-                  for text = (with-output-to-string (s)
-                               (ignore-errors (sys::describe-frame s (nth j frames))))
+                  for text = (frame-description (nth j frames))
                   until (search "APPLY frame" text)
                   when (and (search "EVAL frame" text)
                             (ignore-errors (swank/backend:frame-locals j)))

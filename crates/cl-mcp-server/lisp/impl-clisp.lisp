@@ -36,13 +36,33 @@ interned); a local function's CLISP name (FOO-1-2) gives FOO. Or NIL."
                              (emf (setf name (subseq name 0 emf)))
                              (t (return nil))))))))))
 
+  (defun frame-description (frame &optional (package *package*))
+    "FRAME's description as CLISP prints it, read with *PACKAGE* PACKAGE.
+It shows the frame's environment, so it is printed with labels for shared
+structure (a circular list in a local variable would print forever), long
+lists and deep nesting cut, and at most 4000 characters."
+    (let ((s (make-capture-stream 4000 :stop-after 4000)))
+      (ignore-errors
+       (let ((*package* package) (*print-circle* t) (*print-length* 20)
+             (*print-level* 5) (*print-pretty* nil) (*print-readably* nil))
+         (catch 'capture-full (sys::describe-frame s frame))))
+      (capture-contents s)))
+
+  ;; Swank's CLISP backend describes every frame of the stack (to skip
+  ;; the boring ones) each time a backtrace is taken, printing without
+  ;; bounds: a frame whose environment holds a circular list printed
+  ;; forever, or until CLISP's stack overflowed (SIGSEGV). Its one printing
+  ;; function is given the bounded description.
+  (let ((to-string (find-symbol "FRAME-TO-STRING" "SWANK/CLISP")))
+    (when (and to-string (fboundp to-string))
+      (setf (fdefinition to-string) (lambda (frame) (frame-description frame)))))
+
   (defun frame-function-name (frame)
     "CLISP frames have no function objects Swank exposes: the name is read
 from the frame's printed description (\"APPLY frame for call (FOO 1)\",
 \"EVAL frame for form (FOO 1)\", #<COMPILED-FUNCTION FOO>), or NIL."
     (ignore-errors
-     (let* ((text (let ((*package* (find-package "KEYWORD")))
-                    (with-output-to-string (s) (sys::describe-frame s frame))))
+     (let* ((text (frame-description frame (find-package "KEYWORD")))
             (open (position #\( text)))
        (or (and (not (search "EVAL frame for " text))
                 (not (search "APPLY frame for " text))
@@ -69,7 +89,7 @@ from the frame's printed description (\"APPLY frame for call (FOO 1)\",
 
   (defun stack-exhaustion-p (condition)
     (or (typep condition 'storage-condition)
-        (search "stack overflow" (ignore-errors (princ-to-string condition)))))
+        (search "stack overflow" (print-capped condition 2000))))
 
   (defun interrupt-condition-p (condition)
     "SIGINT (the server's timeout or cancellation) breaks into CLISP with
@@ -158,7 +178,8 @@ compile, so no cross-references."
 definition), which is what the agent asked for, and when a library adds a
 method to a generic function already called (ASDF's PERFORM, as every test
 system does): noise."
-    (let ((text (ignore-errors (princ-to-string condition))))
+    ;; Capped printing: the warning's arguments may be circular.
+    (let ((text (print-capped condition 2000)))
       (and text (or (search "redefin" text) (search "DEFUN/DEFMACRO" text)
                     (search "to an already called generic function" text))
            t))))
