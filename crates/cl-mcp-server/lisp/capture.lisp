@@ -519,7 +519,13 @@ what reaches the debugger suspends the evaluation in Swank's debugger
                                      :backtrace (user-backtrace backtrace-limit)
                                      :restarts (set-difference
                                                 (compute-restarts condition)
-                                                outer-restarts))))))
+                                                outer-restarts)))))
+                          ;; A Lisp without threads is interrupted by a
+                          ;; signal (impl-clisp.lisp): an interruption,
+                          ;; taken here before any outer handler sees it.
+                          (interruption (c)
+                            (when (interrupt-condition-p c)
+                              (interrupt-here evaluation))))
                      (call-with-debugger-hooks
                       (lambda (condition hook)
                         (declare (ignore hook))
@@ -530,32 +536,30 @@ what reaches the debugger suspends the evaluation in Swank's debugger
                        (call-without-outer-handlers
                         (lambda ()
                         (handler-bind
-                            (;; A Lisp without threads is interrupted by a
-                             ;; signal (impl-clisp.lisp): an interruption,
-                             ;; taken here before any outer handler sees it.
-                             (condition
-                               (lambda (c)
-                                 (when (interrupt-condition-p c)
-                                   (interrupt-here evaluation))))
+                            ((condition #'interruption)
                              (warning
                                (lambda (w)
-                                 (when on-warning (funcall on-warning w))
-                                 (unless (eq warnings :pass)
-                                   (when (and (eq warnings :collect)
-                                              (not (ignorable-warning-p w)))
-                                     ;; Capped in count and characters:
-                                     ;; thousands of warnings must not
-                                     ;; swamp the reply.
-                                     (if (or (>= warning-count *max-warnings*)
-                                             (>= warning-chars max-output))
-                                         (incf warnings-dropped)
-                                         (let ((text (format-warning
-                                                      w (max 100 (min 5000 (- max-output warning-chars))))))
-                                           (incf warning-count)
-                                           (incf warning-chars (length text))
-                                           (push text collected))))
-                                   (let ((r (find-restart 'muffle-warning w)))
-                                     (when r (invoke-restart r)))))))
+                                 ;; A handler runs without the handlers
+                                 ;; bound here: a signal arriving while it
+                                 ;; works is taken by its own binding.
+                                 (handler-bind ((condition #'interruption))
+                                   (when on-warning (funcall on-warning w))
+                                   (unless (eq warnings :pass)
+                                     (when (and (eq warnings :collect)
+                                                (not (ignorable-warning-p w)))
+                                       ;; Capped in count and characters:
+                                       ;; thousands of warnings must not
+                                       ;; swamp the reply.
+                                       (if (or (>= warning-count *max-warnings*)
+                                               (>= warning-chars max-output))
+                                           (incf warnings-dropped)
+                                           (let ((text (format-warning
+                                                        w (max 100 (min 5000 (- max-output warning-chars))))))
+                                             (incf warning-count)
+                                             (incf warning-chars (length text))
+                                             (push text collected))))
+                                     (let ((r (find-restart 'muffle-warning w)))
+                                       (when r (invoke-restart r))))))))
                           ;; No handler for errors here: a condition that
                           ;; is only SIGNALed (even an ERROR) and returns
                           ;; is not a failure. What reaches the debugger

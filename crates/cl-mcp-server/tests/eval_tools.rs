@@ -200,6 +200,33 @@ fn timeout_interrupts_and_keeps_state() {
     assert_eq!(r.structured["interrupted"], true);
     let r = eval(&mut s, 3, "*kept*");
     assert_eq!(r.text, "=> 42", "state survives the timeout");
+
+    // Interrupted while the server's own warning handler works (most of
+    // the time of a warning storm): still this evaluation's timeout, with
+    // the warnings it collected and where it was.
+    let r = eval_with(
+        &mut s,
+        4,
+        "(loop (warn (make-string 3000 :initial-element #\\w)))",
+        json!({"timeoutSeconds": 2}),
+    );
+    assert!(r.is_error);
+    assert!(r.text.contains("[TIMEOUT]"), "{}", r.text);
+    assert_eq!(r.structured["interrupted"], true, "{}", r.text);
+    assert!(
+        !r.structured["warnings"].as_array().unwrap().is_empty(),
+        "{}",
+        r.text
+    );
+    assert!(
+        r.structured["where"]
+            .as_array()
+            .is_some_and(|w| !w.is_empty()),
+        "{}",
+        r.structured["where"]
+    );
+    let r = eval(&mut s, 5, "*kept*");
+    assert_eq!(r.text, "=> 42");
 }
 
 #[test]

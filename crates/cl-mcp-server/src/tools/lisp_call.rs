@@ -191,7 +191,8 @@ async fn drive_evaluation(
     grace: Duration,
 ) -> Result<(Value, Option<StopCause>), String> {
     let started = Instant::now();
-    let eval = eval_on_worker(ctx, form);
+    let image = ctx.session.image();
+    let eval = image.eval(form, BUFFER_PACKAGE);
     tokio::pin!(eval);
     let deadline = tokio::time::sleep(timeout);
     tokio::pin!(deadline);
@@ -203,7 +204,24 @@ async fn drive_evaluation(
     let threads = ctx.session.image().has_threads();
     loop {
         tokio::select! {
-            r = &mut eval => return r.map(|v| (v, cause)),
+            r = &mut eval => {
+                // Without threads the server's signal can land just after
+                // the evaluation ended, while the image sends its reply:
+                // Swank then aborts the request. It was interrupted all
+                // the same (what it printed is lost).
+                if let (Ok(ImageReply { outcome: RexOutcome::Abort(_), .. }), Some(_), false) =
+                    (&r, cause, threads)
+                {
+                    // Keeps a state-lost notice the reply carried.
+                    let _ = unpack(ctx, r);
+                    let plist = Value::List(
+                        vec![Value::keyword("interrupted"), Value::t()],
+                        None,
+                    );
+                    return Ok((plist, cause));
+                }
+                return unpack(ctx, r).map(|v| (v, cause));
+            }
             _ = &mut deadline, if cause.is_none() => {
                 cause = Some(StopCause::Timeout);
                 interrupt_evaluation(ctx, Some(id)).await;
@@ -473,12 +491,6 @@ async fn ensure_project_registered(ctx: &ToolContext) {
             tracing::warn!(root = %root.display(), error = %e, "could not register the project's systems")
         }
     }
-}
-
-/// Runs `form` where evaluations run (the image's evaluation worker).
-async fn eval_on_worker(ctx: &ToolContext, form: &str) -> Result<Value, String> {
-    let image = ctx.session.image();
-    unpack(ctx, image.eval(form, BUFFER_PACKAGE).await)
 }
 
 /// Runs `form` on a fresh Swank thread (never waits behind an evaluation).
