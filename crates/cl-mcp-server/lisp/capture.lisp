@@ -228,7 +228,9 @@ share what is left equally."
   abort-restart
   ;; *PACKAGE* where the evaluation entered the debugger (forms sent to the
   ;; debugger are read there).
-  package)
+  package
+  ;; True once it is over (its trace records still open never return).
+  ended)
 
 (defvar *evaluations* '()
   "Evaluations running right now (EVALUATION structs), newest first.")
@@ -245,6 +247,7 @@ no-op, so a late interrupt can never hit the next request.")
    *evaluations-lock* (lambda () (push evaluation *evaluations*))))
 
 (defun unregister-evaluation (evaluation)
+  (setf (evaluation-ended evaluation) t)
   (swank/backend:call-with-lock-held
    *evaluations-lock*
    (lambda () (setf *evaluations* (remove evaluation *evaluations*)))))
@@ -300,6 +303,19 @@ no-op, so a late interrupt can never hit the next request.")
        (some (lambda (word) (search word (symbol-name symbol)))
              '("INTERRUPT" "SIGURG" "SIGNAL-HANDLER" "SIGALRM"))))
 
+(defparameter *helper-directory*
+  (let ((file (or *compile-file-truename* *load-truename*)))
+    (and file (directory-namestring file)))
+  "The directory the server's helper sources were compiled from.")
+
+(defun helper-local-frame-p (name)
+  "A local function of the server's helpers that the compiler names by its
+file, e.g. (FLET \"LAMBDA0\" :IN \"/.../debug.lisp\") (the body of a
+WITH-COMPILATION-UNIT)."
+  (let ((in (and (consp name) (member :in name))))
+    (and in (stringp (second in)) *helper-directory*
+         (eql 0 (search *helper-directory* (second in))))))
+
 (defun machinery-frame-p (name text &optional keep-internal)
   "Frames that are signalling/evaluation machinery rather than user code.
 With KEEP-INTERNAL, the implementation's own functions count as code (an
@@ -311,6 +327,7 @@ interrupt may land inside SLEEP's internals; that is where it was)."
            (let ((text (string-left-trim "(" text)))
              (or (eql 0 (search "SWANK" text))
                  (eql 0 (search "CL-MCP-SERVER" text)))))
+          ((helper-local-frame-p name) t)
           ((null symbol) nil)
           ((our-package-p (symbol-package symbol)) t)
           ((interrupt-machinery-p symbol) t)

@@ -198,6 +198,17 @@ the whitespace before it)."
                           collect (frame-plist i f :location t :call call))
             :total-frames (length frames))))))
 
+(defun debugger-evaluation-output ()
+  "What the evaluation suspended in this debugger printed so far, its
+package and time: (:stdout S :stderr S :package S :elapsed-ms N), or NIL
+in a debugger that is not an evaluation's."
+  (let ((e *current-evaluation*))
+    (when e
+      (list :stdout (capture-contents (evaluation-stdout e))
+            :stderr (capture-contents (evaluation-stderr e))
+            :package (package-name (or (evaluation-package e) *package*))
+            :elapsed-ms (milliseconds-since (evaluation-start e))))))
+
 (defun form-text-at (path offset &optional (limit 2000))
   "The text of the form that starts at character OFFSET of the file PATH,
 capped at LIMIT characters."
@@ -210,16 +221,24 @@ capped at LIMIT characters."
         (truncate-string (subseq text offset (or end (min (length text) (+ offset limit))))
                          limit)))))
 
+(defun frame-at (index)
+  "Frame INDEX (Swank's numbering) of the current debugger's stack, or NIL
+when the stack has no such frame."
+  (and (integerp index) (>= index 0)
+       (nth index (swank/backend:compute-backtrace 0 (1+ index)))))
+
+(defun no-frame-error (index)
+  (list :error (format nil "There is no frame ~A in this debugger: debugger-backtrace lists its frames with their numbers."
+                       index)))
+
 (defun debugger-frame (index &key (max-locals 50) (max-value 500))
   "Frame INDEX: (:index I :frame S :path P :line L :column C :form S
 :locals ((:name S :value S) ...) :more-locals N :catch-tags (S ...)), or
 (:error MESSAGE) for a frame that does not exist."
   (with-debugger-errors ()
-  (let ((frame (and (integerp index) (>= index 0)
-                    (first (swank/backend:compute-backtrace index (1+ index))))))
+  (let ((frame (frame-at index)))
     (unless frame
-      (return-from debugger-frame
-        (list :error (format nil "There is no frame ~D in this debugger." index))))
+      (return-from debugger-frame (no-frame-error index)))
     (with-file-cache ()
       (let* ((loc (frame-location index))
              (locals (ignore-errors (swank/backend:frame-locals (frame-env-index index))))
@@ -262,23 +281,65 @@ capped at LIMIT characters."
             do (push form forms)))
     (nreverse forms)))
 
-(defun debugger-eval-in-frame (index code &key package (max-output 50000))
-  "Evaluate the forms of CODE one by one in the lexical environment of
-frame INDEX, read in PACKAGE (default: the package of the frame's
-function). Returns (:values (S ...) :stdout S). An error in CODE enters a
-nested debugger level (like SLDB's eval-in-frame)."
-  (let* ((out (make-capture-stream max-output))
-         (values '()))
-    (let ((*standard-output* out)
-          (*trace-output* out))
-      (dolist (form (read-forms code (or package
-                                         ;; Like SLDB: read in the package of
-                                         ;; the frame's function.
-                                         (ignore-errors (swank/backend:frame-package index)))))
+(defun read-code (code package)
+  "The forms of CODE (READ-FORMS), or (values NIL MESSAGE) when it does not
+read: said plainly, never a nested debugger level."
+  (handler-case (values (read-forms code package) nil)
+    (error (e)
+      (values nil (format nil "The code does not read: ~A" (print-capped e 1000))))))
+
+(defun frame-code-package (index)
+  "The package code for frame INDEX is read in: that of the frame's
+function, as in SLDB, unless the frame is the implementation's, Swank's or
+the server's (a top-level BREAK's): then NIL, the evaluation's package."
+  (let ((package (ignore-errors (swank/backend:frame-package index))))
+    (and (packagep package)
+         (not (implementation-internal-package-p package))
+         (not (our-package-p package))
+         (not (eq package (find-package "COMMON-LISP")))
+         package)))
+
+(defun eval-forms-in-frame (forms index)
+  "The values of the last of FORMS, each evaluated in frame INDEX's
+lexical environment, in a compilation unit of their own (else SBCL defers
+\"undefined variable\" warnings to the end of the evaluation's unit)."
+  (let ((values '()))
+    (with-compilation-unit (:override t)
+      (dolist (form forms)
         (setf values (multiple-value-list
                       (swank/backend:eval-in-frame form (frame-env-index index))))))
-    (list :values (print-values values :max-output max-output)
-          :stdout (capture-contents out))))
+    values))
+
+(defun debugger-eval-in-frame (index code &key package (max-output 50000))
+  "Evaluate the forms of CODE one by one in the lexical environment of
+frame INDEX, read in PACKAGE (default: FRAME-CODE-PACKAGE). Returns
+(:values (S ...) :stdout S :warnings (S ...)), or (:error MESSAGE) when
+there is no such frame or CODE does not read. The warnings are CODE's own
+(collected here, never the suspended evaluation's). An error in CODE enters
+a nested debugger level (like SLDB's eval-in-frame)."
+  (unless (frame-at index)
+    (return-from debugger-eval-in-frame (no-frame-error index)))
+  (multiple-value-bind (forms problem)
+      (read-code code (or package (frame-code-package index)))
+    (when problem
+      (return-from debugger-eval-in-frame (list :error problem)))
+    (let ((out (make-capture-stream max-output))
+          (values '())
+          (warnings '()))
+      (let ((*standard-output* out)
+            (*error-output* out)
+            (*trace-output* out))
+        (handler-bind ((warning
+                         (lambda (w)
+                           (unless (or (ignorable-warning-p w)
+                                       (>= (length warnings) *max-warnings*))
+                             (push (format-warning w 2000) warnings))
+                           (let ((r (find-restart 'muffle-warning w)))
+                             (when r (invoke-restart r))))))
+          (setf values (eval-forms-in-frame forms index))))
+      (list :values (print-values values :max-output max-output)
+            :stdout (capture-contents out)
+            :warnings (nreverse warnings)))))
 
 (defun find-debugger-restart (restart)
   "RESTART is Swank's index or a restart name (a string, matched without
@@ -305,9 +366,12 @@ restart."
                                        (format nil "~D ~A" (first e)
                                                (or (restart-name (second e)) "")))
                                      (debugger-restarts))))))
-    (let ((args (loop for v in values
-                      append (mapcar #'eval (read-forms v package)))))
-      (apply #'invoke-restart (second entry) args))))
+    (let ((forms (loop for v in values
+                       append (multiple-value-bind (forms problem) (read-code v package)
+                                (when problem
+                                  (return-from debugger-invoke-restart (list :error problem)))
+                                forms))))
+      (apply #'invoke-restart (second entry) (mapcar #'eval forms)))))
 
 (defvar *give-back-restart* nil
   "In a thread taken over (TAKE-OVER-THREAD): the restart that leaves the
@@ -360,7 +424,12 @@ in. Returns (:ok T) or (:error MESSAGE)."
 (defun debugger-return-from-frame (index form &key package)
   "Make frame INDEX return the values of FORM (read in PACKAGE, evaluated
 in the frame). Returns (:error MESSAGE) when the implementation cannot."
-  (let* ((forms (read-forms form package))
+  (unless (frame-at index)
+    (return-from debugger-return-from-frame (no-frame-error index)))
+  (let* ((forms (multiple-value-bind (forms problem) (read-code form package)
+                  (when problem
+                    (return-from debugger-return-from-frame (list :error problem)))
+                  forms))
          (result (handler-case
                      (swank/backend:return-from-frame
                       index (if (cdr forms) `(progn ,@forms) (first forms)))
@@ -392,6 +461,8 @@ continues. Does not return when it steps; (:error MESSAGE) when it cannot."
   "Restart frame INDEX (call its function again with the same arguments;
 a redefined function runs its new definition). Returns (:error MESSAGE)
 when the implementation cannot."
+  (unless (frame-at index)
+    (return-from debugger-restart-frame (no-frame-error index)))
   (let ((result (handler-case (swank/backend:restart-frame index)
                   (error (e)
                     (return-from debugger-restart-frame

@@ -310,8 +310,7 @@ inspection, so PART and BACK go on from it. An error in CODE is answered as
         ;; variable" notes to the end of the evaluation's unit.
         (handler-bind ((warning #'muffle-warning))
           (with-compilation-unit (:override t)
-            (dolist (form (read-forms code (or package
-                                               (ignore-errors (swank/backend:frame-package index)))))
+            (dolist (form (read-forms code (or package (frame-code-package index))))
               (setf value (swank/backend:eval-in-frame form (frame-env-index index))))))
       (error (e)
         (return-from debugger-inspect-in-frame
@@ -333,8 +332,9 @@ inspection, so PART and BACK go on from it. An error in CODE is answered as
   "Records kept per session; later calls are counted as dropped.")
 
 (defstruct (trace-record (:constructor make-trace-record
-                             (id depth name thread arguments)))
-  id depth name thread arguments (outcome :running) values)
+                             (id depth name thread arguments evaluation)))
+  ;; EVALUATION: the server's evaluation the call was made in, or NIL.
+  id depth name thread arguments evaluation (outcome :running) values)
 
 (defstruct trace-store
   (records (make-array 64 :adjustable t :fill-pointer 0))
@@ -413,7 +413,8 @@ the stores of the sessions that traced NAME, completes it on :EXIT or
                                                (princ-to-string*
                                                 (or (ignore-errors (swank/backend:thread-name thread))
                                                     "thread"))
-                                               printed))
+                                               printed
+                                               *current-evaluation*))
                     (records (trace-store-records store)))
                 (push record (gethash thread open))
                 (if (< (fill-pointer records) *max-trace-records*)
@@ -435,11 +436,33 @@ the stores of the sessions that traced NAME, completes it on :EXIT or
         :outcome (string-downcase (symbol-name (trace-record-outcome r)))
         :values (trace-record-values r)))
 
+(defun settle-trace-records (store)
+  "Calls still open in STORE whose evaluation is over were left by a
+non-local exit (an abort, a THROW past them) that the tracer never
+reported: mark them so, and forget them. Call with *TRACE-LOCK* held."
+  (let ((open (trace-store-open store))
+        (threads '()))
+    (maphash (lambda (thread records)
+               (declare (ignore records))
+               (push thread threads))
+             open)
+    (dolist (thread threads)
+      (let ((left (remove-if (lambda (r)
+                               (let ((e (trace-record-evaluation r)))
+                                 (when (and e (evaluation-ended e))
+                                   (setf (trace-record-outcome r) :non-local-exit)
+                                   t)))
+                             (gethash thread open))))
+        (if left
+            (setf (gethash thread open) left)
+            (remhash thread open))))))
+
 (defun take-trace-records (session limit clear)
   "The oldest LIMIT records of SESSION (and how many more there are); with
 CLEAR, the finished ones returned are removed from its store."
   (with-trace-lock
    (lambda ()
+     (settle-trace-records (trace-store session))
      (let* ((store (trace-store session))
             (all (trace-store-records store))
             (n (fill-pointer all))

@@ -318,6 +318,105 @@ fn nested_levels_break_and_continue() {
     assert!(r.text.starts_with("[ERROR]"), "{}", r.text);
 }
 
+/// Code run in a frame keeps its warnings and output to itself; what the
+/// evaluation printed before the debugger comes with it; bad frame
+/// numbers, unreadable code and bad restart numbers are said plainly
+/// without a nested level; a traced call left by an abort is not "still
+/// running".
+#[test]
+fn frame_code_keeps_its_own_warnings_and_bad_input_is_said_plainly() {
+    let mut s = lisp_server(&[]);
+    let r = eval(
+        &mut s,
+        1,
+        "(defun dbg-w (x) (declare (optimize (debug 2))) \
+         (let ((y (* x 2))) (princ \"before\") (break) (+ y 1)))",
+    );
+    assert!(!r.is_error, "{}", r.text);
+    let r = eval_with(&mut s, 2, "(dbg-w 5)", json!({"debug": true}));
+    assert!(r.text.starts_with("[DEBUGGER level 1]"), "{}", r.text);
+    assert_eq!(r.structured["stdout"], "before", "{}", r.structured);
+    assert!(r.text.ends_with("[stdout so far]\nbefore"), "{}", r.text);
+    assert_eq!(r.structured["package"], "COMMON-LISP-USER");
+    let frame = frame_index(&r.structured, "DBG-W");
+
+    let r = call(
+        &mut s,
+        3,
+        "debugger-frame",
+        json!({"frame": frame, "code": "(let ((z (lambda () (undefined-fn-qq)))) (princ :in) (list x y))"}),
+    );
+    assert!(!r.is_error, "{}", r.text);
+    assert_eq!(r.structured["values"], json!(["(5 10)"]), "{}", r.text);
+    assert_eq!(r.structured["stdout"], "IN");
+    assert!(
+        r.structured["warnings"].as_array().is_some_and(|w| w
+            .iter()
+            .any(|w| w.as_str().unwrap().contains("UNDEFINED-FN-QQ"))),
+        "{}",
+        r.text
+    );
+
+    let r = call(&mut s, 4, "debugger-frame", json!({"frame": 999}));
+    assert!(r.is_error, "{}", r.text);
+    assert!(r.text.starts_with("There is no frame 999"), "{}", r.text);
+    let r = call(
+        &mut s,
+        5,
+        "debugger-frame",
+        json!({"frame": frame, "code": "(car"}),
+    );
+    assert!(r.is_error, "{}", r.text);
+    assert!(r.text.starts_with("The code does not read"), "{}", r.text);
+    let r = call(
+        &mut s,
+        6,
+        "debugger-restart",
+        json!({"action": "return", "frame": 999, "values": ["1"]}),
+    );
+    assert!(r.text.contains("There is no frame 999"), "{}", r.text);
+    let r = call(
+        &mut s,
+        7,
+        "debugger-restart",
+        json!({"restart": "continue", "values": ["(car"]}),
+    );
+    assert!(r.text.contains("does not read"), "{}", r.text);
+    let r = call(&mut s, 8, "debugger-restart", json!({"restart": -1}));
+    assert!(r.is_error, "{}", r.text);
+    assert!(r.text.contains("a restart's number"), "{}", r.text);
+    let r = call(&mut s, 9, "debugger-backtrace", json!({}));
+    assert_eq!(r.structured["level"], 1, "no nested level: {}", r.text);
+
+    // The evaluation's outcome has none of the frame code's warnings.
+    let r = call(
+        &mut s,
+        10,
+        "debugger-restart",
+        json!({"action": "continue"}),
+    );
+    assert!(!r.is_error, "{}", r.text);
+    assert_eq!(r.text, "before\n=> 11");
+    assert!(
+        r.structured.get("warnings").is_none_or(|w| w == &json!([])),
+        "{}",
+        r.structured
+    );
+
+    // A traced call that an abort left is over, not "still running".
+    let r = call(&mut s, 11, "trace-functions", json!({"trace": ["dbg-w"]}));
+    assert!(!r.is_error, "{}", r.text);
+    let r = eval_with(&mut s, 12, "(dbg-w 1)", json!({"debug": true}));
+    assert!(r.text.starts_with("[DEBUGGER level 1]"), "{}", r.text);
+    call(&mut s, 13, "debugger-restart", json!({"action": "abort"}));
+    let r = call(&mut s, 14, "trace-functions", json!({}));
+    let records = r.structured["records"].as_array().unwrap();
+    assert_eq!(records.len(), 1, "{}", r.text);
+    assert_eq!(records[0]["outcome"], "non-local-exit", "{}", r.text);
+    let r = call(&mut s, 15, "trace-functions", json!({}));
+    assert_eq!(r.structured["records"], json!([]), "{}", r.text);
+}
+
 #[test]
 fn idle_pending_debugger_is_aborted() {
     let mut s = lisp_server(&["--debugger-idle-secs", "2"]);

@@ -734,11 +734,28 @@ pub async fn outcome_output(
         }
         Waited::Debugger => match read_debugger(ctx, p, 0, 10).await {
             Ok(d) => {
-                let text = render_debugger(&d);
-                let out = EvalOutput {
-                    debugger: Some(d),
-                    ..EvalOutput::default()
+                let mut out = EvalOutput::default();
+                // What it printed before the debugger, its package and time.
+                let so_far = match p.state().thread {
+                    Some(thread) => {
+                        let form = helper_form("debugger-evaluation-output", vec![], vec![]);
+                        call_on_thread(ctx, &form, thread).await.ok()
+                    }
+                    None => None,
                 };
+                if let Some(v) = so_far {
+                    out.stdout = plist_str(&v, "stdout").unwrap_or_default();
+                    out.stderr = plist_str(&v, "stderr").unwrap_or_default();
+                    out.package = plist_str(&v, "package").unwrap_or_default();
+                    out.elapsed_ms = plist_i64(&v, "elapsed-ms").unwrap_or(0);
+                }
+                let mut text = render_debugger(&d);
+                for (what, s) in [("stdout", &out.stdout), ("stderr", &out.stderr)] {
+                    if !s.is_empty() {
+                        text.push_str(&format!("\n\n[{what} so far]\n{}", s.trim_end()));
+                    }
+                }
+                out.debugger = Some(d);
                 ToolOutput::structured(text, serde_json::to_value(&out).unwrap_or_default())
                     .with_error(true)
             }
@@ -876,6 +893,9 @@ struct FrameOutput {
     /// Output of `code`.
     #[serde(skip_serializing_if = "Option::is_none")]
     stdout: Option<String>,
+    /// Warnings `code` signalled (compiling it, say).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    warnings: Vec<String>,
     /// The nested debugger `code` entered.
     #[serde(skip_serializing_if = "Option::is_none")]
     nested: Option<DebuggerInfo>,
@@ -911,6 +931,9 @@ fn render_frame(o: &FrameOutput) -> String {
         if let Some(s) = o.stdout.as_deref().filter(|s| !s.is_empty()) {
             t.push('\n');
             t.push_str(s);
+        }
+        for w in &o.warnings {
+            t.push_str(&format!("\n[WARNING] {w}"));
         }
         if vals.is_empty() {
             t.push_str("\n=> ; No values");
@@ -982,8 +1005,12 @@ async fn debugger_frame(a: FrameArgs, ctx: ToolContext) -> ToolOutput {
         tokio::select! {
             r = call => match reply_value(r).1 {
                 Ok(v) => {
+                    if let Some(e) = plist_str(&v, "error") {
+                        return ToolOutput::error(e);
+                    }
                     out.values = Some(plist_strings(&v, "values"));
                     out.stdout = Some(plist_str(&v, "stdout").unwrap_or_default());
+                    out.warnings = plist_strings(&v, "warnings");
                 }
                 Err(e) => return ToolOutput::error(e),
             },
@@ -1006,7 +1033,10 @@ async fn debugger_frame(a: FrameArgs, ctx: ToolContext) -> ToolOutput {
 
 // A restart's number or name.
 #[derive(Deserialize, JsonSchema, Clone, Debug)]
-#[serde(untagged)]
+#[serde(
+    untagged,
+    expecting = "a restart's number (0 or more, as debugger-backtrace lists them) or its name"
+)]
 enum RestartRef {
     Index(u32),
     Name(String),
