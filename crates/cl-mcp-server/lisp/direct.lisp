@@ -68,7 +68,7 @@ framed message) is served; others are closed. Returns (PORT THREAD-ID)."
                         (unwind-protect
                              (loop
                                (let ((s (swank/backend:accept-connection
-                                         socket :external-format nil :buffering :full)))
+                                         socket :external-format nil :buffering t)))
                                  (if (equal (ignore-errors (swank/rpc::read-packet s)) token)
                                      (return s)
                                      (ignore-errors (close s)))))

@@ -22,6 +22,14 @@ fn info_reports_the_image() {
     assert_eq!(r.structured["package"], "COMMON-LISP-USER");
     assert_eq!(r.structured["swankVersion"], "2.27");
     assert!(r.text.contains("local image"), "{}", r.text);
+    // Evaluations take the evaluation channel wherever the Lisp has
+    // threads (ECL's once failed to open: every start waited 10 s).
+    assert_eq!(
+        r.structured["evaluationChannel"],
+        common::lisp() != "clisp",
+        "{}",
+        r.text
+    );
 }
 
 #[test]

@@ -67,6 +67,9 @@ pub struct ImageInfo {
     pub sandbox: Option<SandboxReport>,
     /// Its resource limits in words (`None`: attached, or not started).
     pub limits: Option<String>,
+    /// Whether evaluations take the evaluation channel (see `direct`);
+    /// `None` when no image runs.
+    pub eval_channel: Option<bool>,
 }
 
 /// A handle on the session's Lisp image. Cheap to clone; clones share the
@@ -587,6 +590,10 @@ impl Image {
             kind: live.as_ref().and_then(|l| l.kind),
             sandbox: live.as_ref().and_then(|l| l.sandbox.clone()),
             limits: live.as_ref().and_then(|l| l.limits.clone()),
+            // Held while a request uses it: then it is open.
+            eval_channel: live
+                .as_ref()
+                .map(|l| l.direct.try_lock().map_or(true, |d| d.is_some())),
         }
     }
 

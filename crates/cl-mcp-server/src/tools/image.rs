@@ -47,6 +47,10 @@ struct InfoOutput {
     /// The cached core the image started from, if any.
     #[serde(skip_serializing_if = "Option::is_none")]
     core: Option<String>,
+    /// Whether evaluations take the server's own evaluation channel
+    /// (false: through Swank, as on a Lisp without threads).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    evaluation_channel: Option<bool>,
     machine: String,
     /// What a local image is confined to (`--sandbox`); absent for an
     /// attached image (never confined).
@@ -111,6 +115,7 @@ fn info_output(image: &Image, v: &Value) -> InfoOutput {
         features: plist_strings(v, "features"),
         pending_debuggers: Vec::new(),
         core: info.core.map(|p| p.display().to_string()),
+        evaluation_channel: info.eval_channel,
         machine: plist_str(v, "machine").unwrap_or_default(),
         sandbox: info.sandbox.as_ref().map(sandbox_info),
     }
@@ -137,6 +142,11 @@ fn render_info(o: &InfoOutput) -> String {
     }
     if let Some(c) = &o.core {
         text.push_str(&format!("\nCore: {c}"));
+    }
+    match o.evaluation_channel {
+        Some(true) => text.push_str("\nEvaluations: the server's evaluation channel"),
+        Some(false) => text.push_str("\nEvaluations: through Swank (no evaluation channel)"),
+        None => {}
     }
     text.push_str(&format!("\nMachine: {}", o.machine));
     text.push_str(&format!("\nFeatures: {}", o.features.join(" ")));
