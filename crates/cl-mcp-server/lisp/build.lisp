@@ -210,10 +210,11 @@ the captured stderr)."
             (block build
               (flet ((stop (condition &optional hook)
                        (declare (ignore hook))
-                       ;; A read error COMPILE-FILE lets through (CLISP's):
-                       ;; a located diagnostic too, as SBCL's compiler
-                       ;; makes it.
-                       (when (typep condition '(or reader-error package-error))
+                       ;; A read error COMPILE-FILE lets through (CLISP's,
+                       ;; and CLISP's syntax errors, e.g. (LET ((1 X)))): a
+                       ;; located diagnostic too, as SBCL's compiler makes it.
+                       (when (typep condition '(or reader-error package-error
+                                                #+clisp program-error))
                          (multiple-value-bind (file offset) (compiling-form-position)
                            (when offset
                              (push (cons nil

@@ -57,6 +57,19 @@ lists and deep nesting cut, and at most 4000 characters."
     (when (and to-string (fboundp to-string))
       (setf (fdefinition to-string) (lambda (frame) (frame-description frame)))))
 
+  ;; Swank's CLISP backend also wraps the compiler's C-ERROR to report the
+  ;; error, formatting its arguments on the guess that the first of three
+  ;; is a form: CLISP passes the form, the control string and any number of
+  ;; arguments, so "Illegal syntax in ~A: ~S" became a FORMAT error about
+  ;; the form, reported instead of the compiler's error. CLISP signals
+  ;; that error itself (as a condition Swank's hooks note with its
+  ;; location), so the wrapper only calls the compiler's own.
+  (let ((c-error (find-symbol "C-ERROR" "SWANK/CLISP"))
+        (original (find-symbol "*ORIG-C-ERROR*" "SWANK/CLISP")))
+    (when (and c-error original (fboundp c-error) (boundp original))
+      (setf (fdefinition c-error)
+            (lambda (&rest args) (apply (symbol-value original) args)))))
+
   (defun frame-function-name (frame)
     "CLISP frames have no function objects Swank exposes: the name is read
 from the frame's printed description (\"APPLY frame for call (FOO 1)\",
@@ -131,19 +144,51 @@ definition was loaded from, and ASDF puts fasls away from their sources)."
                               (return-from fasl-source (asdf:component-pathname c))))))))
               (when system (walk system))))))))
 
+  (defun class-form-offset (path symbol)
+    "Where the DEFCLASS, DEFSTRUCT or DEFINE-CONDITION of SYMBOL starts in
+the file PATH (a character offset), found by its text, or NIL."
+    (let ((text (ignore-errors (cached-file-text (namestring path))))
+          (name (string-downcase (symbol-name symbol))))
+      (when text
+        (dolist (head '("(defclass " "(defstruct (" "(defstruct " "(define-condition "))
+          (let ((start 0))
+            (loop
+              (let ((at (search head text :start2 start :test #'char-equal)))
+                (unless at (return))
+                (let* ((from (+ at (length head)))
+                       (to (+ from (length name))))
+                  (when (and (<= to (length text))
+                             (string-equal name text :start2 from :end2 to)
+                             (or (= to (length text))
+                                 (member (char text to)
+                                         '(#\Space #\Tab #\Newline #\Return #\( #\)))))
+                    (return-from class-form-offset at)))
+                (setf start (1+ at)))))))))
+
   (defun backend-find-definitions (symbol)
     "As swank/clisp, but a definition loaded from a fasl whose source is not
-beside it (ASDF's output translations) points at the source ASDF compiled."
+beside it (ASDF's output translations) points at the source ASDF compiled,
+and a class or structure (recorded as (SETF FIND-CLASS), at a line of the
+macro's expansion) at its defining form."
     (mapcar (lambda (fspec)
-              (let ((path (and (consp fspec) (second fspec))))
-                (swank/clisp::fspec-location
-                 symbol
-                 (if (and path (pathnamep path)
-                          (member (pathname-type path) custom:*compiled-file-types*
-                                  :test #'equal))
-                     (let ((source (fasl-source path)))
-                       (if source (list* (first fspec) source (cddr fspec)) fspec))
-                     fspec))))
+              (let* ((path (and (consp fspec) (second fspec)))
+                     (fspec (if (and path (pathnamep path)
+                                     (member (pathname-type path) custom:*compiled-file-types*
+                                             :test #'equal))
+                                (let ((source (fasl-source path)))
+                                  (if source (list* (first fspec) source (cddr fspec)) fspec))
+                                fspec))
+                     (entry (swank/clisp::fspec-location symbol fspec))
+                     (offset (and (consp fspec) (equal (first fspec) '(setf find-class))
+                                  (pathnamep (second fspec))
+                                  (class-form-offset (second fspec) symbol))))
+                (if offset
+                    (list (first entry)
+                          (list :location
+                                (list :file (namestring (truename (second fspec))))
+                                (list :position (1+ offset))
+                                nil))
+                    entry)))
             (documentation symbol 'sys::file)))
 
   (defun special-variable-p (symbol)

@@ -22,6 +22,13 @@
     (when (and (consp dspec) (consp (cdr dspec)) (symbolp head)
                (not (eql 0 (search "DEF" (symbol-name head)))))
       (let ((kind (if (consp (second dspec)) (first (second dspec)) (second dspec))))
+        ;; A class or structure is recorded as (NAME (SETF FIND-CLASS)).
+        (when (and (consp (second dspec)) (eq kind 'setf)
+                   (eq (second (second dspec)) 'find-class))
+          (let ((class (find-class head nil)))
+            (setf kind (cond ((typep class 'structure-class) 'defstruct)
+                             ((and class (subtypep class 'condition)) 'define-condition)
+                             (t 'defclass)))))
         (when (and kind (symbolp kind) (eql 0 (search "DEF" (symbol-name kind))))
           (setf head (if (string= (symbol-name kind) "DEFUN/DEFMACRO")
                          (if (macro-function head) 'defmacro 'defun)

@@ -101,6 +101,18 @@ fn introspection_builds_and_tests_on_a_real_project() {
         kinds.contains(&"generic-function") && kinds.contains(&"method"),
         "{kinds:?}"
     );
+    // A class: its kind and its DEFCLASS (CLISP records a class at a line
+    // of the macro's expansion, under (SETF FIND-CLASS)).
+    let r = call(&mut s, 71, "code-find", json!({"symbol": "mcpdemo:circle"}));
+    assert!(!r.is_error, "{}", r.text);
+    let class = r.structured["definitions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|d| d["kind"] == "class")
+        .unwrap_or_else(|| panic!("no class definition: {}", r.text));
+    assert_eq!(class["path"], "main.lisp", "{}", r.text);
+    assert_eq!(class["line"], 33, "{}", r.text);
     let r = call(&mut s, 8, "code-find", json!({"symbol": "nopkg:foo"}));
     assert!(r.is_error && r.text.contains("nopkg"), "{}", r.text);
 

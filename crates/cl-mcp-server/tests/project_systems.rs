@@ -464,6 +464,39 @@ fn failed_builds_keep_their_diagnostics() {
     assert_eq!(r.structured["success"], true);
     assert_eq!(r.structured["failureP"], false);
     assert_eq!(r.structured["warningsP"], false);
+
+    // A syntax error the compiler finds is an error at its form, in the
+    // compiler's words (Swank's CLISP backend once turned it into a FORMAT
+    // error about the form).
+    write(
+        &root,
+        "syntax.lisp",
+        "(defun fine-one (x) (+ x 1))\n\n(defun broken-one (x)\n  (let ((1 x)) x))\n",
+    );
+    let r = call(
+        &mut s,
+        9,
+        "lisp-compile-file",
+        json!({"path": "syntax.lisp"}),
+    );
+    assert!(r.is_error, "{}", r.text);
+    let errors: Vec<&serde_json::Value> = r.structured["diagnostics"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|d| d["severity"] == "error")
+        .collect();
+    assert_eq!(errors.len(), 1, "{}", r.text);
+    assert!(
+        [3, 4].contains(&errors[0]["line"].as_i64().unwrap_or(0)),
+        "{}",
+        r.text
+    );
+    assert!(
+        !errors[0]["message"].as_str().unwrap().contains("FORMAT"),
+        "{}",
+        r.text
+    );
 }
 
 /// asdf-test-system: FiveAM's failures per test (name, suite, message with
@@ -589,6 +622,21 @@ fn test_runs_report_each_failure_and_run_single_tests() {
         r.text
             .contains("No FiveAM test or suite named \"no-such-test\"")
             && r.text.contains("SHOP-TESTS::PRICES"),
+        "{}",
+        r.text
+    );
+    // A system that does not exist: the error says so, first.
+    let r = call(
+        &mut s,
+        41,
+        "asdf-test-system",
+        json!({"system": "no-such-system-zz"}),
+    );
+    assert!(r.is_error, "{}", r.text);
+    assert!(
+        r.text.starts_with("Tests of no-such-system-zz FAILED (")
+            && r.text.contains("an error ended the run")
+            && !r.text.contains("no known test summary"),
         "{}",
         r.text
     );

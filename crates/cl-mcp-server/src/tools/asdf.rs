@@ -184,6 +184,13 @@ async fn asdf_test_system(a: TestArgs, ctx: ToolContext) -> ToolOutput {
             s.skipped.unwrap_or(0),
             out.elapsed_ms
         ),
+        // The error (a missing system, a failed build) says what happened.
+        None if out.error.is_some() => {
+            format!(
+                "{what} FAILED ({} ms): an error ended the run",
+                out.elapsed_ms
+            )
+        }
         None => format!(
             "{what} {} ({} ms; no known test summary recognised in the output)",
             if out.success {
