@@ -192,7 +192,7 @@ the whitespace before it)."
     (with-file-cache ()
       (list :level swank::*sldb-level*
             :type (type-name condition)
-            :message (print-capped condition 20000)
+            :message (condition-message condition)
             :restarts (debugger-restart-plists)
             :frames (loop for (i f call) in page
                           collect (frame-plist i f :location t :call call))

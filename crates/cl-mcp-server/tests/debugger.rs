@@ -936,6 +936,17 @@ fn debugger_on(lisp: &str) {
     for word in ["CL-MCP", "SWANK", "BYTECODES", "LAMBDA", "frame for"] {
         assert!(!r.text.contains(word), "{word} in:\n{}", r.text);
     }
+    // The debugger words a condition as the error result does (ECL prints
+    // an arithmetic error unreadably, #<a DIVISION-BY-ZERO ...>).
+    let r = eval_with(&mut s, 9, "(/ 1 (- 1 1))", json!({"debug": true}));
+    assert!(r.text.starts_with("[DEBUGGER level 1]"), "{}", r.text);
+    let message = r.structured["debugger"]["message"].as_str().unwrap();
+    assert!(
+        !message.starts_with("#<") && message.to_lowercase().contains("division"),
+        "{}",
+        r.text
+    );
+    call(&mut s, 10, "debugger-restart", json!({"action": "abort"}));
 }
 
 #[test]
