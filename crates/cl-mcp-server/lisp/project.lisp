@@ -93,12 +93,57 @@ later may have changed unseen: not current."
   (when *project-roots*
     (find-project-asd (asdf:primary-system-name (string-downcase (string name))))))
 
+(defun asd-defined-names (asd)
+  "The system names the DEFSYSTEM forms of the file ASD spell out (as a
+string, a keyword or an uninterned symbol), found by their text: nothing
+of the file is read or loaded. Lower case."
+  (let ((text (ignore-errors (uiop:read-file-string asd)))
+        (names '()))
+    (when text
+      (let ((start 0))
+        (loop
+          (let ((at (search "defsystem" text :start2 start :test #'char-equal)))
+            (unless at (return))
+            (setf start (+ at 9))
+            ;; Only an operator: "(defsystem" or "(asdf:defsystem" and the
+            ;; like, followed by whitespace.
+            (let ((open (position #\( text :end at :from-end t)))
+              (when (and open
+                         (every (lambda (c) (or (alphanumericp c) (member c '(#\: #\- #\/))))
+                                (subseq text (1+ open) at))
+                         (< start (length text))
+                         (member (char text start) '(#\Space #\Tab #\Newline #\Return)))
+                (let* ((name-start (position-if-not
+                                    (lambda (c) (member c '(#\Space #\Tab #\Newline #\Return)))
+                                    text :start start))
+                       (token-start (and name-start
+                                         (cond ((char= (char text name-start) #\") (1+ name-start))
+                                               ((char= (char text name-start) #\:) (1+ name-start))
+                                               ((and (char= (char text name-start) #\#)
+                                                     (< (1+ name-start) (length text))
+                                                     (char= (char text (1+ name-start)) #\:))
+                                                (+ 2 name-start))
+                                               (t name-start))))
+                       (token-end (and token-start
+                                       (position-if (lambda (c)
+                                                      (member c '(#\" #\Space #\Tab #\Newline
+                                                                  #\Return #\( #\))))
+                                                    text :start token-start))))
+                  (when (and token-end (> token-end token-start))
+                    (pushnew (string-downcase (subseq text token-start token-end))
+                             names :test #'string=)))))))))
+    (nreverse names)))
+
 (defun project-system-names ()
-  "Names of the systems defined by .asd files under the project roots."
+  "Names of the systems defined by .asd files under the project roots: each
+file's primary system and the secondary ones (NAME/...) it defines."
   (let ((names '()))
     (dolist (root *project-roots*)
       (dolist (e (project-index root :force t))
-        (pushnew (car e) names :test #'string=)))
+        (pushnew (car e) names :test #'string=)
+        (dolist (n (asd-defined-names (cdr e)))
+          (when (string= (asdf:primary-system-name n) (car e))
+            (pushnew n names :test #'string=)))))
     (sort names #'string<)))
 
 (defun register-project-root (root)

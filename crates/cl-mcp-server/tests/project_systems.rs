@@ -534,6 +534,17 @@ fn test_runs_report_each_failure_and_run_single_tests() {
     let root_s = root.to_string_lossy().into_owned();
     let mut s = lisp_server(&["--project-root", &root_s]);
 
+    // Before anything is loaded, the test system its .asd defines is
+    // listed beside the primary one.
+    let r = call(&mut s, 0, "asdf-list-systems", json!({"filter": "shop"}));
+    let names: Vec<&str> = r.structured["systems"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["shop", "shop/tests"], "{}", r.text);
+
     let r = call(&mut s, 1, "asdf-test-system", json!({"system": "shop"}));
     assert!(r.is_error, "{}", r.text);
     assert_eq!(r.structured["success"], false);
