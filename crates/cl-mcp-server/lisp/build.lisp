@@ -704,15 +704,6 @@ test forms by name."
               (walk s))))))
     (nreverse files)))
 
-(defun token-end (text start)
-  (or (position-if (lambda (c) (member c '(#\Space #\Tab #\Newline #\Return #\( #\) #\")))
-                   text :start start)
-      (length text)))
-
-(defun unqualified (token)
-  (let ((colon (position #\: token :from-end t)))
-    (if colon (subseq token (1+ colon)) token)))
-
 (defparameter *test-definers* '("test" "deftest" "define-test")
   "Operators whose first argument names a test (FiveAM, Rove/lisp-unit2,
 Parachute).")
@@ -721,26 +712,12 @@ Parachute).")
   "The location (:path P :line N :column N) of the form `(test NAME ...`
 (any package prefix, any case, at the start of a line) in FILES, or NIL."
   (dolist (path files)
-    (let ((text (ignore-errors (cached-file-text path))))
-      (when text
-        (loop for open = (position #\( text) then (position #\( text :start (1+ open))
-              while open
-              do (let ((line-start (let ((nl (position #\Newline text :end open :from-end t)))
-                                     (if nl (1+ nl) 0))))
-                   (when (every (lambda (c) (member c '(#\Space #\Tab)))
-                                (subseq text line-start open))
-                     (let* ((op-end (token-end text (1+ open)))
-                            (op (unqualified (subseq text (1+ open) op-end)))
-                            (name-start (and (member op *test-definers* :test #'string-equal)
-                                             (position-if-not (lambda (c) (member c '(#\Space #\Tab #\Newline #\Return)))
-                                                              text :start op-end)))
-                            (name (and name-start
-                                       (unqualified (subseq text name-start
-                                                            (token-end text name-start))))))
-                       (when (and name (string-equal name test-name))
-                         (multiple-value-bind (line column) (offset-line-column text open)
-                           (return-from find-test-form
-                             (list :path path :line line :column column)))))))))))
+    (let* ((text (ignore-errors (cached-file-text path)))
+           (hit (and text (find test-name (defining-forms text *test-definers*)
+                                :key #'car :test #'string-equal))))
+      (when hit
+        (multiple-value-bind (line column) (offset-line-column text (cdr hit))
+          (return-from find-test-form (list :path path :line line :column column))))))
   nil)
 
 (defun record-fiveam-results (results)

@@ -147,23 +147,11 @@ definition was loaded from, and ASDF puts fasls away from their sources)."
   (defun class-form-offset (path symbol)
     "Where the DEFCLASS, DEFSTRUCT or DEFINE-CONDITION of SYMBOL starts in
 the file PATH (a character offset), found by its text, or NIL."
-    (let ((text (ignore-errors (cached-file-text (namestring path))))
-          (name (string-downcase (symbol-name symbol))))
-      (when text
-        (dolist (head '("(defclass " "(defstruct (" "(defstruct " "(define-condition "))
-          (let ((start 0))
-            (loop
-              (let ((at (search head text :start2 start :test #'char-equal)))
-                (unless at (return))
-                (let* ((from (+ at (length head)))
-                       (to (+ from (length name))))
-                  (when (and (<= to (length text))
-                             (string-equal name text :start2 from :end2 to)
-                             (or (= to (length text))
-                                 (member (char text to)
-                                         '(#\Space #\Tab #\Newline #\Return #\( #\)))))
-                    (return-from class-form-offset at)))
-                (setf start (1+ at)))))))))
+    (let ((text (ignore-errors (cached-file-text (namestring path)))))
+      (and text
+           (cdr (find (symbol-name symbol)
+                      (defining-forms text '("defclass" "defstruct" "define-condition"))
+                      :key #'car :test #'string-equal)))))
 
   (defun backend-find-definitions (symbol)
     "As swank/clisp, but a definition loaded from a fasl whose source is not

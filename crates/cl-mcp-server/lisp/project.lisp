@@ -94,45 +94,14 @@ later may have changed unseen: not current."
     (find-project-asd (asdf:primary-system-name (string-downcase (string name))))))
 
 (defun asd-defined-names (asd)
-  "The system names the DEFSYSTEM forms of the file ASD spell out (as a
-string, a keyword or an uninterned symbol), found by their text: nothing
-of the file is read or loaded. Lower case."
-  (let ((text (ignore-errors (uiop:read-file-string asd)))
-        (names '()))
-    (when text
-      (let ((start 0))
-        (loop
-          (let ((at (search "defsystem" text :start2 start :test #'char-equal)))
-            (unless at (return))
-            (setf start (+ at 9))
-            ;; Only an operator: "(defsystem" or "(asdf:defsystem" and the
-            ;; like, followed by whitespace.
-            (let ((open (position #\( text :end at :from-end t)))
-              (when (and open
-                         (every (lambda (c) (or (alphanumericp c) (member c '(#\: #\- #\/))))
-                                (subseq text (1+ open) at))
-                         (< start (length text))
-                         (member (char text start) '(#\Space #\Tab #\Newline #\Return)))
-                (let* ((name-start (position-if-not
-                                    (lambda (c) (member c '(#\Space #\Tab #\Newline #\Return)))
-                                    text :start start))
-                       (token-start (and name-start
-                                         (cond ((char= (char text name-start) #\") (1+ name-start))
-                                               ((char= (char text name-start) #\:) (1+ name-start))
-                                               ((and (char= (char text name-start) #\#)
-                                                     (< (1+ name-start) (length text))
-                                                     (char= (char text (1+ name-start)) #\:))
-                                                (+ 2 name-start))
-                                               (t name-start))))
-                       (token-end (and token-start
-                                       (position-if (lambda (c)
-                                                      (member c '(#\" #\Space #\Tab #\Newline
-                                                                  #\Return #\( #\))))
-                                                    text :start token-start))))
-                  (when (and token-end (> token-end token-start))
-                    (pushnew (string-downcase (subseq text token-start token-end))
-                             names :test #'string=)))))))))
-    (nreverse names)))
+  "The system names the DEFSYSTEM forms of the file ASD spell out, found by
+their text (DEFINING-FORMS): nothing of the file is read or loaded. Lower
+case."
+  (let ((text (ignore-errors (uiop:read-file-string asd))))
+    (and text
+         (remove-duplicates (mapcar (lambda (form) (string-downcase (car form)))
+                                    (defining-forms text '("defsystem")))
+                            :test #'string= :from-end t))))
 
 (defun project-system-names ()
   "Names of the systems defined by .asd files under the project roots: each

@@ -93,6 +93,43 @@ text of that line (without its newline)."
       (values line (1+ (- offset line-start))
               (subseq text line-start line-end)))))
 
+(defun token-end (text start)
+  (or (position-if (lambda (c) (member c '(#\Space #\Tab #\Newline #\Return #\( #\) #\")))
+                   text :start start)
+      (length text)))
+
+(defun unqualified (token)
+  (let ((colon (position #\: token :from-end t)))
+    (if colon (subseq token (1+ colon)) token)))
+
+(defun defining-forms (text definers)
+  "The forms of TEXT (a file's text) that open a line (after indentation)
+with an operator in DEFINERS (names, any case, any package prefix), found
+by their text, as ((NAME . OFFSET) ...) in file order: NAME the token after
+the operator, without package prefix, string quote or the parenthesis of
+(DEFSTRUCT (NAME ...)); OFFSET the form's own parenthesis."
+  (let ((found '()))
+    (loop for open = (position #\( text) then (position #\( text :start (1+ open))
+          while open
+          do (let ((line-start (let ((nl (position #\Newline text :end open :from-end t)))
+                                 (if nl (1+ nl) 0))))
+               (when (every (lambda (c) (member c '(#\Space #\Tab)))
+                            (subseq text line-start open))
+                 (let* ((op-end (token-end text (1+ open)))
+                        (op (unqualified (subseq text (1+ open) op-end)))
+                        (name-start (and (member op definers :test #'string-equal)
+                                         (position-if-not
+                                          (lambda (c) (member c '(#\Space #\Tab #\Newline #\Return)))
+                                          text :start op-end))))
+                   (when name-start
+                     (when (member (char text name-start) '(#\( #\"))
+                       (incf name-start))
+                     (let ((name (unqualified (subseq text name-start
+                                                      (token-end text name-start)))))
+                       (when (plusp (length name))
+                         (push (cons name open) found))))))))
+    (nreverse found)))
+
 (defun octet-offset-to-char-offset (path octets)
   "The character offset of the byte offset OCTETS in the (UTF-8) file PATH,
 or OCTETS itself when the file cannot be read or decoded."
