@@ -305,13 +305,12 @@ inspection, so PART and BACK go on from it. An error in CODE is answered as
         ;; The unit's summary ("compilation unit aborted") is noise here.
         (*error-output* (make-broadcast-stream)))
     (handler-case
-        ;; Warnings stay out of the suspended evaluation's own report.
-        ;; A compilation unit of its own, or SBCL defers "undefined
-        ;; variable" notes to the end of the evaluation's unit.
+        ;; Warnings stay out of the suspended evaluation's own report
+        ;; (EVAL-FORMS-IN-FRAME compiles in a unit of its own).
         (handler-bind ((warning #'muffle-warning))
-          (with-compilation-unit (:override t)
-            (dolist (form (read-forms code (or package (frame-code-package index))))
-              (setf value (swank/backend:eval-in-frame form (frame-env-index index))))))
+          (setf value (first (eval-forms-in-frame
+                              (read-forms code (or package (frame-code-package index)))
+                              index))))
       (error (e)
         (return-from debugger-inspect-in-frame
           (list :error (format nil "~A in frame ~D: ~A" (type-name e) index

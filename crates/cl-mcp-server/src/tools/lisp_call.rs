@@ -201,7 +201,7 @@ async fn drive_evaluation(
     let mut gave_up_at: Option<tokio::time::Instant> = None;
     // Without threads (CLISP) a status poll would only queue behind the
     // evaluation: the status line then just counts the seconds.
-    let threads = ctx.session.image().has_threads();
+    let threads = image.has_threads();
     loop {
         tokio::select! {
             r = &mut eval => {
