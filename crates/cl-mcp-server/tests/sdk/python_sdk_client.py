@@ -60,11 +60,19 @@ async def run(target, label: str, mode: str) -> None:
         r = await call(client, "debugger-restart", {"debugger": number, "restart": "use-value", "values": ["4"]})
         assert r.structured_content["values"] == ["8"], r.structured_content
         # A frame's value inspected while the debugger waits, then stepping.
-        r = await call(client, "evaluate-lisp", {"code": '(let ((sdk-local (list 1 2))) (break "look") sdk-local)', "debug": True}, error=True)
+        r = await call(client, "evaluate-lisp", {"code": '(let ((sdk-local (list 1 2))) (princ "before") (break "look") sdk-local)', "debug": True}, error=True)
+        assert r.structured_content["stdout"] == "before", r.structured_content
         number = r.structured_content["debugger"]["debugger"]
         frame = r.structured_content["debugger"]["frames"][0]["index"]
         r = await call(client, "inspect-object", {"debugger": number, "frame": frame, "code": "(list 1 2)"})
         assert r.structured_content["total"] == 2, r.structured_content
+        # Code in a frame: its values and its own warnings; a frame that
+        # does not exist is a plain error.
+        r = await call(client, "debugger-frame", {"debugger": number, "frame": frame, "code": "(let ((z (lambda () (sdk-undefined-fn)))) (list 3 4))"})
+        assert r.structured_content["values"] == ["(3 4)"], r.structured_content
+        assert any("SDK-UNDEFINED-FN" in w for w in r.structured_content["warnings"]), r.structured_content
+        r = await client.call_tool("debugger-frame", {"debugger": number, "frame": 9999})
+        assert r.is_error and "There is no frame 9999" in text_of(r), r
         r = await call(client, "debugger-restart", {"debugger": number, "action": "continue"})
         assert r.structured_content["values"] == ["(1 2)"], r.structured_content
         await call(client, "evaluate-lisp", {"code": "(declaim (optimize (debug 3))) (defun sdk-step (x) (let ((y (sdk-twice x))) (+ y (sdk-twice y))))"})
@@ -80,6 +88,7 @@ async def run(target, label: str, mode: str) -> None:
         # One tool of each family.
         r = await call(client, "image-info", {})
         assert "SBCL" in text_of(r)
+        assert r.structured_content["evaluationChannel"] is True, r.structured_content
         r = await call(client, "code-describe", {"symbol": "sdk-twice"})
         r = await call(client, "code-macroexpand", {"form": "(when a b)"})
         assert r.structured_content["expanded"] is True
