@@ -11,7 +11,9 @@
 //!
 //! `HOTPATH_N` sets the number of calls per row (default 2000);
 //! `HOTPATH_BIN` runs another build of the server (e.g. an older commit's)
-//! for a before/after comparison under the same conditions.
+//! instead. `HOTPATH_AB=other-binary` prints a before/after table instead:
+//! both servers run side by side and take turns, 20 blocks of `HOTPATH_N`/20
+//! calls each, so a slow stretch of a shared machine falls on both.
 
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, ChildStdin, Command, Stdio};
@@ -35,6 +37,10 @@ struct Server {
 impl Server {
     fn spawn(root: &std::path::Path) -> Server {
         let bin = std::env::var("HOTPATH_BIN").unwrap_or_else(|_| BIN.to_string());
+        Server::spawn_bin(&bin, root)
+    }
+
+    fn spawn_bin(bin: &str, root: &std::path::Path) -> Server {
         let mut child = Command::new(bin)
             .args(["--log-level", "error", "--project-root"])
             .arg(root)
@@ -93,6 +99,40 @@ fn stats(mut v: Vec<Duration>) -> (f64, f64, f64) {
     (at(0.5), at(0.99), at(1.0))
 }
 
+/// Round trips on an evaluation channel, driven with blocking I/O from
+/// here after proving `token`: `(+ 1 2)` alone (the channel's floor), and
+/// through our helper.
+fn channel_times<S: std::io::Read + Write>(
+    ch: &mut S,
+    token: &str,
+    n: usize,
+) -> (Vec<Duration>, Vec<Duration>) {
+    let mut call = |payload: &str| -> String {
+        ch.write_all(&swank_client::encode_frame(payload).unwrap())
+            .unwrap();
+        let mut h = [0u8; 6];
+        ch.read_exact(&mut h).unwrap();
+        let len = usize::from_str_radix(std::str::from_utf8(&h).unwrap(), 16).unwrap();
+        let mut b = vec![0u8; len];
+        ch.read_exact(&mut b).unwrap();
+        String::from_utf8(b).unwrap()
+    };
+    call(token);
+    let mut time = |payload: &str| -> Vec<Duration> {
+        (0..n)
+            .map(|_| {
+                let t = Instant::now();
+                call(payload);
+                t.elapsed()
+            })
+            .collect()
+    };
+    (
+        time("(\"CL-USER\" (cl:+ 1 2))"),
+        time("(\"CL-USER\" (cl-mcp:eval-request \"(+ 1 2)\"))"),
+    )
+}
+
 /// A 30-file ASDF system `hotbench` under `root`.
 fn write_system(root: &std::path::Path) {
     let mut components = String::new();
@@ -113,11 +153,62 @@ fn write_system(root: &std::path::Path) {
     .unwrap();
 }
 
+/// `HOTPATH_AB`: this build (A) against another (B), taking turns.
+fn compare(other: &str, n: usize) {
+    let root = tempfile::tempdir().unwrap();
+    let mut servers = [
+        Server::spawn_bin(BIN, root.path()),
+        Server::spawn_bin(other, root.path()),
+    ];
+    let blocks = 20;
+    let per = (n / blocks).max(1);
+    type Code = fn(usize) -> String;
+    let cases: [(&str, Code); 3] = [
+        ("(+ 1 2)", |_| "(+ 1 2)".to_string()),
+        ("defun", |i| format!("(defun hot-f (x) (+ x {i}))")),
+        ("printing 10 KB", |_| {
+            "(write-string (make-string 10000 :initial-element #\\a)) nil".to_string()
+        }),
+    ];
+    for s in servers.iter_mut() {
+        for _ in 0..200 {
+            s.eval("(+ 1 2)");
+        }
+    }
+    println!("\ncl-mcp-server hot path, A = this build, B = {other} (stdio, SBCL, {blocks} alternating blocks of {per})");
+    println!("{:-<120}", "");
+    for (name, code) in cases {
+        let mut times: [Vec<Duration>; 2] = [Vec::new(), Vec::new()];
+        for block in 0..blocks {
+            for (k, s) in servers.iter_mut().enumerate() {
+                for i in 0..per {
+                    times[k].push(s.eval(&code(block * per + i)).0);
+                }
+            }
+        }
+        for (k, t) in times.into_iter().enumerate() {
+            let (med, p99, max) = stats(t);
+            println!(
+                "{:<52} median {med:7.3} ms   p99 {p99:7.3} ms   max {max:7.3} ms   p99/median {:4.2}",
+                format!("{} evaluate-lisp {name}", ["A", "B"][k]),
+                p99 / med
+            );
+        }
+    }
+    println!("{:-<120}", "");
+    for s in servers {
+        s.stop();
+    }
+}
+
 fn main() {
     let n: usize = std::env::var("HOTPATH_N")
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(2000);
+    if let Ok(other) = std::env::var("HOTPATH_AB") {
+        return compare(&other, n);
+    }
     let mut rows: Vec<(String, String)> = Vec::new();
     let row = |rows: &mut Vec<(String, String)>, name: String, v: Vec<Duration>| {
         let (med, p99, max) = stats(v);
@@ -208,7 +299,7 @@ fn main() {
         .enable_all()
         .build()
         .unwrap();
-    let (fresh, worker, helper, chan, chan_helper) = rt.block_on(async {
+    let (fresh, worker, helper, chan, unix) = rt.block_on(async {
         let (client, _events) = SwankClient::connect(("127.0.0.1", port), None)
             .await
             .unwrap();
@@ -234,32 +325,28 @@ fn main() {
         let port = v.as_list().unwrap()[0].as_i64().unwrap() as u16;
         let mut ch = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
         ch.set_nodelay(true).unwrap();
-        let mut call = |payload: &str| -> String {
-            use std::io::Read;
-            ch.write_all(&swank_client::encode_frame(payload).unwrap())
-                .unwrap();
-            let mut h = [0u8; 6];
-            ch.read_exact(&mut h).unwrap();
-            let len = usize::from_str_radix(std::str::from_utf8(&h).unwrap(), 16).unwrap();
-            let mut b = vec![0u8; len];
-            ch.read_exact(&mut b).unwrap();
-            String::from_utf8(b).unwrap()
+        let chan = channel_times(&mut ch, token, n);
+        // The same over the abstract Unix socket the server uses on SBCL.
+        let name = format!("cl-mcp-hotpath-{}", std::process::id());
+        let opened = client
+            .rex(
+                &format!("(cl-mcp-server::start-direct-channel \"{token}\" :local \"{name}\")"),
+                "CL-USER",
+                Thread::T,
+            )
+            .await
+            .unwrap();
+        assert!(
+            matches!(opened, swank_client::RexOutcome::Ok(_)),
+            "{opened:?}"
+        );
+        let mut ux = {
+            use std::os::linux::net::SocketAddrExt;
+            let addr = std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes()).unwrap();
+            std::os::unix::net::UnixStream::connect_addr(&addr).unwrap()
         };
-        call(token);
-        let mut chan = Vec::new();
-        for _ in 0..n {
-            let t = Instant::now();
-            let r = call("(\"CL-USER\" (cl:+ 1 2))");
-            chan.push(t.elapsed());
-            debug_assert!(r.contains('3'));
-        }
-        let mut chan_helper = Vec::new();
-        for _ in 0..n {
-            let t = Instant::now();
-            call("(\"CL-USER\" (cl-mcp:eval-request \"(+ 1 2)\"))");
-            chan_helper.push(t.elapsed());
-        }
-        (fresh, worker, helper, chan, chan_helper)
+        let unix = channel_times(&mut ux, token, n);
+        (fresh, worker, helper, chan, unix)
     });
     let _ = lisp.kill();
     let _ = lisp.wait();
@@ -278,11 +365,25 @@ fn main() {
         format!("raw Swank cl-mcp:eval-request, worker (n={n})"),
         helper,
     );
-    row(&mut rows, format!("raw eval channel (+ 1 2) (n={n})"), chan);
     row(
         &mut rows,
-        format!("raw eval channel cl-mcp:eval-request (n={n})"),
-        chan_helper,
+        format!("raw eval channel, TCP, (+ 1 2) (n={n})"),
+        chan.0,
+    );
+    row(
+        &mut rows,
+        format!("raw eval channel, TCP, eval-request (n={n})"),
+        chan.1,
+    );
+    row(
+        &mut rows,
+        format!("raw eval channel, Unix, (+ 1 2) (n={n})"),
+        unix.0,
+    );
+    row(
+        &mut rows,
+        format!("raw eval channel, Unix, eval-request (n={n})"),
+        unix.1,
     );
 
     println!("\ncl-mcp-server hot path (stdio, SBCL)");

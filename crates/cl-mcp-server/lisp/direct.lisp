@@ -5,9 +5,10 @@
 ;;;; thread, its control thread, the worker, and the control thread again
 ;;;; (which writes the reply): four thread hand-offs, the larger part of a
 ;;;; warm round trip. The server's persistent evaluation thread instead
-;;;; reads its requests itself from a second loopback socket (opened by
+;;;; reads its requests itself from a second socket (opened by
 ;;;; START-DIRECT-CHANNEL, which Swank calls, and guarded by a one-time
-;;;; token the server sends first) and writes each reply itself. Framing
+;;;; token the server sends first: an abstract Unix socket where the Lisp
+;;;; can open one, else loopback TCP) and writes each reply itself. Framing
 ;;;; and printing are Swank's (6 hex digits of UTF-8 length, then the
 ;;;; message), so the server reads both channels alike. Swank stays for
 ;;;; everything else: other helpers, interrupts, status polls, the
@@ -53,12 +54,15 @@ has for CONNECTION (its streams, debugger hook and interrupts)."
                (return)))))
     (ignore-errors (close stream))))
 
-(defun start-direct-channel (token &key (name "cl-mcp-eval"))
-  "Listen on a loopback port for the server's evaluation channel and start
-the thread that serves it. The first connection that sends TOKEN (as one
-framed message) is served; others are closed. Returns (PORT THREAD-ID)."
-  (let* ((socket (swank/backend:create-socket "127.0.0.1" 0))
-         (port (swank/backend:local-port socket))
+(defun start-direct-channel (token &key (name "cl-mcp-eval") local)
+  "Listen for the server's evaluation channel and start the thread that
+serves it: on the abstract Unix socket LOCAL where it is given and this Lisp
+can open one (OPEN-LOCAL-LISTENER), else on a loopback TCP port. The first
+connection that sends TOKEN (as one framed message) is served; others are
+closed. Returns (ADDRESS THREAD-ID): ADDRESS is LOCAL, or the port."
+  (let* ((local-listener (and local (open-local-listener local)))
+         (socket (or local-listener (swank/backend:create-socket "127.0.0.1" 0)))
+         (address (if local-listener local (swank/backend:local-port socket)))
          (connection swank::*emacs-connection*)
          (thread
            (swank/backend:spawn
@@ -67,13 +71,18 @@ framed message) is served; others are closed. Returns (PORT THREAD-ID)."
                 (let ((stream
                         (unwind-protect
                              (loop
-                               (let ((s (swank/backend:accept-connection
-                                         socket :external-format nil :buffering t)))
+                               (let ((s (if local-listener
+                                            (accept-local-connection socket)
+                                            (swank/backend:accept-connection
+                                             socket :external-format nil :buffering t))))
                                  (if (equal (ignore-errors (swank/rpc::read-packet s)) token)
                                      (return s)
                                      (ignore-errors (close s)))))
-                          (ignore-errors (swank/backend:close-socket socket)))))
+                          (ignore-errors
+                           (if local-listener
+                               (close-local-listener socket)
+                               (swank/backend:close-socket socket))))))
                   (swank/rpc::write-message '(:ready) swank::*swank-io-package* stream)
                   (direct-channel-loop stream connection))))
             :name name)))
-    (list port (swank/backend:thread-id thread))))
+    (list address (swank/backend:thread-id thread))))

@@ -30,6 +30,14 @@ fn info_reports_the_image() {
         "{}",
         r.text
     );
+    // SBCL's channel is an abstract Unix socket (a fraction of a loopback
+    // TCP round trip); the others listen on loopback TCP.
+    let socket = match common::lisp() {
+        "sbcl" => json!("unix"),
+        "clisp" => json!(null),
+        _ => json!("tcp"),
+    };
+    assert_eq!(r.structured["evaluationSocket"], socket, "{}", r.text);
 }
 
 #[test]

@@ -16,7 +16,7 @@ use tokio::io::BufReader;
 use tokio::sync::{broadcast, oneshot, watch};
 
 use super::core_cache::{default_cache_dir, CoreCache, LaunchPlan};
-use super::direct::DirectChannel;
+use super::direct::{Address, DirectChannel};
 use super::implementation::LispKind;
 use super::limits;
 use super::sandbox::{self, SandboxReport};
@@ -70,6 +70,9 @@ pub struct ImageInfo {
     /// Whether evaluations take the evaluation channel (see `direct`);
     /// `None` when no image runs.
     pub eval_channel: Option<bool>,
+    /// What the open evaluation channel runs on: "unix" (an abstract Unix
+    /// socket) or "tcp" (loopback).
+    pub eval_socket: Option<&'static str>,
 }
 
 /// A handle on the session's Lisp image. Cheap to clone; clones share the
@@ -169,6 +172,8 @@ struct Live {
     /// and for good once a call was abandoned midway.
     direct: tokio::sync::Mutex<Option<DirectChannel>>,
     direct_thread: Option<i64>,
+    /// What the channel runs on (`DirectChannel::socket_kind`).
+    direct_socket: Option<&'static str>,
     started_at: SystemTime,
     core: Option<PathBuf>,
     address: String,
@@ -188,6 +193,12 @@ struct Live {
 }
 
 impl Live {
+    /// Whether the evaluation channel is open (held while a request uses
+    /// it: then it is).
+    fn channel_open(&self) -> bool {
+        self.direct.try_lock().map_or(true, |d| d.is_some())
+    }
+
     /// After the evaluation channel is gone, `worker` no longer names a
     /// Swank worker: the next evaluation starts one.
     fn drop_direct_worker(&self) {
@@ -591,9 +602,11 @@ impl Image {
             sandbox: live.as_ref().and_then(|l| l.sandbox.clone()),
             limits: live.as_ref().and_then(|l| l.limits.clone()),
             // Held while a request uses it: then it is open.
-            eval_channel: live
+            eval_channel: live.as_ref().map(|l| l.channel_open()),
+            eval_socket: live
                 .as_ref()
-                .map(|l| l.direct.try_lock().map_or(true, |d| d.is_some())),
+                .filter(|l| l.channel_open())
+                .and_then(|l| l.direct_socket),
         }
     }
 
@@ -1188,6 +1201,7 @@ impl Image {
             None
         };
         let direct_thread = direct.as_ref().map(|(_, id)| *id);
+        let direct_socket = direct.as_ref().map(|(ch, _)| ch.socket_kind());
         let worker = if direct_thread.is_some() {
             direct_thread
         } else if plan.kind.has_threads() {
@@ -1211,6 +1225,7 @@ impl Image {
             worker: Mutex::new(worker),
             direct: tokio::sync::Mutex::new(direct.map(|(ch, _)| ch)),
             direct_thread,
+            direct_socket,
             started_at: SystemTime::now(),
             core: plan.core.clone(),
             address,
@@ -1300,6 +1315,7 @@ impl Image {
             worker: Mutex::new(None),
             direct: tokio::sync::Mutex::new(None),
             direct_thread: None,
+            direct_socket: None,
             started_at: SystemTime::now(),
             core: None,
             address: address.clone(),
@@ -1575,9 +1591,17 @@ async fn load_helpers_into(client: &SwankClient) -> Result<(), ImageError> {
 /// (logged) when this Lisp cannot, so evaluations use a Swank worker.
 async fn open_direct(client: &SwankClient) -> Option<(DirectChannel, i64)> {
     let token = random_secret().ok()?;
+    // The abstract socket's name is public (/proc/net/unix); the token is
+    // what proves the server.
+    let local = format!(
+        "cl-mcp-eval-{}-{}",
+        std::process::id(),
+        &random_secret().ok()?[..12]
+    );
     let form = format!(
-        "(cl-mcp-server::start-direct-channel {})",
-        lisp_string(&token)
+        "(cl-mcp-server::start-direct-channel {} :local {})",
+        lisp_string(&token),
+        lisp_string(&local)
     );
     let opened = async {
         let v = match client.rex(&form, "COMMON-LISP-USER", Thread::T).await? {
@@ -1588,14 +1612,21 @@ async fn open_direct(client: &SwankClient) -> Option<(DirectChannel, i64)> {
                 ))
             }
         };
-        let (port, thread) = match v.as_list() {
-            Some([p, t]) => (p.as_i64(), t.as_i64()),
+        let (address, thread) = match v.as_list() {
+            Some([a, t]) => (
+                match (a.as_str(), a.as_i64().and_then(|p| u16::try_from(p).ok())) {
+                    (Some(name), _) if name == local => Some(Address::Local(local.clone())),
+                    (_, Some(port)) => Some(Address::Port(port)),
+                    _ => None,
+                },
+                t.as_i64(),
+            ),
             _ => (None, None),
         };
-        let (Some(port), Some(thread)) = (port.and_then(|p| u16::try_from(p).ok()), thread) else {
+        let (Some(address), Some(thread)) = (address, thread) else {
             return Err(SwankError::Protocol(format!("unexpected answer {v}")));
         };
-        let ch = DirectChannel::connect(port, &token).await?;
+        let ch = DirectChannel::connect(&address, &token).await?;
         Ok::<_, SwankError>((ch, thread))
     };
     match tokio::time::timeout(Duration::from_secs(10), opened).await {

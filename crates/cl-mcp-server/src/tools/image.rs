@@ -51,6 +51,10 @@ struct InfoOutput {
     /// (false: through Swank, as on a Lisp without threads).
     #[serde(skip_serializing_if = "Option::is_none")]
     evaluation_channel: Option<bool>,
+    /// What the evaluation channel runs on: "unix" (an abstract Unix
+    /// socket, SBCL on Linux) or "tcp" (loopback).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    evaluation_socket: Option<String>,
     machine: String,
     /// What a local image is confined to (`--sandbox`); absent for an
     /// attached image (never confined).
@@ -116,6 +120,7 @@ fn info_output(image: &Image, v: &Value) -> InfoOutput {
         pending_debuggers: Vec::new(),
         core: info.core.map(|p| p.display().to_string()),
         evaluation_channel: info.eval_channel,
+        evaluation_socket: info.eval_socket.map(str::to_string),
         machine: plist_str(v, "machine").unwrap_or_default(),
         sandbox: info.sandbox.as_ref().map(sandbox_info),
     }
@@ -144,7 +149,13 @@ fn render_info(o: &InfoOutput) -> String {
         text.push_str(&format!("\nCore: {c}"));
     }
     match o.evaluation_channel {
-        Some(true) => text.push_str("\nEvaluations: the server's evaluation channel"),
+        Some(true) => text.push_str(&format!(
+            "\nEvaluations: the server's evaluation channel ({})",
+            match o.evaluation_socket.as_deref() {
+                Some("unix") => "Unix socket",
+                _ => "loopback TCP",
+            }
+        )),
         Some(false) => text.push_str("\nEvaluations: through Swank (no evaluation channel)"),
         None => {}
     }

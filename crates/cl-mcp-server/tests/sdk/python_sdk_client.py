@@ -89,6 +89,7 @@ async def run(target, label: str, mode: str) -> None:
         r = await call(client, "image-info", {})
         assert "SBCL" in text_of(r)
         assert r.structured_content["evaluationChannel"] is True, r.structured_content
+        assert r.structured_content["evaluationSocket"] == "unix", r.structured_content
         r = await call(client, "code-describe", {"symbol": "sdk-twice"})
         r = await call(client, "code-macroexpand", {"form": "(when a b)"})
         assert r.structured_content["expanded"] is True

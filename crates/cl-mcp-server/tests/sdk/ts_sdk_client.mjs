@@ -189,6 +189,7 @@ async function run(sdk, transport, label, mode) {
     r = await call("image-info", {});
     assert.ok(textOf(r).includes("SBCL"), textOf(r));
     assert.equal(r.structuredContent.evaluationChannel, true, JSON.stringify(r.structuredContent));
+    assert.equal(r.structuredContent.evaluationSocket, "unix", JSON.stringify(r.structuredContent));
     await call("code-describe", { symbol: "ts-sdk-twice" });
     r = await call("code-macroexpand", { form: "(when a b)" });
     assert.equal(r.structuredContent.expanded, true);
