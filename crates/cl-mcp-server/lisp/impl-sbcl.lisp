@@ -251,22 +251,33 @@ elsewhere only symbols (through Swank's WRAP)."
 (defun trace-spec-defined-p (spec)
   "Whether SPEC names an existing function or method."
   (if (and (consp spec) (eq (first spec) 'method))
-      (let* ((name (second spec))
-             (rest (cddr spec))
-             (qualifiers (butlast rest))
-             (specializers (car (last rest))))
-        (and (fboundp name)
-             (typep (fdefinition name) 'generic-function)
-             (listp specializers)
-             (ignore-errors
-              (find-method (fdefinition name) qualifiers
-                           (mapcar (lambda (s)
-                                     (if (and (consp s) (eq (first s) 'eql))
-                                         #+sbcl (sb-mop:intern-eql-specializer (second s)) #-sbcl s
-                                         (find-class s)))
-                                   specializers)
-                           nil))))
+      (trace-spec-method spec)
       (ignore-errors (fboundp spec))))
+
+(defun trace-spec-method (spec)
+  "The method SPEC, (METHOD NAME QUALIFIER* (SPECIALIZER*)), names, or NIL."
+  (let* ((name (second spec))
+         (rest (cddr spec))
+         (qualifiers (butlast rest))
+         (specializers (car (last rest))))
+    (and (fboundp name)
+         (typep (fdefinition name) 'generic-function)
+         (listp specializers)
+         (ignore-errors
+          (find-method (fdefinition name) qualifiers
+                       (mapcar (lambda (s)
+                                 (if (and (consp s) (eq (first s) 'eql))
+                                     #+sbcl (sb-mop:intern-eql-specializer (second s)) #-sbcl s
+                                     (find-class s)))
+                               specializers)
+                       nil)))))
+
+(defun slot-accessor-method-p (method)
+  "True for the reader or writer method DEFCLASS made for a slot: SBCL's
+generic function reads or writes the slot without calling it (so tracing
+it would record nothing)."
+  #+sbcl (typep method 'sb-mop:standard-accessor-method)
+  #-sbcl (progn method nil))
 
 (defun install-trace (spec reporter)
   "Trace SPEC so that every call and return is handed to REPORTER (a

@@ -510,6 +510,10 @@ trace records and inspections, forget its current package. Returns
                                    (short-print spec)
                                    (if (and (consp spec) (eq (first spec) 'method))
                                        " (no such generic function or method)" ""))))
+              ((and (consp spec) (eq (first spec) 'method)
+                    (slot-accessor-method-p (trace-spec-method spec)))
+               (values nil (format nil "~A is a slot accessor method: the generic function reads or writes the slot without calling it, so tracing it would record nothing. Trace the generic function ~A instead."
+                                   (short-print spec) (short-print (second spec)))))
               (t (values spec nil))))
     (error (e)
       (values nil (format nil "Cannot read ~S as a function name: ~A" string (print-capped e 300))))))

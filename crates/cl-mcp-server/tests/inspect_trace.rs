@@ -218,6 +218,46 @@ fn trace_records_a_recursive_function_with_its_nesting() {
 }
 
 #[test]
+fn a_slot_accessor_method_is_refused_and_its_generic_function_traced() {
+    let mut s = lisp_server(&[]);
+    let r = eval(
+        &mut s,
+        1,
+        "(defclass tr-pt () ((x :initarg :x :accessor tr-px)))",
+    );
+    assert!(!r.is_error, "{}", r.text);
+    // SBCL reads the slot without calling the accessor's method: tracing it
+    // recorded nothing, silently.
+    let r = call(
+        &mut s,
+        2,
+        "trace-functions",
+        json!({"trace": ["(method tr-px (tr-pt))"]}),
+    );
+    assert!(r.is_error, "{}", r.text);
+    assert!(
+        r.text.contains("slot accessor method")
+            && r.text.contains("Trace the generic function TR-PX"),
+        "{}",
+        r.text
+    );
+    assert!(r.structured["traced"].as_array().unwrap().is_empty());
+    // What it suggests records the call.
+    let r = call(&mut s, 3, "trace-functions", json!({"trace": ["tr-px"]}));
+    assert!(!r.is_error, "{}", r.text);
+    let r = eval(&mut s, 4, "(tr-px (make-instance 'tr-pt :x 7))");
+    assert_eq!(r.structured["values"], json!(["7"]), "{}", r.text);
+    let r = call(&mut s, 5, "trace-functions", json!({}));
+    let recs = r.structured["records"].as_array().unwrap();
+    assert!(
+        recs.iter()
+            .any(|x| x["function"] == "TR-PX" && x["values"] == json!(["7"])),
+        "{}",
+        r.text
+    );
+}
+
+#[test]
 fn profile_names_the_hot_spot_and_counts_calls() {
     let mut s = lisp_server(&[]);
     let r = eval(
