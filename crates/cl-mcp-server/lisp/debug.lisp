@@ -28,12 +28,24 @@ restart (the ones past it belong to Swank's request loop)."
           for i from 0 to end
           collect (list i r))))
 
+(defun debugger-restart-report (restart)
+  "RESTART's report, with the one Swank gives a nested level's ABORT
+(\"Return to sldb level N.\", SLDB being Emacs's debugger buffer) said
+in the debugger tools' words."
+  (let ((text (print-capped restart 1000))
+        (swank-prefix "Return to sldb level "))
+    (if (and (eq (restart-name restart) 'abort)
+             (eql 0 (search swank-prefix text)))
+        (format nil "Leave this error and return to debugger level ~A"
+                (subseq text (length swank-prefix)))
+        text)))
+
 (defun debugger-restart-plists ()
   (loop for (i r) in (debugger-restarts)
         collect (list :index i
                       :name (let ((n (restart-name r)))
                               (if n (type-name-of-symbol n) ""))
-                      :description (print-capped r 1000))))
+                      :description (debugger-restart-report r))))
 
 (defun symbol-from-text (text)
   "The existing symbol TEXT names (PKG::NAME, PKG:NAME or NAME in

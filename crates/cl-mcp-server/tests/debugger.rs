@@ -259,6 +259,16 @@ fn nested_levels_break_and_continue() {
     assert!(r.is_error);
     assert_eq!(r.structured["nested"]["level"], 2, "{}", r.text);
     assert!(r.text.contains("inner"), "{}", r.text);
+    // Its first restart says where it goes in the tools' words, not Swank's
+    // ("Return to sldb level 1.", SLDB being Emacs's debugger buffer).
+    let first = &r.structured["nested"]["restarts"][0];
+    assert_eq!(first["name"], "ABORT", "{}", r.text);
+    assert_eq!(
+        first["description"], "Leave this error and return to debugger level 1.",
+        "{}",
+        r.text
+    );
+    assert!(!r.text.contains("sldb"), "{}", r.text);
 
     // ABORT at level 2 returns to level 1.
     let r = call(&mut s, 3, "debugger-restart", json!({"restart": "ABORT"}));
