@@ -205,7 +205,8 @@ the captured stderr)."
                            (unless (and original (build-noise-p original))
                              (push (cons original (ignore-errors (note-plist c)))
                                    (car box)))))))
-        (swank/backend:with-compilation-hooks ()
+        (call-with-build-hooks
+         (lambda ()
           (with-compilation-unit ()
             (block build
               (flet ((stop (condition &optional hook)
@@ -239,7 +240,7 @@ the captured stderr)."
                    ;; The build's own frames end the backtrace here.
                    (setf values (multiple-value-list
                                  (call-with-user-code
-                                  (lambda () (call-seeing-errors-first #'stop thunk)))))))))))))
+                                  (lambda () (call-seeing-errors-first #'stop thunk))))))))))))))
     (collect-build-garbage)
     (let ((notes (finish-notes (car box) error-condition)))
       (values notes

@@ -438,6 +438,11 @@ frames)."
   (let ((*package* (find-package "COMMON-LISP-USER")))
     (prin1-to-string* symbol)))
 
+(defun restarts-since (condition outer-restarts)
+  "The restarts active for CONDITION that are not in OUTER-RESTARTS (the
+ones around the evaluation), innermost first as the debugger lists them."
+  (remove-if (lambda (r) (member r outer-restarts)) (compute-restarts condition)))
+
 (defun restart-descriptions (restarts)
   (loop for r in restarts
         for i from 0 below 50
@@ -534,9 +539,8 @@ what reaches the debugger suspends the evaluation in Swank's debugger
                                     (condition-plist
                                      condition
                                      :backtrace (user-backtrace backtrace-limit)
-                                     :restarts (set-difference
-                                                (compute-restarts condition)
-                                                outer-restarts)))))
+                                     :restarts (restarts-since condition
+                                                               outer-restarts)))))
                           ;; A Lisp without threads is interrupted by a
                           ;; signal (impl-clisp.lisp): an interruption,
                           ;; taken here before any outer handler sees it.

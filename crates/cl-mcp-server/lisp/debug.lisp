@@ -364,6 +364,35 @@ package): the (INDEX RESTART) of the current level, or NIL."
                      (and n (string-equal (symbol-name n) restart))))
                  restarts))))
 
+(defun restart-values-problem (restart count)
+  "Why COUNT values cannot go to RESTART (its lambda list says otherwise),
+or NIL. Invoking it anyway would fail inside the debugger and open a
+level that says only \"invalid number of arguments\"."
+  (let ((lambda-list (restart-lambda-list restart)))
+    (when (listp lambda-list)
+      (let* ((keyword (position-if (lambda (x) (member x lambda-list-keywords)) lambda-list))
+             (required (or keyword (length lambda-list)))
+             (optional (and keyword (eq (nth keyword lambda-list) '&optional)
+                            (length (loop for x in (nthcdr (1+ keyword) lambda-list)
+                                          until (member x lambda-list-keywords)
+                                          collect x))))
+             (unbounded (and keyword
+                             (intersection '(&rest &key &body)
+                                           (nthcdr keyword lambda-list))))
+             (most (and (not unbounded) (+ required (or optional 0)))))
+        (when (or (< count required) (and most (> count most)))
+          (format nil "Restart ~A takes ~A, not ~D: ~A"
+                  (or (restart-name restart) "(anonymous)")
+                  (cond ((eql most 0) "no values")
+                        ((eql required most) (format nil "~D value~:P" required))
+                        (most (format nil "~D to ~D values" required most))
+                        (t (format nil "at least ~D value~:P" required)))
+                  count
+                  (if (eql most 0)
+                      "invoke it without `values`."
+                      (format nil "give ~:[them~;it~] in `values` (forms, evaluated), e.g. \"values\": [\"42\"]."
+                              (eql most 1)))))))))
+
 (defun debugger-invoke-restart (restart &key values package)
   "Invoke RESTART (see FIND-DEBUGGER-RESTART) with the values of the forms
 VALUES (strings, read in PACKAGE and evaluated). Does not return when the
@@ -383,6 +412,9 @@ restart."
                                 (when problem
                                   (return-from debugger-invoke-restart (list :error problem)))
                                 forms))))
+      (let ((problem (restart-values-problem (second entry) (length forms))))
+        (when problem
+          (return-from debugger-invoke-restart (list :error problem))))
       (apply #'invoke-restart (second entry) (mapcar #'eval forms)))))
 
 (defvar *give-back-restart* nil

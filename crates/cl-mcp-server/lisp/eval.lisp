@@ -125,9 +125,8 @@ Returns (:values (STRING...) :stdout S :stderr S :warnings (S...)
                         (setf form-error
                               (condition-plist condition
                                                :backtrace (user-backtrace backtrace-limit)
-                                               :restarts (set-difference
-                                                          (compute-restarts condition)
-                                                          outer-restarts)))
+                                               :restarts (restarts-since condition
+                                                                         outer-restarts)))
                         (return-from forms nil))
                       (lambda ()
                     (let ((in (make-string-input-stream code)))

@@ -16,6 +16,35 @@ helpers' Gray capture streams: what an evaluation writes to *TERMINAL-IO*
     (declare (ignore output))
     (make-two-way-stream input (make-broadcast-stream)))
 
+  (defun call-with-build-hooks (thunk)
+    "swank/abcl's compilation hooks are empty: only its own
+SWANK-COMPILE-FILE turns the compiler's warnings into COMPILER-CONDITIONs.
+A build (ASDF's COMPILE-FILE calls) gets the same, so its warnings become
+located diagnostics rather than lines on stderr: the file being compiled
+and the position of the form the compiler is at, when it is in a file."
+    (let ((jvm::*resignal-compiler-warnings* t)
+          (seen '()))
+      (handler-bind ((warning
+                       (lambda (c)
+                         (unless (member c seen)
+                           (push c seen)
+                           (let ((file jvm::*compile-file-pathname*)
+                                 (position system::*source-position*))
+                             (signal 'swank/backend:compiler-condition
+                                     :original-condition c
+                                     :severity (if (typep c 'style-warning)
+                                                   :style-warning
+                                                   :warning)
+                                     :message (format nil "~A" c)
+                                     :location
+                                     (if (and file position)
+                                         (list :location
+                                               (list :file (namestring (truename file)))
+                                               (list :position (1+ position))
+                                               nil)
+                                         (list :error "no source location"))))))))
+        (funcall thunk))))
+
   (defun call-with-debugger-hooks (hook thunk)
     "BREAK binds *DEBUGGER-HOOK* to NIL; ABCL consults
 SYS::*INVOKE-DEBUGGER-HOOK* first, as SBCL does its own."

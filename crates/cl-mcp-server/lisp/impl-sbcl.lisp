@@ -118,6 +118,22 @@ thread's stack guard is armed again, however BODY ended."
 stream), for *TERMINAL-IO* and friends during an evaluation."
   (make-two-way-stream input output))
 
+(defun restart-lambda-list (restart)
+  "The lambda list of RESTART's function (what INVOKE-RESTART's arguments
+must fit), or :UNKNOWN."
+  #+sbcl (let ((f (ignore-errors (sb-kernel::restart-function restart))))
+           (if (functionp f)
+               (swank/backend:arglist f)
+               :unknown))
+  #-sbcl (progn restart :unknown))
+
+(defun call-with-build-hooks (thunk)
+  "Call THUNK (a build) so that each compiler warning is signalled as
+Swank's COMPILER-CONDITION, with its location, as Swank's backend does
+when it compiles a file itself."
+  (swank/backend:with-compilation-hooks ()
+    (funcall thunk)))
+
 (defun backend-find-definitions (symbol)
   "Swank's (DSPEC LOCATION) list for SYMBOL."
   (swank/backend:find-definitions symbol))

@@ -59,7 +59,7 @@
 
 (defun definition-plist (dspec location)
   (append (list :dspec (dspec-string dspec) :kind (dspec-kind dspec))
-          (location-plist location :octets t)))
+          (location-plist location :octets t :dspec dspec)))
 
 (defun session-default (package session)
   "The package a bare name means: PACKAGE when given, else SESSION's
@@ -74,8 +74,10 @@ current package (where its evaluations left *PACKAGE*)."
     (with-file-cache ()
       (list :symbol (qualified-name symbol)
             :definitions
-            (loop for (dspec location) in (ignore-errors
-                                           (backend-find-definitions symbol))
+            ;; ABCL lists a generic function's DEFGENERIC twice.
+            (loop for (dspec location) in (remove-duplicates
+                                           (ignore-errors (backend-find-definitions symbol))
+                                           :test #'equal :from-end t)
                   collect (definition-plist dspec location))))))
 
 (defun symbol-kinds (symbol)
@@ -210,7 +212,8 @@ LIMIT references are listed; :count is how many there are."
                       :refs (loop for (dspec location) in inside
                                   for i from 0 below limit
                                   collect (append (list :name (dspec-string dspec))
-                                                  (location-plist location :octets t)))))))))))
+                                                  (location-plist location :octets t
+                                                                           :dspec dspec)))))))))))
 
 (defun apropos-symbols (query &key package external-only (limit 200))
   "Symbols whose name contains QUERY (any case): (:count N :symbols

@@ -104,7 +104,8 @@ text of that line (without its newline)."
 
 (defun defining-forms (text definers)
   "The forms of TEXT (a file's text) that open a line (after indentation)
-with an operator in DEFINERS (names, any case, any package prefix), found
+with an operator in DEFINERS (names, any case, any package prefix; :DEF,
+any operator whose name starts with DEF), found
 by their text, as ((NAME . OFFSET) ...) in file order: NAME the token after
 the operator, without package prefix, string quote or the parenthesis of
 (DEFSTRUCT (NAME ...)); OFFSET the form's own parenthesis."
@@ -117,7 +118,10 @@ the operator, without package prefix, string quote or the parenthesis of
                             (subseq text line-start open))
                  (let* ((op-end (token-end text (1+ open)))
                         (op (unqualified (subseq text (1+ open) op-end)))
-                        (name-start (and (member op definers :test #'string-equal)
+                        (name-start (and (if (eq definers :def)
+                                             (and (> (length op) 3)
+                                                  (string-equal op "def" :end1 3))
+                                             (member op definers :test #'string-equal))
                                          (position-if-not
                                           (lambda (c) (member c '(#\Space #\Tab #\Newline #\Return)))
                                           text :start op-end))))
@@ -129,6 +133,38 @@ the operator, without package prefix, string quote or the parenthesis of
                        (when (plusp (length name))
                          (push (cons name open) found))))))))
     (nreverse found)))
+
+(defun named-definition-offset (text name &key operator specializers)
+  "Where TEXT defines NAME, for a Swank location that gives a definition by
+name, as ABCL's do ((:FUNCTION-NAME NAME), (:METHOD NAME SPECIALIZERS)),
+found the way Emacs finds them: a form opening a line with a DEF...
+operator and NAME. A form with OPERATOR (the definition's own, when known)
+is preferred; with SPECIALIZERS, a form whose next line or so names them in
+order (a DEFMETHOD's lambda list). The offset, or NIL."
+  (let* ((forms (remove-if-not (lambda (f) (string-equal (car f) name))
+                               (defining-forms text :def)))
+         (by-operator (if operator
+                          (or (remove-if-not
+                               (lambda (f)
+                                 (let ((start (1+ (cdr f))))
+                                   (string-equal (unqualified
+                                                  (subseq text start (token-end text start)))
+                                                 operator)))
+                               forms)
+                              forms)
+                          forms)))
+    (flet ((names-specializers-p (offset)
+             (let ((header (string-downcase
+                            (subseq text offset (min (length text) (+ offset 400)))))
+                   (at 0))
+               (every (lambda (s)
+                        (let ((found (search (string-downcase (unqualified (princ-to-string s)))
+                                             header :start2 at)))
+                          (when found (setf at (1+ found)))))
+                      specializers))))
+      (cdr (or (and specializers
+                    (find-if #'names-specializers-p by-operator :key #'cdr))
+               (first by-operator))))))
 
 (defun octet-offset-to-char-offset (path octets)
   "The character offset of the byte offset OCTETS in the (UTF-8) file PATH,
@@ -165,12 +201,14 @@ the line's opening parenthesis)."
                    line-start
                    offset))))))
 
-(defun location-plist (location &key octets)
+(defun location-plist (location &key octets dspec)
   "A Swank location as a plist: (:path P :offset O :line L :column C
 :context LINE-TEXT :snippet S), or (:error MESSAGE) when Swank could not
 locate it. OFFSET is 0-based characters; LINE and COLUMN are 1-based.
 OCTETS means the location comes from definition data, whose positions
-are byte offsets on some backends (DEFINITION-POSITIONS-IN-OCTETS-P)."
+are byte offsets on some backends (DEFINITION-POSITIONS-IN-OCTETS-P).
+DSPEC, the definition's (OPERATOR NAME ...), tells a location given by
+name which form it is (NAMED-DEFINITION-OFFSET)."
   (cond
     ((and (consp location) (eq (first location) :error))
      (list :error (princ-to-string* (second location))))
@@ -204,6 +242,22 @@ are byte offsets on some backends (DEFINITION-POSITIONS-IN-OCTETS-P)."
                                       (and nl (1+ nl)))))
                (when start
                  (setf offset start
+                       position nil))))))
+       ;; A definition given by name (ABCL's): found in the file's text.
+       (when (and path (not offset) (consp position)
+                  (member (first position) '(:function-name :method))
+                  (stringp (second position)))
+         (let ((text (cached-file-text path)))
+           (when text
+             (let ((found (named-definition-offset
+                           text (second position)
+                           :operator (and (consp dspec) (symbolp (first dspec))
+                                          (symbol-name (first dspec)))
+                           :specializers (and (eq (first position) :method)
+                                              (listp (third position))
+                                              (third position)))))
+               (when found
+                 (setf offset found
                        position nil))))))
        (when (and path offset)
          (let ((text (cached-file-text path)))

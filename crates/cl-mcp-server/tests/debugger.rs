@@ -295,6 +295,22 @@ fn nested_levels_break_and_continue() {
         json!({"debug": true}),
     );
     assert!(r.text.starts_with("[DEBUGGER level 1]"), "{}", r.text);
+    // Without its value: said, and still pending at level 1 (invoking it
+    // opened a level 2 that said only "invalid number of arguments: 0").
+    let r = call(
+        &mut s,
+        53,
+        "debugger-restart",
+        json!({"restart": "USE-VALUE"}),
+    );
+    assert!(r.is_error, "{}", r.text);
+    assert!(
+        r.text.contains("Restart USE-VALUE takes 1 value")
+            && r.text.contains("not 0")
+            && r.text.contains("still pending"),
+        "{}",
+        r.text
+    );
     let r = call(
         &mut s,
         52,

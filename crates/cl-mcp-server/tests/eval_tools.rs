@@ -114,6 +114,20 @@ fn errors_have_type_message_backtrace_and_restarts() {
         r.text
     );
 
+    // Innermost first, as the debugger numbers them (they were listed in
+    // reverse, so "restart 0" of an error result was the debugger's last).
+    let r = eval(
+        &mut s,
+        21,
+        "(restart-case (restart-case (error \"x\") (inner-r () :report \"inner\" 1)) (outer-r () :report \"outer\" 2))",
+    );
+    assert_eq!(
+        r.structured["error"]["restarts"],
+        json!(["INNER-R: inner", "OUTER-R: outer"]),
+        "{}",
+        r.text
+    );
+
     let r = eval(&mut s, 30, "(abort)");
     assert!(
         r.is_error && r.text.starts_with("[ERROR] ABORT"),

@@ -38,7 +38,8 @@ const FILES: &[(&str, &str)] = &[
     ),
     (
         "ol-main.lisp",
-        "(in-package #:olsys)\n\n(defvar *total* 0 \"Running total.\")\n\n(defun add (a b)\n  \"Add A and B.\"\n  (+ a b))\n",
+        "(in-package #:olsys)\n\n(defvar *total* 0 \"Running total.\")\n\n(defun add (a b)\n  \"Add A and B.\"\n  (+ a b))\n\n\
+         (defun ol-idle (x)\n  (let ((ol-unused 1))\n    x))\n",
     ),
     (
         "warn.lisp",
@@ -201,6 +202,19 @@ fn session(name: &str, impl_type: &str) {
     );
     assert!(!r.is_error, "{name}: {}", r.text);
     assert_eq!(r.structured["success"], true, "{name}: {}", r.text);
+    // The unused variable is a located diagnostic of the build, not a line
+    // on stderr (ABCL's Swank turns compiler warnings into diagnostics only
+    // for its own compile-file). ECL's compiler does not warn of it.
+    if name != "ecl" {
+        let unused = r.structured["diagnostics"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|d| d["message"].as_str().unwrap_or("").contains("OL-UNUSED"))
+            .unwrap_or_else(|| panic!("{name}: no diagnostic for OL-UNUSED: {}", r.text));
+        assert_eq!(unused["path"], "ol-main.lisp", "{name}: {}", r.text);
+        assert!(unused["line"].as_i64().is_some(), "{name}: {}", r.text);
+    }
     let r = eval(&mut s, 12, "(olsys:add 2 3)");
     assert_eq!(r.text, "=> 5", "{name}");
 
@@ -222,6 +236,12 @@ fn session(name: &str, impl_type: &str) {
     assert!(!r.is_error, "{name}: {}", r.text);
     assert_eq!(
         r.structured["definitions"][0]["path"], "ol-main.lisp",
+        "{name}: {}",
+        r.text
+    );
+    // ABCL gives the definition by name; its line is found in the file.
+    assert_eq!(
+        r.structured["definitions"][0]["line"], 5,
         "{name}: {}",
         r.text
     );
