@@ -452,6 +452,18 @@ ones around the evaluation), innermost first as the debugger lists them."
                       (format nil "~A: ~A" (type-name-of-symbol name) report)
                       report))))
 
+(defun reader-problem-message (condition)
+  "What CONDITION, signalled while reading code, says, for people: the end
+of input inside a form named as a missing closing parenthesis or quote,
+and the reader's stream (#<SB-IMPL::STRING-INPUT-STREAM {...}>) left out
+of the message (its line and column stay)."
+  (if (typep condition 'end-of-file)
+      "End of input inside a form: a closing parenthesis or string quote is missing."
+      (let* ((text (condition-message condition))
+             (stream-at (search "Stream: #<" text)))
+        (string-right-trim '(#\Space #\Tab #\Newline #\Return #\,)
+                           (if stream-at (subseq text 0 stream-at) text)))))
+
 (defun condition-message (condition)
   "CONDITION's report, capped. An arithmetic error some Lisps (ECL) print
 unreadably (#<a DIVISION-BY-ZERO ...>) is described by its operation and

@@ -298,7 +298,7 @@ when the stack has no such frame."
 read: said plainly, never a nested debugger level."
   (handler-case (values (read-forms code package) nil)
     (error (e)
-      (values nil (format nil "The code does not read: ~A" (print-capped e 1000))))))
+      (values nil (format nil "The code does not read: ~A" (reader-problem-message e))))))
 
 (defun frame-code-package (index)
   "The package code for frame INDEX is read in: that of the frame's

@@ -98,6 +98,7 @@ Returns (:values (STRING...) :stdout S :stderr S :warnings (S...)
            (print-package *package*)
            (reading nil)
            (form-error nil)
+           (ran 0)
            (result
              (run-captured
               (lambda ()
@@ -120,13 +121,18 @@ Returns (:values (STRING...) :stdout S :stderr S :warnings (S...)
                      (call-with-debugger-hooks
                       (lambda (condition hook)
                         (declare (ignore hook))
-                        (when debug
+                        ;; Code that does not read is answered, not
+                        ;; debugged: nothing of the user's runs there.
+                        (when (and debug (not reading))
                           (enter-debugger condition))
                         (setf form-error
                               (condition-plist condition
                                                :backtrace (user-backtrace backtrace-limit)
                                                :restarts (restarts-since condition
                                                                          outer-restarts)))
+                        (when reading
+                          (setf (getf form-error :message)
+                                (reader-problem-message condition)))
                         (return-from forms nil))
                       (lambda ()
                     (let ((in (make-string-input-stream code)))
@@ -139,6 +145,7 @@ Returns (:values (STRING...) :stdout S :stderr S :warnings (S...)
                           (setf last-values
                                 (multiple-value-list
                                  (call-with-user-code (lambda () (eval form)))))
+                          (incf ran)
                           (setf current *package*)
                           ;; REPL variables, as a listener would set them.
                           (setf *** ** ** * * (first last-values))
@@ -165,11 +172,13 @@ Returns (:values (STRING...) :stdout S :stderr S :warnings (S...)
         (set-session-package session current))
       (let ((error (or (getf result :error) form-error)))
         ;; A reader error's backtrace is the reader's inside: useless.
+        ;; The forms before the one that does not read did run: said.
         (when (and error reading)
           (setf (getf error :backtrace) nil)
-          (when (equal (getf error :type) "END-OF-FILE")
+          (when (plusp ran)
             (setf (getf error :message)
-                  "End of input inside a form: a closing parenthesis or string quote is missing.")))
+                  (format nil "~A~%(The ~D form~:P before it ran.)"
+                          (getf error :message) ran))))
         (multiple-value-bind (values stdout stderr warnings error)
             (fit-eval-reply (if (or error (getf result :interrupted))
                                 nil

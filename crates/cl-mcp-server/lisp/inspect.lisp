@@ -14,30 +14,46 @@
 code through RUN-CAPTURED (interruptible by ID). With COMPILE, the forms
 are compiled into one function first (what a profile should measure).
 AROUND is called with a function that runs the forms (to profile them).
-Returns RUN-CAPTURED's plist; :value holds the last form's values."
+Returns RUN-CAPTURED's plist; :value holds the last form's values. Code
+that does not read is an error said as evaluate-lisp says it, without the
+reader's backtrace."
   (multiple-value-bind (start-package package-error) (resolve-package package)
     (if package-error
         (list :error (list :type "PACKAGE-ERROR" :message package-error
                            :restarts nil :backtrace nil)
               :stdout "" :stderr "" :warnings nil :elapsed-ms 0)
-        (let ((package (or start-package (session-package session))))
-          (run-captured
-           (lambda ()
-             (let ((*package* package))
-               (if compile
-                   (funcall around (compile nil `(lambda () ,@(read-forms code package))))
-                   ;; Read one form at a time, like evaluate-lisp, so an
-                   ;; IN-PACKAGE among them affects the forms after it.
-                   (funcall around
-                            (lambda ()
-                              (let ((values '())
-                                    (eof (list :eof)))
-                                (with-input-from-string (in code)
-                                  (loop for form = (read in nil eof)
-                                        until (eq form eof)
-                                        do (setf values (multiple-value-list (eval form)))))
-                                (values-list values)))))))
-           :id id :max-output (or max-output 50000))))))
+        (let* ((package (or start-package (session-package session)))
+               (unreadable nil)
+               (result
+                 (run-captured
+                  (lambda ()
+                    (let ((*package* package))
+                      (flet ((read-noting (thunk)
+                               (handler-bind ((error (lambda (e)
+                                                       (setf unreadable
+                                                             (reader-problem-message e)))))
+                                 (prog1 (funcall thunk) (setf unreadable nil)))))
+                        (if compile
+                            (funcall around
+                                     (compile nil `(lambda ()
+                                                     ,@(read-noting
+                                                        (lambda () (read-forms code package))))))
+                            ;; Read one form at a time, like evaluate-lisp, so an
+                            ;; IN-PACKAGE among them affects the forms after it.
+                            (funcall around
+                                     (lambda ()
+                                       (let ((values '())
+                                             (eof (list :eof)))
+                                         (with-input-from-string (in code)
+                                           (loop for form = (read-noting (lambda () (read in nil eof)))
+                                                 until (eq form eof)
+                                                 do (setf values (multiple-value-list (eval form)))))
+                                         (values-list values))))))))
+                  :id id :max-output (or max-output 50000))))
+          (when (and unreadable (getf result :error))
+            (setf (getf (getf result :error) :message) unreadable
+                  (getf (getf result :error) :backtrace) nil))
+          result))))
 
 (defun run-failure (result)
   "The :error or interruption of a RUN-USER-FORMS result as a reply
@@ -304,17 +320,18 @@ inspection, so PART and BACK go on from it. An error in CODE is answered as
   (let ((value nil)
         ;; The unit's summary ("compilation unit aborted") is noise here.
         (*error-output* (make-broadcast-stream)))
+    (multiple-value-bind (forms problem) (read-code code (or package (frame-code-package index)))
+      (when problem
+        (return-from debugger-inspect-in-frame (list :error problem)))
     (handler-case
         ;; Warnings stay out of the suspended evaluation's own report
         ;; (EVAL-FORMS-IN-FRAME compiles in a unit of its own).
         (handler-bind ((warning #'muffle-warning))
-          (setf value (first (eval-forms-in-frame
-                              (read-forms code (or package (frame-code-package index)))
-                              index))))
+          (setf value (first (eval-forms-in-frame forms index))))
       (error (e)
         (return-from debugger-inspect-in-frame
           (list :error (format nil "~A in frame ~D: ~A" (type-name e) index
-                               (print-capped e 2000))))))
+                               (print-capped e 2000)))))))
     (setf (inspection-stack session) (list (cons (truncate-string code 200) value)))
     (inspection-reply session (max 0 (or start 0)) (max 1 (min 500 (or count 50))))))
 

@@ -394,6 +394,25 @@ fn frame_code_keeps_its_own_warnings_and_bad_input_is_said_plainly() {
     );
     assert!(r.is_error, "{}", r.text);
     assert!(r.text.starts_with("The code does not read"), "{}", r.text);
+    assert!(
+        r.text
+            .contains("closing parenthesis or string quote is missing"),
+        "{}",
+        r.text
+    );
+    // inspect-object in a frame reads first too: a plain error, no
+    // reader's stream (#<SB-IMPL::STRING-INPUT-STREAM ...>).
+    let r = call(
+        &mut s,
+        51,
+        "inspect-object",
+        json!({"frame": frame, "code": "(car"}),
+    );
+    assert!(
+        r.is_error && r.text.starts_with("The code does not read") && !r.text.contains("#<"),
+        "{}",
+        r.text
+    );
     let r = call(
         &mut s,
         6,

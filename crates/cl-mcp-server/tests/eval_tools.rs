@@ -143,6 +143,21 @@ fn errors_have_type_message_backtrace_and_restarts() {
     let r = eval(&mut s, 3, "(+ 1 2");
     assert!(r.is_error);
     assert!(r.text.contains("END-OF-FILE"), "{}", r.text);
+    // A stray parenthesis after a form that ran: said, with what ran.
+    let r = eval(&mut s, 32, "(defvar *ran-before* 1) (+ 1 2))");
+    assert!(r.is_error, "{}", r.text);
+    assert!(r.text.contains("(The 2 forms before it ran.)"), "{}", r.text);
+    if common::on_sbcl() {
+        // Not the reader's stream (#<SB-IMPL::STRING-INPUT-STREAM {...}>),
+        // and not a debugger: nothing of the user's runs in the reader.
+        assert!(
+            r.text.contains("unmatched close parenthesis") && !r.text.contains("#<"),
+            "{}",
+            r.text
+        );
+        let r = eval_with(&mut s, 33, "(+ 1 2))", json!({"debug": true}));
+        assert!(r.text.starts_with("[ERROR]"), "{}", r.text);
+    }
 
     let r = eval_with(&mut s, 4, "#.(+ 1 2)", json!({"safeRead": true}));
     // ECL's reader says it in its own words.
