@@ -288,6 +288,23 @@ elsewhere only symbols (through Swank's WRAP)."
                                specializers)
                        nil)))))
 
+(defun trace-caveat (spec)
+  "Why tracing SPEC may record fewer calls than the code makes, or NIL: a
+function declared inline (compiled callers include its body) or a
+standard one the compiler open-codes, or a macro (its expansions are what
+is recorded)."
+  (cond ((not (symbolp spec)) nil)
+        ((macro-function spec)
+         (format nil "~A is a macro: the records are its expansions (each call of the macro function with the form), made when code using it is compiled or evaluated, not calls at run time."
+                 spec))
+        ((and (eq (symbol-package spec) (find-package "COMMON-LISP")) (fboundp spec))
+         (format nil "~A is a standard function: compiled callers may open-code it (make no call), so their calls may not be recorded; calls through FUNCALL or APPLY are."
+                 spec))
+        (#+sbcl (eq (sb-int:info :function :inlinep spec) 'inline)
+         #-sbcl nil
+         (format nil "~A is declared inline: callers compiled after that include its body, so their calls are not recorded (recompile them under (declaim (notinline ~(~A~))) to see them)."
+                 spec spec))))
+
 (defun slot-accessor-method-p (method)
   "True for the reader or writer method DEFCLASS made for a slot: SBCL's
 generic function reads or writes the slot without calling it (so tracing

@@ -575,8 +575,10 @@ calls so far. Returns (:traced (S...) :changes ((:name :action :ok
                                                   (declare (ignore e))
                                                   (disown-trace spec session))))
                             (install-trace spec #+sbcl 'trace-report-sbcl #-sbcl 'trace-report))
-                          (change (short-print spec) "trace" t
-                                  (and warnings (format nil "~{~A~^ ~}" (reverse warnings)))))
+                          (let ((notes (append (reverse warnings)
+                                               (let ((c (trace-caveat spec))) (and c (list c))))))
+                            (change (short-print spec) "trace" t
+                                    (and notes (format nil "~{~A~^ ~}" notes)))))
                       (error (e)
                         (change (short-print spec) "trace" nil (print-capped e 500))))))))))
       (append (list :traced (mapcar #'short-print (session-traced-specs session))

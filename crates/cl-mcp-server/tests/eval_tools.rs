@@ -146,7 +146,11 @@ fn errors_have_type_message_backtrace_and_restarts() {
     // A stray parenthesis after a form that ran: said, with what ran.
     let r = eval(&mut s, 32, "(defvar *ran-before* 1) (+ 1 2))");
     assert!(r.is_error, "{}", r.text);
-    assert!(r.text.contains("(The 2 forms before it ran.)"), "{}", r.text);
+    assert!(
+        r.text.contains("(The 2 forms before it ran.)"),
+        "{}",
+        r.text
+    );
     if common::on_sbcl() {
         // Not the reader's stream (#<SB-IMPL::STRING-INPUT-STREAM {...}>),
         // and not a debugger: nothing of the user's runs in the reader.

@@ -242,6 +242,16 @@ fn a_slot_accessor_method_is_refused_and_its_generic_function_traced() {
         r.text
     );
     assert!(r.structured["traced"].as_array().unwrap().is_empty());
+    // Tracing what compiled callers never call is said, not silent.
+    let r = call(
+        &mut s,
+        21,
+        "trace-functions",
+        json!({"trace": ["car"], "untraceAll": true}),
+    );
+    assert!(!r.is_error, "{}", r.text);
+    assert!(r.text.contains("CAR is a standard function"), "{}", r.text);
+    call(&mut s, 22, "trace-functions", json!({"untraceAll": true}));
     // What it suggests records the call.
     let r = call(&mut s, 3, "trace-functions", json!({"trace": ["tr-px"]}));
     assert!(!r.is_error, "{}", r.text);
