@@ -195,12 +195,13 @@ the whitespace before it)."
   "The current debugger level: (:level N :type S :message S :restarts
 ((:index I :name S :description S) ...) :frames ((:index I :frame S
 [:path P :line L :column C]) ...) :total-frames N). Frames are the user's
-(DEBUGGER-USER-FRAMES), START and COUNT page through them."
+(DEBUGGER-USER-FRAMES): COUNT of them from frame number START on (frames
+keep Swank's numbers, with gaps where machinery frames are left out)."
   (with-debugger-errors ()
   (let* ((condition swank::*swank-debugger-condition*)
          (frames (debugger-user-frames))
-         (page (subseq frames (min start (length frames))
-                       (min (length frames) (+ start (max 0 count))))))
+         (from (member-if (lambda (f) (>= (first f) start)) frames))
+         (page (subseq from 0 (min (length from) (max 0 count)))))
     (with-file-cache ()
       (list :level swank::*sldb-level*
             :type (type-name condition)

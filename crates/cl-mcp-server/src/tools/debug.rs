@@ -656,10 +656,19 @@ pub fn render_debugger(d: &DebuggerInfo) -> String {
     push_frames(&mut t, &d.frames, d.total_frames);
     let shown = d.frames.len() as i64;
     if d.total_frames > shown {
-        t.push_str(&format!(
-            "\n[{} of {} frames: debugger-backtrace pages]",
-            shown, d.total_frames
-        ));
+        match d.frames.last() {
+            Some(last) => t.push_str(&format!(
+                "\n[{} of {} frames; debugger-backtrace with start {} lists those after frame {}]",
+                shown,
+                d.total_frames,
+                last.index + 1,
+                last.index
+            )),
+            None => t.push_str(&format!(
+                "\n[none of the {} frames is numbered that high: start is a frame number]",
+                d.total_frames
+            )),
+        }
     }
     t.push_str(
         "\n\nInspect with debugger-frame, resolve with debugger-restart (a restart number \
@@ -780,6 +789,8 @@ struct BacktraceArgs {
     thread: Option<i64>,
     /// With `thread`: take it over.
     take_over: Option<bool>,
+    /// The frame number to list from (frames keep their numbers, with
+    /// gaps where machinery frames are left out). Default 0.
     start: Option<u32>,
     /// Default 20.
     count: Option<u32>,
