@@ -294,8 +294,10 @@ failing :error (a condition plist) / :interrupted, or (:error MESSAGE)."
            (declare (ignore kind attributes))
            (unless (and (< -1 part total) parts)
              (return-from inspect-request
-               (list :error (format nil "No part ~D: the object has ~D part~:P (0 to ~D)."
-                                    part total (1- total)))))
+               (list :error (if (plusp total)
+                                (format nil "No part ~D: the object has ~D part~:P (0 to ~D)."
+                                        part total (1- total))
+                                (format nil "No part ~D: the object has no parts." part)))))
            (setf (inspection-stack session)
                  (cons (first parts) stack)))))
       (back

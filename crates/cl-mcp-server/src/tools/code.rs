@@ -129,8 +129,8 @@ pub fn render_interruption(v: &Value, what: &str, timeout: std::time::Duration) 
     }
     let mut text = if plist_bool(v, "timed-out") {
         format!(
-            "[TIMEOUT] {what} did not finish within {} seconds (timeoutSeconds) and was interrupted.",
-            timeout.as_secs_f64()
+            "[TIMEOUT] {what} did not finish within {} (timeoutSeconds) and was interrupted.",
+            super::eval::seconds_text(timeout.as_secs_f64())
         )
     } else {
         format!("[INTERRUPTED] {what} was interrupted.")

@@ -169,8 +169,8 @@ pub fn render_text(out: &EvalOutput, cause: Option<InterruptCause>) -> String {
     if out.interrupted {
         let head = match cause {
             Some(InterruptCause::Timeout(s)) => format!(
-                "[TIMEOUT] Evaluation did not finish within {} seconds and was interrupted.",
-                trim_float(s)
+                "[TIMEOUT] Evaluation did not finish within {} and was interrupted.",
+                seconds_text(s)
             ),
             Some(InterruptCause::Cancelled) => {
                 "[CANCELLED] The request was cancelled; the evaluation was interrupted.".to_string()
@@ -221,6 +221,16 @@ fn trim_float(s: f64) -> String {
         format!("{}", s as i64)
     } else {
         format!("{s}")
+    }
+}
+
+/// "1 second", "2.5 seconds".
+pub(crate) fn seconds_text(s: f64) -> String {
+    let n = trim_float(s);
+    if n == "1" {
+        "1 second".into()
+    } else {
+        format!("{n} seconds")
     }
 }
 
