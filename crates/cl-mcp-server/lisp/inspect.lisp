@@ -145,7 +145,14 @@ LOCATION), ATTRIBUTES a list of (NAME . STRING), PARTS the page
          (attr "test" (short-print (hash-table-test object)))
          (attr "count" (princ-to-string (hash-table-count object)))
          (let ((entries '()))
-           (maphash (lambda (k v) (push (cons (short-print k 200) v) entries)) object)
+           ;; A key with parts of its own (a list, an instance) is a
+           ;; part too, before its entry, so it can be looked into.
+           (maphash (lambda (k v)
+                      (when (and (has-parts-p k)
+                                 (not (typep k '(or string symbol package function))))
+                        (push (cons (format nil "key ~A" (short-print k 200)) k) entries))
+                      (push (cons (short-print k 200) v) entries))
+                    object)
            (setf all (nreverse entries))))
         (package
          (setf kind "package")

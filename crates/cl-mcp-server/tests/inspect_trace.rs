@@ -30,7 +30,8 @@ fn inspector_drills_into_an_instance_and_a_hash_table_and_back() {
            (tags :initform (make-hash-table :test 'equal))))
          (defvar *pt* (make-instance 'point :x 3 :y 4))
          (setf (gethash \"a\" (slot-value *pt* 'tags)) 1
-               (gethash \"b\" (slot-value *pt* 'tags)) (list 10 20 30))
+               (gethash \"b\" (slot-value *pt* 'tags)) (list 10 20 30)
+               (gethash (list 1 2) (slot-value *pt* 'tags)) :listed)
          (defun inspected-fn (alpha &optional beta) (list alpha beta))",
     );
     assert!(!r.is_error, "{}", r.text);
@@ -49,8 +50,14 @@ fn inspector_drills_into_an_instance_and_a_hash_table_and_back() {
     let r = call(&mut s, 3, "inspect-object", json!({"part": 2}));
     assert!(!r.is_error, "{}", r.text);
     assert_eq!(r.structured["kind"], "hash-table");
-    assert_eq!(r.structured["total"], 2);
-    assert_eq!(labels(&r.structured["parts"]), ["\"a\"", "\"b\""]);
+    // A key with parts of its own is a part too, before its entry.
+    assert_eq!(r.structured["total"], 4);
+    assert_eq!(
+        labels(&r.structured["parts"]),
+        ["\"a\"", "\"b\"", "key (1 2)", "(1 2)"]
+    );
+    assert_eq!(r.structured["parts"][2]["drillable"], true);
+    assert_eq!(r.structured["parts"][3]["value"], ":LISTED");
     assert_eq!(r.structured["parts"][1]["value"], "(10 20 30)");
     assert_eq!(r.structured["path"], json!(["*pt*", "TAGS"]));
 
