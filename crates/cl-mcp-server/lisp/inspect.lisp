@@ -424,13 +424,18 @@ Returns true when SPEC is no longer traced."
   "The tracer's reporter (see INSTALL-TRACE): records a call on :ENTER in
 the stores of the sessions that traced NAME, completes it on :EXIT or
 :NON-LOCAL-EXIT."
-  (let ((thread (swank/backend:current-thread))
-        (printed (if (eq event :non-local-exit) nil (printed-list values))))
+  (let ((thread (swank/backend:current-thread)))
     (with-trace-lock
      (lambda ()
        (dolist (session (gethash name *trace-owners*))
          (let* ((store (trace-store session))
-                (open (trace-store-open store)))
+                (open (trace-store-open store))
+                ;; Arguments and values alike, as the session's results
+                ;; print (SBCL's tracer binds *PACKAGE* to another package
+                ;; around a call's entry than around its exit).
+                (printed (and (not (eq event :non-local-exit))
+                              (let ((*package* (session-package session)))
+                                (printed-list values)))))
            (case event
              (:enter
               (let ((record (make-trace-record (incf *trace-next-id*) depth
