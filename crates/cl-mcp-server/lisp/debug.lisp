@@ -141,6 +141,24 @@ TRACED-CALL-FRAME)."
         (truncate-string (substitute #\Space #\Newline (capture-contents s)) 400))
     (error () "#<frame>")))
 
+(defun evaluated-in-frame-text (text)
+  "For the frame of code the debugger tools evaluated in a frame (SBCL
+compiles it into a (LAMBDA (#:G..)) of that frame's debug frame, printed
+as #<SB-DI::COMPILED-FRAME NAME> or, when the code uses no local, as
+#<unused argument>), what it is, in words; else NIL."
+  (let ((marker "#<SB-DI::COMPILED-FRAME "))
+    (when (and (stringp text) (eql 0 (search "((LAMBDA (#:G" text)))
+      (let ((at (search marker text)))
+        (cond (at
+               (let* ((start (+ at (length marker)))
+                      (end (or (position-if (lambda (c) (member c '(#\> #\{))) text
+                                            :start start)
+                               (length text))))
+                 (format nil "(code evaluated in the frame of ~A)"
+                         (string-trim " " (subseq text start end)))))
+              ((search "#<unused argument>)" text)
+               "(code evaluated in a frame)"))))))
+
 (defun debugger-user-frames (&optional (limit 500))
   "The user's frames of the current debugger level as (INDEX FRAME): the
 stack is cut where the evaluation's user code was entered, and the
@@ -160,7 +178,9 @@ left out. INDEX is Swank's frame number."
                      ;; frame is gone.
                      (traced (push (list i frame call) user))
                      ((not (machinery-frame-p name (or text (frame-text frame))))
-                      (push (list i frame text) user)))))
+                      (let ((full (or text (frame-text frame))))
+                        (push (list i frame (or (evaluated-in-frame-text full) text))
+                              user))))))
     (nreverse user)))
 
 (defun frame-location (index)

@@ -280,6 +280,14 @@ fn nested_levels_break_and_continue() {
         r.text
     );
     assert!(!r.text.contains("sldb"), "{}", r.text);
+    // The frame of the code evaluated in the frame is said in words, not
+    // as SBCL's (LAMBDA (#:G1)) of a #<SB-DI::COMPILED-FRAME ...>.
+    assert!(
+        !r.text.contains("COMPILED-FRAME")
+            && r.text.contains("(code evaluated in a frame)"),
+        "{}",
+        r.text
+    );
 
     // ABORT at level 2 returns to level 1.
     let r = call(&mut s, 3, "debugger-restart", json!({"restart": "ABORT"}));
