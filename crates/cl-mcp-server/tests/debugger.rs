@@ -283,8 +283,7 @@ fn nested_levels_break_and_continue() {
     // The frame of the code evaluated in the frame is said in words, not
     // as SBCL's (LAMBDA (#:G1)) of a #<SB-DI::COMPILED-FRAME ...>.
     assert!(
-        !r.text.contains("COMPILED-FRAME")
-            && r.text.contains("(code evaluated in a frame)"),
+        !r.text.contains("COMPILED-FRAME") && r.text.contains("(code evaluated in a frame)"),
         "{}",
         r.text
     );
