@@ -592,3 +592,31 @@ fn traces_are_per_session_and_removed_when_the_session_ends() {
     let r = call(&mut c, 3, "list-threads", json!({}));
     assert!(r.text.contains("\"user-app\" alive"), "{}", r.text);
 }
+
+#[test]
+fn trace_prints_arguments_and_values_in_the_sessions_package() {
+    let mut s = lisp_server(&[]);
+    let r = eval(
+        &mut s,
+        1,
+        "(defpackage :tr-shapes (:use :cl)) (in-package :tr-shapes)
+         (defclass circle () ((r :initarg :r :reader radius)))
+         (defgeneric grow (c))
+         (defmethod grow ((c circle)) (make-instance 'circle :r (* 2 (radius c))))",
+    );
+    assert!(!r.is_error, "{}", r.text);
+    let r = call(&mut s, 2, "trace-functions", json!({"trace": ["grow"]}));
+    assert!(!r.is_error, "{}", r.text);
+    eval(&mut s, 3, "(grow (make-instance 'circle :r 1))");
+    let r = call(&mut s, 4, "trace-functions", json!({}));
+    let rec = &r.structured["records"][0];
+    // SBCL's tracer binds another package around a call's entry: the
+    // argument printed as #<TR-SHAPES::CIRCLE ...>, the value as #<CIRCLE ...>.
+    for printed in [&rec["arguments"][0], &rec["values"][0]] {
+        assert!(
+            printed.as_str().unwrap().starts_with("#<CIRCLE "),
+            "{}",
+            r.text
+        );
+    }
+}
