@@ -54,10 +54,19 @@ impl Stream {
     async fn connect(address: &Address) -> std::io::Result<Stream> {
         match address {
             Address::Local(name) => {
-                use std::os::linux::net::SocketAddrExt;
-                let addr = std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes())?;
-                let s = std::os::unix::net::UnixStream::connect_addr(&addr)?;
-                s.set_nonblocking(true)?;
+                // A Unix connect blocks while the listener's backlog is
+                // full (another local process may have filled it): off the
+                // runtime's workers, so the caller's timeout still holds.
+                let name = name.clone();
+                let s = tokio::task::spawn_blocking(move || {
+                    use std::os::linux::net::SocketAddrExt;
+                    let addr = std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes())?;
+                    let s = std::os::unix::net::UnixStream::connect_addr(&addr)?;
+                    s.set_nonblocking(true)?;
+                    Ok::<_, std::io::Error>(s)
+                })
+                .await
+                .map_err(std::io::Error::other)??;
                 Ok(Stream::Unix(UnixStream::from_std(s)?))
             }
             Address::Port(port) => {
