@@ -789,8 +789,7 @@ struct BacktraceArgs {
     thread: Option<i64>,
     /// With `thread`: take it over.
     take_over: Option<bool>,
-    /// The frame number to list from (frames keep their numbers, with
-    /// gaps where machinery frames are left out). Default 0.
+    // A frame number (README); no description, for the tools/list budget.
     start: Option<u32>,
     /// Default 20.
     count: Option<u32>,

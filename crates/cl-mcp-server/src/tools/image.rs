@@ -51,8 +51,7 @@ struct InfoOutput {
     /// (false: through Swank, as on a Lisp without threads).
     #[serde(skip_serializing_if = "Option::is_none")]
     evaluation_channel: Option<bool>,
-    /// What the evaluation channel runs on: "unix" (an abstract Unix
-    /// socket, SBCL on Linux) or "tcp" (loopback).
+    /// "unix" or "tcp".
     #[serde(skip_serializing_if = "Option::is_none")]
     evaluation_socket: Option<String>,
     machine: String,
