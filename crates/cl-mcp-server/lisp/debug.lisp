@@ -177,10 +177,11 @@ left out. INDEX is Swank's frame number."
                      ;; The tracer's wrapper stands for a call whose own
                      ;; frame is gone.
                      (traced (push (list i frame call) user))
-                     ((not (machinery-frame-p name (or text (frame-text frame))))
+                     (t
                       (let ((full (or text (frame-text frame))))
-                        (push (list i frame (or (evaluated-in-frame-text full) text))
-                              user))))))
+                        (unless (machinery-frame-p name full)
+                          (push (list i frame (or (evaluated-in-frame-text full) text))
+                                user)))))))
     (nreverse user)))
 
 (defun frame-location (index)
@@ -321,6 +322,15 @@ read: said plainly, never a nested debugger level."
     (error (e)
       (values nil (format nil "The code does not read: ~A" (reader-problem-message e))))))
 
+(defmacro with-code-forms ((forms code package) &body body)
+  "BODY with FORMS bound to the forms of CODE read in PACKAGE (READ-CODE);
+(:error MESSAGE) instead of BODY's value when CODE does not read."
+  (let ((problem (gensym "PROBLEM")))
+    `(multiple-value-bind (,forms ,problem) (read-code ,code ,package)
+       (if ,problem
+           (list :error ,problem)
+           (progn ,@body)))))
+
 (defun frame-code-package (index)
   "The package code for frame INDEX is read in: that of the frame's
 function, as in SLDB, unless the frame is the implementation's, Swank's or
@@ -352,10 +362,7 @@ there is no such frame or CODE does not read. The warnings are CODE's own
 a nested debugger level (like SLDB's eval-in-frame)."
   (unless (frame-at index)
     (return-from debugger-eval-in-frame (no-frame-error index)))
-  (multiple-value-bind (forms problem)
-      (read-code code (or package (frame-code-package index)))
-    (when problem
-      (return-from debugger-eval-in-frame (list :error problem)))
+  (with-code-forms (forms code (or package (frame-code-package index)))
     (let ((out (make-capture-stream max-output))
           (values '())
           (warnings '()))
@@ -491,18 +498,15 @@ in. Returns (:ok T) or (:error MESSAGE)."
 in the frame). Returns (:error MESSAGE) when the implementation cannot."
   (unless (frame-at index)
     (return-from debugger-return-from-frame (no-frame-error index)))
-  (let* ((forms (multiple-value-bind (forms problem) (read-code form package)
-                  (when problem
-                    (return-from debugger-return-from-frame (list :error problem)))
-                  forms))
-         (result (handler-case
-                     (swank/backend:return-from-frame
-                      index (if (cdr forms) `(progn ,@forms) (first forms)))
-                   (error (e)
-                     (return-from debugger-return-from-frame
-                       (frame-action-error "return from" index e))))))
-    (list :error (format nil "Cannot return from frame ~D: ~A. Only frames of functions compiled with (debug 2) or more can return a value, e.g. after (declaim (optimize (debug 2)))."
-                         index (if (stringp result) result "not supported here")))))
+  (with-code-forms (forms form package)
+    (let ((result (handler-case
+                      (swank/backend:return-from-frame
+                       index (if (cdr forms) `(progn ,@forms) (first forms)))
+                    (error (e)
+                      (return-from debugger-return-from-frame
+                        (frame-action-error "return from" index e))))))
+      (list :error (format nil "Cannot return from frame ~D: ~A. Only frames of functions compiled with (debug 2) or more can return a value, e.g. after (declaim (optimize (debug 2)))."
+                           index (if (stringp result) result "not supported here"))))))
 
 (defun debugger-step (kind &optional (frame 0))
   "Single-step from this debugger: KIND :INTO (the next form, entering

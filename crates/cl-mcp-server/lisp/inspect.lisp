@@ -329,20 +329,18 @@ inspection, so PART and BACK go on from it. An error in CODE is answered as
   (let ((value nil)
         ;; The unit's summary ("compilation unit aborted") is noise here.
         (*error-output* (make-broadcast-stream)))
-    (multiple-value-bind (forms problem) (read-code code (or package (frame-code-package index)))
-      (when problem
-        (return-from debugger-inspect-in-frame (list :error problem)))
-    (handler-case
-        ;; Warnings stay out of the suspended evaluation's own report
-        ;; (EVAL-FORMS-IN-FRAME compiles in a unit of its own).
-        (handler-bind ((warning #'muffle-warning))
-          (setf value (first (eval-forms-in-frame forms index))))
-      (error (e)
-        (return-from debugger-inspect-in-frame
-          (list :error (format nil "~A in frame ~D: ~A" (type-name e) index
-                               (print-capped e 2000)))))))
-    (setf (inspection-stack session) (list (cons (truncate-string code 200) value)))
-    (inspection-reply session (max 0 (or start 0)) (max 1 (min 500 (or count 50))))))
+    (with-code-forms (forms code (or package (frame-code-package index)))
+      (handler-case
+          ;; Warnings stay out of the suspended evaluation's own report
+          ;; (EVAL-FORMS-IN-FRAME compiles in a unit of its own).
+          (handler-bind ((warning #'muffle-warning))
+            (setf value (first (eval-forms-in-frame forms index))))
+        (error (e)
+          (return-from debugger-inspect-in-frame
+            (list :error (format nil "~A in frame ~D: ~A" (type-name e) index
+                                 (print-capped e 2000))))))
+      (setf (inspection-stack session) (list (cons (truncate-string code 200) value)))
+      (inspection-reply session (max 0 (or start 0)) (max 1 (min 500 (or count 50)))))))
 
 ;;; Trace records.
 ;;;

@@ -102,6 +102,12 @@ text of that line (without its newline)."
   (let ((colon (position #\: token :from-end t)))
     (if colon (subseq token (1+ colon)) token)))
 
+(defun form-operator (text open)
+  "The operator of the form whose parenthesis is at OPEN in TEXT, without
+package prefix, and where its token ends."
+  (let ((end (token-end text (1+ open))))
+    (values (unqualified (subseq text (1+ open) end)) end)))
+
 (defun defining-forms (text definers)
   "The forms of TEXT (a file's text) that open a line (after indentation)
 with an operator in DEFINERS (names, any case, any package prefix; :DEF,
@@ -116,22 +122,22 @@ the operator, without package prefix, string quote or the parenthesis of
                                  (if nl (1+ nl) 0))))
                (when (every (lambda (c) (member c '(#\Space #\Tab)))
                             (subseq text line-start open))
-                 (let* ((op-end (token-end text (1+ open)))
-                        (op (unqualified (subseq text (1+ open) op-end)))
-                        (name-start (and (if (eq definers :def)
-                                             (and (> (length op) 3)
-                                                  (string-equal op "def" :end1 3))
-                                             (member op definers :test #'string-equal))
-                                         (position-if-not
-                                          (lambda (c) (member c '(#\Space #\Tab #\Newline #\Return)))
-                                          text :start op-end))))
-                   (when name-start
-                     (when (member (char text name-start) '(#\( #\"))
-                       (incf name-start))
-                     (let ((name (unqualified (subseq text name-start
-                                                      (token-end text name-start)))))
-                       (when (plusp (length name))
-                         (push (cons name open) found))))))))
+                 (multiple-value-bind (op op-end) (form-operator text open)
+                   (let ((name-start
+                           (and (if (eq definers :def)
+                                    (and (> (length op) 3)
+                                         (string-equal op "def" :end1 3))
+                                    (member op definers :test #'string-equal))
+                                (position-if-not
+                                 (lambda (c) (member c '(#\Space #\Tab #\Newline #\Return)))
+                                 text :start op-end))))
+                     (when name-start
+                       (when (member (char text name-start) '(#\( #\"))
+                         (incf name-start))
+                       (let ((name (unqualified (subseq text name-start
+                                                        (token-end text name-start)))))
+                         (when (plusp (length name))
+                           (push (cons name open) found)))))))))
     (nreverse found)))
 
 (defun named-definition-offset (text name &key operator specializers)
@@ -145,11 +151,7 @@ order (a DEFMETHOD's lambda list). The offset, or NIL."
                                (defining-forms text :def)))
          (by-operator (if operator
                           (or (remove-if-not
-                               (lambda (f)
-                                 (let ((start (1+ (cdr f))))
-                                   (string-equal (unqualified
-                                                  (subseq text start (token-end text start)))
-                                                 operator)))
+                               (lambda (f) (string-equal (form-operator text (cdr f)) operator))
                                forms)
                               forms)
                           forms)))

@@ -590,6 +590,8 @@ impl Image {
     /// A snapshot of the current image.
     pub fn info(&self) -> ImageInfo {
         let live = self.current_live();
+        // Checked once, so the two fields below agree.
+        let channel_open = live.as_ref().map(|l| l.channel_open());
         ImageInfo {
             mode: self.inner.mode,
             pid: live.as_ref().and_then(|l| l.pid),
@@ -601,11 +603,10 @@ impl Image {
             kind: live.as_ref().and_then(|l| l.kind),
             sandbox: live.as_ref().and_then(|l| l.sandbox.clone()),
             limits: live.as_ref().and_then(|l| l.limits.clone()),
-            // Held while a request uses it: then it is open.
-            eval_channel: live.as_ref().map(|l| l.channel_open()),
+            eval_channel: channel_open,
             eval_socket: live
                 .as_ref()
-                .filter(|l| l.channel_open())
+                .filter(|_| channel_open == Some(true))
                 .and_then(|l| l.direct_socket),
         }
     }
