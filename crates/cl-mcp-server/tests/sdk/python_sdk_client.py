@@ -45,6 +45,9 @@ async def run(target, label: str, mode: str) -> None:
         assert "=> 42" in text_of(r)
         r = await call(client, "evaluate-lisp", {"code": "(car 5)"}, error=True)
         assert r.structured_content["error"]["type"] == "TYPE-ERROR", r.structured_content
+        # Code that does not read: said, with how many forms before it ran.
+        r = await call(client, "evaluate-lisp", {"code": "(sdk-twice 1) (+ 1 2))"}, error=True)
+        assert "(The 2 forms before it ran.)" in r.structured_content["error"]["message"], r.structured_content
         r = await call(client, "evaluate-lisp", {"code": "(loop)", "timeoutSeconds": 0.5}, error=True)
         assert r.structured_content.get("interrupted") is True, r.structured_content
         r = await call(client, "evaluate-lisp", {"code": "(sdk-twice 5)"})
@@ -57,6 +60,13 @@ async def run(target, label: str, mode: str) -> None:
         number = r.structured_content["debugger"]["debugger"]
         r = await call(client, "debugger-backtrace", {"debugger": number})
         assert any(x["name"] == "USE-VALUE" for x in r.structured_content["restarts"]), r.structured_content
+        # `start` is a frame number, as listed.
+        first = r.structured_content["frames"][0]["index"]
+        r = await call(client, "debugger-backtrace", {"debugger": number, "start": first, "count": 1})
+        assert [x["index"] for x in r.structured_content["frames"]] == [first], r.structured_content
+        # use-value without its value: a plain error, the debugger still waits.
+        r = await client.call_tool("debugger-restart", {"debugger": number, "restart": "use-value"})
+        assert r.is_error and "Restart USE-VALUE takes 1 value" in text_of(r), r
         r = await call(client, "debugger-restart", {"debugger": number, "restart": "use-value", "values": ["4"]})
         assert r.structured_content["values"] == ["8"], r.structured_content
         # A frame's value inspected while the debugger waits, then stepping.
@@ -107,6 +117,16 @@ async def run(target, label: str, mode: str) -> None:
         await call(client, "evaluate-lisp", {"code": "(sdk-twice 4)"})
         r = await call(client, "trace-functions", {"untraceAll": True})
         assert r.structured_content["records"][-1]["values"] == ["8"], r.structured_content
+        # A trace that records fewer calls than the code makes says so; one
+        # that would record nothing is refused.
+        r = await call(client, "trace-functions", {"trace": ["car"], "untraceAll": True})
+        assert "CAR is a standard function" in text_of(r), text_of(r)
+        await call(client, "evaluate-lisp", {"code": "(defclass sdk-pt () ((x :initarg :x :accessor sdk-px)))"})
+        r = await call(client, "trace-functions", {"trace": ["(method sdk-px (sdk-pt))"], "untraceAll": True}, error=True)
+        assert "Trace the generic function SDK-PX" in text_of(r), text_of(r)
+        # A hash table's key with parts of its own is a part too.
+        r = await call(client, "inspect-object", {"code": "(let ((h (make-hash-table :test 'equal))) (setf (gethash (list 1 2) h) 3) h)"})
+        assert [p["label"] for p in r.structured_content["parts"]] == ["key (1 2)", "(1 2)"], r.structured_content
         r = await call(client, "profile-code", {"code": "(loop repeat 1000 sum (sdk-twice 3))", "countCalls": ["sdk-twice"]})
         assert r.structured_content["calls"] == [{"name": "SDK-TWICE", "count": 1000}], r.structured_content
         r = await call(client, "list-threads", {})
