@@ -29,18 +29,6 @@ if ! command -v cargo >/dev/null 2>&1; then
   exit 1
 fi
 
-# ECL compiles Swank through gcc the first time it loads it (minutes, once
-# per user: the fasls go where ASDF's output translations say, under
-# ~/.cache/common-lisp/). Do it here, so the first `--lisp ecl` image (and
-# tests/other_lisps.rs) starts in seconds. Nothing to do when compiled.
-if command -v ecl >/dev/null 2>&1 && [ -f /usr/share/common-lisp/source/slime/swank-loader.lisp ]; then
-  ecl --norc \
-      --eval '(load "/usr/share/common-lisp/source/slime/swank-loader.lisp")' \
-      --eval '(funcall (intern "INIT" "SWANK-LOADER") :load-contribs t :quiet t)' \
-      --eval '(ext:quit 0)' </dev/null >/dev/null 2>&1 \
-    || echo "setup: compiling Swank for ECL failed; the first --lisp ecl start will try again" >&2
-fi
-
 # The MCP Python SDK, in a private venv (never the system Python).
 VENV=target/sdk-venv
 if [ "${SKIP_PYTHON_SDK:-}" != 1 ] && ! "$VENV/bin/python" -c "import mcp" 2>/dev/null; then

@@ -5,10 +5,23 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
 export PYTHON="$PWD/target/sdk-venv/bin/python"
-# Build the server once and let `doctor` compile Swank and cache the core,
-# so parallel tests never race to compile the same fasls on a new machine.
-cargo run --quiet --all-features -p cl-mcp-server -- doctor >&2 \
-  || echo "doctor reported a problem (see above); running the tests anyway" >&2
+# Build the server once and let `doctor` build each Lisp's cache (SBCL's
+# core, CLISP's memory image, ECL's Swank and helper fasls: ECL compiles
+# Swank through gcc, minutes on a new machine), side by side, so the tests
+# that share the default cache never wait on its build. (The tests of the
+# first start itself use private, empty caches.)
+cargo build --quiet --all-features -p cl-mcp-server
+target_dir=$(cargo metadata --format-version 1 --no-deps | sed -E 's/.*"target_directory":"([^"]*)".*/\1/')
+bin=$target_dir/debug/cl-mcp-server
+doctors=()
+for lisp in sbcl ${CL_MCP_TEST_MATRIX-ecl clisp}; do
+  "$bin" doctor --lisp "$lisp" >&2 &
+  doctors+=("$!:$lisp")
+done
+for entry in "${doctors[@]}"; do
+  wait "${entry%%:*}" \
+    || echo "doctor --lisp ${entry#*:} reported a problem (see above); running the tests anyway" >&2
+done
 log=$(mktemp)
 trap 'rm -f "$log" "$log".*' EXIT
 status=0

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
-use crate::image::core_cache::{default_cache_dir, CoreCache};
+use crate::image::core_cache::{self, default_cache_dir, CoreCache};
 use crate::image::locate;
 use crate::protocol::Engine;
 use crate::tools::ToolContext;
@@ -71,6 +71,75 @@ fn report_sandbox(engine: &Engine, info: &crate::image::ImageInfo) {
     }
 }
 
+/// The core cache line: `[ok]` only for a cache that exists and starts.
+/// A cache that does not start is discarded and built again; a missing one
+/// is built now (the first start's work, done here).
+async fn check_core_cache(cache: CoreCache, dir: &std::path::Path) -> bool {
+    let core = cache.core_path();
+    let what = if cache.kind().saves_images() {
+        "saved image"
+    } else {
+        "compiled fasls: this Lisp saves no images"
+    };
+    let t = Instant::now();
+    let outcome = tokio::task::spawn_blocking(move || {
+        let broken = match cache.cached_plan() {
+            Some(plan) => match core_cache::check_plan(&plan, core_cache::CHECK_TIMEOUT) {
+                Ok(took) => {
+                    return Ok(format!(
+                        "cached; starts and passes its check in {} ms",
+                        took.as_millis()
+                    ))
+                }
+                Err(why) => {
+                    cache.discard();
+                    Some(why)
+                }
+            },
+            None => None,
+        };
+        let built = cache.build()?;
+        let repaired = broken.or(built.repaired);
+        Ok(match repaired {
+            Some(why) => format!(
+                "was broken ({why}); discarded it and rebuilt it in {} ms",
+                t.elapsed().as_millis()
+            ),
+            None => format!(
+                "built now in {} ms; later starts take it",
+                t.elapsed().as_millis()
+            ),
+        })
+    })
+    .await
+    .unwrap_or_else(|e| Err(format!("the check failed: {e}")));
+    match outcome {
+        Ok(detail) => {
+            report(
+                true,
+                "core cache",
+                &format!("{} ({what}, {detail})", core.display()),
+                None,
+            );
+            true
+        }
+        Err(e) => {
+            report(
+                false,
+                "core cache",
+                &format!("{} cannot be built: {e}", core.display()),
+                Some(&format!(
+                    "the Lisp's words above name the file that failed; `rm -r {}` and run \
+                     doctor again. If it fails again, the Lisp installation or its Swank is \
+                     broken (reinstall them, or pass --no-core-cache to load from source)",
+                    dir.display()
+                )),
+            );
+            false
+        }
+    }
+}
+
 /// Runs every check; exit status 0 when all pass.
 pub async fn run(engine: Arc<Engine>) -> ExitCode {
     let config = &engine.config.image;
@@ -124,19 +193,12 @@ pub async fn run(engine: Arc<Engine>) -> ExitCode {
         if config.use_core_cache {
             let dir = config.cache_dir.clone().unwrap_or_else(default_cache_dir);
             let quicklisp = config.load_quicklisp.then(locate::find_quicklisp).flatten();
-            let cache = CoreCache::new(dir, lisp, kind, swank, quicklisp);
-            let core = cache.core_path();
-            let what = if kind.saves_images() {
-                "saved image"
-            } else {
-                "compiled fasls: this Lisp saves no images"
-            };
-            let detail = if cache.cached() {
-                format!("{} ({what}, cached)", core.display())
-            } else {
-                format!("{} ({what}, built on the first start)", core.display())
-            };
-            report(true, "core cache", &detail, None);
+            let cache = CoreCache::new(dir.clone(), lisp, kind, swank, quicklisp);
+            let ok = check_core_cache(cache, &dir).await;
+            all_ok &= ok;
+            if !ok {
+                return ExitCode::FAILURE;
+            }
         } else {
             report(
                 true,
@@ -150,7 +212,9 @@ pub async fn run(engine: Arc<Engine>) -> ExitCode {
     let session = engine.new_session();
     let started = Instant::now();
     let image = session.image();
-    match tokio::time::timeout(Duration::from_secs(180), image.ready()).await {
+    // The cache is built by now: a start takes seconds (a JVM's, ABCL's,
+    // the longest), and a start that fails says why at once.
+    match tokio::time::timeout(Duration::from_secs(60), image.ready()).await {
         Ok(Ok(())) => {
             let info = image.info();
             let pid = info.pid.map(|p| format!(", pid {p}")).unwrap_or_default();
@@ -171,7 +235,7 @@ pub async fn run(engine: Arc<Engine>) -> ExitCode {
                 false,
                 "image",
                 &e.to_string(),
-                Some("run with MCP_LOG_LEVEL=debug to see the Lisp's own output"),
+                Some("the Lisp's own words are above; MCP_LOG_LEVEL=debug shows all it printed"),
             );
         }
         Err(_) => {
@@ -179,7 +243,7 @@ pub async fn run(engine: Arc<Engine>) -> ExitCode {
             report(
                 false,
                 "image",
-                "not ready after 180 s",
+                "not ready after 60 s",
                 Some("run with MCP_LOG_LEVEL=debug"),
             );
         }

@@ -16,27 +16,19 @@
 ;;;;   exits (even by kill -9) stdin reaches end-of-file and the image exits.
 ;;;;   A Lisp without threads (CLISP) serves Swank on its one thread instead
 ;;;;   and exits when the server's connection closes.
+;;;; - CL_MCP_CACHE_CHECK=1 (environment): the server checking a cache it
+;;;;   has just built; MAIN checks that Swank, the helpers and itself are in
+;;;;   place, prints "CL-MCP-CACHE-OK" and exits, starting nothing.
 ;;;;
 ;;;; Implementation specifics (environment, exit, the process's own streams,
 ;;;; TCP_NODELAY) are behind reader conditionals here, one branch per Lisp
 ;;;; the supervisor knows (src/image/implementation.rs).
 
-(defpackage #:cl-mcp-boot
-  (:use #:common-lisp)
-  (:export #:main #:*swank-port*))
-
+;; The package, GETENV and EXIT-NOW are prelude.lisp's, loaded first.
 (in-package #:cl-mcp-boot)
 
 (defvar *swank-port* nil
   "The port this image's Swank server listens on (127.0.0.1 only).")
-
-(defun getenv (name)
-  #+sbcl (sb-ext:posix-getenv name)
-  #+ecl (ext:getenv name)
-  #+clisp (ext:getenv name)
-  #+ccl (ccl:getenv name)
-  #+abcl (ext:getenv name)
-  #-(or sbcl ecl clisp ccl abcl) (progn name nil))
 
 (defun unsetenv (name)
   #+sbcl (sb-alien:alien-funcall
@@ -48,19 +40,6 @@
   ;; ABCL cannot change the JVM's environment; programs it starts get
   ;; their environment from Java's ProcessBuilder, which copies it.
   #-(or sbcl ecl clisp ccl) (progn name nil))
-
-(defun exit-now (code)
-  "End the process at once, whatever its other threads are doing."
-  #+sbcl (sb-ext:exit :code code :abort t)
-  ;; ECL's QUIT kills and then joins every other thread by default: one
-  ;; that does not take the interrupt (inside WITHOUT-INTERRUPTS, or one
-  ;; that missed it going to sleep) would keep the image alive for as long
-  ;; as it runs, after the server is gone.
-  #+ecl (ext:quit code nil)
-  #+clisp (ext:quit code)
-  #+ccl (ccl:quit code)
-  #+abcl (ext:exit :status code)
-  #-(or sbcl ecl clisp ccl abcl) (progn code (error "no exit on this Lisp")))
 
 (defun process-stdin ()
   "The process's own standard input (the server's lifeline), whatever the
@@ -114,7 +93,20 @@ the backend accepts through sb-bsd-sockets (SBCL, ECL)."
     (format out "~&CL-MCP-SWANK-PORT ~D~%" port)
     (finish-output out)))
 
+(defun check-and-exit ()
+  "The server's check of a freshly built cache: everything in place, say
+so, exit. The boot guard still stands, so a failure says why and exits 3."
+  (check-cache)
+  (let ((out (process-stdout)))
+    (format out "~&CL-MCP-CACHE-OK~%")
+    (finish-output out))
+  (exit-now 0))
+
 (defun main ()
+  (utf-8-defaults)
+  (when (equal (getenv "CL_MCP_CACHE_CHECK") "1")
+    (check-and-exit))
+  (end-boot-guard)
   (let ((stdin (process-stdin))
         (threads nil))
     (handler-case
@@ -149,8 +141,8 @@ the backend accepts through sb-bsd-sockets (SBCL, ECL)."
             (let ((swank::*loopback-interface* "127.0.0.1"))
               (swank::setup-server 0 #'announce :spawn nil nil))))
       (error (e)
-        (format *error-output* "~&cl-mcp-boot: cannot start Swank: ~A~%" e)
-        (finish-output *error-output*)
+        (format (process-stderr) "~&cl-mcp-boot: cannot start Swank: ~A~%" (safe-text e))
+        (finish-output (process-stderr))
         (exit-now 3)))
     (if threads
         (loop until (eq (read-char stdin nil :eof) :eof))
@@ -165,7 +157,7 @@ the backend accepts through sb-bsd-sockets (SBCL, ECL)."
                (progn (swank::setup-server 0 #'announce nil nil nil)
                       (setf done t))
             (unless done
-              (format *error-output* "~&cl-mcp-boot: the Lisp reset past Swank (stack overflow)~%")
-              (finish-output *error-output*)
+              (format (process-stderr) "~&cl-mcp-boot: the Lisp reset past Swank (stack overflow)~%")
+              (finish-output (process-stderr))
               (exit-now 70)))))
     (exit-now 0)))

@@ -150,21 +150,30 @@ impl CoreCache {
 
     /// The plan to start from the cached core, if it exists.
     pub fn cached_plan(&self) -> Option<LaunchPlan> {
-        let core = self.core_path();
         if !self.cached() {
             return None;
         }
+        Some(self.plan_from(&self.core_path()))
+    }
+
+    /// The plan to start from the saved image or fasl directory `core`
+    /// (this cache's entry, or a build's temporary one being checked).
+    fn plan_from(&self, core: &Path) -> LaunchPlan {
+        let core = core.to_path_buf();
         if !self.kind.saves_images() {
             let mut args = self.kind.start_args(None);
-            args.push(self.kind.load_flag().into());
-            args.push(core.join("start.lisp").into());
-            return Some(LaunchPlan {
+            args.extend(entry_args(
+                self.kind,
+                &core.join(helpers::PRELUDE.0),
+                &core.join("start.lisp"),
+            ));
+            return LaunchPlan {
                 lisp: self.lisp.clone(),
                 args,
                 env: Vec::new(),
                 core: Some(core),
                 kind: self.kind,
-            });
+            };
         }
         let mut env = Vec::new();
         // A core outside SBCL's own directory would make SBCL look for its
@@ -179,19 +188,22 @@ impl CoreCache {
         let mut args = self.kind.start_args(Some(&core));
         args.push(self.kind.eval_flag().into());
         args.push("(cl-mcp-boot:main)".into());
-        Some(LaunchPlan {
+        LaunchPlan {
             lisp: self.lisp.clone(),
             args,
             env,
             core: Some(core),
             kind: self.kind,
-        })
+        }
     }
 
     /// Writes the helper sources, boot code and scripts; returns the script
     /// that loads everything (and, when `save_to` is given, saves a core or
     /// compiles the fasls into that directory).
     fn write_sources(&self, save_to: Option<&Path>) -> std::io::Result<PathBuf> {
+        // Private (0700, ours): what is compiled here is loaded back.
+        private_dir(&self.dir)?;
+        private_dir(&self.swank_fasl_dir())?;
         let src = self.src_dir();
         std::fs::create_dir_all(&src)?;
         let mut helper_paths = Vec::new();
@@ -202,16 +214,10 @@ impl CoreCache {
         }
         let boot = src.join(helpers::BOOT.0);
         write_if_changed(&boot, helpers::BOOT.1)?;
+        let prelude = src.join(helpers::PRELUDE.0);
+        write_if_changed(&prelude, helpers::PRELUDE.1)?;
         let fasl = self.swank_fasl_dir();
-        let script = load_script(
-            self.kind,
-            &self.swank,
-            self.quicklisp.as_deref(),
-            &fasl,
-            &helper_paths,
-            &boot,
-            save_to,
-        );
+        let script = load_script(self.kind, &self.start(&fasl), &helper_paths, &boot, save_to);
         let name = if save_to.is_some() {
             format!("build-{}.lisp", std::process::id())
         } else {
@@ -222,12 +228,24 @@ impl CoreCache {
         Ok(path)
     }
 
+    /// What each script starts with: this cache's prelude, Swank, Quicklisp.
+    fn start<'a>(&'a self, fasl_dir: &'a Path) -> ScriptStart<'a> {
+        ScriptStart {
+            swank: &self.swank,
+            quicklisp: self.quicklisp.as_deref(),
+            fasl_dir,
+        }
+    }
+
     /// The plan to start by loading Swank and the helpers from source.
     pub fn source_plan(&self) -> std::io::Result<LaunchPlan> {
         let script = self.write_sources(None)?;
         let mut args = self.kind.start_args(None);
-        args.push(self.kind.load_flag().into());
-        args.push(script.into());
+        args.extend(entry_args(
+            self.kind,
+            &self.src_dir().join(helpers::PRELUDE.0),
+            &script,
+        ));
         Ok(LaunchPlan {
             lisp: self.lisp.clone(),
             args,
@@ -237,12 +255,16 @@ impl CoreCache {
         })
     }
 
-    /// Builds the core (blocking: run it off the async runtime). Safe when
-    /// several servers do it at once: a lock file makes the others wait and
-    /// then find the finished core.
-    pub fn build(&self) -> Result<PathBuf, String> {
+    /// Builds the cache entry (blocking: run it off the async runtime).
+    /// Safe when several servers do it at once: a lock file makes the
+    /// others wait and then find the finished entry. Self-healing: when the
+    /// build fails on a file of this cache (a damaged Swank fasl, say), the
+    /// cache is discarded and built once more; only a second failure is an
+    /// error. A saved image or fasl directory is moved into place only after
+    /// an image started from it has passed the cache check.
+    pub fn build(&self) -> Result<Built, String> {
         let core = self.core_path();
-        std::fs::create_dir_all(&self.dir)
+        private_dir(&self.dir)
             .map_err(|e| format!("cannot create cache dir {}: {e}", self.dir.display()))?;
         let lock = std::fs::File::create(self.dir.join("build.lock"))
             .map_err(|e| format!("cannot create lock file: {e}"))?;
@@ -250,40 +272,108 @@ impl CoreCache {
         // duplicate work: the rename below is atomic either way.
         let locked = lock.lock().is_ok();
         if self.cached() {
-            return Ok(core);
+            return Ok(Built {
+                core,
+                repaired: None,
+            });
         }
         if locked {
             // Holding the lock, any temporary entry is a killed build's.
             self.remove_dead_builds();
         }
+        let started = Instant::now();
+        let repaired = match self.build_once() {
+            Ok(()) => None,
+            Err(first) if self.blames_cache(&first) => {
+                tracing::warn!(error = %first, "a file of the Lisp cache failed to load; discarding the cache and building it again");
+                self.discard();
+                self.build_once().map_err(|again| {
+                    format!(
+                        "{again}\n(the same build failed before the cache was discarded: {first})"
+                    )
+                })?;
+                Some(first)
+            }
+            Err(e) => return Err(e),
+        };
+        self.prune_stale();
+        tracing::info!(
+            core = %core.display(),
+            elapsed_ms = started.elapsed().as_millis() as u64,
+            repaired = repaired.is_some(),
+            "built the Lisp core cache"
+        );
+        Ok(Built { core, repaired })
+    }
+
+    /// Whether a build's error names a file of this cache (the boot guard
+    /// says which file it was loading or compiling).
+    fn blames_cache(&self, error: &str) -> bool {
+        let dir = self.dir.to_string_lossy();
+        error
+            .lines()
+            .any(|l| l.contains("cl-mcp-boot:") && (l.contains(dir.as_ref()) || l.contains("fasl")))
+    }
+
+    /// Removes this key's entries: the saved image or fasl directory, the
+    /// sources and scripts, and Swank's compiled files.
+    pub fn discard(&self) {
+        for p in [
+            self.core_path(),
+            self.home_path(),
+            self.src_dir(),
+            self.swank_fasl_dir(),
+        ] {
+            remove_entry(&p);
+        }
+    }
+
+    /// One build: compile and save into a temporary entry, check an image
+    /// started from it, then rename it into place.
+    fn build_once(&self) -> Result<(), String> {
+        let core = self.core_path();
         let mut tmp_name = core.file_name().unwrap_or_default().to_os_string();
         tmp_name.push(format!(".tmp-{}", std::process::id()));
         let tmp = self.dir.join(tmp_name);
+        remove_entry(&tmp);
         if !self.kind.saves_images() {
-            let _ = std::fs::remove_dir_all(&tmp);
             std::fs::create_dir_all(&tmp)
                 .map_err(|e| format!("cannot create {}: {e}", tmp.display()))?;
         }
-        let script = self
-            .write_sources(Some(&tmp))
-            .map_err(|e| format!("cannot write build files: {e}"))?;
-        let started = Instant::now();
-        let mut cmd = std::process::Command::new(&self.lisp);
-        cmd.args(self.kind.start_args(None));
-        if self.kind == LispKind::Sbcl {
-            cmd.arg("--non-interactive");
+        let result = self.build_into(&tmp);
+        if result.is_err() {
+            remove_entry(&tmp);
         }
+        result?;
+        if !self.kind.saves_images() {
+            // A directory cannot replace another by rename: clear a
+            // half-built one a killed build may have left.
+            remove_entry(&core);
+        }
+        std::fs::rename(&tmp, &core).map_err(|e| format!("cannot move the core into place: {e}"))
+    }
+
+    fn build_into(&self, tmp: &Path) -> Result<(), String> {
+        let script = self
+            .write_sources(Some(tmp))
+            .map_err(|e| format!("cannot write build files: {e}"))?;
+        let mut cmd = std::process::Command::new(&self.lisp);
+        cmd.args(self.kind.start_args(None))
+            .args(entry_args(
+                self.kind,
+                &self.src_dir().join(helpers::PRELUDE.0),
+                &script,
+            ))
+            .stdin(std::process::Stdio::null());
+        dies_with_parent(&mut cmd);
         let out = cmd
-            .arg(self.kind.load_flag())
-            .arg(&script)
-            .stdin(std::process::Stdio::null())
             .output()
             .map_err(|e| format!("cannot run {}: {e}", self.lisp.display()))?;
         let _ = std::fs::remove_file(&script);
         let stdout = String::from_utf8_lossy(&out.stdout);
         let stderr = String::from_utf8_lossy(&out.stderr);
         for line in stderr.lines().chain(stdout.lines()) {
-            if line.contains("cl-mcp:") {
+            if line.contains("cl-mcp:") || line.contains("cl-mcp-boot:") {
                 tracing::warn!(target: "lisp", "{line}");
             }
         }
@@ -294,24 +384,17 @@ impl CoreCache {
             // last, so its presence marks a complete entry.
             let mut names: Vec<&str> = helpers::sources().iter().map(|(n, _)| *n).collect();
             names.push(helpers::BOOT.0);
-            let text = fasl_start_script(
-                self.kind,
-                &self.swank,
-                self.quicklisp.as_deref(),
-                &self.swank_fasl_dir(),
-                &names,
-            );
-            out.status.success() && std::fs::write(tmp.join("start.lisp"), text).is_ok()
+            let fasl = self.swank_fasl_dir();
+            let text = fasl_start_script(&self.start(&fasl), &names);
+            out.status.success()
+                && std::fs::write(tmp.join(helpers::PRELUDE.0), helpers::PRELUDE.1).is_ok()
+                && std::fs::write(tmp.join("start.lisp"), text).is_ok()
         };
         if !out.status.success() || !built {
-            let _ = std::fs::remove_file(&tmp);
-            let _ = std::fs::remove_dir_all(&tmp);
-            let tail: Vec<&str> = stderr.lines().rev().take(15).collect();
-            let tail: Vec<&str> = tail.into_iter().rev().collect();
             return Err(format!(
                 "core build exited with {}: {}",
                 out.status,
-                tail.join("\n")
+                last_words(&stderr, &stdout)
             ));
         }
         if let Some(home) = stdout
@@ -320,20 +403,214 @@ impl CoreCache {
         {
             let _ = std::fs::write(self.home_path(), home.trim());
         }
-        if !self.kind.saves_images() {
-            // A directory cannot replace another by rename: clear a
-            // half-built one a killed build may have left.
-            let _ = std::fs::remove_dir_all(&core);
+        let plan = self.plan_from(tmp);
+        check_plan(&plan, CHECK_TIMEOUT)
+            .map(|_| ())
+            .map_err(|e| format!("the freshly built cache does not start: {e}"))
+    }
+}
+
+/// What a successful [`CoreCache::build`] made.
+#[derive(Debug)]
+pub struct Built {
+    /// The cache entry now in place.
+    pub core: PathBuf,
+    /// When the first build failed on a damaged file of the cache, which
+    /// was then discarded and built again: that first failure.
+    pub repaired: Option<String>,
+}
+
+/// How long a cache check may take (ABCL's JVM and ECL's fasl loading
+/// take seconds; a hung check is a failed one).
+pub const CHECK_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// Starts an image from `plan` in check mode (`CL_MCP_CACHE_CHECK=1`: it
+/// checks that Swank, the helpers and the boot code are in place, prints
+/// `CL-MCP-CACHE-OK` and exits). Returns how long it took, or the Lisp's
+/// own words when it failed.
+pub fn check_plan(
+    plan: &LaunchPlan,
+    timeout: std::time::Duration,
+) -> Result<std::time::Duration, String> {
+    let started = Instant::now();
+    let mut cmd = std::process::Command::new(&plan.lisp);
+    cmd.args(&plan.args)
+        .envs(plan.env.iter().map(|(k, v)| (k, v)))
+        .env("CL_MCP_CACHE_CHECK", "1")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    dies_with_parent(&mut cmd);
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| format!("cannot run {}: {e}", plan.lisp.display()))?;
+    // Read both pipes on their own threads, so a chatty Lisp never blocks.
+    let stdout = child.stdout.take().map(read_capped);
+    let stderr = child.stderr.take().map(read_capped);
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(s)) => break Some(s),
+            Ok(None) if started.elapsed() < timeout => {
+                std::thread::sleep(std::time::Duration::from_millis(10))
+            }
+            _ => {
+                let _ = child.kill();
+                let _ = child.wait();
+                break None;
+            }
         }
-        std::fs::rename(&tmp, &core)
-            .map_err(|e| format!("cannot move the core into place: {e}"))?;
-        self.prune_stale();
-        tracing::info!(
-            core = %core.display(),
-            elapsed_ms = started.elapsed().as_millis() as u64,
-            "built the Lisp core cache"
-        );
-        Ok(core)
+    };
+    let stdout = stdout.and_then(|t| t.join().ok()).unwrap_or_default();
+    let stderr = stderr.and_then(|t| t.join().ok()).unwrap_or_default();
+    match status {
+        Some(s) if s.success() && stdout.lines().any(|l| l.trim() == "CL-MCP-CACHE-OK") => {
+            Ok(started.elapsed())
+        }
+        Some(s) => Err(format!(
+            "{} exited with {s}: {}",
+            plan.lisp.display(),
+            last_words(&stderr, &stdout)
+        )),
+        None => Err(format!(
+            "{} did not finish its start within {} s: {}",
+            plan.lisp.display(),
+            timeout.as_secs(),
+            last_words(&stderr, &stdout)
+        )),
+    }
+}
+
+/// Reads a child's pipe to its end on a thread of its own (the first MiB
+/// kept).
+fn read_capped<R: std::io::Read + Send + 'static>(pipe: R) -> std::thread::JoinHandle<String> {
+    std::thread::spawn(move || {
+        let mut text = Vec::new();
+        let mut pipe = pipe;
+        let mut buf = [0u8; 8192];
+        loop {
+            match pipe.read(&mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(n) if text.len() < 1 << 20 => text.extend_from_slice(&buf[..n]),
+                Ok(_) => {}
+            }
+        }
+        String::from_utf8_lossy(&text).into_owned()
+    })
+}
+
+/// The last lines a Lisp printed (standard error, else standard output),
+/// the boot guard's report first when there is one.
+fn last_words(stderr: &str, stdout: &str) -> String {
+    let text = if stderr.trim().is_empty() {
+        stdout
+    } else {
+        stderr
+    };
+    let lines: Vec<&str> = text.lines().collect();
+    lisp_words(&lines)
+}
+
+/// What a Lisp's last lines of output say went wrong: the boot guard's
+/// report (`cl-mcp-boot: CONDITION: message (while loading FILE)`) when
+/// there is one, else the last 15 lines that are not blank.
+pub fn lisp_words(lines: &[&str]) -> String {
+    let lines: Vec<&str> = lines
+        .iter()
+        .copied()
+        .filter(|l| !l.trim().is_empty())
+        .collect();
+    let reports: Vec<&str> = lines
+        .iter()
+        .map(|l| l.trim())
+        .filter(|l| l.starts_with("cl-mcp-boot:") || l.starts_with("cl-mcp:"))
+        .collect();
+    if !reports.is_empty() {
+        return reports.join("\n");
+    }
+    let tail = &lines[lines.len().saturating_sub(15)..];
+    if tail.is_empty() {
+        "(it printed nothing)".to_string()
+    } else {
+        tail.join("\n")
+    }
+}
+
+/// `dir`, created (with its parents) if missing, as a directory only we can
+/// enter: compiled fasls are loaded back, so no other user may plant a file
+/// or a symbolic link there. Refuses a symbolic link or a directory owned by
+/// someone else; tightens our own directory's mode to 0700.
+pub fn private_dir(dir: &std::path::Path) -> std::io::Result<PathBuf> {
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+    if let Some(parent) = dir.parent() {
+        std::fs::create_dir_all(parent)?;
+    }
+    match std::fs::DirBuilder::new().mode(0o700).create(dir) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(e),
+    }
+    let meta = std::fs::symlink_metadata(dir)?;
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let me = unsafe { libc::geteuid() };
+    if !meta.is_dir() || meta.uid() != me {
+        return Err(std::io::Error::other(format!(
+            "{} is not a directory of ours (a symbolic link, or owned by another user)",
+            dir.display()
+        )));
+    }
+    if meta.mode() & 0o077 != 0 {
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))?;
+    }
+    Ok(dir.to_path_buf())
+}
+
+/// Removes the temporary fasls (`NAME-tmpXXXX.TYPE`, see prelude.lisp's
+/// COMPILE-ATOMICALLY) that killed compilations left under `dir`, once
+/// they are ten minutes old: a start from source (which holds no lock) may
+/// be writing a young one.
+fn remove_dead_fasls(dir: &Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    let old = std::time::Duration::from_secs(600);
+    for e in entries.flatten() {
+        let p = e.path();
+        let Ok(meta) = e.metadata() else { continue };
+        if meta.is_dir() {
+            remove_dead_fasls(&p);
+        } else if e.file_name().to_string_lossy().contains("-tmp")
+            && meta
+                .modified()
+                .ok()
+                .and_then(|t| t.elapsed().ok())
+                .is_some_and(|age| age > old)
+        {
+            let _ = std::fs::remove_file(&p);
+        }
+    }
+}
+
+/// Removes a file or directory, whichever `p` is (nothing when absent).
+pub fn remove_entry(p: &Path) {
+    let _ = if p.is_dir() {
+        std::fs::remove_dir_all(p)
+    } else {
+        std::fs::remove_file(p)
+    };
+}
+
+/// A build or check process must not outlive the server that waits for it
+/// (a killed server would leave it writing into the cache unlocked).
+fn dies_with_parent(cmd: &mut std::process::Command) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: prctl(2) is async-signal-safe and allocates nothing.
+    unsafe {
+        cmd.pre_exec(|| {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
     }
 }
 
@@ -349,6 +626,10 @@ impl CoreCache {
             let ours = ["sbcl-", "clisp-", "ccl-", "ecl-", "abcl-"]
                 .iter()
                 .any(|p| name.starts_with(p));
+            if name.starts_with("swank-fasl-") {
+                remove_dead_fasls(&e.path());
+                continue;
+            }
             if ours && name.contains(".tmp-") {
                 let p = e.path();
                 let _ = if p.is_dir() {
@@ -409,19 +690,44 @@ fn path_lit(p: &Path) -> String {
     lisp_string(&p.to_string_lossy())
 }
 
+/// What starts every generated script (run after the prelude: boot guard,
+/// UTF-8, private Swank fasls): Swank from its source, then Quicklisp.
+struct ScriptStart<'a> {
+    swank: &'a SwankSource,
+    quicklisp: Option<&'a Path>,
+    /// Where swank-loader compiles Swank (the server's own cache).
+    fasl_dir: &'a Path,
+}
+
+/// The command-line arguments that run a generated `script`: load the
+/// prelude, then the script through the prelude's guarded load (an error
+/// nothing handles ends the process with a report on standard error).
+fn entry_args(kind: LispKind, prelude: &Path, script: &Path) -> Vec<OsString> {
+    vec![
+        kind.load_flag().into(),
+        prelude.into(),
+        kind.eval_flag().into(),
+        format!("(cl-mcp-boot::guarded-load {})", path_lit(script)).into(),
+    ]
+}
+
 /// The start of every script: quiet compilation, then Swank (and
 /// Quicklisp when asked).
-fn prelude(swank: &SwankSource, quicklisp: Option<&Path>, fasl_dir: &Path) -> String {
+fn prelude(start: &ScriptStart) -> String {
     let mut s = String::from(
         ";;;; Generated by cl-mcp-server (src/image/core_cache.rs). Do not edit.\n\
+         ;;;; Loaded by CL-MCP-BOOT::GUARDED-LOAD, after prelude.lisp.\n\
          (setf *compile-verbose* nil *compile-print* nil *load-verbose* nil)\n",
     );
-    match swank {
+    match start.swank {
         SwankSource::Loader(loader) => {
-            s += &format!("(load {})\n", path_lit(loader));
             s += &format!(
-                "(setf swank-loader:*fasl-directory* {})\n",
-                path_lit(fasl_dir)
+                "(load {} :external-format cl-mcp-boot:*utf-8*)\n",
+                path_lit(loader)
+            );
+            s += &format!(
+                "(cl-mcp-boot:use-private-swank-fasls (pathname {}))\n",
+                path_lit(&dir_path(start.fasl_dir))
             );
             s += "(swank-loader:init :load-contribs t :quiet t)\n";
         }
@@ -433,7 +739,10 @@ fn prelude(swank: &SwankSource, quicklisp: Option<&Path>, fasl_dir: &Path) -> St
             s += "(funcall (intern \"QUICKLOAD\" \"QL\") \"swank\" :silent t)\n";
         }
     }
-    if let Some(setup) = quicklisp.filter(|_| !matches!(swank, SwankSource::Quicklisp(_))) {
+    if let Some(setup) = start
+        .quicklisp
+        .filter(|_| !matches!(start.swank, SwankSource::Quicklisp(_)))
+    {
         s += &format!(
             "(handler-case (load {})\n  (error (e) (format *error-output* \"~&cl-mcp: Quicklisp failed to load: ~A~%\" e)))\n",
             path_lit(setup)
@@ -444,17 +753,18 @@ fn prelude(swank: &SwankSource, quicklisp: Option<&Path>, fasl_dir: &Path) -> St
 
 /// The Lisp script that loads Swank, the helpers and the boot code, then
 /// either saves a core to `save_to` (ECL, ABCL: compiles the fasls into
-/// that directory) or starts Swank.
+/// that directory) or starts Swank. A build (`save_to`) fails on the first
+/// helper that does not load or compile, and checks the helpers before it
+/// saves anything: a broken helper is never cached. A start from source
+/// reports a broken helper and goes on.
 fn load_script(
     kind: LispKind,
-    swank: &SwankSource,
-    quicklisp: Option<&Path>,
-    fasl_dir: &Path,
+    start: &ScriptStart,
     helpers: &[PathBuf],
     boot: &Path,
     save_to: Option<&Path>,
 ) -> String {
-    let mut s = prelude(swank, quicklisp, fasl_dir);
+    let mut s = prelude(start);
     let mut files = helpers.to_vec();
     files.push(boot.to_path_buf());
     let list = files
@@ -462,18 +772,15 @@ fn load_script(
         .map(|h| path_lit(h))
         .collect::<Vec<_>>()
         .join(" ");
+    let check = "(cl-mcp-boot:check-cache)\n";
     match (save_to, kind) {
         (Some(out), LispKind::Ecl | LispKind::Abcl) => {
             // Compile each file into OUT and load it (later files use the
-            // earlier ones' packages and macros). A file that does not
-            // compile fails the build: the start then loads from source,
-            // which reports the broken helper and goes on.
+            // earlier ones' packages and macros).
             s += &format!(
-                "(handler-case\n  (dolist (f (list {list}))\n    \
-                 (let ((fasl (compile-file f :output-file (compile-file-pathname (merge-pathnames (file-namestring f) {out})))))\n      \
-                 (unless fasl (error \"~A does not compile\" f))\n      (load fasl)))\n  \
-                 (error (e) (format *error-output* \"~&cl-mcp: ~A~%\" e) (finish-output *error-output*) {}))\n{}\n",
-                kind.exit_form(1),
+                "(dolist (f (list {list}))\n  \
+                 (cl-mcp-boot:compile-and-load f (compile-file-pathname (merge-pathnames (file-namestring f) {out}))))\n\
+                 {check}{}\n",
                 kind.exit_form(0),
                 out = path_lit(&dir_path(out)),
             );
@@ -482,15 +789,18 @@ fn load_script(
         (Some(_), LispKind::Clisp | LispKind::Ccl) => {
             // Their LOAD of a source file interprets it (CLISP) or is
             // slower than a fasl: compile the helpers (next to their
-            // sources) into the saved image; one that does not compile is
-            // loaded as source.
+            // sources) into the saved image.
             s += &format!(
                 "(dolist (f (list {list}))\n  \
-                 (handler-case (load (or (compile-file f) f))\n    \
-                 (error (e) (format *error-output* \"~&cl-mcp: helper ~A failed to load: ~A~%\" f e))))\n"
+                 (cl-mcp-boot:compile-and-load f (compile-file-pathname f)))\n{check}"
             );
         }
-        _ => {
+        (Some(_), _) => {
+            s += &format!(
+                "(dolist (f (list {list}))\n  (cl-mcp-boot:load-helper f :strict t))\n{check}"
+            );
+        }
+        (None, _) => {
             // A broken helper must not keep the image from starting:
             // report it (the server logs the image's stderr) and go on.
             s += "(dolist (f (list";
@@ -498,8 +808,11 @@ fn load_script(
                 s += " ";
                 s += &path_lit(h);
             }
-            s += "))\n  (handler-case (load f)\n    (error (e) (format *error-output* \"~&cl-mcp: helper ~A failed to load: ~A~%\" f e))))\n";
-            s += &format!("(load {})\n", path_lit(boot));
+            s += "))\n  (cl-mcp-boot:load-helper f))\n";
+            s += &format!(
+                "(load {} :external-format cl-mcp-boot:*utf-8*)\n",
+                path_lit(boot)
+            );
         }
     }
     match (save_to, kind) {
@@ -538,16 +851,12 @@ fn dir_path(p: &Path) -> PathBuf {
     PathBuf::from(s)
 }
 
-/// The start script of a fasl cache (ECL, ABCL): Swank, then the compiled
-/// helpers and boot code next to the script, then Swank's start.
-fn fasl_start_script(
-    kind: LispKind,
-    swank: &SwankSource,
-    quicklisp: Option<&Path>,
-    fasl_dir: &Path,
-    names: &[&str],
-) -> String {
-    let mut s = prelude(swank, quicklisp, fasl_dir);
+/// The start script of a fasl cache (ECL, ABCL): the prelude and Swank,
+/// then the compiled helpers and boot code next to the script, then
+/// Swank's start. A helper fasl that does not load ends the start with the
+/// boot guard's report (the server then checks and rebuilds the cache).
+fn fasl_start_script(start: &ScriptStart, names: &[&str]) -> String {
+    let mut s = prelude(start);
     let names = names
         .iter()
         .map(|n| lisp_string(n.trim_end_matches(".lisp")))
@@ -557,10 +866,8 @@ fn fasl_start_script(
         "(let ((dir (make-pathname :name nil :type nil :version nil :defaults *load-truename*))\n      \
          (type (pathname-type (compile-file-pathname \"x.lisp\"))))\n  \
          (dolist (f (list {names}))\n    \
-         (handler-case (load (make-pathname :name f :type type :defaults dir))\n      \
-         (error (e) (format *error-output* \"~&cl-mcp: helper ~A failed to load: ~A~%\" f e) (finish-output *error-output*) {}))))\n\
-         (cl-mcp-boot:main)\n",
-        kind.exit_form(3)
+         (load (make-pathname :name f :type type :defaults dir))))\n\
+         (cl-mcp-boot:main)\n"
     );
     s
 }
@@ -642,44 +949,91 @@ mod tests {
         assert_eq!(left, ["clisp-k.mem", "src-k"]);
     }
 
+    fn start<'a>(swank: &'a SwankSource) -> ScriptStart<'a> {
+        ScriptStart {
+            swank,
+            quicklisp: None,
+            fasl_dir: Path::new("/f"),
+        }
+    }
+
     #[test]
     fn script_quotes_paths() {
+        let swank = SwankSource::Loader("/a \"b\"/swank-loader.lisp".into());
         let s = load_script(
             LispKind::Sbcl,
-            &SwankSource::Loader("/a \"b\"/swank-loader.lisp".into()),
-            None,
-            Path::new("/f/"),
+            &start(&swank),
             &["/h/x.lisp".into()],
             Path::new("/h/boot.lisp"),
             None,
         );
-        assert!(s.contains(r#"(load "/a \"b\"/swank-loader.lisp")"#), "{s}");
+        assert!(
+            s.contains(r#"(load "/a \"b\"/swank-loader.lisp" :external-format"#),
+            "{s}"
+        );
         assert!(s.trim_end().ends_with("(cl-mcp-boot:main)"));
+    }
+
+    #[test]
+    fn scripts_run_after_the_prelude_and_swank_fasls_go_to_the_cache() {
+        let swank = SwankSource::Loader("/l/swank-loader.lisp".into());
+        let s = load_script(
+            LispKind::Sbcl,
+            &start(&swank),
+            &["/h/x.lisp".into()],
+            Path::new("/h/boot.lisp"),
+            Some(Path::new("/c/sbcl-k.core.tmp-1")),
+        );
+        let args = entry_args(
+            LispKind::Sbcl,
+            Path::new("/s/prelude.lisp"),
+            Path::new("/s/build.lisp"),
+        );
+        assert_eq!(
+            args,
+            [
+                "--load",
+                "/s/prelude.lisp",
+                "--eval",
+                r#"(cl-mcp-boot::guarded-load "/s/build.lisp")"#
+            ]
+        );
+        assert!(
+            s.contains(r#"(cl-mcp-boot:use-private-swank-fasls (pathname "/f/"))"#),
+            "{s}"
+        );
+        // A build loads helpers strictly and checks them before saving.
+        assert!(s.contains(":strict t"), "{s}");
+        let check = s.find("(cl-mcp-boot:check-cache)").expect("check");
+        let save = s.find("save-lisp-and-die").expect("save");
+        assert!(check < save, "{s}");
+        let fasl = fasl_start_script(&start(&swank), &["x.lisp"]);
+        assert!(fasl.contains("(swank-loader:init"), "{fasl}");
     }
 
     #[test]
     fn fasl_caches_compile_then_start_from_their_own_directory() {
         let build = load_script(
             LispKind::Ecl,
-            &SwankSource::Asdf,
-            None,
-            Path::new("/f/"),
+            &start(&SwankSource::Asdf),
             &["/h/x.lisp".into()],
             Path::new("/h/boot.lisp"),
             Some(Path::new("/c/ecl-k.tmp-1")),
         );
-        assert!(build.contains("(compile-file f"), "{build}");
+        assert!(build.contains("(cl-mcp-boot:compile-and-load f"), "{build}");
         assert!(build.contains(r#""/c/ecl-k.tmp-1/""#), "{build}");
         assert!(build.trim_end().ends_with("(ext:quit 0 nil)"), "{build}");
-        let start = fasl_start_script(
-            LispKind::Ecl,
-            &SwankSource::Asdf,
-            None,
-            Path::new("/f/"),
-            &["x.lisp", "boot.lisp"],
-        );
+        let start = fasl_start_script(&start(&SwankSource::Asdf), &["x.lisp", "boot.lisp"]);
         assert!(start.contains(r#"(list "x" "boot")"#), "{start}");
         assert!(start.contains("*load-truename*"), "{start}");
         assert!(start.trim_end().ends_with("(cl-mcp-boot:main)"));
+    }
+
+    #[test]
+    fn last_words_prefer_the_boot_guards_report() {
+        let err = "; some noise\ncl-mcp-boot: END-OF-FILE: end of file on #<stream> (while loading /c/swank-fasl-1/swank.fasl)\nmore\n";
+        assert!(last_words(err, "").starts_with("cl-mcp-boot: END-OF-FILE"));
+        assert_eq!(last_words("", ""), "(it printed nothing)");
+        assert_eq!(last_words("", "a\nb"), "a\nb");
     }
 }

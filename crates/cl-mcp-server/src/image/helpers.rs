@@ -35,6 +35,11 @@ const ORDER: &str = include_str!("../../lisp/ORDER");
 /// The supervisor's own boot code (starts Swank with the per-image secret).
 pub const BOOT: (&str, &str) = ("boot.lisp", include_str!("boot.lisp"));
 
+/// What every start and cache build loads first, before Swank: the boot
+/// guard (an unhandled error prints and exits), UTF-8 defaults, Swank's
+/// fasls written atomically into the server's cache, the cache check.
+pub const PRELUDE: (&str, &str) = ("prelude.lisp", include_str!("prelude.lisp"));
+
 fn order() -> impl Iterator<Item = &'static str> {
     ORDER
         .lines()
@@ -70,7 +75,7 @@ pub(crate) fn fnv1a(seed: u64, bytes: &[u8]) -> u64 {
 /// and the marker that tells an attached image has the current helpers.
 pub fn sources_hash() -> String {
     let mut h = 0u64;
-    for (name, text) in sources().into_iter().chain(std::iter::once(BOOT)) {
+    for (name, text) in sources().into_iter().chain([PRELUDE, BOOT]) {
         h = fnv1a(h, name.as_bytes());
         h = fnv1a(h, text.as_bytes());
     }

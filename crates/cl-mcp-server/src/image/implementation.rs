@@ -120,8 +120,10 @@ impl LispKind {
                     a.push(m.into());
                 }
                 // -q -q: no banner, no goodbye; -norc: no ~/.clisprc;
-                // -on-error abort: a batch error exits instead of a REPL.
-                for s in ["-q", "-q", "-norc", "-on-error", "abort"] {
+                // -on-error abort: a batch error exits instead of a REPL;
+                // -E UTF-8: files, terminal and the rest in UTF-8 whatever
+                // the locale (with no LANG, CLISP reads ASCII only).
+                for s in ["-q", "-q", "-norc", "-on-error", "abort", "-E", "UTF-8"] {
                     a.push(s.into());
                 }
             }

@@ -15,7 +15,7 @@ use swank_client::{lisp_string, RexOutcome, SwankClient, SwankError, SwankEvent,
 use tokio::io::BufReader;
 use tokio::sync::{broadcast, oneshot, watch};
 
-use super::core_cache::{default_cache_dir, CoreCache, LaunchPlan};
+use super::core_cache::{self, default_cache_dir, CoreCache, LaunchPlan};
 use super::direct::{Address, DirectChannel};
 use super::implementation::LispKind;
 use super::limits;
@@ -121,6 +121,9 @@ struct Inner {
     deaths: Mutex<VecDeque<(Instant, String)>>,
     generation: AtomicU64,
     core_build_failed: AtomicBool,
+    /// Set when a start from the cached core failed and the core failed its
+    /// check, so was discarded: `live` then starts once more at once.
+    cache_discarded: AtomicBool,
     /// Request ids of calls whose debugger entries are answered by their
     /// caller (see [`Image::eval_debuggable`]), not aborted.
     debuggable: Mutex<std::collections::HashSet<u64>>,
@@ -342,6 +345,7 @@ impl Image {
                 deaths: Mutex::new(VecDeque::new()),
                 generation: AtomicU64::new(0),
                 core_build_failed: AtomicBool::new(false),
+                cache_discarded: AtomicBool::new(false),
                 debuggable: Mutex::new(Default::default()),
                 last_used: Mutex::new(Instant::now()),
                 in_flight: AtomicUsize::new(0),
@@ -783,7 +787,7 @@ impl Image {
         };
         let generation = self.inner.generation.fetch_add(1, Ordering::SeqCst) + 1;
         let live = match self.inner.mode {
-            ImageMode::Local => match self.start_local(generation, permit).await {
+            ImageMode::Local => match self.start_local_healing(generation, permit).await {
                 Ok(live) => live,
                 Err(e) => {
                     // Failed starts count like deaths: a Lisp that cannot
@@ -921,13 +925,23 @@ impl Image {
                 }
                 let building = Instant::now();
                 match cache.build() {
-                    Ok(core) => {
+                    Ok(built) => {
+                        if let Some(first) = &built.repaired {
+                            send_note(
+                                &notes,
+                                NoteLevel::Warning,
+                                format!(
+                                    "a file of the Lisp cache failed to load ({first}); \
+                                     discarded the cache and built it again"
+                                ),
+                            );
+                        }
                         send_note(
                             &notes,
                             NoteLevel::Info,
                             format!(
                                 "built the Lisp core cache {} in {} ms (later starts take it)",
-                                core.display(),
+                                built.core.display(),
                                 building.elapsed().as_millis()
                             ),
                         );
@@ -962,6 +976,31 @@ impl Image {
         Ok(plan)
     }
 
+    /// `start_local`, once more when the first start failed on a cached
+    /// core that was found broken and discarded (that start rebuilds it).
+    async fn start_local_healing(
+        &self,
+        generation: u64,
+        permit: Option<tokio::sync::OwnedSemaphorePermit>,
+    ) -> Result<Arc<Live>, ImageError> {
+        self.inner.cache_discarded.store(false, Ordering::SeqCst);
+        let first = self.start_local(generation, permit).await;
+        if first.is_ok() || !self.inner.cache_discarded.swap(false, Ordering::SeqCst) {
+            return first;
+        }
+        // The failed image's place (--max-images) frees when its process
+        // has been reaped: wait a moment for it.
+        let mut permit = self.image_permit();
+        for _ in 0..100 {
+            if permit.is_ok() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            permit = self.image_permit();
+        }
+        self.start_local(generation, permit?).await
+    }
+
     async fn start_local(
         &self,
         generation: u64,
@@ -976,7 +1015,7 @@ impl Image {
             .cache_dir
             .clone()
             .unwrap_or_else(default_cache_dir);
-        let fasl_dir = private_dir(&cache.join("fasl")).map_err(|e| {
+        let fasl_dir = core_cache::private_dir(&cache.join("fasl")).map_err(|e| {
             ImageError::StartFailed(format!(
                 "cannot prepare the private fasl directory under {}: {e}",
                 cache.display()
@@ -1144,10 +1183,10 @@ impl Image {
             let _ = kill.send(());
             let tail = tail.lock().unwrap();
             let lines: Vec<&str> = tail.iter().map(String::as_str).collect();
-            ImageError::StartFailed(if lines.is_empty() {
+            ImageError::StartFailed(if lines.iter().all(|l| l.trim().is_empty()) {
                 msg
             } else {
-                format!("{msg}; the Lisp said:\n{}", lines.join("\n"))
+                format!("{msg}; the Lisp said:\n{}", core_cache::lisp_words(&lines))
             })
         };
         let port = match tokio::time::timeout(self.inner.config.start_timeout, port_rx).await {
@@ -1156,22 +1195,28 @@ impl Image {
                 // Give stderr a moment to deliver the last lines.
                 tokio::time::sleep(Duration::from_millis(50)).await;
                 if let Some(core) = &plan.core {
-                    if blames_core(&tail.lock().unwrap()) {
-                        // The core itself is bad (damaged, or made for
-                        // another runtime): load from source from now on.
-                        tracing::warn!(core = %core.display(), "the cached core is unusable; loading from source instead");
-                        self.inner.note(
-                            NoteLevel::Warning,
-                            format!(
-                                "the cached core {} is unusable; loading from source instead",
-                                core.display()
-                            ),
+                    // Is the cache to blame? Start it once more in check
+                    // mode: a cache that fails its check is discarded, and
+                    // `live` starts once more, building it anew; one that
+                    // passes points at something transient (process or
+                    // memory limits), and the next start tries it again.
+                    let check = plan.clone();
+                    let checked = tokio::task::spawn_blocking(move || {
+                        core_cache::check_plan(&check, core_cache::CHECK_TIMEOUT)
+                    })
+                    .await;
+                    if let Ok(Err(why)) = checked {
+                        core_cache::remove_entry(core);
+                        let text = format!(
+                            "the cached core {} does not start ({why}); discarded it, and the \
+                             next start builds it again",
+                            core.display()
                         );
-                        self.inner.core_build_failed.store(true, Ordering::SeqCst);
+                        tracing::warn!("{text}");
+                        self.inner.note(NoteLevel::Warning, text);
+                        self.inner.cache_discarded.store(true, Ordering::SeqCst);
                     } else {
-                        // A transient failure (process or memory limits):
-                        // the next start tries the core again.
-                        tracing::warn!(core = %core.display(), "the Lisp exited while starting from the cached core; the next start retries it");
+                        tracing::warn!(core = %core.display(), "the Lisp exited while starting from the cached core, which passes its check; the next start retries it");
                     }
                 }
                 return Err(fail("the Lisp image exited while starting".into(), kill_tx));
@@ -1651,45 +1696,6 @@ fn random_secret() -> Result<String, ImageError> {
         .and_then(|mut f| f.read_exact(&mut bytes))
         .map_err(|e| ImageError::StartFailed(format!("cannot read /dev/urandom: {e}")))?;
     Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
-}
-
-/// Whether the Lisp's last words before it exited while starting say that
-/// its core file is unusable (damaged, truncated, made for another runtime),
-/// rather than a transient failure such as a process or memory limit.
-fn blames_core(tail: &VecDeque<String>) -> bool {
-    tail.iter().any(|l| {
-        let l = l.to_ascii_lowercase();
-        l.contains("core") && !l.contains("resource temporarily unavailable")
-    })
-}
-
-/// `dir`, created (with its parents) if missing, as a directory only we can
-/// enter: compiled fasls are loaded back, so no other user may plant a file
-/// or a symbolic link there. Refuses a symbolic link or a directory owned by
-/// someone else; tightens our own directory's mode to 0700.
-fn private_dir(dir: &std::path::Path) -> std::io::Result<PathBuf> {
-    use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
-    if let Some(parent) = dir.parent() {
-        std::fs::create_dir_all(parent)?;
-    }
-    match std::fs::DirBuilder::new().mode(0o700).create(dir) {
-        Ok(()) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-        Err(e) => return Err(e),
-    }
-    let meta = std::fs::symlink_metadata(dir)?;
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    let me = unsafe { libc::geteuid() };
-    if !meta.is_dir() || meta.uid() != me {
-        return Err(std::io::Error::other(format!(
-            "{} is not a directory of ours (a symbolic link, or owned by another user)",
-            dir.display()
-        )));
-    }
-    if meta.mode() & 0o077 != 0 {
-        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))?;
-    }
-    Ok(dir.to_path_buf())
 }
 
 fn describe_exit(s: std::process::ExitStatus) -> String {

@@ -145,6 +145,13 @@ impl Server {
         for (k, v) in env {
             cmd.env(k, v);
         }
+        Server::spawn(cmd)
+    }
+
+    /// Starts the server `cmd` describes (its stdin and stdout are set
+    /// here), e.g. one with a cleared environment.
+    pub fn spawn(mut cmd: Command) -> Server {
+        cmd.stdin(Stdio::piped()).stdout(Stdio::piped());
         let mut child = cmd.spawn().expect("spawn cl-mcp-server");
         let stdout = child.stdout.take().unwrap();
         let (tx, rx) = channel();

@@ -1,0 +1,224 @@
+;;;; prelude.lisp --- what every start and every cache build of a local
+;;;; image loads first, before Swank.
+;;;;
+;;;; Written in ASCII on purpose: it is read before the encodings are set.
+;;;; Owned by the image supervisor (crates/cl-mcp-server/src/image/); the
+;;;; generated scripts of core_cache.rs load it, then Swank, the helpers and
+;;;; boot.lisp.
+;;;;
+;;;; - The boot guard: until BOOT.LISP's MAIN takes over, an error nobody
+;;;;   handles prints what went wrong (the condition, the file being loaded
+;;;;   or compiled) and ends the process with exit code 3. No Lisp waits in
+;;;;   its debugger on a standard input the server holds open, so a start
+;;;;   that fails, fails in a moment and says why.
+;;;; - UTF-8: Swank, the helpers and the user's files are read as UTF-8
+;;;;   whatever the environment's locale (an MCP client may start the
+;;;;   server with no LANG at all).
+;;;; - Swank's compiled files go to the server's own cache directory, each
+;;;;   written under a temporary name and renamed into place, so a process
+;;;;   killed at any instant leaves no half-written fasl behind.
+;;;; - The cache check: a built cache is only kept once an image started
+;;;;   from it has found Swank, the helpers and MAIN in place.
+
+(defpackage #:cl-mcp-boot
+  (:use #:common-lisp)
+  (:export #:main #:*swank-port* #:*utf-8* #:utf-8-defaults #:load-helper
+           #:compile-and-load #:use-private-swank-fasls #:check-cache
+           #:guarded-load))
+
+(in-package #:cl-mcp-boot)
+
+(defun getenv (name)
+  #+sbcl (sb-ext:posix-getenv name)
+  #+ecl (ext:getenv name)
+  #+clisp (ext:getenv name)
+  #+ccl (ccl:getenv name)
+  #+abcl (ext:getenv name)
+  #-(or sbcl ecl clisp ccl abcl) (progn name nil))
+
+(defun exit-now (code)
+  "End the process at once, whatever its other threads are doing."
+  #+sbcl (sb-ext:exit :code code :abort t)
+  ;; ECL's QUIT kills and then joins every other thread by default: one
+  ;; that does not take the interrupt (inside WITHOUT-INTERRUPTS, or one
+  ;; that missed it going to sleep) would keep the image alive for as long
+  ;; as it runs, after the server is gone.
+  #+ecl (ext:quit code nil)
+  #+clisp (ext:quit code)
+  #+ccl (ccl:quit code)
+  #+abcl (ext:exit :status code)
+  #-(or sbcl ecl clisp ccl abcl) (progn code (error "no exit on this Lisp")))
+
+(defparameter *utf-8* #+clisp charset:utf-8 #-clisp :utf-8
+  "This Lisp's name for the UTF-8 external format.")
+
+;;; The boot guard.
+
+(defvar *booting* t
+  "True until MAIN takes over: an unhandled error ends the process.")
+
+(defvar *process-stderr* nil)
+
+(defun process-stderr ()
+  "The process's own standard error, which the server keeps the last lines
+of (CLISP's *ERROR-OUTPUT* writes to standard output)."
+  (or *process-stderr*
+      (setf *process-stderr*
+            (or #+sbcl sb-sys:*stderr*
+                #+clisp (ignore-errors (ext:make-stream :error))
+                *error-output*))))
+
+(defun safe-text (thing)
+  "THING printed with ~A, or a description when printing it fails."
+  (handler-case (princ-to-string thing)
+    (error () (format nil "a ~S (which does not print)" (type-of thing)))))
+
+(defun boot-failure (condition hook)
+  "The debugger hook of the boot: say what failed and where, then exit 3."
+  (declare (ignore hook))
+  (ignore-errors
+   (let ((out (process-stderr)))
+     (format out "~&cl-mcp-boot: ~A: ~A~@[ (while compiling ~A)~]~@[ (while loading ~A)~]~%"
+             (type-of condition) (safe-text condition)
+             (and *compile-file-truename* (safe-text *compile-file-truename*))
+             (and *load-truename* (safe-text *load-truename*)))
+     (finish-output out)))
+  (exit-now 3))
+
+(setf *debugger-hook* 'boot-failure)
+
+(defun guarded-load (file)
+  "Load FILE (a generated start or build script) so that an error nothing
+handles ends the process with BOOT-FAILURE's report, before any Lisp's own
+batch-mode handling (CLISP's -on-error abort reports to standard output and
+then fails to find its restart) or debugger gets it."
+  (handler-bind ((error (lambda (c)
+                          (when *booting*
+                            (boot-failure c nil)))))
+    (load file :external-format *utf-8*)))
+
+(defun end-boot-guard ()
+  "From here on errors go to Swank's debugger, as in any Swank image."
+  (setf *booting* nil)
+  (when (eq *debugger-hook* 'boot-failure)
+    (setf *debugger-hook* nil)))
+
+;;; UTF-8 whatever the locale.
+
+(defun utf-8-defaults ()
+  "Make UTF-8 the default encoding of files (the helpers, the user's
+sources, COMPILE-FILE and LOAD without :EXTERNAL-FORMAT). Run at every
+start: some Lisps compute their defaults from the locale at start-up."
+  #+sbcl (setf sb-impl::*default-external-format* :utf-8)
+  #+ecl (setf ext:*default-external-format* :utf-8)
+  #+clisp (setf custom:*default-file-encoding* charset:utf-8
+                custom:*misc-encoding* charset:utf-8)
+  #+ccl (setf ccl:*default-external-format* :utf-8)
+  ;; ABCL has no such variable: the JVM's default charset applies, UTF-8
+  ;; since Java 18 whatever the locale.
+  nil)
+
+(utf-8-defaults)
+
+;;; Files written whole or not at all.
+
+(defun temporary-sibling (path)
+  "A name beside PATH for writing it, unique to this process."
+  (make-pathname :name (format nil "~A-tmp~36R" (pathname-name path)
+                               (random (expt 2 48) (make-random-state t)))
+                 :defaults path))
+
+(defun compile-atomically (source output &key verbose)
+  "Compile SOURCE to OUTPUT through a temporary file renamed into place, so
+no reader ever finds half a fasl at OUTPUT."
+  (ensure-directories-exist output)
+  (let ((tmp (temporary-sibling output)))
+    (unwind-protect
+         (let ((fasl (compile-file source :output-file tmp :external-format *utf-8*
+                                          :verbose verbose :print nil)))
+           (unless fasl
+             (error "~A does not compile" (safe-text source)))
+           (when (probe-file output)
+             (delete-file output))
+           (rename-file fasl output))
+      (when (probe-file tmp)
+        (ignore-errors (delete-file tmp))))
+    output))
+
+(defun compile-and-load (source output)
+  "Compile SOURCE to OUTPUT (atomically) and load the fasl."
+  (load (compile-atomically source output)))
+
+(defun load-helper (file &key strict)
+  "Load a helper source file as UTF-8. A failure is an error when STRICT (a
+cache build: a broken helper must never be cached); otherwise it is reported
+on standard error and the start goes on without it."
+  (if strict
+      (load file :external-format *utf-8*)
+      (handler-case (load file :external-format *utf-8*)
+        (error (e)
+          (let ((out (process-stderr)))
+            (format out "~&cl-mcp: helper ~A failed to load: ~A: ~A~%"
+                    (safe-text file) (type-of e) (safe-text e))
+            (finish-output out))))))
+
+;;; Swank's fasls in the server's own cache.
+
+(defun private-binary-pathname (source directory)
+  "Where Swank's SOURCE is compiled: DIRECTORY, the server's private cache
+(Debian's loader asks ASDF's output translations instead, which name a
+directory shared with every other program of the user)."
+  (merge-pathnames (make-pathname :name (pathname-name source)
+                                  :type (pathname-type (compile-file-pathname source)))
+                   directory))
+
+(defun compile-files-atomically (files directory load quiet)
+  "Swank loader's COMPILE-FILES, writing each fasl atomically: FILES are
+compiled when their fasl is missing or older, or a file before them was
+compiled; loaded when LOAD."
+  (let ((again nil))
+    (dolist (source files)
+      (let ((fasl (private-binary-pathname source directory)))
+        (when (or again
+                  (not (probe-file fasl))
+                  (> (file-write-date source) (file-write-date fasl)))
+          (setf again t)
+          (compile-atomically source fasl :verbose (not quiet)))
+        (when load
+          (load fasl))))))
+
+(defun use-private-swank-fasls (directory)
+  "Point the loaded swank-loader at DIRECTORY for Swank's compiled files,
+written atomically. Does nothing where no swank-loader is loaded (Swank
+from ASDF or Quicklisp, whose compiler output is ASDF's)."
+  (let ((loader (find-package "SWANK-LOADER")))
+    (when loader
+      (let ((var (find-symbol "*FASL-DIRECTORY*" loader))
+            (binary (find-symbol "BINARY-PATHNAME" loader))
+            (compile (find-symbol "COMPILE-FILES" loader)))
+        (when var
+          (setf (symbol-value var) directory))
+        (when (and binary (fboundp binary))
+          (setf (fdefinition binary) #'private-binary-pathname))
+        (when (and compile (fboundp compile))
+          (setf (fdefinition compile) #'compile-files-atomically))))))
+
+;;; The cache check.
+
+(defun check-cache ()
+  "Signal an error unless Swank, every helper function and MAIN are in
+this image."
+  (unless (find-package "SWANK")
+    (error "Swank is not loaded"))
+  (let ((helpers (find-package "CL-MCP-SERVER"))
+        (missing '()))
+    (unless helpers
+      (error "the helpers' package CL-MCP-SERVER is missing"))
+    (do-external-symbols (s helpers)
+      (unless (or (fboundp s) (boundp s))
+        (push (symbol-name s) missing)))
+    (when missing
+      (error "helper functions are missing: ~{~A~^, ~}" (sort missing #'string<))))
+  (unless (fboundp (find-symbol "MAIN" "CL-MCP-BOOT"))
+    (error "boot.lisp's MAIN is missing"))
+  t)

@@ -1,0 +1,352 @@
+//! The first start a user has, not the one a warm test machine has: an empty
+//! cache, the minimal environment an SDK gives a server (`HOME`, `PATH`, no
+//! `LANG`), a server killed while it builds its cache, two first starts at
+//! once, a damaged cache, a Lisp that fails while booting. Each test has a
+//! private cache directory (`XDG_CACHE_HOME`) and runs on SBCL, CLISP and
+//! ECL side by side (`scripts/setup.sh` installs them; a missing one fails).
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::*;
+use serde_json::{json, Value};
+
+/// The Lisps every first-start test runs on.
+const LISPS: &[&str] = &["sbcl", "clisp", "ecl"];
+
+/// A server started as an MCP SDK starts one: a cleared environment with
+/// only `HOME` and `PATH` (and the private cache), no locale.
+fn minimal_server(lisp: &str, cache: &Path, home: &Path, extra: &[&str]) -> Server {
+    let mut cmd = Command::new(BIN);
+    cmd.env_clear()
+        .env("HOME", home)
+        .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+        .env("XDG_CACHE_HOME", cache)
+        .args(["--lisp", lisp, "--project-root"])
+        .arg(home)
+        .args(extra)
+        .stderr(Stdio::null());
+    Server::spawn(cmd)
+}
+
+fn initialize(s: &mut Server) {
+    let r = s.request(
+        json!({"jsonrpc":"2.0","id":0,"method":"initialize","params":{
+        "protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}),
+    );
+    assert!(r.get("result").is_some(), "initialize failed: {r}");
+    s.send(&json!({"jsonrpc":"2.0","method":"notifications/initialized"}));
+}
+
+/// An evaluate-lisp call, waiting up to `wait` for its answer.
+fn eval_within(s: &mut Server, id: i64, code: &str, wait: Duration) -> Value {
+    s.send(&json!({"jsonrpc":"2.0","id":id,"method":"tools/call",
+                   "params":{"name":"evaluate-lisp","arguments":{"code":code}}}));
+    let deadline = Instant::now() + wait;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        assert!(!left.is_zero(), "no answer to {code} within {wait:?}");
+        let m = s.recv_within(left);
+        if m["id"] == json!(id) {
+            return m;
+        }
+    }
+}
+
+/// Processes whose command line mentions `needle` (a private cache path).
+fn processes_mentioning(needle: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        if !name.bytes().all(|b| b.is_ascii_digit()) {
+            continue;
+        }
+        if let Ok(cmd) = std::fs::read(e.path().join("cmdline")) {
+            let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
+            if cmd.contains(needle) {
+                found.push(format!("{name}: {cmd}"));
+            }
+        }
+    }
+    found
+}
+
+/// Waits up to 5 s for every process of `needle` to be gone.
+fn assert_all_gone(needle: &str) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let left = processes_mentioning(needle);
+        if left.is_empty() {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "processes outlived their killed server: {left:?}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn require_lisp(lisp: &str) {
+    let found = std::env::var_os("PATH")
+        .map(|p| std::env::split_paths(&p).any(|d| d.join(lisp).is_file()))
+        .unwrap_or(false);
+    assert!(
+        found,
+        "{lisp} is not installed: run scripts/setup.sh (apt-get install {lisp})"
+    );
+}
+
+/// Runs `f` for every Lisp at once, each on its own thread; fails with
+/// every Lisp's failure.
+fn on_every_lisp(lisps: &[&'static str], f: fn(&'static str)) {
+    let handles: Vec<_> = lisps
+        .iter()
+        .map(|&l| {
+            require_lisp(l);
+            (l, std::thread::spawn(move || f(l)))
+        })
+        .collect();
+    let failed: Vec<String> = handles
+        .into_iter()
+        .filter_map(|(l, h)| h.join().err().map(|_| l.to_string()))
+        .collect();
+    assert!(failed.is_empty(), "failed on: {failed:?} (see above)");
+}
+
+fn dirs() -> (tempfile::TempDir, PathBuf, PathBuf) {
+    let t = tempfile::tempdir().unwrap();
+    let cache = t.path().join("cache");
+    let home = t.path().join("home");
+    std::fs::create_dir_all(&cache).unwrap();
+    std::fs::create_dir_all(&home).unwrap();
+    (t, cache, home)
+}
+
+/// Kills servers at several moments of their first start, then starts one
+/// that must work, in a minimal environment, and read UTF-8 files and code.
+/// ECL compiles Swank through a C compiler for minutes on its first start:
+/// it is killed once, while it does.
+#[test]
+fn first_start_killed_mid_build_then_started_in_a_minimal_environment() {
+    on_every_lisp(LISPS, |lisp| {
+        let (_t, cache, home) = dirs();
+        let needle = cache.to_string_lossy().into_owned();
+        let moments: &[f64] = if lisp == "ecl" {
+            &[4.0]
+        } else {
+            &[0.5, 1.5, 3.0]
+        };
+        for &at in moments {
+            let mut s = minimal_server(lisp, &cache, &home, &[]);
+            initialize(&mut s);
+            std::thread::sleep(Duration::from_secs_f64(at));
+            drop(s); // SIGKILL
+            assert_all_gone(&needle);
+        }
+        std::fs::write(
+            home.join("utf8.lisp"),
+            ";; caf\u{e9} \u{2014} a comment a locale-less Lisp once could not read\n\
+             (defun greeting () \"gr\u{fc}\u{df} dich\")\n",
+        )
+        .unwrap();
+        let mut s = minimal_server(lisp, &cache, &home, &[]);
+        initialize(&mut s);
+        let started = Instant::now();
+        let r = eval_within(&mut s, 1, "(+ 1 2)", Duration::from_secs(400));
+        assert!(!tool_is_error(&r), "{lisp}: {r}");
+        assert!(tool_text(&r).contains("=> 3"), "{lisp}: {r}");
+        eprintln!("{lisp}: first start after kills: {:?}", started.elapsed());
+        let r = s.call_tool(
+            2,
+            "lisp-compile-file",
+            json!({"path": "utf8.lisp", "load": true}),
+        );
+        assert!(!tool_is_error(&r), "{lisp}: {r}");
+        let r = eval_within(
+            &mut s,
+            3,
+            "(list (length (greeting)) (length \"\u{e9}t\u{e9}\"))",
+            Duration::from_secs(30),
+        );
+        assert!(tool_text(&r).contains("(9 3)"), "{lisp}: {r}");
+        // The cache holds one finished entry and no half-built one.
+        let entries: Vec<String> = std::fs::read_dir(cache.join("cl-mcp-server"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        assert!(
+            !entries.iter().any(|e| e.contains(".tmp-")),
+            "{lisp}: {entries:?}"
+        );
+    });
+}
+
+/// Two servers start for the first time at once on one empty cache: both
+/// work, and the cache is built once.
+#[test]
+fn two_first_starts_at_once() {
+    on_every_lisp(&["sbcl", "clisp"], |lisp| {
+        let (_t, cache, home) = dirs();
+        let mut a = minimal_server(lisp, &cache, &home, &[]);
+        let mut b = minimal_server(lisp, &cache, &home, &[]);
+        initialize(&mut a);
+        initialize(&mut b);
+        let ra = eval_within(&mut a, 1, "(+ 1 2)", Duration::from_secs(300));
+        let rb = eval_within(&mut b, 1, "(+ 2 2)", Duration::from_secs(300));
+        assert!(tool_text(&ra).contains("=> 3"), "{lisp}: {ra}");
+        assert!(tool_text(&rb).contains("=> 4"), "{lisp}: {rb}");
+        let cores = std::fs::read_dir(cache.join("cl-mcp-server"))
+            .unwrap()
+            .filter(|e| {
+                let n = e.as_ref().unwrap().file_name();
+                let n = n.to_string_lossy();
+                n.ends_with(".core") || n.ends_with(".mem")
+            })
+            .count();
+        assert_eq!(cores, 1, "{lisp}");
+    });
+}
+
+/// The server's cache directory for this test.
+fn server_cache(cache: &Path) -> PathBuf {
+    cache.join("cl-mcp-server")
+}
+
+fn find_file(dir: &Path, pred: &dyn Fn(&str) -> bool) -> Option<PathBuf> {
+    for e in std::fs::read_dir(dir).ok()?.flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            if let Some(f) = find_file(&p, pred) {
+                return Some(f);
+            }
+        } else if pred(&e.file_name().to_string_lossy()) {
+            return Some(p);
+        }
+    }
+    None
+}
+
+fn doctor(lisp: &str, cache: &Path, home: &Path) -> (bool, String, Duration) {
+    let started = Instant::now();
+    let out = Command::new(BIN)
+        .env_clear()
+        .env("HOME", home)
+        .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+        .env("XDG_CACHE_HOME", cache)
+        .args(["doctor", "--lisp", lisp, "--project-root"])
+        .arg(home)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        started.elapsed(),
+    )
+}
+
+/// A truncated Swank fasl and a truncated core, planted in a built cache:
+/// the server discards what is broken, rebuilds it once and works; doctor
+/// says what it found and what it did.
+#[test]
+fn a_damaged_cache_is_discarded_and_rebuilt() {
+    let (_t, cache, home) = dirs();
+    let (ok, report, _) = doctor("sbcl", &cache, &home);
+    assert!(ok, "{report}");
+    assert!(report.contains("built now in"), "{report}");
+    let (ok, report, took) = doctor("sbcl", &cache, &home);
+    assert!(ok, "{report}");
+    assert!(report.contains("passes its check"), "{report}");
+    assert!(took < Duration::from_secs(30), "{took:?}");
+
+    // A half-written Swank fasl, as a killed compilation once left.
+    let dir = server_cache(&cache);
+    let fasl = find_file(&dir, &|n| n == "swank.fasl").expect("swank.fasl in the cache");
+    let len = std::fs::metadata(&fasl).unwrap().len();
+    let f = std::fs::OpenOptions::new().write(true).open(&fasl).unwrap();
+    f.set_len(len / 3).unwrap();
+    let core = find_file(&dir, &|n| n.ends_with(".core")).unwrap();
+    std::fs::remove_file(&core).unwrap();
+    let mut s = minimal_server("sbcl", &cache, &home, &[]);
+    initialize(&mut s);
+    let r = eval_within(&mut s, 1, "(+ 1 2)", Duration::from_secs(120));
+    assert!(tool_text(&r).contains("=> 3"), "{r}");
+    drop(s);
+
+    // A truncated core: the start fails, the check confirms it, the core
+    // is rebuilt, and the same call gets its answer.
+    let len = std::fs::metadata(&core).unwrap().len();
+    let f = std::fs::OpenOptions::new().write(true).open(&core).unwrap();
+    f.set_len(len / 2).unwrap();
+    let mut s = minimal_server("sbcl", &cache, &home, &[]);
+    initialize(&mut s);
+    let started = Instant::now();
+    let r = eval_within(&mut s, 1, "(+ 1 2)", Duration::from_secs(120));
+    assert!(tool_text(&r).contains("=> 3"), "{r}");
+    assert!(started.elapsed() < Duration::from_secs(90));
+    drop(s);
+
+    // doctor on a damaged core: found, said, rebuilt, in seconds.
+    let len = std::fs::metadata(&core).unwrap().len();
+    let f = std::fs::OpenOptions::new().write(true).open(&core).unwrap();
+    f.set_len(len / 2).unwrap();
+    let (ok, report, took) = doctor("sbcl", &cache, &home);
+    assert!(ok, "{report}");
+    assert!(
+        report.contains("was broken") && report.contains("rebuilt it"),
+        "{report}"
+    );
+    assert!(took < Duration::from_secs(90), "{took:?}");
+}
+
+/// A Lisp that fails while booting (here: a Swank loader that signals an
+/// error) ends at once, and the call says why in the Lisp's own words,
+/// naming the file; doctor fails in seconds and names the fix. Before, the
+/// Lisp sat in its debugger on the stdin the server holds and the server
+/// waited 120 s for Swank.
+#[test]
+fn a_boot_failure_is_reported_in_seconds_in_the_lisps_words() {
+    on_every_lisp(LISPS, |lisp| {
+        let (_t, cache, home) = dirs();
+        let loader = home.join("swank-loader.lisp");
+        std::fs::write(
+            &loader,
+            "(error \"this Swank loader is broken on purpose\")\n",
+        )
+        .unwrap();
+        let loader_arg = loader.to_string_lossy().into_owned();
+        let mut s = minimal_server(lisp, &cache, &home, &["--swank-loader", &loader_arg]);
+        initialize(&mut s);
+        let started = Instant::now();
+        let r = eval_within(&mut s, 1, "(+ 1 2)", Duration::from_secs(60));
+        let took = started.elapsed();
+        assert!(tool_is_error(&r), "{lisp}: {r}");
+        let text = tool_text(&r);
+        assert!(
+            text.contains("broken on purpose") && text.contains("swank-loader.lisp"),
+            "{lisp}: {text}"
+        );
+        assert!(took < Duration::from_secs(30), "{lisp}: took {took:?}");
+        drop(s);
+        let out = Command::new(BIN)
+            .env_clear()
+            .env("HOME", &home)
+            .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+            .env("XDG_CACHE_HOME", &cache)
+            .args(["doctor", "--lisp", lisp, "--swank-loader", &loader_arg])
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        let report = String::from_utf8_lossy(&out.stdout);
+        assert!(!out.status.success(), "{lisp}: {report}");
+        assert!(
+            report.contains("[FAIL] core cache") && report.contains("broken on purpose"),
+            "{lisp}: {report}"
+        );
+        assert!(report.contains("fix:"), "{lisp}: {report}");
+    });
+}
