@@ -332,6 +332,25 @@ build inside CALL-BUILDING) as its :ERROR when it has none of its own."
       (setf (getf fields :error) build-error))
     fields))
 
+(defun compile-file-as-alone (source fasl)
+  "Swank's COMPILE-FILE of SOURCE into FASL, with COMPILE-FILE's own
+warnings-p and failure-p as a plain COMPILE-FILE outside any compilation
+unit reports them: the undefined functions and variables the compiler
+defers to the end of the unit count (CALL-BUILDING's unit would otherwise
+take them, after COMPILE-FILE returned, and an undefined variable would be
+a success). Returns (values OUTPUT WARNINGS-P FAILURE-P)."
+  (let ((deferred-warning nil) (deferred-failure nil))
+    (multiple-value-bind (output warnings-p failure-p)
+        (handler-bind ((warning (lambda (w)
+                                  (setf deferred-warning t)
+                                  (unless (typep w 'style-warning)
+                                    (setf deferred-failure t)))))
+          (with-compilation-unit (:override t)
+            (swank/backend:swank-compile-file source fasl nil :default)))
+      (values output
+              (or warnings-p deferred-warning)
+              (or failure-p deferred-failure)))))
+
 (defun compile-file-with-diagnostics (path &key (load t) id (max-output 50000))
   "Compile the file PATH (absolute) and, when LOAD, load it.
 Returns (:success T-or-NIL :loaded T-or-NIL :warnings-p T-or-NIL
@@ -383,8 +402,7 @@ success. Definitions keep their source locations."
                                                        (list :position (1+ offset))
                                                        nil))))
                                          (return-from compiling nil))))))
-                              (swank/backend:swank-compile-file
-                               (truename path) fasl nil :default))))))
+                              (compile-file-as-alone (truename path) fasl))))))
                    (declare (ignore failed))
                    (setf build-error err
                          notes (if compile-error

@@ -574,3 +574,57 @@ fn unknown_systems_and_directories_get_plain_answers() {
         r.structured
     );
 }
+
+/// `lisp-compile-file` reports what a plain `compile-file` reports: the
+/// undefined variable the compiler defers to the end of its compilation
+/// unit is a full warning, so failure-p, not a success (it was once taken
+/// by the build's outer unit after `compile-file` had returned success).
+#[test]
+fn compile_file_counts_the_warnings_deferred_to_the_end_of_the_file() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().canonicalize().unwrap();
+    std::fs::write(
+        root.join("undef.lisp"),
+        "(defun uses-undefined () (+ 1 undefined-var))\n",
+    )
+    .unwrap();
+    std::fs::write(root.join("clean.lisp"), "(defun clean-one () 1)\n").unwrap();
+    let root_s = root.to_string_lossy().into_owned();
+    let mut s = lisp_server(&["--project-root", &root_s]);
+    let r = call(
+        &mut s,
+        1,
+        "lisp-compile-file",
+        json!({"path": "clean.lisp"}),
+    );
+    assert!(!r.is_error, "{}", r.text);
+    assert_eq!(r.structured["success"], true, "{}", r.text);
+    assert_eq!(r.structured["failureP"], false, "{}", r.text);
+    let r = call(
+        &mut s,
+        2,
+        "lisp-compile-file",
+        json!({"path": "undef.lisp"}),
+    );
+    let diagnostics = r.structured["diagnostics"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let warned = diagnostics.iter().any(|d| {
+        d["severity"] == "warning"
+            && d["message"]
+                .as_str()
+                .is_some_and(|m| m.to_ascii_uppercase().contains("UNDEFINED-VAR"))
+    });
+    match common::lisp() {
+        // ECL's compiler does not warn of an undefined variable.
+        "ecl" => assert!(!warned || r.structured["failureP"] == true, "{}", r.text),
+        _ => {
+            assert!(warned, "{}", r.text);
+            assert!(r.is_error, "{}", r.text);
+            assert_eq!(r.structured["failureP"], true, "{}", r.text);
+            assert_eq!(r.structured["warningsP"], true, "{}", r.text);
+            assert_eq!(r.structured["success"], false, "{}", r.text);
+        }
+    }
+}
