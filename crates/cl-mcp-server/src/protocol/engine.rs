@@ -21,7 +21,7 @@ use super::jsonrpc::{self, Message, RequestId};
 use super::mcp::{self, Era};
 use crate::config::ServerConfig;
 use crate::session::{ImageSlot, Session};
-use crate::tools::{LogLevel, ToolRegistry};
+use crate::tools::{LogLevel, Status, ToolRegistry};
 
 pub use super::outbound::Outbound;
 
@@ -679,10 +679,11 @@ pub(crate) struct RequestCtx {
 
 impl RequestCtx {
     /// Sends `notifications/progress` every 500 ms once the request has run
-    /// for a second, with the status line `status` returns, until dropped.
+    /// for a second, with the status line `status` returns (a call still
+    /// waiting to start says so in its own words), until dropped.
     pub(crate) fn start_progress(
         &self,
-        status: impl Fn() -> Option<String> + Send + 'static,
+        status: impl Fn() -> Option<Status> + Send + 'static,
     ) -> Option<ProgressGuard> {
         let token = self.progress_token.clone()?;
         let out = self.out.clone();
@@ -707,7 +708,10 @@ impl RequestCtx {
                 n += 1;
                 let elapsed = started.elapsed().as_secs_f64();
                 let message = match status() {
-                    Some(line) if !line.is_empty() => format!("running for {elapsed:.1}s: {line}"),
+                    Some(Status::Waiting(line)) => line,
+                    Some(Status::Running(line)) if !line.is_empty() => {
+                        format!("running for {elapsed:.1}s: {line}")
+                    }
                     _ => format!("running for {elapsed:.1}s"),
                 };
                 let params = json!({ "progressToken": token, "progress": n, "message": message });
