@@ -67,7 +67,15 @@ mod imp {
                 .filter(|id| !id.is_empty() && !id.contains('/'))
             {
                 Some(id) => {
-                    let id = crate::protocol::mcp::percent_decode(id);
+                    let id = match crate::protocol::uri::percent_decode(id) {
+                        Ok(id) => id,
+                        Err(e) => {
+                            return Some(Err((
+                                crate::protocol::jsonrpc::INVALID_PARAMS,
+                                format!("Cannot read {uri}: {e}."),
+                            )))
+                        }
+                    };
                     let text = json!({"id": id, "templateTest": true, "data": format!("Data for ID: {id}")});
                     json!({"uri": uri, "mimeType": "application/json", "text": text.to_string()})
                 }

@@ -44,15 +44,7 @@ fn is_document(path: &Path) -> bool {
 
 /// `file://` URI of an absolute path (percent-encoding what URIs cannot hold).
 pub fn file_uri(path: &Path) -> String {
-    let mut out = String::from("file://");
-    for b in path.to_string_lossy().bytes() {
-        if b.is_ascii_alphanumeric() || b"/-_.~".contains(&b) {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
+    crate::protocol::uri::file_uri(path)
 }
 
 /// `resources/list`: the project's documents, a page at a time (`cursor` is
@@ -105,10 +97,10 @@ pub fn list(session: &Session, cursor: Option<&str>) -> Result<Value, String> {
 /// `resources/read` of a `file://` URI, under the same read policy as the
 /// file tools. `Err((code, message))` on failure.
 pub fn read_file_uri(session: &Session, uri: &str) -> Result<Value, (i64, String)> {
-    let path = crate::protocol::mcp::file_uri_path(uri).ok_or_else(|| {
+    let path = crate::protocol::uri::file_uri_path(uri).map_err(|e| {
         (
             crate::protocol::jsonrpc::INVALID_PARAMS,
-            format!("Not a local file URI: {uri}"),
+            format!("Cannot read {uri}: {e}."),
         )
     })?;
     let resolved = resolve_existing_file(session, &path.to_string_lossy())
@@ -139,8 +131,14 @@ fn all_tools() -> &'static ToolRegistry {
     ALL.get_or_init(|| ToolRegistry::standard(&ToolGroup::ALL))
 }
 
-fn uri_part(s: &str) -> String {
-    crate::protocol::mcp::percent_decode(s)
+/// A decoded segment of a `lisp://` URI.
+fn uri_part(uri: &str, s: &str) -> Result<String, (i64, String)> {
+    crate::protocol::uri::percent_decode(s).map_err(|e| {
+        (
+            crate::protocol::jsonrpc::INVALID_PARAMS,
+            format!("Cannot read {uri}: {e}."),
+        )
+    })
 }
 
 /// `resources/read` of a `lisp://` URI. `Err((code, message))` on failure.
@@ -163,17 +161,17 @@ pub async fn read_lisp_uri(session: Arc<Session>, uri: &str) -> Result<Value, (i
         ["symbol", package, name] if !name.is_empty() => {
             via_tool(
                 "code-describe",
-                json!({"symbol": uri_part(name), "package": uri_part(package)}),
+                json!({"symbol": uri_part(uri, name)?, "package": uri_part(uri, package)?}),
             )
             .await
         }
         ["system", name] if !name.is_empty() => {
-            via_tool("asdf-system-info", json!({"system": uri_part(name)})).await
+            via_tool("asdf-system-info", json!({"system": uri_part(uri, name)?})).await
         }
         ["package", name] if !name.is_empty() => {
             let form = helper_form(
                 "package-info",
-                vec![lisp_syntax::data::Value::string(uri_part(name))],
+                vec![lisp_syntax::data::Value::string(uri_part(uri, name)?)],
                 vec![],
             );
             match call_lookup(&ctx, &form).await {

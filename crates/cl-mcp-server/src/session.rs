@@ -63,17 +63,16 @@ impl ImageSlot {
 /// builds (compiling, ASDF: not thread-safe) one at a time.
 #[derive(Clone, Default)]
 pub struct ImageTurns {
-    pub eval: Arc<tokio::sync::Mutex<()>>,
+    pub eval: Arc<crate::tools::turn::EvalTurn>,
     pub build: Arc<tokio::sync::Mutex<()>>,
 }
 
 /// A session's evaluation bookkeeping (see `tools::lisp_call`).
 pub struct EvalState {
-    /// Held while an evaluation runs; tokio's mutex is fair, so waiting
-    /// evaluations run in arrival order. Sessions sharing one image share the
-    /// turn, so an evaluation's timeout never runs while it waits in the
-    /// image's queue.
-    pub turn: Arc<tokio::sync::Mutex<()>>,
+    /// Held while an evaluation runs; waiting evaluations run in arrival
+    /// order. Sessions sharing one image share the turn (one queue per
+    /// image); the time a call waits in it counts against its timeout.
+    pub turn: Arc<crate::tools::turn::EvalTurn>,
     /// Held while a build (compile, load, test) runs in the image.
     pub build_turn: Arc<tokio::sync::Mutex<()>>,
     /// The id of the evaluation running now, if any.

@@ -625,3 +625,110 @@ fn per_call_package_does_not_stick() {
     let r = eval(&mut s, 4, "(package-name *package*)");
     assert_eq!(r.text, "=> \"STICKY\"");
 }
+
+/// Evaluations of an image run one at a time: a call that waits is told
+/// what it waits behind (progress within about a second), its result says
+/// how long it waited, and the wait counts against its own timeout: one
+/// whose timeout passes in the queue is answered at once and never runs.
+#[test]
+fn a_queued_evaluation_is_told_what_it_waits_behind() {
+    if common::lisp() == "clisp" {
+        // Known gap: without threads the status poll queues too; the wait
+        // itself behaves the same, but this test's timing assumes threads.
+        return;
+    }
+    let mut s = lisp_server(&[]);
+    eval(&mut s, 1, "(defvar *order* nil)");
+    s.send(
+        &json!({"jsonrpc":"2.0","id":2,"method":"tools/call","params":{
+        "name":"evaluate-lisp","arguments":{"code":"(progn (sleep 6) (push :first *order*))"}}}),
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    let sent = Instant::now();
+    s.send(
+        &json!({"jsonrpc":"2.0","id":3,"method":"tools/call","params":{
+        "_meta":{"progressToken":"queued"},
+        "name":"evaluate-lisp","arguments":{"code":"(progn (push :second *order*) (+ 1 2))"}}}),
+    );
+    s.send(
+        &json!({"jsonrpc":"2.0","id":4,"method":"tools/call","params":{
+        "name":"evaluate-lisp",
+        "arguments":{"code":"(defparameter *ran* t)","timeoutSeconds":1}}}),
+    );
+    // inspect-object takes the same turn.
+    s.send(
+        &json!({"jsonrpc":"2.0","id":6,"method":"tools/call","params":{
+        "name":"inspect-object",
+        "arguments":{"code":"(defparameter *inspected* (list 1 2))","timeoutSeconds":1}}}),
+    );
+    // Each message with when it arrived.
+    let mut msgs = Vec::new();
+    let mut first_progress = None;
+    let mut timed_out_after = None;
+    while msgs.last().is_none_or(|m: &serde_json::Value| m["id"] != 3) {
+        let m = s.recv_within(Duration::from_secs(60));
+        if m["method"] == "notifications/progress" && m["params"]["progressToken"] == "queued" {
+            first_progress.get_or_insert((
+                sent.elapsed(),
+                m["params"]["message"].as_str().unwrap_or("").to_string(),
+            ));
+        }
+        if m["id"] == 4 {
+            timed_out_after = Some(sent.elapsed());
+        }
+        msgs.push(m);
+    }
+    let (at, message) = first_progress.expect("a progress notification while queued");
+    assert!(at < Duration::from_secs(2), "first progress after {at:?}");
+    assert!(
+        message.starts_with("waiting behind evaluation ")
+            && message.contains("`(progn (sleep 6) (push :first *order*))`, running "),
+        "{message}"
+    );
+    // The call with a 1 s timeout came back as a timeout that never ran,
+    // while the sleep still ran.
+    let timed_out = msgs.iter().find(|m| m["id"] == 4).expect("id 4 answered");
+    let r = eval_support::reply_of(timed_out);
+    assert!(r.is_error, "{}", r.text);
+    assert!(
+        r.text.contains("[TIMEOUT] This call never started"),
+        "{}",
+        r.text
+    );
+    assert!(r.text.contains("behind evaluation"), "{}", r.text);
+    let after = timed_out_after.unwrap();
+    assert!(after < Duration::from_secs(4), "answered after {after:?}");
+    let inspected = msgs.iter().find(|m| m["id"] == 6).expect("id 6 answered");
+    let r = eval_support::reply_of(inspected);
+    assert!(r.is_error, "{}", r.text);
+    assert!(
+        r.text.contains("[TIMEOUT] This call never started"),
+        "{}",
+        r.text
+    );
+    // The second call ran after the first and says how long it waited.
+    let r = eval_support::reply_of(msgs.last().unwrap());
+    assert!(!r.is_error, "{}", r.text);
+    assert!(
+        r.text.starts_with("=> 3\n[QUEUED] Started after waiting "),
+        "{}",
+        r.text
+    );
+    assert!(r.text.contains("behind evaluation"), "{}", r.text);
+    let queued = r.structured["queuedMs"]
+        .as_i64()
+        .unwrap_or_else(|| panic!("{}", r.structured));
+    assert!((3000..60_000).contains(&queued), "{queued}");
+    assert!(
+        msgs.iter().any(|m| m["id"] == 2),
+        "the first call answered first"
+    );
+    let r = eval(
+        &mut s,
+        5,
+        "(list *order* (boundp '*ran*) (boundp '*inspected*))",
+    );
+    assert_eq!(r.text, "=> ((:SECOND :FIRST) NIL NIL)");
+    // A call that did not wait says nothing about queueing.
+    assert!(r.structured.get("queuedMs").is_none(), "{}", r.structured);
+}

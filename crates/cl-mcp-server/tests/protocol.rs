@@ -1340,3 +1340,128 @@ fn subscribed_resources_notify_their_changes() {
     );
     assert_eq!(s.recv()["id"], 7, "unsubscribed: no notification");
 }
+
+/// URIs whose percent-escapes are broken or do not decode to UTF-8 (the
+/// first once panicked the decoder, which sliced inside `é`).
+const BROKEN_URIS: [&str; 4] = [
+    "file:///x%a\u{e9}",
+    "file:///x%",
+    "file:///%ff%fe",
+    "file:///a%2",
+];
+
+#[test]
+fn initialize_with_a_broken_root_uri_is_answered_and_the_server_serves_on() {
+    for uri in BROKEN_URIS {
+        let mut s = Server::start(&["--lazy-image"]);
+        let r = s.request(
+            json!({"jsonrpc":"2.0","id":1,"method":"initialize","params":{
+            "protocolVersion":"2025-11-25","capabilities":{},"rootUri":uri,
+            "clientInfo":{"name":"test","version":"1"}}}),
+        );
+        assert_eq!(r["result"]["protocolVersion"], "2025-11-25", "{uri}: {r}");
+        s.send(&json!({"jsonrpc":"2.0","method":"notifications/initialized"}));
+        let r = s.request(json!({"jsonrpc":"2.0","id":2,"method":"ping"}));
+        assert_eq!(r["result"], json!({}), "{uri}: {r}");
+        // The root was passed over: the project root is the server's own.
+        let r = s.call_tool(3, "fs-get-project-info", json!({}));
+        let root = r["result"]["structuredContent"]["projectRoot"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{uri}: {r}"))
+            .to_string();
+        assert!(
+            !root.contains('%') && !root.contains('\u{fffd}'),
+            "{uri}: {root}"
+        );
+    }
+}
+
+#[test]
+fn broken_uris_in_the_clients_roots_are_passed_over() {
+    let dir = tempfile::tempdir().unwrap();
+    let good = dir.path().canonicalize().unwrap();
+    let mut s = Server::start(&["--lazy-image"]);
+    s.request(
+        json!({"jsonrpc":"2.0","id":1,"method":"initialize","params":{
+        "protocolVersion":"2025-11-25","capabilities":{"roots":{}}}}),
+    );
+    s.send(&json!({"jsonrpc":"2.0","method":"notifications/initialized"}));
+    let ask = s.recv();
+    assert_eq!(ask["method"], "roots/list", "{ask}");
+    let mut roots: Vec<Value> = BROKEN_URIS.iter().map(|u| json!({"uri": u})).collect();
+    roots.push(json!({"uri": format!("file://{}", good.display())}));
+    s.send(&json!({"jsonrpc":"2.0","id":ask["id"],"result":{"roots":roots}}));
+    let r = s.request(json!({"jsonrpc":"2.0","id":2,"method":"ping"}));
+    assert_eq!(r["result"], json!({}), "{r}");
+    // The first usable root is the project root; the broken ones are not
+    // roots at all.
+    let r = s.call_tool(3, "fs-get-project-info", json!({}));
+    assert_eq!(
+        r["result"]["structuredContent"]["projectRoot"],
+        good.to_str().unwrap(),
+        "{r}"
+    );
+}
+
+#[test]
+fn resources_read_with_broken_percent_encoding_is_invalid_params() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().canonicalize().unwrap();
+    let mut s = Server::initialized(&["--project-root", root.to_str().unwrap(), "--lazy-image"]);
+    let base = format!("file://{}", root.display());
+    let uris = [
+        format!("{base}/x%a\u{e9}"),
+        format!("{base}/x%"),
+        format!("{base}/%ff%fe"),
+        format!("{base}/a%2"),
+        format!("{base}/a%00b"),
+        "lisp://symbol/CL/x%a\u{e9}".to_string(),
+        "lisp://package/%ff".to_string(),
+        "lisp://system/a%2".to_string(),
+        "test://template/%e9%/data".to_string(),
+    ];
+    for (n, uri) in uris.iter().enumerate() {
+        let r = s.request(
+            json!({"jsonrpc":"2.0","id":n,"method":"resources/read","params":{"uri":uri}}),
+        );
+        let (code, _, data) = error_of(&r);
+        assert_eq!(code, -32602, "{uri}: {r}");
+        assert!(data.to_string().contains("Cannot read"), "{uri}: {r}");
+    }
+    let r = s.request(json!({"jsonrpc":"2.0","id":"p","method":"ping"}));
+    assert_eq!(r["result"], json!({}), "{r}");
+}
+
+#[test]
+fn a_panic_in_the_inline_steps_is_answered_and_the_server_serves_on() {
+    let mut s = Server::start(&["--lazy-image"]);
+    // Before the handshake (where only initialize and ping are served) and
+    // after it, as a request, in a batch and as a notification.
+    let r = s.request(json!({"jsonrpc":"2.0","id":1,"method":"test/panic-inline"}));
+    let (code, _, data) = error_of(&r);
+    assert_eq!(code, -32603, "{r}");
+    assert!(
+        data.as_str()
+            .unwrap()
+            .contains("deliberate inline test panic"),
+        "{r}"
+    );
+    let r = s.request(
+        json!({"jsonrpc":"2.0","id":2,"method":"initialize","params":{
+        "protocolVersion":"2025-11-25","capabilities":{}}}),
+    );
+    assert!(r["result"].is_object(), "{r}");
+    s.send(&json!({"jsonrpc":"2.0","method":"notifications/initialized"}));
+    s.send(&json!({"jsonrpc":"2.0","method":"test/panic-inline"}));
+    s.send_raw(r#"[{"jsonrpc":"2.0","id":"b1","method":"test/panic-inline"},{"jsonrpc":"2.0","id":"b2","method":"ping"}]"#);
+    let batch = s.recv();
+    let answers = batch.as_array().unwrap_or_else(|| panic!("{batch}"));
+    assert_eq!(answers.len(), 2, "{batch}");
+    assert_eq!(answers[0]["id"], "b1");
+    assert_eq!(answers[0]["error"]["code"], -32603, "{batch}");
+    assert_eq!(answers[1]["result"], json!({}), "{batch}");
+    let r = s.request(json!({"jsonrpc":"2.0","id":3,"method":"ping"}));
+    assert_eq!(r["result"], json!({}), "{r}");
+    let (status, _) = s.close();
+    assert!(status.success());
+}

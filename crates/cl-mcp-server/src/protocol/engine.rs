@@ -3,7 +3,6 @@
 
 use std::collections::HashMap;
 use std::panic::AssertUnwindSafe;
-use std::path::PathBuf;
 
 use futures::FutureExt;
 use std::sync::{Arc, Mutex};
@@ -22,7 +21,7 @@ use super::jsonrpc::{self, Message, RequestId};
 use super::mcp::{self, Era};
 use crate::config::ServerConfig;
 use crate::session::{ImageSlot, Session};
-use crate::tools::{LogLevel, ToolRegistry};
+use crate::tools::{LogLevel, Status, ToolRegistry};
 
 pub use super::outbound::Outbound;
 
@@ -219,17 +218,7 @@ impl ConnState {
             .await;
         match result {
             Ok(result) => {
-                let paths: Vec<PathBuf> = result
-                    .get("roots")
-                    .and_then(Value::as_array)
-                    .map(|roots| {
-                        roots
-                            .iter()
-                            .filter_map(|r| r.get("uri").and_then(Value::as_str))
-                            .filter_map(super::mcp::file_uri_path)
-                            .collect()
-                    })
-                    .unwrap_or_default();
+                let paths = super::uri::root_paths(&result);
                 // Every declared root bounds where the project root may go;
                 // the first becomes the project root.
                 for p in paths.iter().skip(1) {
@@ -443,7 +432,29 @@ impl Connection {
     /// in arrival order; real work runs as a task, which sends its response
     /// to `out` itself, unless it is part of a batch: then the task returns
     /// it, within the batch's response `budget` (bytes).
+    ///
+    /// The inline steps run on the transport's reader under the same guard
+    /// as a request's task: a panic in them would end the reader (over
+    /// stdio, the process) with the request unanswered. It becomes `-32603`
+    /// for a request and a log line for anything else.
     fn start(&self, raw: &RawValue, out: &Outbound, budget: Option<&Arc<AtomicUsize>>) -> Started {
+        let inline = AssertUnwindSafe(|| self.start_unguarded(raw, out, budget));
+        match std::panic::catch_unwind(inline) {
+            Ok(started) => started,
+            Err(panic) => {
+                let what = panic_text(panic);
+                tracing::error!(error = %what, "handling a message failed before it ran");
+                Started::Done(jsonrpc::request_id_of(raw).map(|id| internal_error(&id, &what)))
+            }
+        }
+    }
+
+    fn start_unguarded(
+        &self,
+        raw: &RawValue,
+        out: &Outbound,
+        budget: Option<&Arc<AtomicUsize>>,
+    ) -> Started {
         if self.inner.take_client_response(raw) {
             return Started::Done(None);
         }
@@ -456,6 +467,8 @@ impl Connection {
                 return Started::Done(Some(inv.to_line()));
             }
         };
+        #[cfg(feature = "test-tools")]
+        crate::tools::testing::panic_inline_on(&msg.method);
         let Some(id) = msg.id.clone() else {
             self.handle_notification(&msg);
             return Started::Done(None);
@@ -513,12 +526,7 @@ impl Connection {
                 Err(panic) => {
                     let what = panic_text(panic);
                     tracing::error!(error = %what, "request handler failed");
-                    jsonrpc::error(
-                        Some(&id),
-                        jsonrpc::INTERNAL_ERROR,
-                        "Internal error",
-                        &Value::String(format!("The server failed on this request: {what}")),
-                    )
+                    internal_error(&id, &what)
                 }
             };
             match (reply_to, budget) {
@@ -635,6 +643,16 @@ fn progress_token(msg: &Message) -> Option<Value> {
         .cloned()
 }
 
+/// The `-32603` answer to a request whose handling panicked with `what`.
+fn internal_error(id: &RequestId, what: &str) -> String {
+    jsonrpc::error(
+        Some(id),
+        jsonrpc::INTERNAL_ERROR,
+        "Internal error",
+        &Value::String(format!("The server failed on this request: {what}")),
+    )
+}
+
 pub(crate) fn panic_text(p: Box<dyn std::any::Any + Send>) -> String {
     if let Some(s) = p.downcast_ref::<&str>() {
         s.to_string()
@@ -661,10 +679,11 @@ pub(crate) struct RequestCtx {
 
 impl RequestCtx {
     /// Sends `notifications/progress` every 500 ms once the request has run
-    /// for a second, with the status line `status` returns, until dropped.
+    /// for a second, with the status line `status` returns (a call still
+    /// waiting to start says so in its own words), until dropped.
     pub(crate) fn start_progress(
         &self,
-        status: impl Fn() -> Option<String> + Send + 'static,
+        status: impl Fn() -> Option<Status> + Send + 'static,
     ) -> Option<ProgressGuard> {
         let token = self.progress_token.clone()?;
         let out = self.out.clone();
@@ -689,7 +708,10 @@ impl RequestCtx {
                 n += 1;
                 let elapsed = started.elapsed().as_secs_f64();
                 let message = match status() {
-                    Some(line) if !line.is_empty() => format!("running for {elapsed:.1}s: {line}"),
+                    Some(Status::Waiting(line)) => line,
+                    Some(Status::Running(line)) if !line.is_empty() => {
+                        format!("running for {elapsed:.1}s: {line}")
+                    }
                     _ => format!("running for {elapsed:.1}s"),
                 };
                 let params = json!({ "progressToken": token, "progress": n, "message": message });

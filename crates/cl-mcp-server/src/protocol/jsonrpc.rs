@@ -251,6 +251,23 @@ pub fn sniff_id(prefix: &[u8]) -> Option<RequestId> {
     RequestId::from_json(&rest[..end])
 }
 
+/// The id of `raw` when it is a request (it has a `method` and a string or
+/// number `id`): the id an answer must carry when its handling failed
+/// before the message was understood. `None` for notifications, responses
+/// and anything else, which are never answered.
+pub fn request_id_of(raw: &RawValue) -> Option<RequestId> {
+    #[derive(serde::Deserialize)]
+    struct Head<'a> {
+        #[serde(borrow, default)]
+        id: Option<&'a RawValue>,
+        #[serde(default)]
+        method: Option<serde::de::IgnoredAny>,
+    }
+    let head: Head = serde_json::from_str(raw.get()).ok()?;
+    head.method?;
+    RequestId::from_json(head.id?.get())
+}
+
 /// The answer to text that is not JSON at all.
 pub fn parse_error(detail: &str) -> String {
     error(
@@ -296,6 +313,27 @@ mod tests {
         assert_eq!(id.json(), "\"a-1\"");
         assert!(sniff_id(br#"{"jsonrpc":"2.0","params":{"id":3}"#).is_none());
         assert!(sniff_id(br#"{"jsonrpc":"2.0","id":{"#).is_none());
+    }
+
+    #[test]
+    fn request_ids_only_of_requests() {
+        let id_of = |text: &str| {
+            let raw: Box<RawValue> = serde_json::from_str(text).unwrap();
+            request_id_of(&raw).map(|id| id.json().to_string())
+        };
+        assert_eq!(
+            id_of(r#"{"jsonrpc":"2.0","id":123456789012345678901234567890,"method":"x"}"#)
+                .as_deref(),
+            Some("123456789012345678901234567890")
+        );
+        assert_eq!(
+            id_of(r#"{"method":"x","id":"a"}"#).as_deref(),
+            Some("\"a\"")
+        );
+        assert_eq!(id_of(r#"{"jsonrpc":"2.0","method":"x"}"#), None);
+        assert_eq!(id_of(r#"{"jsonrpc":"2.0","id":1,"result":{}}"#), None);
+        assert_eq!(id_of(r#"{"id":{},"method":"x"}"#), None);
+        assert_eq!(id_of("[1]"), None);
     }
 
     #[test]

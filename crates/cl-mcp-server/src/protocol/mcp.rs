@@ -206,46 +206,22 @@ pub(crate) fn initialize(conn: &ConnState, msg: &Message, era: Era) -> Result<Va
     }))
 }
 
-/// The local path of a `file://` URI.
-pub(crate) fn file_uri_path(uri: &str) -> Option<PathBuf> {
-    let rest = uri.strip_prefix("file://")?;
-    // `file://localhost/x` and `file:///x` both name `/x`.
-    let path = rest.strip_prefix("localhost").unwrap_or(rest);
-    path.starts_with('/')
-        .then(|| PathBuf::from(percent_decode(path)))
-}
-
-/// `rootUri` (a file:// URI) or `rootPath` from `initialize`.
+/// `rootUri` (a file:// URI) or `rootPath` from `initialize`. A `rootUri`
+/// that names no usable path (broken escapes, not UTF-8, not local) is
+/// logged and passed over: the handshake is answered all the same.
 fn client_root(params: &Map<String, Value>) -> Option<PathBuf> {
-    if let Some(path) = params
-        .get("rootUri")
-        .and_then(Value::as_str)
-        .and_then(file_uri_path)
-    {
-        return Some(path);
+    if let Some(uri) = params.get("rootUri").and_then(Value::as_str) {
+        match super::uri::file_uri_path(uri) {
+            Ok(path) => return Some(path),
+            Err(e) => {
+                tracing::warn!(uri, error = %e, "rootUri is not a usable project root; ignored")
+            }
+        }
     }
     params
         .get("rootPath")
         .and_then(Value::as_str)
         .map(PathBuf::from)
-}
-
-pub(crate) fn percent_decode(s: &str) -> String {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%' && i + 2 < bytes.len() {
-            if let Ok(b) = u8::from_str_radix(&s[i + 1..i + 3], 16) {
-                out.push(b);
-                i += 3;
-                continue;
-            }
-        }
-        out.push(bytes[i]);
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// What this server offers. Resource subscriptions exist only in the legacy

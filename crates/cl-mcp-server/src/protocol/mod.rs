@@ -9,6 +9,7 @@ pub mod jsonrpc;
 pub mod mcp;
 pub mod outbound;
 pub mod tasks;
+pub mod uri;
 
 pub use engine::{Connection, Engine, Outbound};
 

@@ -99,6 +99,11 @@ pub struct EvalOutput {
     /// The debugger the evaluation waits in (`debug: true`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub debugger: Option<super::debug::DebuggerInfo>,
+    /// How long the call waited for the image's evaluation turn before it
+    /// ran (evaluations of an image run one at a time). Present only when
+    /// it waited more than a moment.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub queued_ms: Option<i64>,
 }
 
 impl EvalOutput {
@@ -134,6 +139,7 @@ impl EvalOutput {
             interrupted: plist_bool(v, "interrupted"),
             where_: plist_strings(v, "where"),
             debugger: None,
+            queued_ms: None,
         }
     }
 }
@@ -287,12 +293,22 @@ async fn evaluate(a: EvalArgs, ctx: ToolContext) -> ToolOutput {
     if a.debug == Some(true) {
         return evaluate_debuggable(&ctx, id, form, &a.code, timeout_d).await;
     }
-    let run = lisp_call::run_evaluation(&ctx, id, form, timeout_d, STATUS_POLL, UNWIND_GRACE).await;
-    let (value, cause) = match run {
-        Ok(r) => (r.value, r.cause),
+    let run = lisp_call::run_evaluation(
+        &ctx,
+        id,
+        form,
+        &a.code,
+        timeout_d,
+        STATUS_POLL,
+        UNWIND_GRACE,
+    )
+    .await;
+    let (value, cause, queued) = match run {
+        Ok(r) => (r.value, r.cause, r.queued),
         Err(e) => return ToolOutput::error(e),
     };
-    let out = EvalOutput::from_plist(&value);
+    let mut out = EvalOutput::from_plist(&value);
+    out.queued_ms = queued.as_ref().map(|q| q.millis());
     let cause = cause.map(|c| match c {
         lisp_call::StopCause::Timeout => InterruptCause::Timeout(timeout),
         lisp_call::StopCause::Cancelled => InterruptCause::Cancelled,
@@ -306,6 +322,10 @@ async fn evaluate(a: EvalArgs, ctx: ToolContext) -> ToolOutput {
     if let Some(hint) = sandbox_hint(&ctx, &out) {
         text.push_str("\n\n");
         text.push_str(&hint);
+    }
+    if let Some(q) = &queued {
+        text.push('\n');
+        text.push_str(&q.note());
     }
     let is_error = out.error.is_some() || out.interrupted;
     let structured = serde_json::to_value(&out).unwrap_or_default();
@@ -337,21 +357,25 @@ async fn evaluate_debuggable(
     timeout: Duration,
 ) -> ToolOutput {
     let slot = &ctx.session.eval;
-    let _turn = tokio::select! {
-        t = slot.turn.lock() => t,
-        _ = ctx.cancel.cancelled() => {
-            return ToolOutput::error("Cancelled before the evaluation started (an earlier evaluation of this session was still running).")
-        }
+    let (turn, left) = match lisp_call::take_turn(ctx, id, code, timeout).await {
+        Ok(t) => t,
+        Err(e) => return ToolOutput::error(e),
     };
-    if let Err(e) = lisp_call::ensure_ready(ctx).await {
-        return ToolOutput::error(e);
-    }
     *slot.running.lock().unwrap() = Some(id);
     let p = debug::start(ctx, id, form, code);
-    let (waited, cause) = debug::wait(ctx, &p, 0, timeout).await;
+    let (waited, cause) = debug::wait(ctx, &p, 0, left).await;
     *slot.running.lock().unwrap() = None;
-    drop(_turn);
-    debug::outcome_output(ctx, &p, waited, cause).await
+    let queued = turn.queued.clone();
+    drop(turn);
+    let mut out = debug::outcome_output(ctx, &p, waited, cause).await;
+    if let Some(q) = queued {
+        out.text.push('\n');
+        out.text.push_str(&q.note());
+        if let Some(s) = out.structured.as_mut().and_then(|s| s.as_object_mut()) {
+            s.insert("queuedMs".into(), serde_json::json!(q.millis()));
+        }
+    }
+    out
 }
 
 /// The tools of the `eval` group.
@@ -360,9 +384,9 @@ pub fn tools() -> Vec<ToolDef> {
         "evaluate-lisp",
         ToolGroup::Eval,
         "Evaluate Common Lisp",
-        "Evaluate forms in the session's persistent image. Returns output, warnings and `=> \
-         value` lines; on error its type, message, backtrace and restarts (`debug: true` waits in \
-         the debugger instead). A timeout keeps the image's state.",
+        "Evaluate forms in the persistent image: output, warnings, `=> value` lines; on error \
+         the type, message, backtrace, restarts (`debug: true`: wait in the debugger). Timeouts \
+         keep the image's state.",
         Annotations::MUTATING,
         |a: EvalArgs, ctx: ToolContext| async move {
             let c = ctx.clone();

@@ -21,6 +21,7 @@ use super::lisp_call::{
     plist_strings,
 };
 use super::output::DEFAULT_MAX_OUTPUT;
+use super::turn::Queued;
 use super::{tool, Annotations, ToolContext, ToolDef, ToolGroup, ToolOutput};
 
 /// Evaluation ids of these tools (a range of their own, apart from
@@ -30,20 +31,24 @@ const STATUS_POLL: Duration = Duration::from_millis(500);
 const UNWIND_GRACE: Duration = Duration::from_secs(5);
 
 /// Runs a helper that evaluates user code as one of the session's
-/// evaluations; the helper form gets `:id` and `:session`.
+/// evaluations; the helper form gets `:id` and `:session`. `what` is what
+/// calls queued behind it are told it runs (its code). Also returns how
+/// long it waited for the evaluation turn, when it waited.
 async fn run_user_code(
     ctx: &ToolContext,
     name: &str,
+    what: &str,
     args: Vec<Value>,
     mut keys: Vec<(&str, Value)>,
     timeout: Duration,
-) -> Result<Value, String> {
+) -> Result<(Value, Option<Queued>), String> {
     let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
     keys.push(("id", Value::Integer(id as i64)));
     keys.push(("session", Value::string(image::session_key(ctx))));
     keys.push(("max-output", Value::Integer(DEFAULT_MAX_OUTPUT as i64)));
     let form = helper_form(name, args, keys);
-    let run = image::run_evaluation(ctx, id, form, timeout, STATUS_POLL, UNWIND_GRACE).await?;
+    let run =
+        image::run_evaluation(ctx, id, form, what, timeout, STATUS_POLL, UNWIND_GRACE).await?;
     let mut v = run.value;
     if run.cause == Some(image::StopCause::Timeout) {
         if let Value::List(items, None) = &mut v {
@@ -51,7 +56,18 @@ async fn run_user_code(
             items.push(Value::t());
         }
     }
-    Ok(v)
+    Ok((v, run.queued))
+}
+
+/// `output` with the line saying how long the call waited for the
+/// evaluation turn, when it waited. (Only `evaluate-lisp` also has it as
+/// `queuedMs`: `tools/list` has no room for the field in these schemas.)
+fn with_queue_note(mut output: ToolOutput, queued: &Option<Queued>) -> ToolOutput {
+    if let Some(q) = queued {
+        output.text.push('\n');
+        output.text.push_str(&q.note());
+    }
+    output
 }
 
 /// The failure of a helper that ran user code, as the tool's error: a
@@ -264,17 +280,24 @@ async fn inspect_object(a: InspectArgs, ctx: ToolContext) -> ToolOutput {
             serde_json::to_value(out).unwrap_or_default(),
         );
     }
-    let v = match run_user_code(&ctx, "inspect-request", vec![], keys, timeout).await {
-        Ok(v) => v,
+    let what = match (&a.code, a.part) {
+        (Some(code), _) => code.clone(),
+        (None, Some(p)) => format!("inspect-object part {p}"),
+        (None, None) => "inspect-object".to_string(),
+    };
+    let run = run_user_code(&ctx, "inspect-request", &what, vec![], keys, timeout).await;
+    let (v, queued) = match run {
+        Ok(r) => r,
         Err(e) => return ToolOutput::error(e),
     };
     if let Some(failure) = user_code_failure(&v, "The inspected code", timeout) {
-        return failure;
+        return with_queue_note(failure, &queued);
     }
     let out = inspect_output(&v, &ctx.session.project_root());
-    ToolOutput::structured(
-        render_inspection(&out),
-        serde_json::to_value(out).unwrap_or_default(),
+    let text = render_inspection(&out);
+    with_queue_note(
+        ToolOutput::structured(text, serde_json::to_value(out).unwrap_or_default()),
+        &queued,
     )
 }
 
@@ -580,20 +603,21 @@ async fn profile_code(a: ProfileArgs, ctx: ToolContext) -> ToolOutput {
     keys.push(("mode", Value::keyword(mode)));
     keys.push(("top", Value::Integer(a.top.unwrap_or(20).into())));
     keys.push(("count-calls", string_list(&a.count_calls)));
-    let v = match run_user_code(
+    let (v, queued) = match run_user_code(
         &ctx,
         "profile-request",
+        &a.code,
         vec![Value::string(a.code.clone())],
         keys,
         timeout,
     )
     .await
     {
-        Ok(v) => v,
+        Ok(r) => r,
         Err(e) => return ToolOutput::error(e),
     };
     if let Some(failure) = user_code_failure(&v, "The profiled code", timeout) {
-        return failure;
+        return with_queue_note(failure, &queued);
     }
     let out = ProfileOutput {
         mode: plist_str(&v, "mode").unwrap_or_default(),
@@ -607,9 +631,10 @@ async fn profile_code(a: ProfileArgs, ctx: ToolContext) -> ToolOutput {
         stdout: plist_str(&v, "stdout").unwrap_or_default(),
         elapsed_ms: plist_i64(&v, "elapsed-ms").unwrap_or(0),
     };
-    ToolOutput::structured(
-        render_profile(&out),
-        serde_json::to_value(out).unwrap_or_default(),
+    let text = render_profile(&out);
+    with_queue_note(
+        ToolOutput::structured(text, serde_json::to_value(out).unwrap_or_default()),
+        &queued,
     )
 }
 

@@ -3,15 +3,18 @@
 //! calls to the helpers in `lisp/` (package `CL-MCP`), running them, and
 //! reading the plists they return.
 //!
-//! Two kinds of calls exist. Evaluations (`evaluate-lisp`) are serialised per
-//! session in arrival order and can be interrupted; everything else
-//! (introspection, builds, status polls, interrupts) runs on a fresh Swank
-//! thread so it never waits behind a running evaluation.
+//! Two kinds of calls exist. Evaluations (`evaluate-lisp`, `inspect-object`,
+//! `profile-code`) take the image's evaluation turn (`tools::turn`: one at a
+//! time, in arrival order, a waiting call told what it waits behind) and can
+//! be interrupted; everything else (introspection, builds, status polls,
+//! interrupts) runs on a fresh Swank thread so it never waits behind a
+//! running evaluation.
 
 use std::time::{Duration, Instant};
 
 use lisp_syntax::data::Value;
 
+use super::turn::{self, Queued};
 use super::{ToolContext, ToolOutput};
 use crate::image::{ImageReply, RexOutcome, Thread};
 
@@ -143,6 +146,8 @@ pub struct EvalRun {
     pub value: Value,
     /// Set when the server interrupted it (timeout or cancellation).
     pub cause: Option<StopCause>,
+    /// Set when it waited for the evaluation turn before it ran.
+    pub queued: Option<Queued>,
 }
 
 /// Status polls start only after this long: short evaluations never pay
@@ -153,33 +158,63 @@ const STATUS_POLL_LIMIT: Duration = Duration::from_millis(1000);
 /// Longest wait for the image to take an interrupt request.
 const INTERRUPT_CALL_LIMIT: Duration = Duration::from_secs(5);
 
-/// Runs an `eval-request` form: waits for the session's turn, then runs it
-/// on the image's evaluation worker, interrupting it (through
+/// Runs an `eval-request` form: waits for the image's evaluation turn, then
+/// runs it on the image's evaluation worker, interrupting it (through
 /// `cl-mcp:interrupt-evaluation` on another Swank thread) on timeout or
 /// cancellation, and refreshing the status line from `cl-mcp:eval-status`
-/// every `poll` while it runs.
+/// every `poll` while it runs. `code` is the user's code, quoted to calls
+/// that queue behind this one.
 pub async fn run_evaluation(
     ctx: &ToolContext,
     id: u64,
     form: String,
+    code: &str,
     timeout: Duration,
     poll: Duration,
     grace: Duration,
 ) -> Result<EvalRun, String> {
     let slot = eval_slot(ctx);
-    let _turn = tokio::select! {
-        t = slot.turn.lock() => t,
-        _ = ctx.cancel.cancelled() => {
-            return Err("Cancelled before the evaluation started (an earlier evaluation of this session was still running).".into())
-        }
-    };
-    // The timeout is for the evaluation, not for starting the image (a cold
-    // start may build the core first).
-    ensure_ready(ctx).await?;
+    let (turn, left) = take_turn(ctx, id, code, timeout).await?;
     *slot.running.lock().unwrap() = Some(id);
-    let result = drive_evaluation(ctx, id, &form, timeout, poll, grace).await;
+    let result = drive_evaluation(ctx, id, &form, left, poll, grace).await;
     *slot.running.lock().unwrap() = None;
-    result.map(|(value, cause)| EvalRun { value, cause })
+    result.map(|(value, cause)| EvalRun {
+        value,
+        cause,
+        queued: turn.queued,
+    })
+}
+
+/// Waits for the image's evaluation turn for evaluation `id` of `code`,
+/// telling the client what it waits behind while it waits. The wait counts
+/// against `timeout`; what is left of it comes back with the turn. A call
+/// whose time runs out in the queue never runs: its error says so.
+pub async fn take_turn<'a>(
+    ctx: &'a ToolContext,
+    id: u64,
+    code: &str,
+    timeout: Duration,
+) -> Result<(turn::Taken<'a>, Duration), String> {
+    // The timeout does not cover starting the image (a cold start may build
+    // the core first): the wait counts from when the image is ready.
+    let taken = eval_slot(ctx)
+        .turn
+        .take(
+            (id, code),
+            timeout,
+            &ctx.cancel,
+            ensure_ready(ctx),
+            |line| ctx.set_waiting(line),
+        )
+        .await
+        .map_err(|e| e.message(timeout))?;
+    ctx.clear_status();
+    // Started (or, after a restart or a crash while it waited, started again).
+    ensure_ready(ctx).await?;
+    let left = timeout
+        .saturating_sub(taken.counted)
+        .max(Duration::from_millis(1));
+    Ok((taken, left))
 }
 
 async fn drive_evaluation(

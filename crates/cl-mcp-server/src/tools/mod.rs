@@ -35,6 +35,7 @@ pub mod safe_walk;
 pub mod source;
 #[cfg(feature = "test-tools")]
 pub mod testing;
+pub mod turn;
 
 pub use output::cap_output;
 
@@ -317,6 +318,16 @@ pub struct InputRequired {
     pub state: Option<Value>,
 }
 
+/// A running call's status line, for progress notifications.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Status {
+    /// What the call is doing (e.g. its evaluation's latest output line),
+    /// shown after how long it has run.
+    Running(String),
+    /// Why it has not started yet; shown as it is (it says its own times).
+    Waiting(String),
+}
+
 /// Everything a handler may use besides its arguments.
 #[derive(Clone)]
 pub struct ToolContext {
@@ -325,7 +336,7 @@ pub struct ToolContext {
     /// Cancelled when the client cancels the request (or the connection ends).
     /// Long-running handlers must watch it and stop (interrupting the image).
     pub cancel: CancellationToken,
-    status: Arc<Mutex<Option<String>>>,
+    status: Arc<Mutex<Option<Status>>>,
     log: Option<LogSink>,
     progress: Option<ProgressSink>,
     changes: Option<ChangeSink>,
@@ -388,11 +399,22 @@ impl ToolContext {
     /// Sets the status line shown in progress notifications (e.g. the latest
     /// output line of a running evaluation).
     pub fn set_status(&self, line: impl Into<String>) {
-        *self.status.lock().unwrap() = Some(line.into());
+        *self.status.lock().unwrap() = Some(Status::Running(line.into()));
+    }
+
+    /// Says in progress notifications why the call has not started yet
+    /// (e.g. what it waits behind); [`ToolContext::clear_status`] ends it.
+    pub fn set_waiting(&self, line: impl Into<String>) {
+        *self.status.lock().unwrap() = Some(Status::Waiting(line.into()));
+    }
+
+    /// Forgets the status line.
+    pub fn clear_status(&self) {
+        *self.status.lock().unwrap() = None;
     }
 
     /// The latest status line, if any.
-    pub fn status(&self) -> Option<String> {
+    pub fn status(&self) -> Option<Status> {
         self.status.lock().unwrap().clone()
     }
 

@@ -23,6 +23,19 @@ struct SleepArgs {
 #[serde(deny_unknown_fields)]
 struct NoArgs {}
 
+/// A request or notification with this method panics in the engine's
+/// inline steps (where `initialize` and validation run, before a request
+/// becomes a task), to test that such a panic is answered and the server
+/// lives on.
+pub const INLINE_PANIC_METHOD: &str = "test/panic-inline";
+
+/// Panics when `method` is [`INLINE_PANIC_METHOD`].
+pub fn panic_inline_on(method: &str) {
+    if method == INLINE_PANIC_METHOD {
+        panic!("deliberate inline test panic");
+    }
+}
+
 pub fn tools() -> Vec<ToolDef> {
     let mut tools = own_tools();
     tools.extend(conformance_tools());
