@@ -36,7 +36,11 @@ fn official_python_sdk_connects_lists_and_calls() {
            (use-value (v) v)))) :name \"sdk-user\")",
     ]);
     let swank = format!("127.0.0.1:{}", user.port);
+    // The first start as the SDK makes it: its own minimal environment
+    // and an empty cache.
+    let cold = tempfile::tempdir().unwrap();
     let out = Command::new(&python)
+        .env("CL_MCP_COLD_CACHE", cold.path())
         .args([
             script,
             env!("CARGO_BIN_EXE_cl-mcp-server"),
@@ -68,4 +72,10 @@ fn official_python_sdk_connects_lists_and_calls() {
         stdout.contains("attached: a user's thread taken over"),
         "{stdout}"
     );
+    for lisp in ["clisp", "sbcl"] {
+        assert!(
+            stdout.contains(&format!("cold start on {lisp}: SDK environment")),
+            "{stdout}"
+        );
+    }
 }

@@ -12,6 +12,7 @@ Usage: python3 python_sdk_client.py /path/to/cl-mcp-server project-root [http-ur
 """
 
 import asyncio
+import os
 import sys
 
 from mcp import Client, StdioServerParameters
@@ -178,9 +179,28 @@ async def attached(binary: str, swank: str) -> None:
         print("attached: a user's thread taken over and resolved")
 
 
+async def cold_start(binary: str, root: str, cache: str, lisp: str) -> None:
+    """A first start as the SDK makes one: the SDK's own environment (HOME,
+    PATH, SHELL, TERM: no LANG) and an empty cache (--cache-dir). UTF-8 text
+    must read, in code and in a file, on a Lisp that would read ASCII only."""
+    target = StdioServerParameters(
+        command=binary, args=["--project-root", root, "--cache-dir", cache, "--lisp", lisp]
+    )
+    async with Client(target, mode="legacy", read_timeout_seconds=300) as client:
+        r = await call(client, "evaluate-lisp", {"code": '(length "\u00e9t\u00e9 \u2014 caf\u00e9")'})
+        assert r.structured_content["values"] == ["10"], r.structured_content
+        r = await call(client, "image-info", {})
+        assert lisp.upper() in text_of(r).upper(), text_of(r)
+        print(f"cold start on {lisp}: SDK environment, empty cache, UTF-8 read")
+
+
 async def main() -> None:
     binary = sys.argv[1]
     root = sys.argv[2]
+    cold = os.environ.get("CL_MCP_COLD_CACHE")
+    if cold:
+        await cold_start(binary, root, os.path.join(cold, "clisp"), "clisp")
+        await cold_start(binary, root, os.path.join(cold, "sbcl"), "sbcl")
     stdio = StdioServerParameters(command=binary, args=["--project-root", root])
     await run(stdio, "stdio", "auto")  # probes server/discover: the stateless era
     await run(stdio, "stdio", "legacy")  # the initialize handshake
