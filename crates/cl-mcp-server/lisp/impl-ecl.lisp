@@ -68,3 +68,9 @@ rebinding it empty hides the outer handlers from THUNK's conditions."
     (declare (ignore on-error))
     (let ((si::*handler-clusters* nil))
       (funcall thunk))))
+
+#+ecl
+(defun implementation-contrib-p (name)
+  "As on SBCL: ECL's own modules are fasls in its system directory
+(sb-bsd-sockets.fas, asdf.fas, ...)."
+  (and (ignore-errors (probe-file (format nil "SYS:~A.fas" name))) t))

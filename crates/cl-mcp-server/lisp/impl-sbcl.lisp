@@ -404,3 +404,18 @@ them), or NIL for a function that is not a closure."
                                (sb-kernel:value-cell-ref v)
                                v))))
   #-sbcl (progn function nil))
+
+(defun implementation-contrib-p (name)
+  "Whether NAME (lower case) is a module the Lisp itself provides to
+REQUIRE (SBCL's contribs: sb-posix, sb-rotate-byte, ...), which a project's
+.asd must never shadow."
+  #+sbcl (let ((home (ignore-errors (sb-int:sbcl-homedir-pathname))))
+           (and home
+                (some (lambda (type)
+                        (probe-file (merge-pathnames
+                                     (make-pathname :directory '(:relative "contrib")
+                                                    :name name :type type)
+                                     home)))
+                      '("fasl" "asd"))
+                t))
+  #-sbcl (progn name nil))

@@ -79,19 +79,55 @@ later may have changed unseen: not current."
                    (gethash root *project-index*) entry))))
        (cddr entry)))))
 
-(defun find-project-asd (name)
-  "The .asd defining the primary system NAME under a project root, or NIL."
+(defun root-level-p (asd root)
+  "Whether the file ASD is directly in the directory ROOT (a namestring)."
+  (equal (pathname-directory asd)
+         (pathname-directory (uiop:ensure-directory-pathname root))))
+
+(defun find-project-asd (name &key (where :root))
+  "The .asd defining the primary system NAME under a project root, or NIL.
+WHERE :ROOT takes only a file directly in a root, :NESTED only a deeper one
+(the shallowest first)."
   (flet ((lookup (force)
            (dolist (root *project-roots*)
-             (let ((hit (cdr (assoc name (project-index root :force force) :test #'string=))))
-               (when (and hit (probe-file hit))
-                 (return hit))))))
+             (dolist (entry (project-index root :force force))
+               (let ((hit (cdr entry)))
+                 (when (and (string= (car entry) name)
+                            (eq (root-level-p hit root) (eq where :root))
+                            (probe-file hit))
+                   (return-from find-project-asd hit)))))))
     (or (lookup nil) (lookup t))))
 
+(defun implementation-module-p (name)
+  "Whether NAME (lower case) is the Lisp's own: ASDF, UIOP, or a module
+REQUIRE provides (IMPLEMENTATION-CONTRIB-P, per implementation)."
+  (or (member name '("asdf" "uiop" "asdf-package-system") :test #'string=)
+      (implementation-contrib-p name)))
+
 (defun project-system-search (name)
-  "ASDF system search function: the project's own .asd for NAME."
-  (when *project-roots*
-    (find-project-asd (asdf:primary-system-name (string-downcase (string name))))))
+  "ASDF system search function, first of all: the .asd for NAME directly
+in a project root. Never one of the implementation's own modules."
+  (let ((name (asdf:primary-system-name (string-downcase (string name)))))
+    (when (and *project-roots* (not (implementation-module-p name)))
+      (find-project-asd name :where :root))))
+
+(defun project-nested-system-search (name)
+  "ASDF system search function, last of all: an .asd for NAME deeper in a
+project tree. Such a file (vendored sources, a copy of the Lisp's own
+sources) does not shadow a system ASDF finds elsewhere; load that .asd
+explicitly (lisp-compile-file) to use it instead."
+  (let ((name (asdf:primary-system-name (string-downcase (string name)))))
+    (when (and *project-roots* (not (implementation-module-p name)))
+      (find-project-asd name :where :nested))))
+
+(defun install-project-search ()
+  "Put the project's two search functions in place: the root's first, the
+nested ones' last."
+  (pushnew 'project-system-search asdf:*system-definition-search-functions*)
+  (setf asdf:*system-definition-search-functions*
+        (append (remove 'project-nested-system-search
+                        asdf:*system-definition-search-functions*)
+                (list 'project-nested-system-search))))
 
 (defun asd-defined-names (asd)
   "The system names the DEFSYSTEM forms of the file ASD spell out, found by
@@ -124,8 +160,8 @@ Returns (:root S :systems (S...))."
      (lambda ()
        (setf *project-roots* (cons root (remove root *project-roots* :test #'string=)))
        (remhash root *project-index*)))
-    (pushnew 'project-system-search asdf:*system-definition-search-functions*)
+    (install-project-search)
     (list :root root
           :systems (mapcar #'car (project-index root)))))
 
-(pushnew 'project-system-search asdf:*system-definition-search-functions*)
+(install-project-search)

@@ -698,3 +698,61 @@ fn test_runs_report_each_failure_and_run_single_tests() {
     assert!(r.text.contains(located), "{}", r.text);
     assert_eq!(r.structured["diagnostics"][0]["path"], "shop.lisp");
 }
+
+/// A project's nested copies of other systems (vendored sources, a copy of
+/// the Lisp's own sources) do not shadow them: an ordinary library still
+/// loads from where ASDF finds it, and the implementation's own modules
+/// (SBCL's sb-posix, ECL's sb-bsd-sockets) are never served from the
+/// project ("Can't build contribs with ASDF" once).
+#[test]
+fn nested_copies_never_shadow_libraries_or_the_implementations_modules() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().canonicalize().unwrap();
+    let module = match common::lisp() {
+        "sbcl" => Some("sb-posix"),
+        "ecl" => Some("sb-bsd-sockets"),
+        _ => None,
+    };
+    let mut depends = vec!["\"alexandria\"".to_string()];
+    if let Some(m) = module {
+        depends.push(format!("\"{m}\""));
+        let copy = root.join("lisp-src/contrib").join(m);
+        std::fs::create_dir_all(&copy).unwrap();
+        std::fs::write(
+            copy.join(format!("{m}.asd")),
+            format!("(error \"the project's copy of {m} was loaded\")\n"),
+        )
+        .unwrap();
+    }
+    let vendored = root.join("vendor/alexandria");
+    std::fs::create_dir_all(&vendored).unwrap();
+    std::fs::write(
+        vendored.join("alexandria.asd"),
+        "(error \"the vendored alexandria was loaded\")\n",
+    )
+    .unwrap();
+    std::fs::write(
+        root.join("app.asd"),
+        format!(
+            "(defsystem \"app\" :depends-on ({}) :components ((:file \"app\")))\n",
+            depends.join(" ")
+        ),
+    )
+    .unwrap();
+    std::fs::write(
+        root.join("app.lisp"),
+        "(defpackage #:app (:use #:cl))\n(in-package #:app)\n\
+         (defun answer () (alexandria:ensure-list :app))\n",
+    )
+    .unwrap();
+    let root_s = root.to_string_lossy().into_owned();
+    let mut s = lisp_server(&["--project-root", &root_s]);
+    let r = call(&mut s, 1, "asdf-load-system", json!({"system": "app"}));
+    assert!(!r.is_error, "{}", r.text);
+    let r = eval(&mut s, 2, "(app::answer)");
+    assert_eq!(r.text, "=> (:APP)");
+    // A nested system nothing else provides is still found by name.
+    write_system(&root.join("modules/extra"), "appextra", ":extra");
+    let r = call(&mut s, 3, "asdf-load-system", json!({"system": "appextra"}));
+    assert!(!r.is_error, "{}", r.text);
+}
