@@ -723,6 +723,18 @@ or (:error MESSAGE)."
 (defparameter *protected-thread-names* '("control-thread" "reader-thread")
   "Swank's connection threads: killing one cuts the server off the image.")
 
+(defun image-main-thread ()
+  "The thread whose end ends the image: SBCL's main thread, else the one
+that runs boot.lisp's MAIN in an image the server started (NIL attached to
+a Lisp other than SBCL)."
+  (or #+sbcl (sb-thread:main-thread)
+      (let ((s (find-symbol "*MAIN-THREAD*" "CL-MCP-BOOT")))
+        (and s (boundp s) (symbol-value s)))))
+
+(defun local-image-p ()
+  "Whether this image is one the server started (not the user's own)."
+  (and (find-package "CL-MCP-BOOT") t))
+
 (defun thread-plist (thread)
   (multiple-value-bind (in-debugger condition) (thread-debugger-condition thread)
     (let ((alive (swank/backend:thread-alive-p thread)))
@@ -864,6 +876,10 @@ id from the list). Returns (:threads ((:id :name :status :in-debugger
                      (return-from thread-request
                        (list :error "The thread did not answer within 3 seconds (it blocks interrupts, e.g. inside foreign code).")))))
               (:kill
+               (when (eq target (image-main-thread))
+                 (return-from thread-request
+                   (list :error (format nil "Thread ~A is the image's main thread: killing it ends the image and all its state. To start afresh, use image-restart."
+                                        thread))))
                (when (member (swank/backend:thread-name target) *protected-thread-names*
                              :test #'equal)
                  (return-from thread-request
@@ -876,6 +892,13 @@ id from the list). Returns (:threads ((:id :name :status :in-debugger
                                   "Asked the thread to terminate; it is still unwinding."
                                   "The thread was terminated.")))
               (:interrupt
+               ;; In an image the server started, the main thread only
+               ;; waits on the server's lifeline: a debugger there has no
+               ;; taker, is aborted, and the abort ends the image.
+               (when (and (local-image-p) (eq target (image-main-thread)))
+                 (return-from thread-request
+                   (list :error (format nil "Thread ~A is the image's main thread, which only waits for the server: interrupting it would end the image and all its state. Interrupt an evaluation with image-interrupt instead."
+                                        thread))))
                (swank/backend:interrupt-thread
                 target
                 (lambda ()

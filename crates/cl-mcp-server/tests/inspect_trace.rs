@@ -414,6 +414,43 @@ fn threads_are_listed_with_a_backtrace_and_can_be_killed() {
     let r = call(&mut s, 6, "list-threads", json!({"action": "kill"}));
     assert!(r.is_error, "{}", r.text);
 
+    // The image's main thread is neither killed nor interrupted: either
+    // would end the image and its state.
+    let r = call(
+        &mut s,
+        60,
+        "inspect-object",
+        json!({"code": "(defparameter *before-main* (list :kept))"}),
+    );
+    assert!(!r.is_error, "{}", r.text);
+    let r = call(&mut s, 62, "list-threads", json!({}));
+    let main = r.structured["threads"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == "main thread")
+        .unwrap_or_else(|| panic!("no main thread listed: {}", r.text))["id"]
+        .as_i64()
+        .unwrap();
+    for (id, action) in [(63, "interrupt"), (64, "kill")] {
+        let r = call(
+            &mut s,
+            id,
+            "list-threads",
+            json!({"action": action, "thread": main}),
+        );
+        assert!(r.is_error, "{action}: {}", r.text);
+        assert!(r.text.contains("main thread"), "{action}: {}", r.text);
+    }
+    let r = call(
+        &mut s,
+        65,
+        "inspect-object",
+        json!({"code": "(car *before-main*)"}),
+    );
+    assert!(!r.is_error, "the image lived on: {}", r.text);
+    assert!(r.text.contains(":KEPT"), "the image lived on: {}", r.text);
+
     // interrupt: the answer says what became of the thread, and the list
     // agrees with it.
     let r = call(

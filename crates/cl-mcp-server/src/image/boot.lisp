@@ -30,6 +30,11 @@
 (defvar *swank-port* nil
   "The port this image's Swank server listens on (127.0.0.1 only).")
 
+(defvar *main-thread* nil
+  "The thread that runs MAIN: it waits on the server's lifeline, and its
+end (killed, or aborted out of a debugger) is the image's. The helpers
+refuse to kill or interrupt it.")
+
 (defun unsetenv (name)
   #+sbcl (sb-alien:alien-funcall
           (sb-alien:extern-alien "unsetenv" (function sb-alien:int sb-alien:c-string))
@@ -107,6 +112,7 @@ so, exit. The boot guard still stands, so a failure says why and exits 3."
   (when (equal (getenv "CL_MCP_CACHE_CHECK") "1")
     (check-and-exit))
   (end-boot-guard)
+  (setf *main-thread* (swank/backend:current-thread))
   (let ((stdin (process-stdin))
         (threads nil))
     (handler-case
