@@ -252,3 +252,65 @@ fn memory_limit_turns_a_huge_allocation_into_a_lisp_error() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("--memory-limit"));
 }
+
+/// An image that dies of heap exhaustion says so in the result of the call
+/// it died in, with SBCL's last words and the user's function from the
+/// backtrace SBCL printed (issue 19, item 7).
+#[test]
+fn a_heap_exhaustion_death_names_its_cause_and_the_users_function() {
+    let mut s = lisp_server(&["--lisp-arg=--dynamic-space-size", "--lisp-arg=256"]);
+    // A recoverable exhaustion (HEAP-EXHAUSTED-ERROR) is taken and the
+    // consing goes on, until SBCL runs out of heap inside a collection.
+    let r = eval_with(
+        &mut s,
+        1,
+        "(defun hog () \
+           (let (l) \
+             (loop (handler-case (loop (push (make-list 1000) l)) \
+                     (storage-condition () nil))))) \
+         (hog)",
+        json!({"timeoutSeconds": 240}),
+    );
+    assert!(r.is_error, "{}", r.text);
+    assert!(
+        r.text.contains("the Lisp image died (heap exhausted"),
+        "{}",
+        r.text
+    );
+    assert!(r.text.contains("Heap exhausted, game over."), "{}", r.text);
+    assert!(
+        r.text.contains("fatal error encountered in SBCL"),
+        "{}",
+        r.text
+    );
+    assert!(r.text.contains("In your code"), "{}", r.text);
+    assert!(r.text.contains("CL-USER::HOG"), "{}", r.text);
+    let r = eval(&mut s, 2, "(+ 1 2)");
+    assert!(r.text.contains("=> 3"), "a fresh image: {}", r.text);
+}
+
+/// SBCL's runtime catches SIGABRT and exits with status 1: the result says
+/// it was aborted, not just "exit status 1".
+#[test]
+fn a_sigabrt_death_is_named() {
+    let mut s = lisp_server(&[]);
+    let r = eval(
+        &mut s,
+        1,
+        // raise(3): the signal goes to this thread (kill(2) to the process
+        // goes to the main thread, and the call could return first).
+        "(sb-alien:alien-funcall \
+           (sb-alien:extern-alien \"raise\" (function sb-alien:int sb-alien:int)) 6) \
+         (sleep 10)",
+    );
+    assert!(r.is_error, "{}", r.text);
+    assert!(
+        r.text
+            .contains("the Lisp image died (aborted: the process received SIGABRT"),
+        "{}",
+        r.text
+    );
+    assert!(r.text.contains("SIGABRT received."), "{}", r.text);
+    let r = eval(&mut s, 2, "(+ 1 2)");
+    assert!(r.text.contains("=> 3"), "a fresh image: {}", r.text);
+}
