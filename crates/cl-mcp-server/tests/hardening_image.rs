@@ -229,20 +229,33 @@ fn stack_exhaustion_in_macroexpansion_leaves_the_image_alive() {
 #[test]
 fn memory_limit_turns_a_huge_allocation_into_a_lisp_error() {
     let mut s = lisp_server(&["--memory-limit", "512"]);
+    // The runtime's heap is 2 × 512 + 256 MiB: room for the collections
+    // that find the soft limit passed.
     let r = eval(
         &mut s,
         1,
         "(defvar *memory-kept* :yes) (sb-ext:dynamic-space-size)",
     );
-    assert_eq!(r.text, format!("=> {}", 512 * 1024 * 1024), "{}", r.text);
+    assert_eq!(r.text, format!("=> {}", 1280 * 1024 * 1024), "{}", r.text);
+    // More than the runtime's heap: SBCL's own error.
     let r = eval(
         &mut s,
         2,
-        "(length (make-array (* 700 1024 1024) :element-type '(unsigned-byte 8)))",
+        "(length (make-array (* 2000 1024 1024) :element-type '(unsigned-byte 8)))",
     );
     assert!(r.is_error, "{}", r.text);
     assert!(r.text.contains("HEAP-EXHAUSTED"), "{}", r.text);
-    let r = eval(&mut s, 3, "*memory-kept*");
+    // Within the heap but more than the limit, and kept: the soft limit.
+    let r = eval_with(
+        &mut s,
+        3,
+        "(let ((a (make-array (* 700 1024 1024) :element-type '(unsigned-byte 8)))) \
+           (setf (aref a 0) 1) (length a))",
+        json!({"timeoutSeconds": 240}),
+    );
+    assert!(r.is_error, "{}", r.text);
+    assert!(r.text.contains("MEMORY-LIMIT-EXCEEDED"), "{}", r.text);
+    let r = eval(&mut s, 4, "*memory-kept*");
     assert_eq!(r.text, "=> :YES", "the image and its state survived");
     // Too small a limit is a start-up error, not a broken image.
     let out = std::process::Command::new(common::BIN)
@@ -251,6 +264,42 @@ fn memory_limit_turns_a_huge_allocation_into_a_lisp_error() {
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("--memory-limit"));
+}
+
+/// A runaway allocation of many small objects (issue 19, item 8): SBCL
+/// would run out of heap inside a collection, which kills the image; the
+/// soft limit stops the evaluation first and the image lives on.
+#[test]
+fn memory_limit_stops_a_runaway_evaluation_and_keeps_the_image() {
+    let mut s = lisp_server(&["--memory-limit", "512"]);
+    let r = eval(&mut s, 1, "(defun memory-kept () :still-here)");
+    assert!(!r.is_error, "{}", r.text);
+    let pid = call(&mut s, 2, "image-info", json!({})).structured["pid"].clone();
+    let started = Instant::now();
+    let r = eval_with(
+        &mut s,
+        3,
+        "(let (l) (loop (push (make-list 1000) l)))",
+        json!({"timeoutSeconds": 240}),
+    );
+    eprintln!("stopped after {:?}: {}", started.elapsed(), r.text);
+    assert!(r.is_error, "{}", r.text);
+    assert!(
+        r.text.contains("MEMORY-LIMIT-EXCEEDED")
+            && r.text.contains("512 MB memory limit (--memory-limit)")
+            && r.text.contains("definitions are kept"),
+        "{}",
+        r.text
+    );
+    let r = eval(&mut s, 4, "(memory-kept)");
+    assert_eq!(r.text, "=> :STILL-HERE", "{}", r.text);
+    let r = eval(&mut s, 5, "(+ 1 2)");
+    assert_eq!(r.text, "=> 3", "{}", r.text);
+    let info = call(&mut s, 6, "image-info", json!({}));
+    assert_eq!(info.structured["pid"], pid, "the same image");
+    // The data was freed: the heap holds about what it held at the start.
+    let r = eval(&mut s, 7, "(< (sb-kernel:dynamic-usage) (* 200 1024 1024))");
+    assert_eq!(r.text, "=> T", "{}", r.text);
 }
 
 /// An image that dies of heap exhaustion says so in the result of the call

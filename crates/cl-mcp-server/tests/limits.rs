@@ -414,7 +414,7 @@ fn memory_limit_also_caps_what_the_image_starts_where_a_memory_cgroup_exists() {
     assert!(!r.is_error, "{}", r.text);
     if !r
         .text
-        .contains("memory: the image and every process it starts at most 768 MiB")
+        .contains("memory: the image and every process it starts at most 1280 MiB")
     {
         assert!(
             r.text

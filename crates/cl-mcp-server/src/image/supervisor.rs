@@ -783,6 +783,11 @@ impl Image {
                     "heap: at most {mb} MiB (--memory-limit; address space capped at {} MiB)",
                     bytes / (1024 * 1024)
                 ),
+                None if plan.kind.soft_memory_limit() => format!(
+                    "heap: an evaluation keeping more than {mb} MiB alive is stopped, the image \
+                     kept (--memory-limit; the runtime's heap is {} MiB)",
+                    plan.kind.heap_mb(mb)
+                ),
                 None => format!("heap: at most {mb} MiB (--memory-limit)"),
             },
             None => "heap: the implementation's default (--memory-limit MB caps it)".into(),
@@ -976,11 +981,12 @@ impl Image {
         }
         let mut cmd = tokio::process::Command::new(&plan.lisp);
         let mut memory_env = Vec::new();
+        // The image's own heap, plus room for what it starts.
         let memory_cap = self
             .inner
             .config
             .memory_limit_mb
-            .map(|mb| (mb + (mb / 2).max(512)) * 1024 * 1024);
+            .map(|mb| (plan.kind.heap_mb(mb) + (mb / 2).max(512)) * 1024 * 1024);
         let cap = limits::prepare_caps(self.inner.config.max_processes, memory_cap);
         if let Some(w) = &cap.warning {
             if !CAP_WARNING_LOGGED.swap(true, Ordering::SeqCst) {
@@ -1012,6 +1018,9 @@ impl Image {
                 .or_else(|| std::env::var("JDK_JAVA_OPTIONS").ok());
             // Set after `plan.env`, which would otherwise override it.
             memory_env = plan.kind.memory_env(mb, current.as_deref());
+            if plan.kind.soft_memory_limit() {
+                memory_env.push(("CL_MCP_MEMORY_LIMIT_MB".into(), mb.to_string()));
+            }
             if let Some(bytes) = plan.kind.address_space_cap(mb) {
                 // SAFETY: one setrlimit(2) call, no allocation.
                 unsafe {
