@@ -623,6 +623,8 @@ what reaches the debugger suspends the evaluation in Swank's debugger
                                           :restarts nil :backtrace nil))))))
                         (if debug #'enter-debugger #'fail))))))))
       (unregister-evaluation evaluation))
+    (when (getf (cddr outcome) :collect)
+      (release-memory (second outcome)))
     (append
      (cond ((eq (first outcome) :value) (list :value (second outcome)))
            ((eq (first outcome) :error) (list :error (second outcome)))
@@ -656,6 +658,107 @@ Call it from another thread. Returns (:interrupted (ID...))."
          (swank/backend:interrupt-thread (evaluation-thread e)
                                          (lambda () (interrupt-here e))))))
     (list :interrupted (mapcar #'evaluation-id targets))))
+
+;;; The memory limit (--memory-limit): a soft limit on the heap, checked
+;;; after each garbage collection where the implementation runs a hook then
+;;; (CALL-AFTER-EACH-GC: SBCL). Past it, the running evaluation is stopped
+;;; as an interrupt stops it, its data is freed, and the image lives on; the
+;;; runtime's own heap cap, set well above by the server, is the last resort.
+
+(defvar *memory-limit* nil
+  "Bytes of heap the evaluations may keep in use, from the server's
+CL_MCP_MEMORY_LIMIT_MB; NIL: no limit.")
+
+(defvar *checking-memory* nil
+  "True in a thread running CHECK-MEMORY-LIMIT (its full collection runs
+the after-GC hooks again).")
+
+(defun read-memory-limit ()
+  "Sets *MEMORY-LIMIT* from the environment the server gave this process."
+  (let* ((text (ignore-errors (uiop:getenv "CL_MCP_MEMORY_LIMIT_MB")))
+         (mb (and text (ignore-errors (parse-integer text)))))
+    (setf *memory-limit* (and mb (plusp mb) (* mb 1024 1024)))))
+
+(defun megabytes (bytes)
+  (round bytes (* 1024 1024)))
+
+(defvar *check-above* 0
+  "After a check found more live data than the limit (data kept in global
+variables), the next check waits until the heap grows by an eighth of the
+limit beyond it, so the collections that follow are not all full ones.")
+
+(defun check-memory-limit ()
+  "After a collection: when the heap in use passes *MEMORY-LIMIT*, collect
+every generation, and if live data alone still passes it, stop the
+evaluation (garbage that the collection just run left in older generations
+is no reason to stop anything)."
+  (let ((limit *memory-limit*))
+    (when (and limit (not *checking-memory*))
+      (let ((used (heap-in-use)))
+        (when (and used (> used (max limit *check-above*)))
+          (let ((*checking-memory* t))
+            (collect-all-garbage)
+            (let ((live (heap-in-use)))
+              (setf *check-above* (if (> live limit) (+ live (floor limit 8)) 0))
+              (when (> live limit)
+                (stop-evaluations-over-limit live)))))))))
+
+(defun stop-evaluations-over-limit (live)
+  "Stops the evaluation of this thread, the one allocating; when this
+thread runs none (a thread of the user's, Swank's), every running one.
+Through an interrupt, so a thread that has interrupts disabled is stopped
+once it enables them."
+  (let ((targets (if (and *current-evaluation*
+                          (not (evaluation-ended *current-evaluation*)))
+                     (list *current-evaluation*)
+                     (running-evaluations))))
+    (dolist (e targets)
+      (let ((e e))
+        (ignore-errors
+         (swank/backend:interrupt-thread (evaluation-thread e)
+                                         (lambda () (memory-limit-here e live))))))))
+
+(defun implementation-frame-p (name)
+  "A frame of a foreign function or of the implementation's internals."
+  (or (stringp name)
+      (let ((s (frame-name-symbol name)))
+        (and s (symbol-package s)
+             (implementation-internal-package-p (symbol-package s))))))
+
+(defun memory-limit-here (evaluation live)
+  "Runs in the evaluating thread: unwind EVALUATION to its top level with
+the memory limit's error. A no-op when that evaluation is already over.
+Only names are recorded (no arguments printed: the thread may be deep in
+the collector's hooks)."
+  (when (eq *current-evaluation* evaluation)
+    (throw evaluation
+      (list :error
+            (list :type "MEMORY-LIMIT-EXCEEDED"
+                  :message (format nil "The evaluation kept more than the ~D MB memory ~
+limit (--memory-limit) in use: ~D MB of live data after a full garbage ~
+collection. It was stopped; the image and its definitions are kept."
+                                   (megabytes *memory-limit*) (megabytes live))
+                  :restarts nil
+                  :backtrace (user-backtrace 8 t #'implementation-frame-p))
+            :collect t))))
+
+(defun release-memory (plist)
+  "After an evaluation stopped at the memory limit has unwound: collect
+its data at once (it sits in old generations a nursery collection would
+not look at) and say how much is in use now in PLIST's message (an error plist)."
+  (let ((*checking-memory* t))
+    (collect-all-garbage))
+  (let ((now (heap-in-use)))
+    (when (and now *memory-limit* (<= now *memory-limit*))
+      (setf *check-above* 0))
+    (when now
+      (setf (getf plist :message)
+            (format nil "~A Its data is freed: ~D MB of heap in use now."
+                    (getf plist :message) (megabytes now))))))
+
+(read-memory-limit)
+(when (call-after-each-gc 'check-memory-limit)
+  (call-at-each-start 'read-memory-limit))
 
 (defun eval-status (&optional id)
   "The newest running evaluation (or the one with ID): (:running T :id ID

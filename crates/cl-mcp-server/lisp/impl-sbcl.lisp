@@ -190,6 +190,32 @@ of octets."
                :dynamic-space-size (sb-ext:dynamic-space-size))
   #-sbcl nil)
 
+;;; The memory limit (capture.lisp's CHECK-MEMORY-LIMIT).
+
+(defun heap-in-use ()
+  "Bytes of heap in use (live data and garbage not yet collected), or NIL
+where the implementation cannot tell."
+  #+sbcl (sb-kernel:dynamic-usage)
+  #-sbcl nil)
+
+(defun collect-all-garbage ()
+  "A full collection: every generation, so only live data stays in use."
+  #+sbcl (sb-ext:gc :full t)
+  #-sbcl nil)
+
+(defun call-after-each-gc (symbol)
+  "Makes the function named SYMBOL run after each garbage collection, in
+the thread that triggered it (SBCL runs its after-GC hooks synchronously
+there, with interrupts as they were); true where the implementation can."
+  #+sbcl (progn (pushnew symbol sb-ext:*after-gc-hooks*) t)
+  #-sbcl (progn symbol nil))
+
+(defun call-at-each-start (symbol)
+  "Makes the function named SYMBOL run again each time a saved image of
+this Lisp (the server's cached core) starts."
+  #+sbcl (pushnew symbol sb-ext:*init-hooks*)
+  #-sbcl symbol)
+
 (defun special-variable-p (symbol)
   "True when SYMBOL is proclaimed special (DEFVAR without a value too)."
   #+sbcl (eq (sb-int:info :variable :kind symbol) :special)

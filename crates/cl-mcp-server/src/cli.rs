@@ -147,9 +147,11 @@ pub struct ServerOptions {
         allow_hyphen_values = true
     )]
     pub lisp_args: Vec<String>,
-    /// Cap the local image's heap at MB mebibytes (SBCL's dynamic space,
-    /// ECL's heap): a runaway allocation then fails inside the image as a
-    /// Lisp storage condition instead of taking the host's memory.
+    /// Limit the local image's memory to MB mebibytes: on SBCL an
+    /// evaluation that keeps more alive is stopped with an error and the
+    /// image kept (SBCL's heap is then 2 × MB + 256); elsewhere the Lisp's
+    /// heap cap (ECL's heap, CLISP's address space), so a runaway
+    /// allocation never takes the host's memory.
     #[arg(long, env = "CL_MCP_MEMORY_LIMIT", global = true, value_name = "MB")]
     pub memory_limit: Option<u64>,
     /// Most local Lisp images running at once (HTTP/TCP servers: one per

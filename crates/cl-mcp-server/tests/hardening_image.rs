@@ -229,20 +229,33 @@ fn stack_exhaustion_in_macroexpansion_leaves_the_image_alive() {
 #[test]
 fn memory_limit_turns_a_huge_allocation_into_a_lisp_error() {
     let mut s = lisp_server(&["--memory-limit", "512"]);
+    // The runtime's heap is 2 × 512 + 256 MiB: room for the collections
+    // that find the soft limit passed.
     let r = eval(
         &mut s,
         1,
         "(defvar *memory-kept* :yes) (sb-ext:dynamic-space-size)",
     );
-    assert_eq!(r.text, format!("=> {}", 512 * 1024 * 1024), "{}", r.text);
+    assert_eq!(r.text, format!("=> {}", 1280 * 1024 * 1024), "{}", r.text);
+    // More than the runtime's heap: SBCL's own error.
     let r = eval(
         &mut s,
         2,
-        "(length (make-array (* 700 1024 1024) :element-type '(unsigned-byte 8)))",
+        "(length (make-array (* 2000 1024 1024) :element-type '(unsigned-byte 8)))",
     );
     assert!(r.is_error, "{}", r.text);
     assert!(r.text.contains("HEAP-EXHAUSTED"), "{}", r.text);
-    let r = eval(&mut s, 3, "*memory-kept*");
+    // Within the heap but more than the limit, and kept: the soft limit.
+    let r = eval_with(
+        &mut s,
+        3,
+        "(let ((a (make-array (* 700 1024 1024) :element-type '(unsigned-byte 8)))) \
+           (setf (aref a 0) 1) (length a))",
+        json!({"timeoutSeconds": 240}),
+    );
+    assert!(r.is_error, "{}", r.text);
+    assert!(r.text.contains("MEMORY-LIMIT-EXCEEDED"), "{}", r.text);
+    let r = eval(&mut s, 4, "*memory-kept*");
     assert_eq!(r.text, "=> :YES", "the image and its state survived");
     // Too small a limit is a start-up error, not a broken image.
     let out = std::process::Command::new(common::BIN)
@@ -251,4 +264,102 @@ fn memory_limit_turns_a_huge_allocation_into_a_lisp_error() {
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("--memory-limit"));
+}
+
+/// A runaway allocation of many small objects (issue 19, item 8): SBCL
+/// would run out of heap inside a collection, which kills the image; the
+/// soft limit stops the evaluation first and the image lives on.
+#[test]
+fn memory_limit_stops_a_runaway_evaluation_and_keeps_the_image() {
+    let mut s = lisp_server(&["--memory-limit", "512"]);
+    let r = eval(&mut s, 1, "(defun memory-kept () :still-here)");
+    assert!(!r.is_error, "{}", r.text);
+    let pid = call(&mut s, 2, "image-info", json!({})).structured["pid"].clone();
+    let started = Instant::now();
+    let r = eval_with(
+        &mut s,
+        3,
+        "(let (l) (loop (push (make-list 1000) l)))",
+        json!({"timeoutSeconds": 240}),
+    );
+    eprintln!("stopped after {:?}: {}", started.elapsed(), r.text);
+    assert!(r.is_error, "{}", r.text);
+    assert!(
+        r.text.contains("MEMORY-LIMIT-EXCEEDED")
+            && r.text.contains("512 MB memory limit (--memory-limit)")
+            && r.text.contains("definitions are kept"),
+        "{}",
+        r.text
+    );
+    let r = eval(&mut s, 4, "(memory-kept)");
+    assert_eq!(r.text, "=> :STILL-HERE", "{}", r.text);
+    let r = eval(&mut s, 5, "(+ 1 2)");
+    assert_eq!(r.text, "=> 3", "{}", r.text);
+    let info = call(&mut s, 6, "image-info", json!({}));
+    assert_eq!(info.structured["pid"], pid, "the same image");
+    // The data was freed: the heap holds about what it held at the start.
+    let r = eval(&mut s, 7, "(< (sb-kernel:dynamic-usage) (* 200 1024 1024))");
+    assert_eq!(r.text, "=> T", "{}", r.text);
+}
+
+/// An image that dies of heap exhaustion says so in the result of the call
+/// it died in, with SBCL's last words and the user's function from the
+/// backtrace SBCL printed (issue 19, item 7).
+#[test]
+fn a_heap_exhaustion_death_names_its_cause_and_the_users_function() {
+    let mut s = lisp_server(&["--lisp-arg=--dynamic-space-size", "--lisp-arg=256"]);
+    // A recoverable exhaustion (HEAP-EXHAUSTED-ERROR) is taken and the
+    // consing goes on, until SBCL runs out of heap inside a collection.
+    let r = eval_with(
+        &mut s,
+        1,
+        "(defun hog () \
+           (let (l) \
+             (loop (handler-case (loop (push (make-list 1000) l)) \
+                     (storage-condition () nil))))) \
+         (hog)",
+        json!({"timeoutSeconds": 240}),
+    );
+    assert!(r.is_error, "{}", r.text);
+    assert!(
+        r.text.contains("the Lisp image died (heap exhausted"),
+        "{}",
+        r.text
+    );
+    assert!(r.text.contains("Heap exhausted, game over."), "{}", r.text);
+    assert!(
+        r.text.contains("fatal error encountered in SBCL"),
+        "{}",
+        r.text
+    );
+    assert!(r.text.contains("In your code"), "{}", r.text);
+    assert!(r.text.contains("CL-USER::HOG"), "{}", r.text);
+    let r = eval(&mut s, 2, "(+ 1 2)");
+    assert!(r.text.contains("=> 3"), "a fresh image: {}", r.text);
+}
+
+/// SBCL's runtime catches SIGABRT and exits with status 1: the result says
+/// it was aborted, not just "exit status 1".
+#[test]
+fn a_sigabrt_death_is_named() {
+    let mut s = lisp_server(&[]);
+    let r = eval(
+        &mut s,
+        1,
+        // raise(3): the signal goes to this thread (kill(2) to the process
+        // goes to the main thread, and the call could return first).
+        "(sb-alien:alien-funcall \
+           (sb-alien:extern-alien \"raise\" (function sb-alien:int sb-alien:int)) 6) \
+         (sleep 10)",
+    );
+    assert!(r.is_error, "{}", r.text);
+    assert!(
+        r.text
+            .contains("the Lisp image died (aborted: the process received SIGABRT"),
+        "{}",
+        r.text
+    );
+    assert!(r.text.contains("SIGABRT received."), "{}", r.text);
+    let r = eval(&mut s, 2, "(+ 1 2)");
+    assert!(r.text.contains("=> 3"), "a fresh image: {}", r.text);
 }

@@ -336,6 +336,14 @@ fn clisp_memory_limit_turns_a_runaway_allocation_into_a_recovered_death() {
         "{}",
         r.text
     );
+    // The death names its cause and quotes CLISP's own complaint, once.
+    assert!(r.text.contains("address-space cap"), "{}", r.text);
+    assert_eq!(
+        r.text.matches("errno = 12 (:ENOMEM)").count(),
+        1,
+        "{}",
+        r.text
+    );
     let r = eval(&mut s, 3, "(+ 2 2)");
     assert!(!r.is_error && r.text.contains("=> 4"), "{}", r.text);
     let r = call(&mut s, 4, "image-info", json!({}));
@@ -414,7 +422,7 @@ fn memory_limit_also_caps_what_the_image_starts_where_a_memory_cgroup_exists() {
     assert!(!r.is_error, "{}", r.text);
     if !r
         .text
-        .contains("memory: the image and every process it starts at most 768 MiB")
+        .contains("memory: the image and every process it starts at most 1280 MiB")
     {
         assert!(
             r.text

@@ -184,13 +184,41 @@ impl LispKind {
     /// [`LispKind::memory_env`]).
     pub fn memory_args(self, mb: u64) -> Vec<OsString> {
         match self {
-            LispKind::Sbcl => vec!["--dynamic-space-size".into(), format!("{mb}").into()],
+            LispKind::Sbcl => vec![
+                "--dynamic-space-size".into(),
+                format!("{}", self.heap_mb(mb)).into(),
+            ],
             LispKind::Ecl => vec!["--heap-size".into(), format!("{}", mb * 1024 * 1024).into()],
             // CLISP's own option; builds with memory-mapped heaps (Debian's)
             // ignore it, so the address-space cap below is what holds.
             LispKind::Clisp => vec!["-m".into(), format!("{mb}MB").into()],
             LispKind::Ccl => vec!["--heap-reserve".into(), format!("{mb}M").into()],
             LispKind::Abcl => Vec::new(),
+        }
+    }
+
+    /// Whether `--memory-limit` is a soft limit inside the image: the
+    /// helpers check the heap after each garbage collection and stop the
+    /// evaluation that keeps more than the limit alive, the image living
+    /// on (`check-memory-limit` in `lisp/capture.lisp`). SBCL only: it runs
+    /// hooks after each collection.
+    pub fn soft_memory_limit(self) -> bool {
+        matches!(self, LispKind::Sbcl)
+    }
+
+    /// The runtime's own heap (MiB) for `--memory-limit mb`. Where the limit
+    /// is soft, the heap is sized so that the collections that find it
+    /// passed can still run: SBCL's copying collector needs free space as
+    /// large as the generation it copies (a runaway allocation's data can
+    /// be one generation), and the check's full collection copies all live
+    /// data, so 2 × MB plus 256 MiB for the nursery and the image itself
+    /// (measured: with 2 × 512 the image died in the collection that would
+    /// have found the limit passed, with 2 × 512 + 256 it never did).
+    pub fn heap_mb(self, mb: u64) -> u64 {
+        if self.soft_memory_limit() {
+            2 * mb + 256
+        } else {
+            mb
         }
     }
 
@@ -392,6 +420,14 @@ mod tests {
             vec![OsString::from("--heap-reserve"), OsString::from("512M")]
         );
         assert!(LispKind::Abcl.memory_args(512).is_empty());
+        assert_eq!(
+            LispKind::Sbcl.memory_args(512),
+            vec![
+                OsString::from("--dynamic-space-size"),
+                OsString::from("1280")
+            ]
+        );
+        assert_eq!(LispKind::Ecl.heap_mb(512), 512);
         assert_eq!(
             LispKind::Abcl.memory_env(512, Some("-Dx=1")),
             vec![("JDK_JAVA_OPTIONS".to_string(), "-Dx=1 -Xmx512m".to_string())]

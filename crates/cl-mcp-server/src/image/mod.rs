@@ -22,6 +22,7 @@ pub mod core_cache;
 mod direct;
 pub mod helpers;
 pub mod implementation;
+mod last_words;
 pub mod limits;
 pub mod locate;
 pub mod sandbox;

@@ -18,6 +18,7 @@ use tokio::sync::{broadcast, oneshot, watch};
 use super::core_cache::{self, default_cache_dir, CoreCache, LaunchPlan};
 use super::direct::{Address, DirectChannel};
 use super::implementation::LispKind;
+use super::last_words::{describe_exit, LastWords};
 use super::limits;
 use super::sandbox::{self, SandboxReport};
 use super::{helpers, locate, ImageConfig, ImageError, ImageMode};
@@ -185,8 +186,8 @@ struct Live {
     /// How the process ended, once it has ("exit status 3", "signal 9").
     exit: watch::Receiver<Option<String>>,
     kill: Mutex<Option<oneshot::Sender<()>>>,
-    /// The last lines the process wrote on stderr (local images).
-    stderr_tail: Arc<Mutex<VecDeque<String>>>,
+    /// The last lines the process wrote on stdout and stderr (local images).
+    last_words: Arc<LastWords>,
     /// The implementation (local images).
     kind: Option<LispKind>,
     /// Its sandbox (local images).
@@ -220,36 +221,10 @@ impl Live {
 }
 
 impl Live {
-    /// Why the process probably died, from its last words on stderr.
-    fn death_cause(&self) -> Option<&'static str> {
-        let tail = self.stderr_tail.lock().unwrap();
-        // CLISP out of address space (--memory-limit) also resets past Swank.
-        if tail.iter().any(|l| l.contains("errno = 12 (:ENOMEM)")) {
-            return Some("out of memory: the image hit its address-space cap (--memory-limit)");
-        }
-        if tail
-            .iter()
-            .any(|l| l.contains("cl-mcp-boot: the Lisp reset past Swank"))
-        {
-            return Some(
-                "control stack exhausted: this Lisp (CLISP) cannot recover from deep recursion",
-            );
-        }
-        // Only a fatal error explains a death: SBCL also reports heap and
-        // stack exhaustion it recovers from, and the image may live on and
-        // exit later for another reason (e.g. `(sb-ext:exit :abort t)`).
-        let fatal = tail
-            .iter()
-            .rposition(|l| l.contains("fatal error encountered in SBCL"))?;
-        tail.iter().skip(fatal).find_map(|line| {
-            if line.contains("Heap exhausted") {
-                Some("heap exhausted: the image ran out of memory (give it more with --lisp-arg=--dynamic-space-size --lisp-arg=4096)")
-            } else if line.contains("Control stack exhausted") || line.contains("control stack guard page") {
-                Some("control stack exhausted")
-            } else {
-                None
-            }
-        })
+    /// Why the process probably died, in a few words, from its last words.
+    fn death_cause(&self) -> Option<String> {
+        let hint = self.kind.map_or("", LispKind::heap_hint);
+        self.last_words.death().cause.map(|c| c.text(hint))
     }
 
     fn request_kill(&self) {
@@ -742,18 +717,11 @@ impl Image {
         }
         match live.mode {
             ImageMode::Local => {
-                let mut status = live
+                let status = live
                     .exit_status(Duration::from_secs(2))
                     .await
                     .unwrap_or_else(|| "connection lost".into());
-                if let Some(cause) = live.death_cause() {
-                    status = format!("{status}, {cause}");
-                }
-                ImageError::Died(format!(
-                    "the Lisp image died ({status}) while running this call: its state \
-                     (definitions, loaded systems, variables) is lost. The next call starts a \
-                     fresh image."
-                ))
+                ImageError::Died(death_text(live, &status))
             }
             ImageMode::Attached => ImageError::Died(format!(
                 "lost the connection to the attached Swank at {} while running this call; \
@@ -818,6 +786,11 @@ impl Image {
                 Some(bytes) => format!(
                     "heap: at most {mb} MiB (--memory-limit; address space capped at {} MiB)",
                     bytes / (1024 * 1024)
+                ),
+                None if plan.kind.soft_memory_limit() => format!(
+                    "heap: an evaluation keeping more than {mb} MiB alive is stopped, the image \
+                     kept (--memory-limit; the runtime's heap is {} MiB)",
+                    plan.kind.heap_mb(mb)
                 ),
                 None => format!("heap: at most {mb} MiB (--memory-limit)"),
             },
@@ -1047,11 +1020,12 @@ impl Image {
         }
         let mut cmd = tokio::process::Command::new(&plan.lisp);
         let mut memory_env = Vec::new();
+        // The image's own heap, plus room for what it starts.
         let memory_cap = self
             .inner
             .config
             .memory_limit_mb
-            .map(|mb| (mb + (mb / 2).max(512)) * 1024 * 1024);
+            .map(|mb| (plan.kind.heap_mb(mb) + (mb / 2).max(512)) * 1024 * 1024);
         let cap = limits::prepare_caps(self.inner.config.max_processes, memory_cap);
         if let Some(w) = &cap.warning {
             if !CAP_WARNING_LOGGED.swap(true, Ordering::SeqCst) {
@@ -1083,6 +1057,9 @@ impl Image {
                 .or_else(|| std::env::var("JDK_JAVA_OPTIONS").ok());
             // Set after `plan.env`, which would otherwise override it.
             memory_env = plan.kind.memory_env(mb, current.as_deref());
+            if plan.kind.soft_memory_limit() {
+                memory_env.push(("CL_MCP_MEMORY_LIMIT_MB".into(), mb.to_string()));
+            }
             if let Some(bytes) = plan.kind.address_space_cap(mb) {
                 // SAFETY: one setrlimit(2) call, no allocation.
                 unsafe {
@@ -1146,11 +1123,11 @@ impl Image {
         let stdin = child.stdin.take();
         let stdout = child.stdout.take().expect("piped stdout");
         let stderr = child.stderr.take().expect("piped stderr");
-        let tail = Arc::new(Mutex::new(VecDeque::<String>::new()));
+        let tail = Arc::new(LastWords::default());
 
         let (port_tx, port_rx) = oneshot::channel::<u16>();
-        tokio::spawn(log_stdout(stdout, pid, port_tx));
-        tokio::spawn(log_stderr(stderr, pid, tail.clone()));
+        let out_done = tokio::spawn(log_stdout(stdout, pid, port_tx, tail.clone()));
+        let err_done = tokio::spawn(log_stderr(stderr, pid, tail.clone()));
 
         let (exit_tx, exit_rx) = watch::channel(None);
         let cgroups_at_exit = cgroups;
@@ -1158,17 +1135,34 @@ impl Image {
         tokio::spawn(async move {
             // Holding stdin keeps the image alive; it exits at EOF.
             let _stdin = stdin;
-            let status = tokio::select! {
-                s = child.wait() => s,
-                _ = kill_rx => {
-                    let _ = child.start_kill();
-                    child.wait().await
-                }
+            let (status, killed) = tokio::select! {
+                s = child.wait() => (s, false),
+                _ = kill_rx => match child.try_wait() {
+                    // It had ended on its own (killed from outside, say).
+                    Ok(Some(s)) => (Ok(s), false),
+                    _ => {
+                        let _ = child.start_kill();
+                        (child.wait().await, true)
+                    }
+                },
             };
             let text = match status {
+                // Asked for when the image is stopped on purpose, or when
+                // its connection is gone (the process could still run).
+                Ok(s) if killed && s.code().is_none() => {
+                    "killed by the server (SIGKILL) once its Swank connection was gone".into()
+                }
                 Ok(s) => describe_exit(s),
                 Err(e) => format!("wait failed: {e}"),
             };
+            // The Lisp's last words (SBCL's backtrace is flushed at exit)
+            // are read before the death is reported; a child the image left
+            // running may hold the pipes open, so not for long.
+            let _ = tokio::time::timeout(Duration::from_secs(1), async {
+                let _ = out_done.await;
+                let _ = err_done.await;
+            })
+            .await;
             tracing::info!(pid, status = %text, "Lisp image exited");
             // What it left running dies with it; its place (--max-images)
             // is free once it is gone.
@@ -1181,7 +1175,7 @@ impl Image {
 
         let fail = |msg: String, kill: oneshot::Sender<()>| {
             let _ = kill.send(());
-            let tail = tail.lock().unwrap();
+            let tail = tail.stderr();
             let lines: Vec<&str> = tail.iter().map(String::as_str).collect();
             ImageError::StartFailed(if lines.iter().all(|l| l.trim().is_empty()) {
                 msg
@@ -1279,7 +1273,7 @@ impl Image {
             stopped_on_purpose: AtomicBool::new(false),
             exit: exit_rx,
             kill: Mutex::new(Some(kill_tx)),
-            stderr_tail: tail.clone(),
+            last_words: tail.clone(),
             kind: Some(plan.kind),
             sandbox: Some(sandbox_report),
             limits: Some(limits_text),
@@ -1369,7 +1363,7 @@ impl Image {
             stopped_on_purpose: AtomicBool::new(false),
             exit: exit_rx,
             kill: Mutex::new(None),
-            stderr_tail: Default::default(),
+            last_words: Default::default(),
             kind: None,
             sandbox: None,
             limits: None,
@@ -1455,6 +1449,36 @@ async fn reclaim_when_idle(inner: Weak<Inner>, idle: Duration) {
             ),
         ));
     }
+}
+
+/// What a call that the local image's death ended says: the cause (from
+/// the Lisp's last words) before the exit status, the fatal lines the Lisp
+/// printed, and the first frames of the user's code in its backtrace.
+fn death_text(live: &Live, status: &str) -> String {
+    let death = live.last_words.death();
+    let hint = live.kind.map_or("", LispKind::heap_hint);
+    let headline = match death.cause {
+        Some(c) => format!("{}; {status}", c.text(hint)),
+        None => status.to_string(),
+    };
+    let mut text = format!(
+        "the Lisp image died ({headline}) while running this call: its state (definitions, \
+         loaded systems, variables) is lost. The next call starts a fresh image."
+    );
+    if !death.fatal.is_empty() {
+        text.push_str("\nThe Lisp's last words:");
+        for line in &death.fatal {
+            text.push_str("\n  ");
+            text.push_str(line);
+        }
+    }
+    if !death.frames.is_empty() {
+        text.push_str(&format!(
+            "\nIn your code (innermost first): {}",
+            death.frames.join(" <- ")
+        ));
+    }
+    text
 }
 
 fn handle_event(inner: &Inner, live: &Arc<Live>, event: &SwankEvent) {
@@ -1698,15 +1722,6 @@ fn random_secret() -> Result<String, ImageError> {
     Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
 }
 
-fn describe_exit(s: std::process::ExitStatus) -> String {
-    use std::os::unix::process::ExitStatusExt;
-    match (s.code(), s.signal()) {
-        (Some(c), _) => format!("exit status {c}"),
-        (None, Some(sig)) => format!("killed by signal {sig}"),
-        _ => s.to_string(),
-    }
-}
-
 const PORT_MARKER: &str = "CL-MCP-SWANK-PORT ";
 
 /// Longest line of image output the log keeps (bytes; the rest is cut).
@@ -1807,6 +1822,7 @@ async fn log_stdout(
     out: tokio::process::ChildStdout,
     pid: Option<u32>,
     port: oneshot::Sender<u16>,
+    tail: Arc<LastWords>,
 ) {
     let mut port = Some(port);
     let mut out = BufReader::new(out);
@@ -1824,15 +1840,12 @@ async fn log_stdout(
         if limit.admit(|n| log_suppressed(pid, "stdout", n)) {
             tracing::info!(target: "lisp", pid, stream = "stdout", "{line}");
         }
+        tail.push_stdout(&line);
     }
     limit.finish(|n| log_suppressed(pid, "stdout", n));
 }
 
-async fn log_stderr(
-    err: tokio::process::ChildStderr,
-    pid: Option<u32>,
-    tail: Arc<Mutex<VecDeque<String>>>,
-) {
+async fn log_stderr(err: tokio::process::ChildStderr, pid: Option<u32>, tail: Arc<LastWords>) {
     let mut err = BufReader::new(err);
     let mut limit = LogLimit::new();
     while let Ok(Some(line)) = next_capped_line(&mut err, LOG_LINE_CAP).await {
@@ -1840,11 +1853,7 @@ async fn log_stderr(
         if log {
             tracing::info!(target: "lisp", pid, stream = "stderr", "{line}");
         }
-        let mut t = tail.lock().unwrap();
-        if t.len() == 20 {
-            t.pop_front();
-        }
-        t.push_back(line);
+        tail.push_stderr(&line);
     }
     limit.finish(|n| log_suppressed(pid, "stderr", n));
 }
