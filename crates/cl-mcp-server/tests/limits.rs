@@ -225,7 +225,10 @@ fn a_bounded_fork_bomb_fails_inside_the_image_which_lives_on() {
         // Root without a writable pids cgroup: the kernel ignores
         // RLIMIT_NPROC for root, and image-info said so (checked here).
         // The fallback is tested as `nobody` below.
-        eprintln!("root without a writable pids cgroup: skipped");
+        common::skip_missing(
+            "a_bounded_fork_bomb_fails_inside_the_image_which_lives_on",
+            "a writable pids cgroup (root ignores RLIMIT_NPROC)",
+        );
         return;
     }
     assert!(
@@ -360,7 +363,10 @@ fn program_missing(name: &str) -> bool {
         .map(|p| std::env::split_paths(&p).any(|d| d.join(name).is_file()))
         .unwrap_or(false);
     if !found {
-        eprintln!("{name} is not installed: skipped");
+        common::skip_missing(
+            &format!("a test that runs {name}"),
+            &format!("{name} (apt-get install {name})"),
+        );
     }
     !found
 }
@@ -372,7 +378,10 @@ fn program_missing(name: &str) -> bool {
 fn without_a_cgroup_a_user_gets_rlimit_nproc_and_the_bomb_still_fails() {
     // SAFETY: getuid has no preconditions.
     if unsafe { libc::getuid() } != 0 || program_missing("setpriv") {
-        eprintln!("needs root and setpriv to run the server as nobody: skipped");
+        common::skip_missing(
+            "the process cap as nobody",
+            "root and setpriv (util-linux), to run the server as nobody",
+        );
         return;
     }
     let home = tempfile::tempdir().unwrap();
@@ -430,7 +439,10 @@ fn memory_limit_also_caps_what_the_image_starts_where_a_memory_cgroup_exists() {
             "{}",
             r.text
         );
-        eprintln!("no writable memory cgroup here: skipped");
+        common::skip_missing(
+            "memory_limit_also_caps_what_the_image_starts_where_a_memory_cgroup_exists",
+            "a writable memory cgroup",
+        );
         return;
     }
     // A child that wants 2 GiB is killed by the cgroup's OOM killer (signal

@@ -136,6 +136,10 @@ fn code_find_limits_and_project_first_and_describe_labels() {
         if common::lisp() == "ecl" {
             assert_eq!(defs[0]["line"], 3, "{}", r.text);
         }
+        common::skip_known_gap(
+            "the rest of the project loop (method locations, SBCL's cross-references)",
+            "ECL and CLISP locate methods at their top-level form or not at all",
+        );
         return;
     }
     let r = call(

@@ -764,7 +764,10 @@ fn signatures_are_balanced() {
     // (except those cut at 300 characters).
     let sbcl = std::path::Path::new("/usr/share/sbcl-source/src/code");
     if !sbcl.is_dir() {
-        eprintln!("sbcl-source not installed; corpus part skipped");
+        common::skip_missing(
+            "clgrep-signatures over SBCL's own sources",
+            "sbcl-source (apt-get install sbcl-source)",
+        );
         return;
     }
     let mut s = Server::start(sbcl);

@@ -35,6 +35,41 @@ pub fn lisp() -> &'static str {
     })
 }
 
+/// A test (or its rest) that cannot run here because `prerequisite` is
+/// missing (a program, a writable cgroup, root): never a silent pass. Under
+/// CI (`CI` set), where every prerequisite is installed, it fails saying
+/// what is missing; elsewhere it is counted as skipped: a line in the file
+/// `CL_MCP_TEST_SKIPS` names (`scripts/test.sh` prints the count in its
+/// summary line) and one on stderr. The caller returns after it.
+pub fn skip_missing(test: &str, prerequisite: &str) {
+    if std::env::var_os("CI").is_some_and(|v| !v.is_empty()) {
+        panic!("{test} cannot run: {prerequisite} (CI must provide it: see scripts/setup.sh)");
+    }
+    record_skip("missing", test, prerequisite);
+}
+
+/// The rest of a test that checks what this implementation does not do (a
+/// known gap, said in the README): counted as skipped, with its reason,
+/// never as passed.
+pub fn skip_known_gap(test: &str, gap: &str) {
+    record_skip(&format!("gap on {}", lisp()), test, gap);
+}
+
+fn record_skip(kind: &str, test: &str, why: &str) {
+    let line = format!("{kind}\t{test}\t{}", why.replace('\n', " "));
+    eprintln!("SKIPPED {line}");
+    if let Some(path) = std::env::var_os("CL_MCP_TEST_SKIPS").filter(|p| !p.is_empty()) {
+        use std::io::Write as _;
+        if let Ok(mut f) = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+        {
+            let _ = writeln!(f, "{line}");
+        }
+    }
+}
+
 /// Whether the tests run on SBCL (the default implementation).
 pub fn on_sbcl() -> bool {
     lisp() == "sbcl"
