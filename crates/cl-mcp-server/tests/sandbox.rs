@@ -362,3 +362,49 @@ fn a_new_root_is_writable_after_image_restart() {
     let r = eval(&mut s, 6, &write_form(&d.root.join("old.txt")));
     assert_refused(&r, "--allow-write");
 }
+
+/// A confined image holds no capabilities, even when the server runs as
+/// root, and may create no device node where it may write (a root image
+/// once made `mknod c 1 3` and a node for the host's disk).
+#[test]
+fn a_confined_image_holds_no_capabilities_and_makes_no_device_nodes() {
+    let d = dirs();
+    for mode in ["workspace", "strict"] {
+        let mut s = server(&d, &["--sandbox", mode]);
+        let r = eval(
+            &mut s,
+            1,
+            "(with-open-file (in \"/proc/self/status\")
+               (loop for line = (read-line in nil) while line
+                     when (and (> (length line) 3) (string= \"Cap\" line :end2 3))
+                       collect line))",
+        );
+        assert!(!r.is_error, "{mode}: {}", r.text);
+        for set in ["CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"] {
+            assert!(
+                r.text.contains(&format!("{set}:\t0000000000000000")),
+                "{mode}: {set} not empty: {}",
+                r.text
+            );
+        }
+        let node = d.root.join(format!("mem-{mode}"));
+        let r = eval(
+            &mut s,
+            2,
+            &format!(
+                "(sb-ext:process-exit-code (sb-ext:run-program \"/usr/bin/mknod\" (list {} \"c\" \"1\" \"3\") :error nil :output nil))",
+                lisp_path(&node)
+            ),
+        );
+        assert!(!r.is_error, "{mode}: {}", r.text);
+        assert_ne!(r.text, "=> 0", "{mode}: mknod succeeded");
+        assert!(!node.exists(), "{mode}: a device node was made");
+        // An ordinary file is still written there.
+        let r = eval(
+            &mut s,
+            3,
+            &write_form(&d.root.join(format!("ok-{mode}.txt"))),
+        );
+        assert_eq!(r.text, "=> :WRITTEN", "{mode}");
+    }
+}

@@ -447,13 +447,17 @@ fn build_ruleset(
     if abi >= 6 {
         ruleset = ruleset.scope(Scope::from_all(TARGET_ABI))?;
     }
+    // Everything handled is denied unless a rule grants it; the rules
+    // below never grant creating device nodes (a root image could otherwise
+    // make a node for the host's disk or memory in a writable directory).
+    let writes = all & !(AccessFs::MakeChar | AccessFs::MakeBlock);
     let mut created = ruleset.create()?;
     match read {
         None => created = created.add_rules(path_beneath_rules(["/"], read_access))?,
         Some(dirs) => created = created.add_rules(path_beneath_rules(dirs, read_access))?,
     }
-    created = created.add_rules(path_beneath_rules(write, all))?;
-    created = created.add_rules(path_beneath_rules(WRITABLE_DEVICES, all))?;
+    created = created.add_rules(path_beneath_rules(write, writes))?;
+    created = created.add_rules(path_beneath_rules(WRITABLE_DEVICES, writes))?;
     if !cfg.allow_net && abi >= 4 {
         // Port 0: binding lets the kernel pick an ephemeral port (Swank's
         // listener); connections only to the allowed ports.
@@ -465,14 +469,78 @@ fn build_ruleset(
     Ok(created.into())
 }
 
-/// Applies the ruleset `fd` to the calling process. Called in the child
-/// between fork and exec: only async-signal-safe system calls.
+/// `capset(2)`'s header and data (version 3: two 32-bit words per set).
+#[repr(C)]
+struct CapHeader {
+    version: u32,
+    pid: libc::c_int,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct CapData {
+    effective: u32,
+    permitted: u32,
+    inheritable: u32,
+}
+
+const LINUX_CAPABILITY_VERSION_3: u32 = 0x2008_0522;
+
+/// Drops every capability of the calling process for good: the bounding
+/// set (so no exec can regain one; needs CAP_SETPCAP, which only a root
+/// server has: a non-root one holds no capabilities anyway, and the
+/// failures are ignored), the ambient set, then the effective, permitted
+/// and inheritable sets. With `no_new_privs` set, an exec then grants none,
+/// even to a root image. Only system calls (called between fork and exec).
+fn drop_capabilities() -> std::io::Result<()> {
+    // SAFETY: plain system calls with integer arguments, and capset with
+    // pointers to two live, correctly laid out structures.
+    unsafe {
+        for cap in 0..64 {
+            libc::prctl(libc::PR_CAPBSET_DROP, cap, 0, 0, 0);
+        }
+        libc::prctl(
+            libc::PR_CAP_AMBIENT,
+            libc::PR_CAP_AMBIENT_CLEAR_ALL,
+            0,
+            0,
+            0,
+        );
+        let mut header = CapHeader {
+            version: LINUX_CAPABILITY_VERSION_3,
+            pid: 0,
+        };
+        let data = [CapData {
+            effective: 0,
+            permitted: 0,
+            inheritable: 0,
+        }; 2];
+        if libc::syscall(
+            libc::SYS_capset,
+            &mut header as *mut CapHeader,
+            data.as_ptr(),
+        ) != 0
+        {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
+/// Applies the ruleset `fd` to the calling process, after dropping every
+/// capability (a root server's image would otherwise run with all of
+/// them). Called in the child between fork and exec: only
+/// async-signal-safe system calls.
 pub fn restrict_in_child(fd: RawFd) -> std::io::Result<()> {
     // SAFETY: plain system calls with integer arguments.
     unsafe {
         if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 {
             return Err(std::io::Error::last_os_error());
         }
+    }
+    drop_capabilities()?;
+    // SAFETY: as above.
+    unsafe {
         if libc::syscall(libc::SYS_landlock_restrict_self, fd, 0u32) != 0 {
             return Err(std::io::Error::last_os_error());
         }
