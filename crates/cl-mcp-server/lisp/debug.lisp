@@ -353,11 +353,50 @@ lexical environment, in a compilation unit of their own (else SBCL defers
                       (swank/backend:eval-in-frame form (frame-env-index index))))))
     values))
 
+(defvar *frame-evaluations* '()
+  "(THREAD . CATCH-TAG) of each code evaluation in a frame now running, so
+STOP-FRAME-EVALUATION can end it from another thread.")
+
+(defvar *frame-evaluations-lock*
+  (swank/backend:make-lock :name "cl-mcp frame evaluations"))
+
+(defun stop-frame-evaluation (thread-id)
+  "End the code evaluation in a frame running on thread THREAD-ID (its
+timeout passed, or its call was cancelled): it unwinds to
+DEBUGGER-EVAL-IN-FRAME, which answers that it was stopped; the debugger
+stays at its level. Call it from another thread. Returns (:stopped T-or-NIL)."
+  (let* ((thread (swank/backend:find-thread thread-id))
+         (entry (and thread
+                     (swank/backend:call-with-lock-held
+                      *frame-evaluations-lock*
+                      (lambda () (assoc thread *frame-evaluations*))))))
+    (when entry
+      (let ((tag (cdr entry)))
+        (ignore-errors
+         (swank/backend:interrupt-thread thread (lambda () (throw tag :stopped))))))
+    (list :stopped (and entry t))))
+
+(defun call-as-frame-evaluation (thunk)
+  "THUNK's values, or :STOPPED when STOP-FRAME-EVALUATION ended it."
+  (let ((tag (list 'frame-evaluation))
+        (thread (swank/backend:current-thread)))
+    (swank/backend:call-with-lock-held
+     *frame-evaluations-lock*
+     (lambda () (push (cons thread tag) *frame-evaluations*)))
+    (unwind-protect
+         (catch tag (funcall thunk))
+      (swank/backend:call-with-lock-held
+       *frame-evaluations-lock*
+       (lambda ()
+         (setf *frame-evaluations*
+               (remove tag *frame-evaluations* :key #'cdr)))))))
+
 (defun debugger-eval-in-frame (index code &key package (max-output 50000))
   "Evaluate the forms of CODE one by one in the lexical environment of
 frame INDEX, read in PACKAGE (default: FRAME-CODE-PACKAGE). Returns
 (:values (S ...) :stdout S :warnings (S ...)), or (:error MESSAGE) when
-there is no such frame or CODE does not read. The warnings are CODE's own
+there is no such frame or CODE does not read, or (:stopped T :stdout S)
+when STOP-FRAME-EVALUATION ended it. The warnings are CODE's own
 (collected here, never the suspended evaluation's). An error in CODE enters
 a nested debugger level (like SLDB's eval-in-frame)."
   (unless (frame-at index)
@@ -376,7 +415,11 @@ a nested debugger level (like SLDB's eval-in-frame)."
                              (push (format-warning w 2000) warnings))
                            (let ((r (find-restart 'muffle-warning w)))
                              (when r (invoke-restart r))))))
-          (setf values (eval-forms-in-frame forms index))))
+          (when (eq (call-as-frame-evaluation
+                     (lambda () (setf values (eval-forms-in-frame forms index)) :done))
+                    :stopped)
+            (return-from debugger-eval-in-frame
+              (list :stopped t :stdout (capture-contents out))))))
       (list :values (print-values values :max-output max-output)
             :stdout (capture-contents out)
             :warnings (nreverse warnings)))))

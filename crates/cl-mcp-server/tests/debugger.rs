@@ -1021,3 +1021,94 @@ fn debugger_on_ecl() {
 fn debugger_on_clisp() {
     debugger_on("clisp");
 }
+
+/// Code run in a frame that does not end is stopped (after 30 s, or when
+/// its call is cancelled) and the debugger stays where it was, its thread
+/// free for the next call; errors nest only so deep, then a plain refusal
+/// (past about ten nested errors SBCL stopped answering, and every later
+/// debugger call hung).
+#[test]
+fn frame_code_is_stopped_and_nesting_is_capped() {
+    let mut s = lisp_server(&[]);
+    let r = eval_with(
+        &mut s,
+        1,
+        "(list :outer (error \"outer\"))",
+        json!({"debug": true}),
+    );
+    assert!(r.text.starts_with("[DEBUGGER level 1]"), "{}", r.text);
+    let id = r.structured["debugger"]["debugger"].as_u64().unwrap();
+
+    // Cancelled: no answer is due; the thread is free again at once.
+    s.send(
+        &json!({"jsonrpc":"2.0","id":2,"method":"tools/call","params":{
+        "name":"debugger-frame","arguments":{"debugger": id, "code": "(loop)"}}}),
+    );
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    s.send(&json!({"jsonrpc":"2.0","method":"notifications/cancelled",
+                   "params":{"requestId": 2, "reason": "test"}}));
+    let r = call(
+        &mut s,
+        3,
+        "debugger-frame",
+        json!({"debugger": id, "code": "(+ 1 2)"}),
+    );
+    assert!(!r.is_error, "{}", r.text);
+    assert_eq!(r.structured["values"], json!(["3"]), "{}", r.text);
+
+    // Timed out: answered, saying so, with what it printed.
+    let started = std::time::Instant::now();
+    let r = call(
+        &mut s,
+        4,
+        "debugger-frame",
+        json!({"debugger": id, "code": "(print :spinning) (loop)"}),
+    );
+    assert!(r.is_error, "{}", r.text);
+    assert!(
+        r.text
+            .contains("did not finish within 30 s and was stopped")
+            && r.text.contains("stays at level 1")
+            && r.text.contains(":SPINNING"),
+        "{}",
+        r.text
+    );
+    assert!(started.elapsed() < std::time::Duration::from_secs(40));
+
+    // Errors nest up to level 8, then code in a frame is refused.
+    for level in 2..=8 {
+        let r = call(
+            &mut s,
+            10 + level,
+            "debugger-frame",
+            json!({"debugger": id, "code": format!("(error \"level {level}\")")}),
+        );
+        assert_eq!(r.structured["nested"]["level"], level, "{}", r.text);
+    }
+    let r = call(
+        &mut s,
+        30,
+        "debugger-frame",
+        json!({"debugger": id, "code": "(error \"one too deep\")"}),
+    );
+    assert!(r.is_error, "{}", r.text);
+    assert!(
+        r.text.contains("at level 8, the deepest") && r.text.contains("returns to level 7"),
+        "{}",
+        r.text
+    );
+    // The debugger still answers: backtrace and abort, level by level.
+    let r = call(&mut s, 31, "debugger-backtrace", json!({"debugger": id}));
+    assert!(r.text.contains("level 8"), "{}", r.text);
+    let r = call(&mut s, 32, "debugger-restart", json!({"restart": "ABORT"}));
+    assert!(r.text.starts_with("[DEBUGGER level 7]"), "{}", r.text);
+    let r = call(
+        &mut s,
+        33,
+        "debugger-restart",
+        json!({"debugger": id, "action": "abort"}),
+    );
+    assert!(!r.text.starts_with("[DEBUGGER"), "{}", r.text);
+    let r = eval_with(&mut s, 34, "(+ 2 2)", json!({}));
+    assert_eq!(r.text, "=> 4");
+}

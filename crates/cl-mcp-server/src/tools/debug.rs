@@ -959,6 +959,15 @@ fn render_frame(o: &FrameOutput) -> String {
     t
 }
 
+/// How long code run in a frame (`debugger-frame`'s `code`) may run
+/// before it is stopped (the debugger stays where it was).
+const FRAME_CODE_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The deepest debugger level at which `debugger-frame` runs code: an error
+/// in it nests once more, and SBCL stops answering past about ten nested
+/// errors ("Maximum error nesting depth exceeded").
+const MAX_FRAME_CODE_LEVEL: i64 = 8;
+
 async fn debugger_frame(a: FrameArgs, ctx: ToolContext) -> ToolOutput {
     let p = match ctx.session.debuggers.find(a.debugger) {
         Ok(p) => p,
@@ -1003,6 +1012,16 @@ async fn debugger_frame(a: FrameArgs, ctx: ToolContext) -> ToolOutput {
         if let Err(e) = check_read_depth(code, "`code`") {
             return ToolOutput::error(e);
         }
+        let level = p.state().level;
+        if level >= MAX_FRAME_CODE_LEVEL {
+            return ToolOutput::error(format!(
+                "The debugger is at level {level}, the deepest that code in a frame may \
+                 open (an error in it would nest once more, and past about ten nested errors \
+                 the Lisp stops answering). Leave a level first: debugger-restart with \
+                 action abort returns to level {}.",
+                level - 1
+            ));
+        }
         let form = helper_form(
             "debugger-eval-in-frame",
             vec![Value::Integer(index.into()), Value::string(code.clone())],
@@ -1012,8 +1031,21 @@ async fn debugger_frame(a: FrameArgs, ctx: ToolContext) -> ToolOutput {
         let mut rx = p.state.subscribe();
         let image = ctx.session.image();
         let call = image.rex(&form, BUFFER_PACKAGE, crate::image::Thread::Id(thread));
-        tokio::select! {
-            r = call => match reply_value(r).1 {
+        tokio::pin!(call);
+        let stop = |why: &'static str| {
+            let ctx = &ctx;
+            async move {
+                let form = helper_form(
+                    "stop-frame-evaluation",
+                    vec![Value::Integer(thread)],
+                    vec![],
+                );
+                let _ = call_lookup(ctx, &form).await;
+                why
+            }
+        };
+        let stopped = tokio::select! {
+            r = &mut call => match reply_value(r).1 {
                 Ok(v) => {
                     if let Some(e) = plist_str(&v, "error") {
                         return ToolOutput::error(e);
@@ -1021,6 +1053,7 @@ async fn debugger_frame(a: FrameArgs, ctx: ToolContext) -> ToolOutput {
                     out.values = Some(plist_strings(&v, "values"));
                     out.stdout = Some(plist_str(&v, "stdout").unwrap_or_default());
                     out.warnings = plist_strings(&v, "warnings");
+                    None
                 }
                 Err(e) => return ToolOutput::error(e),
             },
@@ -1030,8 +1063,43 @@ async fn debugger_frame(a: FrameArgs, ctx: ToolContext) -> ToolOutput {
                     Ok(d) => out.nested = Some(d),
                     Err(e) => return ToolOutput::error(e),
                 }
+                None
             }
-            _ = ctx.cancel.cancelled() => return ToolOutput::error("Cancelled."),
+            why = async {
+                tokio::time::sleep(FRAME_CODE_TIMEOUT).await;
+                stop("did not finish within 30 s").await
+            } => Some(why),
+            why = async {
+                ctx.cancel.cancelled().await;
+                stop("was cancelled").await
+            } => Some(why),
+        };
+        if let Some(why) = stopped {
+            // The stop unwinds the code; its answer follows at once.
+            let done = tokio::time::timeout(Duration::from_secs(5), &mut call).await;
+            let stdout = match done {
+                Ok(r) => reply_value(r)
+                    .1
+                    .ok()
+                    .and_then(|v| plist_str(&v, "stdout"))
+                    .unwrap_or_default(),
+                Err(_) => {
+                    return ToolOutput::error(format!(
+                        "`code` {why} and was asked to stop, but its thread did not \
+                         answer within 5 s (it blocks interrupts); debugger-restart with \
+                         action abort ends the evaluation."
+                    ))
+                }
+            };
+            let printed = if stdout.is_empty() {
+                String::new()
+            } else {
+                format!(" It printed:\n{stdout}")
+            };
+            return ToolOutput::error(format!(
+                "`code` {why} and was stopped; the debugger stays at level {}.{printed}",
+                p.state().level
+            ));
         }
     }
     ToolOutput::structured(
