@@ -124,16 +124,28 @@ async fn check_core_cache(cache: CoreCache, dir: &std::path::Path) -> bool {
             true
         }
         Err(e) => {
+            // The server already discarded and rebuilt its own files once:
+            // a failure naming a file of its cache is worth one more clean
+            // start; any other file is the user's or the installation's.
+            let fix = if e.contains(dir.to_string_lossy().as_ref()) {
+                format!(
+                    "the Lisp's words above name the file that failed; `rm -r {}` and run \
+                     doctor again. If it fails again, the Lisp installation or its Swank is \
+                     broken (reinstall them)",
+                    dir.display()
+                )
+            } else {
+                "the file the Lisp names above is not the server's cache, so rebuilding will \
+                 not help: fix that file. If it is Swank's loader, pass --swank-loader PATH \
+                 (SWANK_LOADER) to a working swank-loader.lisp, or drop the option to use \
+                 Debian's (apt-get install cl-swank)"
+                    .to_string()
+            };
             report(
                 false,
                 "core cache",
                 &format!("{} cannot be built: {e}", core.display()),
-                Some(&format!(
-                    "the Lisp's words above name the file that failed; `rm -r {}` and run \
-                     doctor again. If it fails again, the Lisp installation or its Swank is \
-                     broken (reinstall them, or pass --no-core-cache to load from source)",
-                    dir.display()
-                )),
+                Some(&fix),
             );
             false
         }

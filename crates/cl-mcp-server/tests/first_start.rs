@@ -56,6 +56,32 @@ fn eval_within(s: &mut Server, id: i64, code: &str, wait: Duration) -> Value {
     }
 }
 
+/// An evaluate-lisp call with a progress token: its answer and the
+/// progress messages that came before it.
+fn eval_with_progress(s: &mut Server, id: i64, code: &str, wait: Duration) -> (Value, Vec<String>) {
+    s.send(&json!({"jsonrpc":"2.0","id":id,"method":"tools/call",
+                   "params":{"name":"evaluate-lisp","arguments":{"code":code},
+                             "_meta":{"progressToken": format!("p{id}")}}}));
+    let deadline = Instant::now() + wait;
+    let mut progress = Vec::new();
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        assert!(!left.is_zero(), "no answer to {code} within {wait:?}");
+        let m = s.recv_within(left);
+        if m["id"] == json!(id) {
+            return (m, progress);
+        }
+        if m["method"] == "notifications/progress" {
+            progress.push(
+                m["params"]["message"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string(),
+            );
+        }
+    }
+}
+
 /// Processes whose command line mentions `needle` (a private cache path).
 fn processes_mentioning(needle: &str) -> Vec<String> {
     let mut found = Vec::new();
@@ -195,8 +221,15 @@ fn two_first_starts_at_once() {
         let mut b = minimal_server(lisp, &cache, &home, &[]);
         initialize(&mut a);
         initialize(&mut b);
-        let ra = eval_within(&mut a, 1, "(+ 1 2)", Duration::from_secs(300));
+        let (ra, heard) = eval_with_progress(&mut a, 1, "(+ 1 2)", Duration::from_secs(300));
         let rb = eval_within(&mut b, 1, "(+ 2 2)", Duration::from_secs(300));
+        // A first start says what it does, not that the call runs.
+        assert!(
+            heard
+                .iter()
+                .any(|m| m.starts_with("starting the Lisp image")),
+            "{lisp}: {heard:?}"
+        );
         assert!(tool_text(&ra).contains("=> 3"), "{lisp}: {ra}");
         assert!(tool_text(&rb).contains("=> 4"), "{lisp}: {rb}");
         let cores = std::fs::read_dir(cache.join("cl-mcp-server"))
@@ -281,7 +314,15 @@ fn a_damaged_cache_is_discarded_and_rebuilt() {
     let mut s = minimal_server("sbcl", &cache, &home, &[]);
     initialize(&mut s);
     let r = eval_within(&mut s, 1, "(+ 1 2)", Duration::from_secs(120));
-    assert!(tool_text(&r).contains("=> 3"), "{r}");
+    let text = tool_text(&r);
+    assert!(text.contains("=> 3"), "{r}");
+    // The caller hears of the repair once, without asking for logs.
+    assert!(
+        text.contains("[NOTICE]") && text.contains("discarded the cache and built it again"),
+        "{text}"
+    );
+    let r = eval_within(&mut s, 2, "(+ 1 2)", Duration::from_secs(30));
+    assert!(!tool_text(&r).contains("[NOTICE]"), "{r}");
     drop(s);
 
     // A truncated core: the start fails, the check confirms it, the core
@@ -293,7 +334,12 @@ fn a_damaged_cache_is_discarded_and_rebuilt() {
     initialize(&mut s);
     let started = Instant::now();
     let r = eval_within(&mut s, 1, "(+ 1 2)", Duration::from_secs(120));
-    assert!(tool_text(&r).contains("=> 3"), "{r}");
+    let text = tool_text(&r);
+    assert!(text.contains("=> 3"), "{r}");
+    assert!(
+        text.contains("[NOTICE]") && text.contains("built again for this call"),
+        "{text}"
+    );
     assert!(started.elapsed() < Duration::from_secs(90));
     drop(s);
 
@@ -349,6 +395,9 @@ fn a_boot_failure_is_reported_in_seconds_in_the_lisps_words() {
             report.contains("[FAIL] core cache") && report.contains("broken on purpose"),
             "{lisp}: {report}"
         );
-        assert!(report.contains("fix:"), "{lisp}: {report}");
+        assert!(
+            report.contains("fix:") && report.contains("--swank-loader"),
+            "{lisp}: {report}"
+        );
     });
 }

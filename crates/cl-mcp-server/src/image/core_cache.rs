@@ -590,6 +590,30 @@ fn remove_dead_fasls(dir: &Path) {
     }
 }
 
+/// Removes the build scripts (`build-<pid>.lisp`) of builds whose server
+/// is gone (a killed build leaves its script behind).
+fn remove_dead_scripts(dir: &Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let Some(pid) = name
+            .strip_prefix("build-")
+            .and_then(|n| n.strip_suffix(".lisp"))
+            .and_then(|n| n.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        // SAFETY: kill(2) with signal 0 only checks that the process exists.
+        let gone = unsafe { libc::kill(pid, 0) } != 0
+            && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH);
+        if gone {
+            let _ = std::fs::remove_file(e.path());
+        }
+    }
+}
+
 /// Removes a file or directory, whichever `p` is (nothing when absent).
 pub fn remove_entry(p: &Path) {
     let _ = if p.is_dir() {
@@ -628,6 +652,10 @@ impl CoreCache {
                 .any(|p| name.starts_with(p));
             if name.starts_with("swank-fasl-") {
                 remove_dead_fasls(&e.path());
+                continue;
+            }
+            if name.starts_with("src-") {
+                remove_dead_scripts(&e.path());
                 continue;
             }
             if ours && name.contains(".tmp-") {
@@ -940,7 +968,20 @@ mod tests {
             SwankSource::Asdf,
             None,
         );
+        // A killed build's script (its pid is no process: above pid_max).
+        std::fs::write(d.join("src-k/build-2147483000.lisp"), "").unwrap();
+        std::fs::write(
+            d.join("src-k")
+                .join(format!("build-{}.lisp", std::process::id())),
+            "",
+        )
+        .unwrap();
         c.remove_dead_builds();
+        let scripts: Vec<String> = std::fs::read_dir(d.join("src-k"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(scripts, [format!("build-{}.lisp", std::process::id())]);
         let mut left: Vec<String> = std::fs::read_dir(d)
             .unwrap()
             .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())

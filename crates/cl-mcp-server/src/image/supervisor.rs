@@ -119,6 +119,10 @@ struct Inner {
     events: broadcast::Sender<ImageEvent>,
     /// (generation that died, notice) until a newer image answers a call.
     state_lost: Mutex<Option<(u64, String)>>,
+    /// What the next reply tells its caller once about how the image was
+    /// started (a damaged cache discarded and rebuilt), beside the log and
+    /// the `lisp-image` notification a client hears only with a log level.
+    start_notice: Mutex<Option<String>>,
     deaths: Mutex<VecDeque<(Instant, String)>>,
     generation: AtomicU64,
     core_build_failed: AtomicBool,
@@ -317,6 +321,7 @@ impl Image {
                 current: Mutex::new(None),
                 events,
                 state_lost: Mutex::new(None),
+                start_notice: Mutex::new(None),
                 deaths: Mutex::new(VecDeque::new()),
                 generation: AtomicU64::new(0),
                 core_build_failed: AtomicBool::new(false),
@@ -683,6 +688,11 @@ impl Image {
                         _ => None,
                     }
                 };
+                let started = self.inner.start_notice.lock().unwrap().take();
+                let state_lost = match (state_lost, started) {
+                    (Some(lost), Some(started)) => Some(format!("{lost}\n[NOTICE] {started}")),
+                    (lost, started) => lost.or(started),
+                };
                 Ok(ImageReply {
                     outcome,
                     state_lost,
@@ -885,29 +895,29 @@ impl Image {
         let try_core =
             config.use_core_cache && !self.inner.core_build_failed.load(Ordering::SeqCst);
         let notes = self.inner.notes.clone();
-        let (plan, build_error) = tokio::task::spawn_blocking(move || {
+        let (plan, build_error, repaired) = tokio::task::spawn_blocking(move || {
             let (lisp, kind) = locate::find_lisp_kind(&config)?;
             let swank = locate::find_swank(&config, || locate::asdf_finds_swank(&lisp, kind))?;
             let dir = config.cache_dir.clone().unwrap_or_else(default_cache_dir);
             let quicklisp = config.load_quicklisp.then(locate::find_quicklisp).flatten();
             let cache = CoreCache::new(dir, lisp, kind, swank, quicklisp);
             let mut build_error = None;
+            let mut repaired = None;
             if try_core {
                 if let Some(plan) = cache.cached_plan() {
-                    return Ok((plan, None));
+                    return Ok((plan, None, None));
                 }
                 let building = Instant::now();
                 match cache.build() {
                     Ok(built) => {
                         if let Some(first) = &built.repaired {
-                            send_note(
-                                &notes,
-                                NoteLevel::Warning,
-                                format!(
-                                    "a file of the Lisp cache failed to load ({first}); \
-                                     discarded the cache and built it again"
-                                ),
+                            let text = format!(
+                                "a file of the Lisp cache failed to load ({first}); discarded \
+                                 the cache and built it again in {} s",
+                                building.elapsed().as_secs()
                             );
+                            send_note(&notes, NoteLevel::Warning, text.clone());
+                            repaired = Some(text);
                         }
                         send_note(
                             &notes,
@@ -919,7 +929,7 @@ impl Image {
                             ),
                         );
                         if let Some(plan) = cache.cached_plan() {
-                            return Ok((plan, None));
+                            return Ok((plan, None, repaired));
                         }
                     }
                     Err(e) => build_error = Some(e),
@@ -928,10 +938,13 @@ impl Image {
             let plan = cache.source_plan().map_err(|e| {
                 ImageError::StartFailed(format!("cannot write the image's start files: {e}"))
             })?;
-            Ok::<_, ImageError>((plan, build_error))
+            Ok::<_, ImageError>((plan, build_error, repaired))
         })
         .await
         .map_err(|e| ImageError::StartFailed(format!("start task failed: {e}")))??;
+        if let Some(text) = repaired {
+            *self.inner.start_notice.lock().unwrap() = Some(text);
+        }
         if let Some(e) = build_error {
             self.inner.core_build_failed.store(true, Ordering::SeqCst);
             self.inner.note(
@@ -1202,12 +1215,17 @@ impl Image {
                     if let Ok(Err(why)) = checked {
                         core_cache::remove_entry(core);
                         let text = format!(
-                            "the cached core {} does not start ({why}); discarded it, and the \
-                             next start builds it again",
+                            "the cached core {} does not start ({why}); discarded it and \
+                             building it again",
                             core.display()
                         );
                         tracing::warn!("{text}");
-                        self.inner.note(NoteLevel::Warning, text);
+                        self.inner.note(NoteLevel::Warning, text.clone());
+                        *self.inner.start_notice.lock().unwrap() = Some(format!(
+                            "the cached core {} did not start ({why}); it was discarded and \
+                             built again for this call",
+                            core.display()
+                        ));
                         self.inner.cache_discarded.store(true, Ordering::SeqCst);
                     } else {
                         tracing::warn!(core = %core.display(), "the Lisp exited while starting from the cached core, which passes its check; the next start retries it");

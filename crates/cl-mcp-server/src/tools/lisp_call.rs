@@ -467,10 +467,31 @@ pub fn reply_value(
 /// the request is cancelled first.
 pub async fn ensure_ready(ctx: &ToolContext) -> Result<(), String> {
     let image = ctx.session.image();
-    tokio::select! {
-        r = image.ready() => r.map_err(|e| e.to_string())?,
-        _ = ctx.cancel.cancelled() => return Err("Cancelled while the Lisp image was starting.".into()),
-    }
+    let ready = image.ready();
+    tokio::pin!(ready);
+    // A start that takes a moment (a first start building its cache) says
+    // so in progress notifications, rather than "running": nothing of the
+    // call has run yet.
+    let quick = tokio::time::timeout(Duration::from_millis(300), &mut ready).await;
+    let result = match quick {
+        Ok(r) => r,
+        Err(_) => {
+            ctx.set_waiting(
+                "starting the Lisp image (a first start builds its cache once: seconds; \
+                 ECL compiles Swank through gcc: minutes)",
+            );
+            let r = tokio::select! {
+                r = &mut ready => r,
+                _ = ctx.cancel.cancelled() => {
+                    ctx.clear_status();
+                    return Err("Cancelled while the Lisp image was starting.".into());
+                }
+            };
+            ctx.clear_status();
+            r
+        }
+    };
+    result.map_err(|e| e.to_string())?;
     ensure_project_registered(ctx).await;
     Ok(())
 }
