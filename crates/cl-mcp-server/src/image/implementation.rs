@@ -121,9 +121,24 @@ impl LispKind {
                 }
                 // -q -q: no banner, no goodbye; -norc: no ~/.clisprc;
                 // -on-error abort: a batch error exits instead of a REPL;
-                // -E UTF-8: files, terminal and the rest in UTF-8 whatever
-                // the locale (with no LANG, CLISP reads ASCII only).
-                for s in ["-q", "-q", "-norc", "-on-error", "abort", "-E", "UTF-8"] {
+                // -Efile/-Emisc/-Eterminal UTF-8: files, strings and the
+                // terminal in UTF-8 whatever the locale (with no LANG,
+                // CLISP reads ASCII only). Not every domain (-E alone):
+                // UTF-8 for the foreign and pathname domains made Debian's
+                // CLISP crash (SIGSEGV) in a FiveAM run.
+                for s in [
+                    "-q",
+                    "-q",
+                    "-norc",
+                    "-on-error",
+                    "abort",
+                    "-Efile",
+                    "UTF-8",
+                    "-Emisc",
+                    "UTF-8",
+                    "-Eterminal",
+                    "UTF-8",
+                ] {
                     a.push(s.into());
                 }
             }

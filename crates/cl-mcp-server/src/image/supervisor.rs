@@ -203,6 +203,13 @@ struct Live {
 impl Live {
     /// Whether the evaluation channel is open (held while a request uses
     /// it: then it is).
+    /// Whether this image is gone: `dead` is set by the connection's end
+    /// handler, which may not have run yet, and a closed connection or an
+    /// exited process is just as dead; a call must not be sent to it.
+    fn gone(&self) -> bool {
+        self.dead.load(Ordering::SeqCst) || self.client.is_closed() || self.exit.borrow().is_some()
+    }
+
     fn channel_open(&self) -> bool {
         self.direct.try_lock().map_or(true, |d| d.is_some())
     }
@@ -362,6 +369,25 @@ impl Image {
         thread: Thread,
     ) -> Result<ImageReply, ImageError> {
         let live = self.live().await?;
+        let _busy = Busy::new(&self.inner);
+        let r = live.client.rex(form, package, thread).await;
+        self.reply(&live, r).await
+    }
+
+    /// [`Image::rex`] on the image that runs now, never starting one: for
+    /// the status polls and interrupts of a running evaluation, which must
+    /// not start a fresh image when that evaluation's image died (a poll
+    /// given up midway would then leave a start half done).
+    pub async fn rex_running(
+        &self,
+        form: &str,
+        package: &str,
+        thread: Thread,
+    ) -> Result<ImageReply, ImageError> {
+        let live = self
+            .current_live()
+            .filter(|l| !l.client.is_closed())
+            .ok_or_else(|| ImageError::Died("no Lisp image is running".into()))?;
         let _busy = Busy::new(&self.inner);
         let r = live.client.rex(form, package, thread).await;
         self.reply(&live, r).await
@@ -743,19 +769,35 @@ impl Image {
 
     /// The running image, starting one if there is none (or it died).
     async fn live(&self) -> Result<Arc<Live>, ImageError> {
+        {
+            let slot = self.inner.slot.lock().await;
+            *self.inner.last_used.lock().unwrap() = Instant::now();
+            if let Some(l) = slot.as_ref().filter(|l| !l.gone()) {
+                return Ok(l.clone());
+            }
+        }
+        // A start runs in a task of its own: a caller given up midway (a
+        // call's timeout, a cancelled request, a queued call that got its
+        // turn first) must not drop a start half done, killing the new
+        // image and spending a generation, so the next caller starts yet
+        // another.
+        let this = self.clone();
+        tokio::spawn(async move { this.live_or_start().await })
+            .await
+            .unwrap_or_else(|e| {
+                Err(ImageError::StartFailed(format!(
+                    "the start task failed: {e}"
+                )))
+            })
+    }
+
+    async fn live_or_start(&self) -> Result<Arc<Live>, ImageError> {
         let mut slot = self.inner.slot.lock().await;
         // Under the slot's lock, so the idle reaper (which holds it while it
         // decides) never stops an image a call is about to use.
         *self.inner.last_used.lock().unwrap() = Instant::now();
-        if let Some(l) = slot.as_ref() {
-            // `dead` is set by the connection's end handler, which may not
-            // have run yet: a closed connection or an exited process is just
-            // as dead, and a call must not be sent to it.
-            let gone =
-                l.dead.load(Ordering::SeqCst) || l.client.is_closed() || l.exit.borrow().is_some();
-            if !gone {
-                return Ok(l.clone());
-            }
+        if let Some(l) = slot.as_ref().filter(|l| !l.gone()) {
+            return Ok(l.clone());
         }
         self.check_crash_loop()?;
         // Before a generation is counted: a refused call starts nothing.

@@ -275,7 +275,7 @@ async fn drive_evaluation(
                 let status = helper_form("eval-status", vec![Value::Integer(id as i64)], vec![]);
                 // A poll must never hold up the loop (and the timeout) when
                 // the image is slow to answer.
-                let polled = tokio::time::timeout(STATUS_POLL_LIMIT, call_fresh(ctx, &status)).await;
+                let polled = tokio::time::timeout(STATUS_POLL_LIMIT, call_running(ctx, &status)).await;
                 if let Ok(Ok(v)) = polled {
                     match plist_str(&v, "line") {
                         Some(line) => ctx.set_status(line),
@@ -340,7 +340,7 @@ pub async fn interrupt_evaluation(ctx: &ToolContext, id: Option<u64>) -> Vec<i64
         .map(|n| vec![Value::Integer(n as i64)])
         .unwrap_or_default();
     let form = helper_form("interrupt-evaluation", args, vec![]);
-    match tokio::time::timeout(INTERRUPT_CALL_LIMIT, call_fresh(ctx, &form)).await {
+    match tokio::time::timeout(INTERRUPT_CALL_LIMIT, call_running(ctx, &form)).await {
         Ok(Ok(v)) => plist_list(&v, "interrupted")
             .unwrap_or(&[])
             .iter()
@@ -558,6 +558,17 @@ pub async fn call_fresh(ctx: &ToolContext, form: &str) -> Result<Value, String> 
     // macro or a build must not leave the next thread unprotected.
     let guarded = format!("(cl-mcp-server::with-stack-guard {form})");
     unpack(ctx, image.rex(&guarded, BUFFER_PACKAGE, Thread::T).await)
+}
+
+/// [`call_fresh`] on the image that runs now, never starting one (for the
+/// status polls and interrupts of a running evaluation).
+async fn call_running(ctx: &ToolContext, form: &str) -> Result<Value, String> {
+    let image = ctx.session.image();
+    let guarded = format!("(cl-mcp-server::with-stack-guard {form})");
+    unpack(
+        ctx,
+        image.rex_running(&guarded, BUFFER_PACKAGE, Thread::T).await,
+    )
 }
 
 /// Runs `form` on the Swank thread `thread` (a thread waiting in the
