@@ -296,10 +296,13 @@ fn edit_form_replaces_one_method_and_keeps_every_other_byte() {
 fn edit_form_refuses_bad_content_and_ambiguity() {
     let (_d, root, mut s) = setup();
     let path = root.join("src/nasty.lisp");
+    // Without the repair (which would place the missing closers), the
+    // reader's own error.
     let e = s.err(
         "lisp-edit-form",
         json!({"path": "src/nasty.lisp", "formType": "defun", "formName": "paren-string",
-               "operation": "replace", "content": "(defun paren-string (x)\n  (list x"}),
+               "operation": "replace", "content": "(defun paren-string (x)\n  (list x",
+               "repairParens": false}),
     );
     assert!(
         e.text.starts_with(
@@ -1037,5 +1040,126 @@ fn several_forms_do_not_replace_a_guarded_form() {
     assert_eq!(
         std::fs::read_to_string(root.join("g.lisp")).unwrap(),
         "(defun a () 1)\n\n#+sbcl (defun b () 3)\n#+sbcl (defun b2 () 4)\n"
+    );
+}
+
+/// A Lisp file written with a `)` missing is repaired by its indentation
+/// before it is written, and the result says what changed, line by line.
+#[test]
+fn write_file_repairs_a_missing_closer_by_indentation() {
+    let (_d, root) = project();
+    let mut s = Server::start(&root);
+    let broken = "(defun area (r)\n  (let ((pi2 (* pi 2)))\n    (* pi2 r r)\n\n(defun perimeter (r)\n  (* 2 pi r))\n";
+    let r = s.ok(
+        "fs-write-file",
+        json!({"path": "geo.lisp", "content": broken}),
+    );
+    assert_eq!(
+        r.structured["repairs"],
+        json!(["added \"))\" at line 3, column 16"])
+    );
+    assert!(
+        r.text
+            .contains("-3:     (* pi2 r r)\n+3:     (* pi2 r r)))"),
+        "{}",
+        r.text
+    );
+    let fixed = broken.replace("(* pi2 r r)\n", "(* pi2 r r)))\n");
+    assert_eq!(
+        std::fs::read_to_string(root.join("geo.lisp")).unwrap(),
+        fixed
+    );
+    let c = s.ok("lisp-check-parens", json!({"path": "geo.lisp"}));
+    assert_eq!(c.structured["ok"], true, "{}", c.text);
+    // One too many: removed, and said.
+    let r = s.ok(
+        "fs-write-file",
+        json!({"path": "extra.lisp", "content": "(defun f ()\n  (g)))\n\n(defun h () 1)\n"}),
+    );
+    assert_eq!(
+        r.structured["repairs"],
+        json!(["removed \")\" at line 2, column 7"])
+    );
+    // Balanced text is written as given, whatever its indentation.
+    let odd = "(defun f ()\n(g)\n        (h))\n";
+    let r = s.ok("fs-write-file", json!({"path": "odd.lisp", "content": odd}));
+    assert!(r.structured.get("repairs").is_none(), "{}", r.text);
+    assert_eq!(std::fs::read_to_string(root.join("odd.lisp")).unwrap(), odd);
+    // On purpose: written as given.
+    s.ok(
+        "fs-write-file",
+        json!({"path": "raw.lisp", "content": broken, "repairParens": false}),
+    );
+    assert_eq!(
+        std::fs::read_to_string(root.join("raw.lisp")).unwrap(),
+        broken
+    );
+    // Not Lisp: never touched.
+    s.ok(
+        "fs-write-file",
+        json!({"path": "notes.txt", "content": "(a"}),
+    );
+    assert_eq!(
+        std::fs::read_to_string(root.join("notes.txt")).unwrap(),
+        "(a"
+    );
+}
+
+/// What indentation cannot settle is refused, naming the form, the line and
+/// the likely fix, and nothing is written.
+#[test]
+fn unrepairable_lisp_is_refused_and_nothing_is_written() {
+    let (_d, root) = project();
+    let mut s = Server::start(&root);
+    let e = s.err(
+        "fs-write-file",
+        json!({"path": "doc.lisp", "content": "(defun f ()\n  \"doc\n  (g))\n"}),
+    );
+    assert!(
+        e.text
+            .starts_with("Not written: in doc.lisp, the parentheses of `(defun f` (line 1)")
+            && e.text
+                .contains("the string opened at line 2, column 3 never closes")
+            && e.text.contains("Likely fix: add the closing `\"`"),
+        "{}",
+        e.text
+    );
+    assert!(!root.join("doc.lisp").exists());
+    let src = "(defun a () 1)\n";
+    std::fs::write(root.join("e.lisp"), src).unwrap();
+    let e = s.err(
+        "lisp-edit-form",
+        json!({"path": "e.lisp", "formType": "defun", "formName": "a", "operation": "replace",
+               "content": "(defun a ()\n#+sbcl (b)\n  (c)\n"}),
+    );
+    assert!(
+        e.text.contains("`(defun a` (line 1)") && e.text.contains("line 3 is indented"),
+        "{}",
+        e.text
+    );
+    assert_eq!(std::fs::read_to_string(root.join("e.lisp")).unwrap(), src);
+}
+
+/// `lisp-edit-form` repairs its `content` the same way.
+#[test]
+fn edit_form_repairs_content_missing_a_closer() {
+    let (_d, root, mut s) = project_with("e.lisp", "(defun a () 1)\n\n(defun b () 2)\n");
+    let r = s.ok(
+        "lisp-edit-form",
+        json!({"path": "e.lisp", "formType": "defun", "formName": "b", "operation": "replace",
+               "content": "(defun b (x)\n  (when x\n    (print x)\n  x)"}),
+    );
+    assert_eq!(
+        r.structured["repairs"],
+        json!(["added \")\" at line 3, column 14"])
+    );
+    assert!(
+        r.text.contains("Repaired the parentheses of `content`"),
+        "{}",
+        r.text
+    );
+    assert_eq!(
+        std::fs::read_to_string(root.join("e.lisp")).unwrap(),
+        "(defun a () 1)\n\n(defun b (x)\n  (when x\n    (print x))\n  x)\n"
     );
 }

@@ -55,8 +55,7 @@ pub fn tool_def() -> ToolDef {
         ToolGroup::Source,
         "Check Lisp delimiters",
         "Find the first unbalanced delimiter in a file (`path`, `offset`/`limit` lines) or \
-         `code`: kind, position, and where a `)` is probably missing. Strings, comments, `#\\(`, \
-         `|a)b|` are read correctly.",
+         `code`: kind, position, the form it is in, and where a `)` is probably missing.",
         Annotations::READ_ONLY,
         |a: CheckArgs, ctx: ToolContext| off_workers(move || {
             let (text, base_line, base_offset, label) = match (&a.path, &a.code) {

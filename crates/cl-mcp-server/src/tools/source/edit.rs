@@ -14,7 +14,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::defs::{self, Definition};
-use super::scan;
+use super::{parens, scan};
 use crate::tools::fs::{read_text_capped, resolve_for, to_json};
 use crate::tools::fs_paths::{atomic_write, Access};
 use crate::tools::{off_workers, tool, Annotations, ToolContext, ToolDef, ToolGroup, ToolOutput};
@@ -56,12 +56,15 @@ struct EditArgs {
     /// Methods: `print-object :after (point t)`; `(setf foo)`.
     form_name: String,
     operation: Operation,
-    /// New form(s), balanced (not for `delete`).
+    /// New form(s).
     content: Option<String>,
     /// Diff only, nothing written.
     dry_run: Option<bool>,
     /// To pick among same-named forms.
     line: Option<usize>,
+    // Default true: place missing or extra `)` in `content` by its
+    // indentation (no schema description: the README has it).
+    repair_parens: Option<bool>,
 }
 
 #[derive(Serialize, JsonSchema)]
@@ -79,6 +82,10 @@ struct EditOutput {
     diff: String,
     /// Size of the file after the edit, in bytes.
     bytes: usize,
+    /// Closers `content` was missing or had too many, placed by its
+    /// indentation (lines of `content`): `added ")" at line 3, column 10`.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    repairs: Vec<String>,
 }
 
 /// The `lisp-edit-form` tool.
@@ -89,7 +96,7 @@ pub fn tool_def() -> ToolDef {
         "Edit a Lisp definition",
         "Replace, delete, or insert before/after one top-level definition (`formType`, \
          `formName`); the rest stays byte-identical. Nothing is written if the file would not \
-         read, another form would change, or the target is unclosed. Returns a diff.",
+         read or another form would change. Returns a diff.",
         Annotations::DESTRUCTIVE,
         |a: EditArgs, ctx: ToolContext| off_workers(move || edit(a, &ctx)),
     )
@@ -117,7 +124,26 @@ fn edit(a: EditArgs, ctx: &ToolContext) -> ToolOutput {
         Ok(t) => t,
         Err(e) => return ToolOutput::error(e),
     };
-    let content = a.content.as_deref().unwrap_or("");
+    let mut content = a.content.as_deref().unwrap_or("").to_string();
+    let mut repairs = Vec::new();
+    let mut repair_diff = String::new();
+    if a.operation != Operation::Delete && a.repair_parens != Some(false) {
+        match parens::repair(&content) {
+            Ok(None) => {}
+            Ok(Some(r)) => {
+                content = r.text;
+                repairs = r.changes;
+                repair_diff = r.diff;
+            }
+            Err(e) => {
+                return ToolOutput::error(format!(
+                    "Not written: in `content`, {e} (Lines are lines of `content`; pass \
+                     `repairParens: false` to get the reader's own error instead.)"
+                ))
+            }
+        }
+    }
+    let content = content.as_str();
     if a.operation != Operation::Delete {
         if content.trim().is_empty() {
             return ToolOutput::error(format!(
@@ -177,6 +203,14 @@ fn edit(a: EditArgs, ctx: &ToolContext) -> ToolOutput {
             r.display
         )
     };
+    if !repairs.is_empty() {
+        let _ = write!(
+            msg,
+            "Repaired the parentheses of `content` by its indentation ({}; lines of \
+             `content`):\n{repair_diff}",
+            repairs.join("; ")
+        );
+    }
     msg.push_str(&diff);
     let out = EditOutput {
         path: r.display,
@@ -187,6 +221,7 @@ fn edit(a: EditArgs, ctx: &ToolContext) -> ToolOutput {
         written: !dry,
         diff,
         bytes: new_text.len(),
+        repairs,
     };
     ToolOutput::structured(msg, to_json(&out))
 }
