@@ -83,7 +83,15 @@ fn check_parens_has_no_false_alarms_and_finds_real_problems() {
     assert_eq!(
         r.structured["hint"],
         "The form opened at line 1 is not closed: `(defun b` starts at column 1 of line 5 \
-         inside it, so a `)` is probably missing before line 5."
+         inside it, so a `)` is probably missing before line 5. By the indentation: add \")\" \
+         at line 3, column 7."
+    );
+    // The text names the broken form, not the end of the file.
+    assert!(
+        r.text
+            .contains("unclosed: the form `(defun a`: list `(` opened at line 1, column 1"),
+        "{}",
+        r.text
     );
 
     let r = s.ok("lisp-check-parens", json!({"code": "(a \"unterminated)\n"}));
@@ -112,8 +120,9 @@ fn check_parens_from_the_command_line() {
     assert!(out.status.success());
     assert_eq!(
         String::from_utf8_lossy(&out.stdout),
-        "code: unclosed: list `(` opened at line 1, column 1 is never closed (expected `)` \
-         before the end of input). Add the missing `)`.\n"
+        "code: unclosed: the form `(a`: list `(` opened at line 1, column 1 is never closed \
+         (expected `)` before the end of input). Add the missing `)`. By the indentation: add \
+         \")\" at line 1, column 3.\n"
     );
     let out = std::process::Command::new(BIN)
         .args(["call", "lisp-check-parens", "--arg", "code=(a #\\) \"(\")"])
@@ -491,24 +500,20 @@ fn project_with(name: &str, text: &str) -> (tempfile::TempDir, std::path::PathBu
     (d, root, s)
 }
 
-/// A form that never closes runs to the end of the file: editing it (or
-/// inserting next to it) would rewrite or swallow every form after it.
+/// A form that never closes would run to the end of the file; read as an
+/// editor reads it, it ends where the next form at column 0 starts. It can
+/// be replaced or deleted by name, and the forms after it stay editable;
+/// inserting next to it is refused (it would stay broken).
 #[test]
-fn edit_form_refuses_a_form_that_is_not_closed() {
+fn a_broken_form_locks_nothing_else_and_can_be_replaced() {
     let src = "(defun a () 1)\n\n(defun b ()\n  (foo)\n\n(defun c () 3)\n";
     let (_d, root, mut s) = project_with("open.lisp", src);
-    for (op, content) in [
-        ("replace", Some("(defun b () 2)")),
-        ("delete", None),
-        ("insert_after", Some("(defun d () 4)")),
-        ("insert_before", Some("(defun d () 4)")),
-    ] {
-        let mut args = json!({"path": "open.lisp", "formType": "defun", "formName": "b",
-                              "operation": op});
-        if let Some(c) = content {
-            args["content"] = json!(c);
-        }
-        let e = s.err("lisp-edit-form", args);
+    for op in ["insert_after", "insert_before"] {
+        let e = s.err(
+            "lisp-edit-form",
+            json!({"path": "open.lisp", "formType": "defun", "formName": "b",
+                   "operation": op, "content": "(defun d () 4)"}),
+        );
         assert_eq!(
             e.text,
             "open.lisp: not edited: the form `defun b` (line 3) is not closed: it never ends, so \
@@ -522,36 +527,36 @@ fn edit_form_refuses_a_form_that_is_not_closed() {
         std::fs::read_to_string(root.join("open.lisp")).unwrap(),
         src
     );
-    // Forms before the open one are closed and still editable.
+    // The forms around it are listed and editable.
+    let sig = s.ok("clgrep-signatures", json!({"path": "open.lisp"}));
+    for name in ["defun a", "defun b", "defun c"] {
+        assert!(sig.text.contains(name), "{name}: {}", sig.text);
+    }
+    let read = s.ok("lisp-read-file", json!({"path": "open.lisp"}));
+    assert!(read.text.contains("(defun c () 3)"), "{}", read.text);
+    s.ok(
+        "lisp-edit-form",
+        json!({"path": "open.lisp", "formType": "defun", "formName": "c",
+               "operation": "replace", "content": "(defun c () 33)"}),
+    );
     s.ok(
         "lisp-edit-form",
         json!({"path": "open.lisp", "formType": "defun", "formName": "a",
                "operation": "replace", "content": "(defun a () 11)"}),
     );
+    // The broken form itself, replaced by name.
+    let r = s.ok(
+        "lisp-edit-form",
+        json!({"path": "open.lisp", "formType": "defun", "formName": "b",
+               "operation": "replace", "content": "(defun b ()\n  (foo))"}),
+    );
+    assert!(r.text.contains("which was not closed"), "{}", r.text);
     assert_eq!(
         std::fs::read_to_string(root.join("open.lisp")).unwrap(),
-        src.replace("(defun a () 1)", "(defun a () 11)")
+        "(defun a () 11)\n\n(defun b ()\n  (foo))\n\n(defun c () 33)\n"
     );
-    // A definition inside an unclosed wrapper is refused too.
-    let src = "(let ((x 1))\n  (defun inner () x)\n\n(defun after () 2)\n";
-    std::fs::write(root.join("wrap.lisp"), src).unwrap();
-    let e = s.err(
-        "lisp-edit-form",
-        json!({"path": "wrap.lisp", "formType": "defun", "formName": "inner",
-               "operation": "delete"}),
-    );
-    assert!(
-        e.text.contains(
-            "the form `defun inner` (line 2) is not closed: the top-level form around it, \
-             opened at line 1, never ends"
-        ) && e.text.contains("line 4"),
-        "{}",
-        e.text
-    );
-    assert_eq!(
-        std::fs::read_to_string(root.join("wrap.lisp")).unwrap(),
-        src
-    );
+    let c = s.ok("lisp-check-parens", json!({"path": "open.lisp"}));
+    assert_eq!(c.structured["ok"], true, "{}", c.text);
 }
 
 /// A `;` comment at the end of `content` must not comment out code that

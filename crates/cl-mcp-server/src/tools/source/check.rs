@@ -222,6 +222,25 @@ pub fn check_text(text: &str, base_line: usize, base_offset: usize) -> (CheckOut
         p
     };
     let at = |p: &Position| format!("line {}, column {}", p.line, p.column);
+    // Where indentation places the closers, when it can.
+    let by_indentation = match lisp_syntax::repair::repair_parens(text) {
+        lisp_syntax::repair::Repair::Repaired { changes, .. } => {
+            let said: Vec<String> = changes
+                .iter()
+                .map(|c| {
+                    format!(
+                        "{} \"{}\" at line {}, column {}",
+                        if c.added { "add" } else { "remove" },
+                        ")".repeat(c.count),
+                        c.line + base_line,
+                        c.column
+                    )
+                })
+                .collect();
+            format!(" By the indentation: {}.", said.join("; "))
+        }
+        _ => String::new(),
+    };
     match problem {
         Problem::ExtraClose { offset } => {
             let p = pos(offset);
@@ -237,6 +256,7 @@ pub fn check_text(text: &str, base_line: usize, base_offset: usize) -> (CheckOut
                 ),
                 None => "Delete this `)`: no form is open before it.".to_string(),
             };
+            let hint = format!("{hint}{by_indentation}");
             let msg = format!(
                 "extra-close: `)` at {} closes nothing (no list is open there). {hint}",
                 at(&p)
@@ -290,9 +310,15 @@ pub fn check_text(text: &str, base_line: usize, base_offset: usize) -> (CheckOut
                     what.close_text()
                 )),
             };
+            let hint = hint.map(|h| format!("{h}{by_indentation}"));
+            let form = if is_list {
+                format!("the form `{}`: ", first_words(&text[outer..]))
+            } else {
+                String::new()
+            };
             let msg = format!(
-                "unclosed: {} `{}` opened at {} is never closed (expected `{}` before the end \
-                 of input). {}",
+                "unclosed: {form}{} `{}` opened at {} is never closed (expected `{}` before the \
+                 end of input). {}",
                 what.describe(),
                 what.open_text(),
                 at(&p),

@@ -161,8 +161,17 @@ fn edit(a: EditArgs, ctx: &ToolContext) -> ToolOutput {
     };
     let lines = LineIndex::new(&text);
     let line = lines.line_col(target.span.start).0;
-    if let Err(e) = check_closed(&text, &target) {
-        return ToolOutput::error(format!("{}: not edited: {e}", r.display));
+    // A broken target can be replaced or deleted (it ends where the next
+    // form at column 0 starts); inserting next to it would leave it broken.
+    let broken = check_closed(&text, &target).err();
+    if let Some(e) = &broken {
+        if matches!(
+            a.operation,
+            Operation::InsertBefore | Operation::InsertAfter
+        ) || target.item_span.end == text.len()
+        {
+            return ToolOutput::error(format!("{}: not edited: {e}", r.display));
+        }
     }
     if let Err(e) = check_guard(&text, &target, a.operation, content) {
         return ToolOutput::error(format!("{}: not edited: {e}", r.display));
@@ -198,9 +207,14 @@ fn edit(a: EditArgs, ctx: &ToolContext) -> ToolOutput {
         )
     } else {
         format!(
-            "Applied {} to `{what}` (line {line}) in {}.\n",
+            "Applied {} to `{what}` (line {line}) in {}{}.\n",
             a.operation.name(),
-            r.display
+            r.display,
+            if broken.is_some() {
+                ", which was not closed (it ran to the next form at column 1)"
+            } else {
+                ""
+            }
         )
     };
     if !repairs.is_empty() {
@@ -328,8 +342,8 @@ fn check_closed(text: &str, d: &Definition) -> Result<(), String> {
 /// that read fine but re-nest the rest of the file (a comment swallowing
 /// the next form, a form absorbing what follows).
 fn check_outside(old: &str, new: &str, range: Range<usize>, inserted: usize) -> Result<(), String> {
-    let a = scan::scan(old);
-    let b = scan::scan(new);
+    let a = scan::scan_recovering(old);
+    let b = scan::scan_recovering(new);
     let before = |s: &scan::Scan| -> Vec<scan::Item> {
         s.items
             .iter()
@@ -452,7 +466,9 @@ fn find_target(
         let t = form_type.trim().to_lowercase();
         t.rsplit(':').next().unwrap_or(&t).to_string()
     };
-    let s = scan::scan(text);
+    // As an editor reads it: a broken form ends where the next form at
+    // column 0 starts, so the forms after it (and it) can still be edited.
+    let s = scan::scan_recovering(text);
     let all = defs::definitions(text, s.forms());
     let lines = LineIndex::new(text);
     let line_of = |d: &Definition| lines.line_col(d.span.start).0;
@@ -850,9 +866,13 @@ mod tests {
     }
 
     #[test]
-    fn a_broken_file_is_named_as_the_likely_reason_for_a_miss() {
-        let e =
-            find_target("(defun a ()\n  (b)\n(defun c () 1)\n", "defun", "c", None).unwrap_err();
+    fn a_broken_form_hides_no_other_form_and_is_named_for_a_miss() {
+        let src = "(defun a ()\n  (b)\n(defun c () 1)\n";
+        // The form after the broken one is found (reading resumes at the
+        // next form at column 0), and so is the broken one.
+        assert_eq!(find_target(src, "defun", "c", None).unwrap().span, 18..32);
+        assert_eq!(find_target(src, "defun", "a", None).unwrap().span, 0..17);
+        let e = find_target(src, "defun", "d", None).unwrap_err();
         assert!(e.contains("a delimiter problem at line 1, column 1"), "{e}");
     }
 
