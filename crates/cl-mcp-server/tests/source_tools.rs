@@ -1138,7 +1138,9 @@ fn unrepairable_lisp_is_refused_and_nothing_is_written() {
                "content": "(defun a ()\n#+sbcl (b)\n  (c)\n"}),
     );
     assert!(
-        e.text.contains("`(defun a` (line 1)") && e.text.contains("line 3 is indented"),
+        e.text.contains("`(defun a` (line 1)")
+            && e.text
+                .contains("would close on its own line 1, without a body"),
         "{}",
         e.text
     );

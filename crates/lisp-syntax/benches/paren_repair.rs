@@ -6,8 +6,10 @@
 //! ships (installed by `scripts/setup.sh`), and breaks each three ways: the
 //! last `)` dropped, one `)` dropped at the end of a line inside the form (a
 //! middle one), one `)` too many at the end. Prints, per way, how many
-//! repairs give the original back byte for byte, how many are refused, and
-//! how many are wrong (a different text). parinfer's column needs the npm
+//! repairs give the original back byte for byte, how many give the same
+//! forms in another layout (the same tokens, only whitespace differs: a
+//! `)` dropped from a line of its own comes back at the end of the line
+//! before), how many are refused, and how many are wrong (different forms). parinfer's column needs the npm
 //! package `parinfer` under `target/parinfer`
 //! (`npm install --prefix target/parinfer parinfer`) and Node
 //! (`target/js/bin/node` or `node` on the PATH); without them it is skipped
@@ -105,25 +107,43 @@ fn broken(form: &str, way: usize) -> Option<String> {
 #[derive(Default, Clone, Copy)]
 struct Tally {
     restored: usize,
+    relaid: usize,
     refused: usize,
     wrong: usize,
 }
 
 impl Tally {
     fn total(&self) -> usize {
-        self.restored + self.refused + self.wrong
+        self.restored + self.relaid + self.refused + self.wrong
+    }
+    fn add(&mut self, o: &Tally) {
+        self.restored += o.restored;
+        self.relaid += o.relaid;
+        self.refused += o.refused;
+        self.wrong += o.wrong;
     }
     fn cell(&self) -> String {
         let pct = |n: usize| 100.0 * n as f64 / self.total().max(1) as f64;
         format!(
-            "{:>5} {:>5.1}% | {:>4} {:>4.1}% | {:>4}",
+            "{:>5} {:>5.1}% | {:>3} | {:>4} {:>4.1}% | {:>4}",
             self.restored,
             pct(self.restored),
+            self.relaid,
             self.refused,
             pct(self.refused),
             self.wrong
         )
     }
+}
+
+/// The texts of the non-whitespace leaves: equal when two texts read as the
+/// same forms.
+fn tokens(text: &str) -> Vec<String> {
+    parse(text)
+        .leaves()
+        .filter(|l| l.kind != NodeKind::Whitespace)
+        .map(|l| l.text(text).to_string())
+        .collect()
 }
 
 fn node() -> Option<PathBuf> {
@@ -258,11 +278,13 @@ fn main() {
     let mut originals = Vec::new();
     let mut cases = Vec::new();
     let mut ways = Vec::new();
+    let mut forms_total = 0;
     for f in &files {
         let Ok(text) = std::fs::read_to_string(f) else {
             continue;
         };
         for form in forms(&text) {
+            forms_total += 1;
             for way in 0..3 {
                 if let Some(b) = broken(&form, way) {
                     originals.push(form.clone());
@@ -291,6 +313,7 @@ fn main() {
             }
             match r {
                 Some(text) if *text == originals[i] => t.restored += 1,
+                Some(text) if tokens(text) == tokens(&originals[i]) => t.relaid += 1,
                 Some(_) => t.wrong += 1,
                 None => t.refused += 1,
             }
@@ -300,28 +323,27 @@ fn main() {
     println!(
         "{} files, {} forms broken {} ways = {} cases; our repair took {:.1?} in all\n",
         files.len(),
-        originals.len() / 3,
+        forms_total,
         WAYS.len(),
         cases.len(),
         elapsed
     );
     println!(
-        "{:<30} | {:^7} | {:^35} | {:^35}",
-        "", "cases", "ours: restored | refused | wrong", "parinfer: restored | failed | wrong"
+        "{:<30} | {:^7} | {:^40} | {:^40}",
+        "",
+        "cases",
+        "ours: restored | relaid | refused | wrong",
+        "parinfer: restored | relaid | failed | wrong"
     );
     let mut sum_ours = Tally::default();
     let mut sum_theirs = Tally::default();
     for (w, name) in WAYS.iter().enumerate() {
         let o = tally(&ours, w);
-        sum_ours.restored += o.restored;
-        sum_ours.refused += o.refused;
-        sum_ours.wrong += o.wrong;
+        sum_ours.add(&o);
         let p = match &theirs {
             Ok(t) => {
                 let p = tally(t, w);
-                sum_theirs.restored += p.restored;
-                sum_theirs.refused += p.refused;
-                sum_theirs.wrong += p.wrong;
+                sum_theirs.add(&p);
                 p.cell()
             }
             Err(_) => "skipped".into(),
@@ -345,7 +367,7 @@ fn main() {
     if std::env::var_os("SHOW_WRONG").is_some() {
         for (i, r) in ours.iter().enumerate() {
             match r {
-                Some(t) if *t != originals[i] => {
+                Some(t) if tokens(t) != tokens(&originals[i]) => {
                     println!(
                         "\n--- wrong ({}):\n{}\n--- got:\n{t}",
                         WAYS[ways[i]], cases[i]

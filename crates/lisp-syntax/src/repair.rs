@@ -29,8 +29,10 @@
 //!   When the indentation disagrees with the structure in a way that would
 //!   need more (a closer in the middle of a line to move, a line indented as
 //!   if inside a form that the indentation already closed, additions and
-//!   removals both), it refuses, naming the form, the line, and the likely
-//!   fix.
+//!   removals both), or is weak evidence (a line the repair moves into a
+//!   list it does not line up with, an operator such as `(defun f (x)`
+//!   closed on its own first line, closers on a line of their own next to
+//!   the change), it refuses, naming the form, the line, and the likely fix.
 
 use std::fmt;
 
@@ -635,6 +637,8 @@ fn infer_segment(ctx: &Ctx, seg: &Segment) -> Result<Vec<(usize, Edit)>, Refusal
     let toks = ctx.toks;
     // The partner of every closer as the text reads (ignoring indentation).
     let mut partner = vec![usize::MAX; toks.len()];
+    // And the closer of every opener.
+    let mut closer_of = vec![usize::MAX; toks.len()];
     {
         let mut stack = Vec::new();
         let range =
@@ -645,6 +649,7 @@ fn infer_segment(ctx: &Ctx, seg: &Segment) -> Result<Vec<(usize, Edit)>, Refusal
                 TokKind::Close => {
                     if let Some(o) = stack.pop() {
                         partner[i] = o;
+                        closer_of[o] = i;
                     }
                 }
                 _ => {}
@@ -658,6 +663,8 @@ fn infer_segment(ctx: &Ctx, seg: &Segment) -> Result<Vec<(usize, Edit)>, Refusal
     // Per group: the list the line's first token lands in does not line up
     // with it (see `lines_up`), with that list's opener.
     let mut misaligned: Vec<Option<usize>> = vec![None; seg.groups.len()];
+    // Per group: the lists its trail closes, by the indentation.
+    let mut closed_at: Vec<Vec<usize>> = vec![Vec::new(); seg.groups.len()];
     let mut last_code: Option<usize> = None;
     for (k, gi) in seg.groups.clone().enumerate() {
         let g = &ctx.groups[gi];
@@ -670,8 +677,10 @@ fn infer_segment(ctx: &Ctx, seg: &Segment) -> Result<Vec<(usize, Edit)>, Refusal
             _ => false,
         };
         let before = stack.len();
-        while stack.last().is_some_and(|(o, _)| closes(*o)) {
-            stack.pop();
+        while let Some((o, _)) = stack.pop_if(|(o, _)| closes(*o)) {
+            if let Some(prev) = last_code {
+                closed_at[prev].push(o);
+            }
         }
         if let Some(prev) = last_code {
             new_trail[prev] += before - stack.len();
@@ -762,19 +771,82 @@ fn infer_segment(ctx: &Ctx, seg: &Segment) -> Result<Vec<(usize, Edit)>, Refusal
     }
     if let Some(prev) = last_code {
         new_trail[prev] += stack.len();
+        closed_at[prev].extend(stack.iter().rev().map(|(o, _)| *o));
     }
     // Where a trail changes, the next code line lands in another list than
-    // the text says: it must line up with that list, or the indentation is
-    // not evidence enough (code indented by hand, off by a column).
+    // the text says, and where closers are added, the lists they close hold
+    // lines the text put elsewhere: those lines must line up with the list
+    // the indentation puts them in, or the indentation is not evidence
+    // enough (code indented by hand, off by a column).
     for (k, &inferred) in new_trail.iter().enumerate() {
-        if ctx.groups[seg.groups.start + k].trail.len() == inferred {
+        let old = ctx.groups[seg.groups.start + k].trail.len();
+        if old == inferred {
             continue;
+        }
+        // Closers on a line of their own say nothing by their indentation
+        // about which lists they close: a repair next to them is a guess.
+        let closers_only = |j: usize| ctx.groups[seg.groups.start + j].closer_indent.is_some();
+        let next_code = (k + 1..seg.groups.len()).find(|&j| ctx.groups[seg.groups.start + j].code);
+        if closers_only(k) || next_code.is_some_and(closers_only) {
+            let j = if closers_only(k) {
+                k
+            } else {
+                next_code.unwrap_or(k)
+            };
+            let line = ctx.group_line(seg.groups.start + j);
+            return Err(ctx.refusal(
+                seg_start,
+                line,
+                format!(
+                    "the closers on line {line} stand on a line of their own, so the \
+                     indentation does not say which lists they close"
+                ),
+                format!(
+                    "place the missing or extra \")\" yourself (the indentation alone \
+                     suggests: {})",
+                    ctx.change_of(seg.groups.start + k, &Edit { old, new: inferred })
+                ),
+            ));
+        }
+        // The lists the text itself closes elsewhere (or not at all): the
+        // ones whose extent the repair sets.
+        let trail = ctx.groups[seg.groups.start + k].trail.clone();
+        let moved: Vec<usize> = closed_at[k]
+            .iter()
+            .copied()
+            .filter(|&o| !trail.contains(&closer_of[o]))
+            .collect();
+        if inferred > old {
+            if let Some(&o) = moved.iter().find(|&&o| {
+                ctx.lines.line_col(toks[o].start).0 == ctx.group_line(seg.groups.start + k)
+                    && takes_a_body(ctx, o)
+            }) {
+                let (ol, _) = ctx.lines.line_col(toks[o].start);
+                return Err(ctx.refusal(
+                    seg_start,
+                    ol,
+                    format!(
+                        "by the indentation `{}` would close on its own line {ol}, without a \
+                         body, and the lines after it would stand at top level",
+                        form_label(&ctx.text[toks[o].start..])
+                    ),
+                    "indent its body under it, or place the missing \")\" yourself".into(),
+                ));
+            }
         }
         let next = (k + 1..seg.groups.len()).find(|&j| {
             let g = &ctx.groups[seg.groups.start + j];
             g.code && g.indent.is_some()
         });
-        if let Some((j, o)) = next.and_then(|j| misaligned[j].map(|o| (j, o))) {
+        let inside = (inferred > old)
+            .then(|| {
+                misaligned
+                    .iter()
+                    .enumerate()
+                    .find_map(|(j, m)| m.filter(|o| moved.contains(o)).map(|o| (j, o)))
+            })
+            .flatten();
+        if let Some((j, o)) = next.and_then(|j| misaligned[j].map(|o| (j, o))).or(inside) {
             let g = &ctx.groups[seg.groups.start + j];
             let (line, column) = ctx.lines.line_col(toks[g.toks.start].start);
             let (ol, oc) = ctx.lines.line_col(toks[o].start);
@@ -817,6 +889,46 @@ fn infer_segment(ctx: &Ctx, seg: &Segment) -> Result<Vec<(usize, Edit)>, Refusal
         .collect())
 }
 
+/// Whether the list opened by token `open` is an operator form whose body
+/// follows its first line (`(eval-when (...)`, `(defun f (x)`,
+/// `(with-open-file (s p)`): closing it on that line leaves it empty.
+fn takes_a_body(ctx: &Ctx, open: usize) -> bool {
+    let Some(head) = ctx.toks.get(open + 1).filter(|h| h.kind == TokKind::Code) else {
+        return false;
+    };
+    let name = ctx.text[head.start..head.end].to_ascii_lowercase();
+    let name = name.rsplit(':').next().unwrap_or(&name);
+    matches!(
+        name,
+        "eval-when"
+            | "progn"
+            | "let"
+            | "let*"
+            | "flet"
+            | "labels"
+            | "macrolet"
+            | "symbol-macrolet"
+            | "locally"
+            | "lambda"
+            | "when"
+            | "unless"
+            | "block"
+            | "tagbody"
+            | "unwind-protect"
+            | "handler-case"
+            | "handler-bind"
+            | "restart-case"
+            | "defun"
+            | "defmacro"
+            | "defmethod"
+            | "define-compiler-macro"
+            | "destructuring-bind"
+            | "multiple-value-bind"
+            | "dolist"
+            | "dotimes"
+    ) || name.starts_with("with-")
+}
+
 /// Whether a line indented at visual column `x` lines up as an element of
 /// the list opened by token `open` whose elements so far start at `cols`:
 /// one or two columns right of its `(`, or under one of its elements. A
@@ -840,7 +952,9 @@ fn lines_up(ctx: &Ctx, open: usize, cols: &[usize], x: usize) -> bool {
     if x == paren + 1 {
         return !(operator && args_on_first_line);
     }
-    x == paren + 2 || cols.iter().skip(1).any(|&c| c == x)
+    // Two columns in is a body; four, the arguments before a body in some
+    // styles (`(defmacro m (x)` / `    "doc"`).
+    x == paren + 2 || x == paren + 4 || cols.iter().skip(1).any(|&c| c == x)
 }
 
 /// The repaired text and its changes.
@@ -981,9 +1095,24 @@ mod tests {
         let r = refused("(defun foo (a\n  b) c\n  (d)\n");
         assert!(r.reason.contains("inside the line"), "{r}");
         // Dedented to where no list is open, yet indented.
-        let r = refused("(defun foo ()\n#+sbcl (bar)\n  (baz)\n");
+        let r = refused("(setq foo\n#+sbcl (bar)\n  (baz)\n");
         assert_eq!(r.line, 3, "{r}");
-        assert_eq!(r.form, "(defun foo");
+        assert_eq!(r.form, "(setq foo");
+        // An operator closed on its own line, leaving it without a body.
+        let r = refused("(defun foo ()\n#+sbcl (bar)\n  (baz)\n");
+        assert!(r.reason.contains("without a body"), "{r}");
+        let r = refused("(eval-when (:execute)\n(defvar *a* 1)\n(defvar *b*\n  2)");
+        assert_eq!(
+            (r.form.as_str(), r.line),
+            ("(eval-when (:execute)", 1),
+            "{r}"
+        );
+        // A line that would join a list it does not line up with.
+        let r = refused("(defun f (s)\n  (g s\n          x\n  (k))\n");
+        assert!(r.reason.contains("lines up with nothing"), "{r}");
+        // Closers on a line of their own.
+        let r = refused("(defun f ()\n  (g)\n  ;; todo\n  ))\n");
+        assert!(r.reason.contains("line of their own"), "{r}");
         // Would need both an addition and a removal.
         let r = refused("(defun foo ()\n  (bar)\n    (baz)\n  (qux)\n");
         assert!(r.reason.contains("both add and remove"), "{r}");
