@@ -838,12 +838,15 @@ fn infer_segment(ctx: &Ctx, seg: &Segment) -> Result<Vec<(usize, Edit)>, Refusal
             let g = &ctx.groups[seg.groups.start + j];
             g.code && g.indent.is_some()
         });
+        // Where closers are added, every line inside the lists they close
+        // (the text may have paired those lists with other closers, so all
+        // of them count).
         let inside = (inferred > old)
             .then(|| {
                 misaligned
                     .iter()
                     .enumerate()
-                    .find_map(|(j, m)| m.filter(|o| moved.contains(o)).map(|o| (j, o)))
+                    .find_map(|(j, m)| m.filter(|o| closed_at[k].contains(o)).map(|o| (j, o)))
             })
             .flatten();
         if let Some((j, o)) = next.and_then(|j| misaligned[j].map(|o| (j, o))).or(inside) {
