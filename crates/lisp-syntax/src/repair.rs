@@ -663,6 +663,8 @@ fn infer_segment(ctx: &Ctx, seg: &Segment) -> Result<Vec<(usize, Edit)>, Refusal
     // Per group: the list the line's first token lands in does not line up
     // with it (see `lines_up`), with that list's opener.
     let mut misaligned: Vec<Option<usize>> = vec![None; seg.groups.len()];
+    // The same, for a line after a removed closer: the strict reading.
+    let mut misaligned_strict: Vec<Option<usize>> = vec![None; seg.groups.len()];
     // Per group: the lists its trail closes, by the indentation.
     let mut closed_at: Vec<Vec<usize>> = vec![Vec::new(); seg.groups.len()];
     let mut last_code: Option<usize> = None;
@@ -703,8 +705,11 @@ fn infer_segment(ctx: &Ctx, seg: &Segment) -> Result<Vec<(usize, Edit)>, Refusal
                 ));
             }
             if let Some((o, cols)) = stack.last() {
-                if !lines_up(ctx, *o, cols, x) {
+                if !lines_up(ctx, *o, cols, x, false) {
                     misaligned[k] = Some(*o);
+                }
+                if !lines_up(ctx, *o, cols, x, true) {
+                    misaligned_strict[k] = Some(*o);
                 }
             }
         }
@@ -849,7 +854,12 @@ fn infer_segment(ctx: &Ctx, seg: &Segment) -> Result<Vec<(usize, Edit)>, Refusal
                     .find_map(|(j, m)| m.filter(|o| closed_at[k].contains(o)).map(|o| (j, o)))
             })
             .flatten();
-        if let Some((j, o)) = next.and_then(|j| misaligned[j].map(|o| (j, o))).or(inside) {
+        let after = if inferred < old {
+            &misaligned_strict
+        } else {
+            &misaligned
+        };
+        if let Some((j, o)) = next.and_then(|j| after[j].map(|o| (j, o))).or(inside) {
             let g = &ctx.groups[seg.groups.start + j];
             let (line, column) = ctx.lines.line_col(toks[g.toks.start].start);
             let (ol, oc) = ctx.lines.line_col(toks[o].start);
@@ -938,7 +948,10 @@ fn takes_a_body(ctx: &Ctx, open: usize) -> bool {
 /// call whose first line holds its operator and an argument
 /// (`(or a b` / `  (c)`) does not take a line under the operator: that is
 /// where the next element of the enclosing list stands.
-fn lines_up(ctx: &Ctx, open: usize, cols: &[usize], x: usize) -> bool {
+///
+/// `strict`: two columns in only for an operator that takes a body (or one
+/// whose arguments start on the next line), as an editor indents a call.
+fn lines_up(ctx: &Ctx, open: usize, cols: &[usize], x: usize, strict: bool) -> bool {
     let t = ctx.toks[open];
     // The column of the `(` itself (`#(` is two characters).
     let paren = t.col + ctx.text[t.start..t.end].chars().count() - 1;
@@ -957,7 +970,8 @@ fn lines_up(ctx: &Ctx, open: usize, cols: &[usize], x: usize) -> bool {
     }
     // Two columns in is a body; four, the arguments before a body in some
     // styles (`(defmacro m (x)` / `    "doc"`).
-    x == paren + 2 || x == paren + 4 || cols.iter().skip(1).any(|&c| c == x)
+    let body = !(strict && operator && args_on_first_line) || takes_a_body(ctx, open);
+    (x == paren + 2 && body) || x == paren + 4 || cols.iter().skip(1).any(|&c| c == x)
 }
 
 /// The repaired text and its changes.
@@ -1112,6 +1126,10 @@ mod tests {
         );
         // A line that would join a list it does not line up with.
         let r = refused("(defun f (s)\n  (g s\n          x\n  (k))\n");
+        assert!(r.reason.contains("lines up with nothing"), "{r}");
+        // Removing a closer would put `(g x)` two columns into a call that
+        // takes no body.
+        let r = refused("(defun f (x)\n  (declare (fixnum x))\n    (g x)))\n");
         assert!(r.reason.contains("lines up with nothing"), "{r}");
         // Closers on a line of their own.
         let r = refused("(defun f ()\n  (g)\n  ;; todo\n  ))\n");
