@@ -968,6 +968,11 @@ fn lines_up(ctx: &Ctx, open: usize, cols: &[usize], x: usize, strict: bool) -> b
     if x == paren + 1 {
         return !(operator && args_on_first_line);
     }
+    // The first line of arguments under an operator alone on its line sets
+    // their column (`(multiple-value-bind` / `    (a b) (f)`).
+    if x > paren && operator && cols.len() == 1 {
+        return true;
+    }
     // Two columns in is a body; four, the arguments before a body in some
     // styles (`(defmacro m (x)` / `    "doc"`).
     let body = !(strict && operator && args_on_first_line) || takes_a_body(ctx, open);
