@@ -83,7 +83,15 @@ fn check_parens_has_no_false_alarms_and_finds_real_problems() {
     assert_eq!(
         r.structured["hint"],
         "The form opened at line 1 is not closed: `(defun b` starts at column 1 of line 5 \
-         inside it, so a `)` is probably missing before line 5."
+         inside it, so a `)` is probably missing before line 5. By the indentation: add \")\" \
+         at line 3, column 7."
+    );
+    // The text names the broken form, not the end of the file.
+    assert!(
+        r.text
+            .contains("unclosed: the form `(defun a`: list `(` opened at line 1, column 1"),
+        "{}",
+        r.text
     );
 
     let r = s.ok("lisp-check-parens", json!({"code": "(a \"unterminated)\n"}));
@@ -112,8 +120,9 @@ fn check_parens_from_the_command_line() {
     assert!(out.status.success());
     assert_eq!(
         String::from_utf8_lossy(&out.stdout),
-        "code: unclosed: list `(` opened at line 1, column 1 is never closed (expected `)` \
-         before the end of input). Add the missing `)`.\n"
+        "code: unclosed: the form `(a`: list `(` opened at line 1, column 1 is never closed \
+         (expected `)` before the end of input). Add the missing `)`. By the indentation: add \
+         \")\" at line 1, column 3.\n"
     );
     let out = std::process::Command::new(BIN)
         .args(["call", "lisp-check-parens", "--arg", "code=(a #\\) \"(\")"])
@@ -296,10 +305,13 @@ fn edit_form_replaces_one_method_and_keeps_every_other_byte() {
 fn edit_form_refuses_bad_content_and_ambiguity() {
     let (_d, root, mut s) = setup();
     let path = root.join("src/nasty.lisp");
+    // Without the repair (which would place the missing closers), the
+    // reader's own error.
     let e = s.err(
         "lisp-edit-form",
         json!({"path": "src/nasty.lisp", "formType": "defun", "formName": "paren-string",
-               "operation": "replace", "content": "(defun paren-string (x)\n  (list x"}),
+               "operation": "replace", "content": "(defun paren-string (x)\n  (list x",
+               "repairParens": false}),
     );
     assert!(
         e.text.starts_with(
@@ -488,24 +500,20 @@ fn project_with(name: &str, text: &str) -> (tempfile::TempDir, std::path::PathBu
     (d, root, s)
 }
 
-/// A form that never closes runs to the end of the file: editing it (or
-/// inserting next to it) would rewrite or swallow every form after it.
+/// A form that never closes would run to the end of the file; read as an
+/// editor reads it, it ends where the next form at column 0 starts. It can
+/// be replaced or deleted by name, and the forms after it stay editable;
+/// inserting next to it is refused (it would stay broken).
 #[test]
-fn edit_form_refuses_a_form_that_is_not_closed() {
+fn a_broken_form_locks_nothing_else_and_can_be_replaced() {
     let src = "(defun a () 1)\n\n(defun b ()\n  (foo)\n\n(defun c () 3)\n";
     let (_d, root, mut s) = project_with("open.lisp", src);
-    for (op, content) in [
-        ("replace", Some("(defun b () 2)")),
-        ("delete", None),
-        ("insert_after", Some("(defun d () 4)")),
-        ("insert_before", Some("(defun d () 4)")),
-    ] {
-        let mut args = json!({"path": "open.lisp", "formType": "defun", "formName": "b",
-                              "operation": op});
-        if let Some(c) = content {
-            args["content"] = json!(c);
-        }
-        let e = s.err("lisp-edit-form", args);
+    for op in ["insert_after", "insert_before"] {
+        let e = s.err(
+            "lisp-edit-form",
+            json!({"path": "open.lisp", "formType": "defun", "formName": "b",
+                   "operation": op, "content": "(defun d () 4)"}),
+        );
         assert_eq!(
             e.text,
             "open.lisp: not edited: the form `defun b` (line 3) is not closed: it never ends, so \
@@ -519,36 +527,36 @@ fn edit_form_refuses_a_form_that_is_not_closed() {
         std::fs::read_to_string(root.join("open.lisp")).unwrap(),
         src
     );
-    // Forms before the open one are closed and still editable.
+    // The forms around it are listed and editable.
+    let sig = s.ok("clgrep-signatures", json!({"path": "open.lisp"}));
+    for name in ["defun a", "defun b", "defun c"] {
+        assert!(sig.text.contains(name), "{name}: {}", sig.text);
+    }
+    let read = s.ok("lisp-read-file", json!({"path": "open.lisp"}));
+    assert!(read.text.contains("(defun c () 3)"), "{}", read.text);
+    s.ok(
+        "lisp-edit-form",
+        json!({"path": "open.lisp", "formType": "defun", "formName": "c",
+               "operation": "replace", "content": "(defun c () 33)"}),
+    );
     s.ok(
         "lisp-edit-form",
         json!({"path": "open.lisp", "formType": "defun", "formName": "a",
                "operation": "replace", "content": "(defun a () 11)"}),
     );
+    // The broken form itself, replaced by name.
+    let r = s.ok(
+        "lisp-edit-form",
+        json!({"path": "open.lisp", "formType": "defun", "formName": "b",
+               "operation": "replace", "content": "(defun b ()\n  (foo))"}),
+    );
+    assert!(r.text.contains("which was not closed"), "{}", r.text);
     assert_eq!(
         std::fs::read_to_string(root.join("open.lisp")).unwrap(),
-        src.replace("(defun a () 1)", "(defun a () 11)")
+        "(defun a () 11)\n\n(defun b ()\n  (foo))\n\n(defun c () 33)\n"
     );
-    // A definition inside an unclosed wrapper is refused too.
-    let src = "(let ((x 1))\n  (defun inner () x)\n\n(defun after () 2)\n";
-    std::fs::write(root.join("wrap.lisp"), src).unwrap();
-    let e = s.err(
-        "lisp-edit-form",
-        json!({"path": "wrap.lisp", "formType": "defun", "formName": "inner",
-               "operation": "delete"}),
-    );
-    assert!(
-        e.text.contains(
-            "the form `defun inner` (line 2) is not closed: the top-level form around it, \
-             opened at line 1, never ends"
-        ) && e.text.contains("line 4"),
-        "{}",
-        e.text
-    );
-    assert_eq!(
-        std::fs::read_to_string(root.join("wrap.lisp")).unwrap(),
-        src
-    );
+    let c = s.ok("lisp-check-parens", json!({"path": "open.lisp"}));
+    assert_eq!(c.structured["ok"], true, "{}", c.text);
 }
 
 /// A `;` comment at the end of `content` must not comment out code that
@@ -1040,5 +1048,128 @@ fn several_forms_do_not_replace_a_guarded_form() {
     assert_eq!(
         std::fs::read_to_string(root.join("g.lisp")).unwrap(),
         "(defun a () 1)\n\n#+sbcl (defun b () 3)\n#+sbcl (defun b2 () 4)\n"
+    );
+}
+
+/// A Lisp file written with a `)` missing is repaired by its indentation
+/// before it is written, and the result says what changed, line by line.
+#[test]
+fn write_file_repairs_a_missing_closer_by_indentation() {
+    let (_d, root) = project();
+    let mut s = Server::start(&root);
+    let broken = "(defun area (r)\n  (let ((pi2 (* pi 2)))\n    (* pi2 r r)\n\n(defun perimeter (r)\n  (* 2 pi r))\n";
+    let r = s.ok(
+        "fs-write-file",
+        json!({"path": "geo.lisp", "content": broken}),
+    );
+    assert_eq!(
+        r.structured["repairs"],
+        json!(["added \"))\" at line 3, column 16"])
+    );
+    assert!(
+        r.text
+            .contains("-3:     (* pi2 r r)\n+3:     (* pi2 r r)))"),
+        "{}",
+        r.text
+    );
+    let fixed = broken.replace("(* pi2 r r)\n", "(* pi2 r r)))\n");
+    assert_eq!(
+        std::fs::read_to_string(root.join("geo.lisp")).unwrap(),
+        fixed
+    );
+    let c = s.ok("lisp-check-parens", json!({"path": "geo.lisp"}));
+    assert_eq!(c.structured["ok"], true, "{}", c.text);
+    // One too many: removed, and said.
+    let r = s.ok(
+        "fs-write-file",
+        json!({"path": "extra.lisp", "content": "(defun f ()\n  (g)))\n\n(defun h () 1)\n"}),
+    );
+    assert_eq!(
+        r.structured["repairs"],
+        json!(["removed \")\" at line 2, column 7"])
+    );
+    // Balanced text is written as given, whatever its indentation.
+    let odd = "(defun f ()\n(g)\n        (h))\n";
+    let r = s.ok("fs-write-file", json!({"path": "odd.lisp", "content": odd}));
+    assert!(r.structured.get("repairs").is_none(), "{}", r.text);
+    assert_eq!(std::fs::read_to_string(root.join("odd.lisp")).unwrap(), odd);
+    // On purpose: written as given.
+    s.ok(
+        "fs-write-file",
+        json!({"path": "raw.lisp", "content": broken, "repairParens": false}),
+    );
+    assert_eq!(
+        std::fs::read_to_string(root.join("raw.lisp")).unwrap(),
+        broken
+    );
+    // Not Lisp: never touched.
+    s.ok(
+        "fs-write-file",
+        json!({"path": "notes.txt", "content": "(a"}),
+    );
+    assert_eq!(
+        std::fs::read_to_string(root.join("notes.txt")).unwrap(),
+        "(a"
+    );
+}
+
+/// What indentation cannot settle is refused, naming the form, the line and
+/// the likely fix, and nothing is written.
+#[test]
+fn unrepairable_lisp_is_refused_and_nothing_is_written() {
+    let (_d, root) = project();
+    let mut s = Server::start(&root);
+    let e = s.err(
+        "fs-write-file",
+        json!({"path": "doc.lisp", "content": "(defun f ()\n  \"doc\n  (g))\n"}),
+    );
+    assert!(
+        e.text
+            .starts_with("Not written: in doc.lisp, the parentheses of `(defun f` (line 1)")
+            && e.text
+                .contains("the string opened at line 2, column 3 never closes")
+            && e.text.contains("Likely fix: add the closing `\"`"),
+        "{}",
+        e.text
+    );
+    assert!(!root.join("doc.lisp").exists());
+    let src = "(defun a () 1)\n";
+    std::fs::write(root.join("e.lisp"), src).unwrap();
+    let e = s.err(
+        "lisp-edit-form",
+        json!({"path": "e.lisp", "formType": "defun", "formName": "a", "operation": "replace",
+               "content": "(defun a ()\n#+sbcl (b)\n  (c)\n"}),
+    );
+    assert!(
+        e.text.contains("`(defun a` (line 1)")
+            && e.text
+                .contains("would close on its own line 1, without a body"),
+        "{}",
+        e.text
+    );
+    assert_eq!(std::fs::read_to_string(root.join("e.lisp")).unwrap(), src);
+}
+
+/// `lisp-edit-form` repairs its `content` the same way.
+#[test]
+fn edit_form_repairs_content_missing_a_closer() {
+    let (_d, root, mut s) = project_with("e.lisp", "(defun a () 1)\n\n(defun b () 2)\n");
+    let r = s.ok(
+        "lisp-edit-form",
+        json!({"path": "e.lisp", "formType": "defun", "formName": "b", "operation": "replace",
+               "content": "(defun b (x)\n  (when x\n    (print x)\n  x)"}),
+    );
+    assert_eq!(
+        r.structured["repairs"],
+        json!(["added \")\" at line 3, column 14"])
+    );
+    assert!(
+        r.text.contains("Repaired the parentheses of `content`"),
+        "{}",
+        r.text
+    );
+    assert_eq!(
+        std::fs::read_to_string(root.join("e.lisp")).unwrap(),
+        "(defun a () 1)\n\n(defun b (x)\n  (when x\n    (print x))\n  x)\n"
     );
 }

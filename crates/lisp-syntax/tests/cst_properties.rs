@@ -1,7 +1,9 @@
 //! Property tests: whatever the input, the reader never panics, is lossless,
-//! and builds a well-formed tree.
+//! and builds a well-formed tree; the parenthesis repair never panics and
+//! only ever moves closers, into text that reads.
 
 use lisp_syntax::cst::{parse, LineIndex, Node, NodeKind};
+use lisp_syntax::repair::{repair_parens, Repair};
 use proptest::prelude::*;
 
 /// The invariants every parse must satisfy.
@@ -145,6 +147,29 @@ fn lispish() -> impl Strategy<Value = String> {
     prop::collection::vec(prop::sample::select(pieces), 0..80).prop_map(|v| v.concat())
 }
 
+/// `repair_parens` never panics; a repair reads, differs from the input only
+/// by `)` characters, and reports as many of them as it moved; text that
+/// reads is never changed.
+fn check_repair(src: &str) {
+    match repair_parens(src) {
+        Repair::Unchanged | Repair::Refused(_) => {}
+        Repair::Repaired { text, changes } => {
+            assert!(!parse(src).is_ok(), "repaired text that read: {src:?}");
+            assert!(parse(&text).is_ok(), "{src:?} -> {text:?}");
+            let strip = |s: &str| s.replace(')', "");
+            assert_eq!(strip(src), strip(&text), "{src:?} -> {text:?}");
+            let added: usize = changes.iter().filter(|c| c.added).map(|c| c.count).sum();
+            let removed: usize = changes.iter().filter(|c| !c.added).map(|c| c.count).sum();
+            let count = |s: &str| s.matches(')').count();
+            assert_eq!(
+                count(&text) + removed,
+                count(src) + added,
+                "{src:?} -> {text:?}"
+            );
+        }
+    }
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 2000, ..ProptestConfig::default() })]
 
@@ -161,6 +186,16 @@ proptest! {
     #[test]
     fn arbitrary_bytes(bytes in prop::collection::vec(any::<u8>(), 0..300)) {
         check_invariants(&String::from_utf8_lossy(&bytes));
+    }
+
+    #[test]
+    fn repairs_only_move_closers_and_always_read(src in lispish()) {
+        check_repair(&src);
+    }
+
+    #[test]
+    fn repairs_of_indented_lines(src in "[()a \n;\"#|]{0,120}") {
+        check_repair(&src);
     }
 
     #[test]

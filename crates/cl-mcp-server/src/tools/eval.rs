@@ -309,6 +309,13 @@ async fn evaluate(a: EvalArgs, ctx: ToolContext) -> ToolOutput {
     };
     let mut out = EvalOutput::from_plist(&value);
     out.queued_ms = queued.as_ref().map(|q| q.millis());
+    // Only in the text: `EvalOutput` is the schema of several debugger
+    // tools, and tools/list has a size budget.
+    let repair_note = if out.error.is_some() {
+        repair_note(&a.code)
+    } else {
+        None
+    };
     let cause = cause.map(|c| match c {
         lisp_call::StopCause::Timeout => InterruptCause::Timeout(timeout),
         lisp_call::StopCause::Cancelled => InterruptCause::Cancelled,
@@ -319,6 +326,10 @@ async fn evaluate(a: EvalArgs, ctx: ToolContext) -> ToolOutput {
         cause
     };
     let mut text = render_text(&out, cause);
+    if let Some(note) = repair_note {
+        text.push_str("\n\n");
+        text.push_str(&note);
+    }
     if let Some(hint) = sandbox_hint(&ctx, &out) {
         text.push_str("\n\n");
         text.push_str(&hint);
@@ -330,6 +341,41 @@ async fn evaluate(a: EvalArgs, ctx: ToolContext) -> ToolOutput {
     let is_error = out.error.is_some() || out.interrupted;
     let structured = serde_json::to_value(&out).unwrap_or_default();
     ToolOutput::structured(text, structured).with_error(is_error)
+}
+
+/// When `code` failed and does not read for its closing parentheses: the
+/// `[REPAIR]` note showing the code with its closers placed by indentation
+/// (or why they cannot be). The repaired code is never run: the model sends
+/// it again if it is what it meant.
+fn repair_note(code: &str) -> Option<String> {
+    match super::source::parens::repair(code) {
+        Ok(None) => None,
+        Ok(Some(r)) => {
+            // Only extra closers after the last form: everything ran.
+            let only_trailing_extra = code
+                .trim_end()
+                .strip_prefix(r.text.trim_end())
+                .is_some_and(|rest| rest.chars().all(|c| c == ')' || c.is_whitespace()));
+            let note = if only_trailing_extra {
+                format!(
+                    "[REPAIR] Only the extra \")\" at the end did not read ({}); the forms \
+                     before it ran.",
+                    r.changes.join("; ")
+                )
+            } else {
+                format!(
+                    "[REPAIR] The code does not read: by its indentation it is missing or has \
+                     extra closing parentheses ({}):\n{}Nothing of the repaired code ran; if \
+                     this is what you meant, send it again:\n{}",
+                    r.changes.join("; "),
+                    r.diff,
+                    r.text
+                )
+            };
+            Some(note)
+        }
+        Err(e) => Some(format!("[REPAIR] The code does not read, and {e}")),
+    }
 }
 
 /// The `[SANDBOX]` line when the error (or the stderr of a child process)
@@ -399,6 +445,19 @@ pub fn tools() -> Vec<ToolDef> {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn code_that_does_not_read_gets_its_repair_shown_not_run() {
+        let note = super::repair_note("(defun f (x)\n  (g x)\n(f 1)").unwrap();
+        assert!(
+            note.contains("added \")\" at line 2, column 8")
+                && note.ends_with("send it again:\n(defun f (x)\n  (g x))\n(f 1)"),
+            "{note}"
+        );
+        let note = super::repair_note("(defvar *a* 1) (+ 1 2))").unwrap();
+        assert!(note.contains("the forms before it ran"), "{note}");
+        assert!(super::repair_note("(car 5)").is_none());
+    }
     use super::*;
     use lisp_syntax::data;
 

@@ -61,6 +61,10 @@ struct ReadOutput {
 struct WriteArgs {
     path: String,
     content: String,
+    // Lisp files: default true, missing or extra `)` placed by
+    // indentation; false writes `content` as given (no schema description:
+    // the README has it).
+    repair_parens: Option<bool>,
 }
 
 #[derive(Serialize, JsonSchema)]
@@ -75,6 +79,10 @@ struct WriteOutput {
     /// `utf-8` (`content` has characters Latin-1 lacks).
     #[serde(skip_serializing_if = "Option::is_none")]
     encoding: Option<&'static str>,
+    /// Closers placed by indentation before writing (Lisp files):
+    /// `added ")" at line 12, column 30`.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    repairs: Vec<String>,
 }
 
 #[derive(Deserialize, JsonSchema)]
@@ -507,6 +515,25 @@ fn write_file(a: WriteArgs, session: &Session) -> ToolOutput {
     if r.path.is_dir() {
         return ToolOutput::error(format!("'{}' is a directory; give a file path.", r.display));
     }
+    let mut a = a;
+    let mut repairs = Vec::new();
+    let mut repair_diff = String::new();
+    if a.repair_parens != Some(false) && crate::tools::source::is_lisp_path(&r.path) {
+        match crate::tools::source::parens::repair(&a.content) {
+            Ok(None) => {}
+            Ok(Some(rep)) => {
+                a.content = rep.text;
+                repairs = rep.changes;
+                repair_diff = rep.diff;
+            }
+            Err(e) => {
+                return ToolOutput::error(format!(
+                    "Not written: in {}, {e} Pass `repairParens: false` to write it as it is.",
+                    r.display
+                ))
+            }
+        }
+    }
     // A file that is not UTF-8 (fs-read-file showed it as Latin-1) is
     // written back in Latin-1; text where U+FFFD stands for bytes a reader
     // could not decode would destroy them, and is refused.
@@ -538,10 +565,20 @@ fn write_file(a: WriteArgs, session: &Session) -> ToolOutput {
         bytes: bytes.len(),
         created: !replaced,
         encoding,
+        repairs,
+    };
+    let repaired = if out.repairs.is_empty() {
+        String::new()
+    } else {
+        format!(
+            "\nRepaired the parentheses by indentation before writing ({}):\n{}",
+            out.repairs.join("; "),
+            repair_diff.trim_end()
+        )
     };
     ToolOutput::structured(
         format!(
-            "{} {} ({}{}).",
+            "{} {} ({}{}).{repaired}",
             if replaced { "Replaced" } else { "Created" },
             r.display,
             counted(bytes.len(), "byte", "bytes"),

@@ -55,8 +55,7 @@ pub fn tool_def() -> ToolDef {
         ToolGroup::Source,
         "Check Lisp delimiters",
         "Find the first unbalanced delimiter in a file (`path`, `offset`/`limit` lines) or \
-         `code`: kind, position, and where a `)` is probably missing. Strings, comments, `#\\(`, \
-         `|a)b|` are read correctly.",
+         `code`: kind, position, the form it is in, and where a `)` is probably missing.",
         Annotations::READ_ONLY,
         |a: CheckArgs, ctx: ToolContext| off_workers(move || {
             let (text, base_line, base_offset, label) = match (&a.path, &a.code) {
@@ -223,6 +222,25 @@ pub fn check_text(text: &str, base_line: usize, base_offset: usize) -> (CheckOut
         p
     };
     let at = |p: &Position| format!("line {}, column {}", p.line, p.column);
+    // Where indentation places the closers, when it can.
+    let by_indentation = match lisp_syntax::repair::repair_parens(text) {
+        lisp_syntax::repair::Repair::Repaired { changes, .. } => {
+            let said: Vec<String> = changes
+                .iter()
+                .map(|c| {
+                    format!(
+                        "{} \"{}\" at line {}, column {}",
+                        if c.added { "add" } else { "remove" },
+                        ")".repeat(c.count),
+                        c.line + base_line,
+                        c.column
+                    )
+                })
+                .collect();
+            format!(" By the indentation: {}.", said.join("; "))
+        }
+        _ => String::new(),
+    };
     match problem {
         Problem::ExtraClose { offset } => {
             let p = pos(offset);
@@ -238,6 +256,7 @@ pub fn check_text(text: &str, base_line: usize, base_offset: usize) -> (CheckOut
                 ),
                 None => "Delete this `)`: no form is open before it.".to_string(),
             };
+            let hint = format!("{hint}{by_indentation}");
             let msg = format!(
                 "extra-close: `)` at {} closes nothing (no list is open there). {hint}",
                 at(&p)
@@ -291,9 +310,15 @@ pub fn check_text(text: &str, base_line: usize, base_offset: usize) -> (CheckOut
                     what.close_text()
                 )),
             };
+            let hint = hint.map(|h| format!("{h}{by_indentation}"));
+            let form = if is_list {
+                format!("the form `{}`: ", first_words(&text[outer..]))
+            } else {
+                String::new()
+            };
             let msg = format!(
-                "unclosed: {} `{}` opened at {} is never closed (expected `{}` before the end \
-                 of input). {}",
+                "unclosed: {form}{} `{}` opened at {} is never closed (expected `{}` before the \
+                 end of input). {}",
                 what.describe(),
                 what.open_text(),
                 at(&p),

@@ -14,7 +14,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::defs::{self, Definition};
-use super::scan;
+use super::{parens, scan};
 use crate::tools::fs::{read_text_capped, resolve_for, to_json};
 use crate::tools::fs_paths::{atomic_write, Access};
 use crate::tools::{off_workers, tool, Annotations, ToolContext, ToolDef, ToolGroup, ToolOutput};
@@ -56,12 +56,15 @@ struct EditArgs {
     /// Methods: `print-object :after (point t)`; `(setf foo)`.
     form_name: String,
     operation: Operation,
-    /// New form(s), balanced (not for `delete`).
+    /// New form(s).
     content: Option<String>,
     /// Diff only, nothing written.
     dry_run: Option<bool>,
     /// To pick among same-named forms.
     line: Option<usize>,
+    // Default true: place missing or extra `)` in `content` by its
+    // indentation (no schema description: the README has it).
+    repair_parens: Option<bool>,
 }
 
 #[derive(Serialize, JsonSchema)]
@@ -79,6 +82,10 @@ struct EditOutput {
     diff: String,
     /// Size of the file after the edit, in bytes.
     bytes: usize,
+    /// Closers `content` was missing or had too many, placed by its
+    /// indentation (lines of `content`): `added ")" at line 3, column 10`.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    repairs: Vec<String>,
 }
 
 /// The `lisp-edit-form` tool.
@@ -89,7 +96,7 @@ pub fn tool_def() -> ToolDef {
         "Edit a Lisp definition",
         "Replace, delete, or insert before/after one top-level definition (`formType`, \
          `formName`); the rest stays byte-identical. Nothing is written if the file would not \
-         read, another form would change, or the target is unclosed. Returns a diff.",
+         read or another form would change. Returns a diff.",
         Annotations::DESTRUCTIVE,
         |a: EditArgs, ctx: ToolContext| off_workers(move || edit(a, &ctx)),
     )
@@ -117,7 +124,26 @@ fn edit(a: EditArgs, ctx: &ToolContext) -> ToolOutput {
         Ok(t) => t,
         Err(e) => return ToolOutput::error(e),
     };
-    let content = a.content.as_deref().unwrap_or("");
+    let mut content = a.content.as_deref().unwrap_or("").to_string();
+    let mut repairs = Vec::new();
+    let mut repair_diff = String::new();
+    if a.operation != Operation::Delete && a.repair_parens != Some(false) {
+        match parens::repair(&content) {
+            Ok(None) => {}
+            Ok(Some(r)) => {
+                content = r.text;
+                repairs = r.changes;
+                repair_diff = r.diff;
+            }
+            Err(e) => {
+                return ToolOutput::error(format!(
+                    "Not written: in `content`, {e} (Lines are lines of `content`; pass \
+                     `repairParens: false` to get the reader's own error instead.)"
+                ))
+            }
+        }
+    }
+    let content = content.as_str();
     if a.operation != Operation::Delete {
         if content.trim().is_empty() {
             return ToolOutput::error(format!(
@@ -135,8 +161,17 @@ fn edit(a: EditArgs, ctx: &ToolContext) -> ToolOutput {
     };
     let lines = LineIndex::new(&text);
     let line = lines.line_col(target.span.start).0;
-    if let Err(e) = check_closed(&text, &target) {
-        return ToolOutput::error(format!("{}: not edited: {e}", r.display));
+    // A broken target can be replaced or deleted (it ends where the next
+    // form at column 0 starts); inserting next to it would leave it broken.
+    let broken = check_closed(&text, &target).err();
+    if let Some(e) = &broken {
+        if matches!(
+            a.operation,
+            Operation::InsertBefore | Operation::InsertAfter
+        ) || target.item_span.end == text.len()
+        {
+            return ToolOutput::error(format!("{}: not edited: {e}", r.display));
+        }
     }
     if let Err(e) = check_guard(&text, &target, a.operation, content) {
         return ToolOutput::error(format!("{}: not edited: {e}", r.display));
@@ -172,11 +207,24 @@ fn edit(a: EditArgs, ctx: &ToolContext) -> ToolOutput {
         )
     } else {
         format!(
-            "Applied {} to `{what}` (line {line}) in {}.\n",
+            "Applied {} to `{what}` (line {line}) in {}{}.\n",
             a.operation.name(),
-            r.display
+            r.display,
+            if broken.is_some() {
+                ", which was not closed (it ran to the next form at column 1)"
+            } else {
+                ""
+            }
         )
     };
+    if !repairs.is_empty() {
+        let _ = write!(
+            msg,
+            "Repaired the parentheses of `content` by its indentation ({}; lines of \
+             `content`):\n{repair_diff}",
+            repairs.join("; ")
+        );
+    }
     msg.push_str(&diff);
     let out = EditOutput {
         path: r.display,
@@ -187,6 +235,7 @@ fn edit(a: EditArgs, ctx: &ToolContext) -> ToolOutput {
         written: !dry,
         diff,
         bytes: new_text.len(),
+        repairs,
     };
     ToolOutput::structured(msg, to_json(&out))
 }
@@ -293,8 +342,8 @@ fn check_closed(text: &str, d: &Definition) -> Result<(), String> {
 /// that read fine but re-nest the rest of the file (a comment swallowing
 /// the next form, a form absorbing what follows).
 fn check_outside(old: &str, new: &str, range: Range<usize>, inserted: usize) -> Result<(), String> {
-    let a = scan::scan(old);
-    let b = scan::scan(new);
+    let a = scan::scan_recovering(old);
+    let b = scan::scan_recovering(new);
     let before = |s: &scan::Scan| -> Vec<scan::Item> {
         s.items
             .iter()
@@ -417,7 +466,9 @@ fn find_target(
         let t = form_type.trim().to_lowercase();
         t.rsplit(':').next().unwrap_or(&t).to_string()
     };
-    let s = scan::scan(text);
+    // As an editor reads it: a broken form ends where the next form at
+    // column 0 starts, so the forms after it (and it) can still be edited.
+    let s = scan::scan_recovering(text);
     let all = defs::definitions(text, s.forms());
     let lines = LineIndex::new(text);
     let line_of = |d: &Definition| lines.line_col(d.span.start).0;
@@ -815,9 +866,13 @@ mod tests {
     }
 
     #[test]
-    fn a_broken_file_is_named_as_the_likely_reason_for_a_miss() {
-        let e =
-            find_target("(defun a ()\n  (b)\n(defun c () 1)\n", "defun", "c", None).unwrap_err();
+    fn a_broken_form_hides_no_other_form_and_is_named_for_a_miss() {
+        let src = "(defun a ()\n  (b)\n(defun c () 1)\n";
+        // The form after the broken one is found (reading resumes at the
+        // next form at column 0), and so is the broken one.
+        assert_eq!(find_target(src, "defun", "c", None).unwrap().span, 18..32);
+        assert_eq!(find_target(src, "defun", "a", None).unwrap().span, 0..17);
+        let e = find_target(src, "defun", "d", None).unwrap_err();
         assert!(e.contains("a delimiter problem at line 1, column 1"), "{e}");
     }
 

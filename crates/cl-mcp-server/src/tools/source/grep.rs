@@ -417,7 +417,7 @@ fn place_hits(base: &cap_std::fs::Dir, base_path: &Path, hits: &mut [Hit]) {
             .and_then(|(f, m)| read_capped(f, m.len(), MAX_FILE_BYTES, &hits[i].path).ok());
         if let Some(bytes) = read {
             if let Ok(text) = std::str::from_utf8(&bytes) {
-                let s = scan::scan(text);
+                let s = scan::scan_recovering(text);
                 let mut placer = Placer::new(text, &s);
                 for h in &mut hits[i..j] {
                     placer.place(h);
@@ -599,7 +599,9 @@ fn search_bytes(bytes: &[u8], re: &Regex, types: Option<&[String]>, placed: bool
     }
     // Placing hits in forms needs the text; non-UTF-8 files get no forms.
     let scanned = if placed {
-        std::str::from_utf8(bytes).ok().map(|t| (t, scan::scan(t)))
+        std::str::from_utf8(bytes)
+            .ok()
+            .map(|t| (t, scan::scan_recovering(t)))
     } else {
         None
     };
@@ -702,7 +704,7 @@ pub fn signatures(root: &Path, r: &ResolvedPath) -> Result<(Vec<Signature>, Walk
         let Ok(text) = std::str::from_utf8(bytes) else {
             return;
         };
-        let s = scan::scan(text);
+        let s = scan::scan_recovering(text);
         let ds = defs::definitions(text, s.forms());
         if ds.is_empty() {
             return;

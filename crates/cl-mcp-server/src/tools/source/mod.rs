@@ -5,11 +5,13 @@
 //! - [`defs`]: what each top-level form defines; shared by every tool here.
 //! - `check` (`lisp-check-parens`), `read` (`lisp-read-file`), `grep`
 //!   (`clgrep-search`, `clgrep-signatures`), `edit` (`lisp-edit-form`).
+//! - [`parens`]: closers repaired by indentation before a write.
 
 pub mod check;
 pub mod defs;
 pub mod edit;
 pub mod grep;
+pub mod parens;
 pub mod read;
 pub mod scan;
 

@@ -209,7 +209,7 @@ pub fn collapsed_view(
     content_re: Option<&Regex>,
 ) -> (String, ReadMeta) {
     let lines = LineIndex::new(text);
-    let s = scan::scan(text);
+    let s = scan::scan_recovering(text);
     let total_lines = human_line_count(text, &lines);
     // `offset` is the first source line; `limit` caps the lines shown.
     let (wstart, _) = line_window(text, &lines, window.offset, 1);
@@ -312,17 +312,29 @@ pub fn collapsed_view(
         expanded_forms: Some(expanded),
         truncated,
         next_offset,
-        syntax_problem: s.problem.as_ref().map(|pr| describe_problem(pr, &lines)),
+        syntax_problem: s
+            .problem
+            .as_ref()
+            .map(|pr| describe_problem(pr, text, &lines)),
     };
     (p.out, meta)
 }
 
-fn describe_problem(p: &scan::Problem, lines: &LineIndex) -> String {
+fn describe_problem(p: &scan::Problem, text: &str, lines: &LineIndex) -> String {
     let (l, c) = lines.line_col(p.offset());
     match p {
         scan::Problem::ExtraClose { .. } => {
             format!("extra `)` at line {l}, column {c}; forms after it may be misread")
         }
+        scan::Problem::Unclosed {
+            what: scan::Opener::List | scan::Opener::Vector,
+            outer,
+            ..
+        } => format!(
+            "the form `{}` at line {l} is not closed; the forms after it are shown from the \
+             next line that opens a form at column 1",
+            super::check::first_words(&text[*outer..])
+        ),
         scan::Problem::Unclosed { what, .. } => format!(
             "unclosed {} from line {l}, column {c} to the end of the file",
             what.describe()

@@ -159,8 +159,21 @@ impl Scan {
     }
 }
 
-/// Scans `src` into top-level items and the first delimiter problem.
+/// Scans `src` into top-level items and the first delimiter problem, as
+/// Lisp reads it: an unclosed list runs to the end of the input.
 pub fn scan(src: &str) -> Scan {
+    scan_items(src, false)
+}
+
+/// Like [`scan`], but as an editor reads a file with a broken form: an
+/// unclosed list ends before the first line inside it that opens a form at
+/// column 0, and scanning goes on from there, so one broken form does not
+/// hide the forms after it. `problem` is still the first problem.
+pub fn scan_recovering(src: &str) -> Scan {
+    scan_items(src, true)
+}
+
+fn scan_items(src: &str, recover: bool) -> Scan {
     let mut s = Scanner::new(src);
     let b = src.as_bytes();
     let len = b.len();
@@ -220,12 +233,32 @@ pub fn scan(src: &str) -> Scan {
                 i = offset + 1;
             }
             Err(p) => {
-                out.items.push(Item {
-                    kind: ItemKind::Form,
-                    span: i..len,
-                });
-                out.problem.get_or_insert(p);
-                break;
+                let list = matches!(
+                    p,
+                    Problem::Unclosed {
+                        what: Opener::List | Opener::Vector,
+                        ..
+                    }
+                );
+                match s.restart.filter(|_| recover && list) {
+                    Some(r) => {
+                        let end = i + src[i..r].trim_end().len();
+                        out.items.push(Item {
+                            kind: ItemKind::Form,
+                            span: i..end,
+                        });
+                        out.problem.get_or_insert(p);
+                        i = r;
+                    }
+                    None => {
+                        out.items.push(Item {
+                            kind: ItemKind::Form,
+                            span: i..len,
+                        });
+                        out.problem.get_or_insert(p);
+                        break;
+                    }
+                }
             }
         }
     }
@@ -326,6 +359,10 @@ pub fn form_end(src: &str, start: usize) -> Option<usize> {
 pub struct Scanner<'a> {
     b: &'a [u8],
     stack: Vec<usize>,
+    /// After [`Scanner::skip_form`] found a list it opened unclosed: the
+    /// first `(` at column 0 inside it (outside strings and comments),
+    /// where an editor would take the next top-level form to start.
+    restart: Option<usize>,
 }
 
 /// What a `#` dispatch at token start turned out to be.
@@ -346,6 +383,7 @@ impl<'a> Scanner<'a> {
         Scanner {
             b: src.as_bytes(),
             stack: Vec::new(),
+            restart: None,
         }
     }
 
@@ -572,6 +610,7 @@ impl<'a> Scanner<'a> {
         let b = self.b;
         let len = b.len();
         self.stack.clear();
+        self.restart = None;
         let mut suspect: Option<usize> = None;
         let mut need = 1usize;
         let mut i = start;
@@ -602,9 +641,12 @@ impl<'a> Scanner<'a> {
                     continue;
                 }
                 b'(' => {
+                    let at_column_0 = !self.stack.is_empty() && (i == 0 || b[i - 1] == b'\n');
+                    if at_column_0 && self.restart.is_none() {
+                        self.restart = Some(i);
+                    }
                     if suspect.is_none()
-                        && !self.stack.is_empty()
-                        && (i == 0 || b[i - 1] == b'\n')
+                        && at_column_0
                         && b.len() > i + 4
                         && b[i + 1..i + 4].eq_ignore_ascii_case(b"def")
                     {
@@ -696,6 +738,26 @@ mod tests {
             ]
         );
         assert!(scan(src).problem.is_none());
+    }
+
+    #[test]
+    fn recovering_scans_go_on_after_a_broken_form() {
+        let src =
+            "(defun a () 1)\n(defun b ()\n  (x \"\n(not a form\")\n  (y)\n\n(defun c () 3)\n(d";
+        let s = scan_recovering(src);
+        let forms: Vec<&str> = s.forms().map(|f| &src[f.clone()]).collect();
+        assert_eq!(
+            forms,
+            vec![
+                "(defun a () 1)",
+                "(defun b ()\n  (x \"\n(not a form\")\n  (y)",
+                "(defun c () 3)",
+                "(d"
+            ]
+        );
+        assert_eq!(s.problem.unwrap().offset(), 15);
+        // As Lisp reads it, the broken form runs to the end.
+        assert_eq!(scan(src).forms().count(), 2);
     }
 
     #[test]

@@ -1,0 +1,385 @@
+//! How well [`lisp_syntax::repair::repair_parens`] restores real code broken
+//! the ways models break it, beside parinfer's indent mode.
+//!
+//! Run with `cargo bench -p lisp-syntax --bench paren_repair`. Takes every
+//! multi-line top-level list starting at column 0 of the libraries Debian
+//! ships (installed by `scripts/setup.sh`), and breaks each three ways: the
+//! last `)` dropped, one `)` dropped at the end of a line inside the form (a
+//! middle one), one `)` too many at the end. Prints, per way, how many
+//! repairs give the original back byte for byte, how many give the same
+//! forms in another layout (the same tokens, only whitespace differs: a
+//! `)` dropped from a line of its own comes back at the end of the line
+//! before), how many are refused, and how many are wrong (different forms). parinfer's column needs the npm
+//! package `parinfer` under `target/parinfer`
+//! (`npm install --prefix target/parinfer parinfer`) and Node
+//! (`target/js/bin/node` or `node` on the PATH); without them it is skipped
+//! with a note.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use lisp_syntax::cst::{parse, NodeKind};
+use lisp_syntax::repair::{repair_parens, Repair};
+
+const LIBRARIES: &[&str] = &[
+    "/usr/share/common-lisp/source/alexandria",
+    "/usr/share/common-lisp/source/cl-ppcre",
+    "/usr/share/common-lisp/source/yason",
+    "/usr/share/common-lisp/source/usocket",
+    "/usr/share/common-lisp/source/bordeaux-threads",
+    "/usr/share/common-lisp/source/hunchentoot",
+    "/usr/share/common-lisp/source/fiveam",
+];
+
+const WAYS: [&str; 3] = [
+    "last ) dropped",
+    "inner ) dropped at a line end",
+    "one ) too many at the end",
+];
+
+fn lisp_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    let mut entries: Vec<_> = entries.flatten().map(|e| e.path()).collect();
+    entries.sort();
+    for p in entries {
+        if p.is_dir() {
+            lisp_files(&p, out);
+        } else if p
+            .extension()
+            .is_some_and(|e| e == "lisp" || e == "asd" || e == "cl")
+        {
+            out.push(p);
+        }
+    }
+}
+
+/// The top-level multi-line lists starting at column 0 of `text`.
+fn forms(text: &str) -> Vec<String> {
+    let p = parse(text);
+    if !p.is_ok() {
+        return Vec::new();
+    }
+    p.top_level_forms()
+        .filter(|f| f.kind == NodeKind::List)
+        .filter(|f| f.span.start == 0 || text.as_bytes()[f.span.start - 1] == b'\n')
+        .map(|f| f.text(text).to_string())
+        .filter(|s| s.contains('\n'))
+        .collect()
+}
+
+/// Offsets of the `)` that end a line inside `form` (not its last line),
+/// before any trailing comment.
+fn line_end_closers(form: &str) -> Vec<usize> {
+    let p = parse(form);
+    let mut out = Vec::new();
+    let mut last_code: Option<(usize, bool)> = None;
+    for leaf in p.leaves() {
+        match leaf.kind {
+            NodeKind::Whitespace if leaf.text(form).contains('\n') => {
+                if let Some((at, true)) = last_code.take() {
+                    out.push(at);
+                }
+            }
+            NodeKind::Whitespace | NodeKind::LineComment | NodeKind::BlockComment => {}
+            _ => {
+                let is_close = leaf.kind == NodeKind::Punct && leaf.text(form) == ")";
+                last_code = Some((leaf.span.start, is_close));
+            }
+        }
+    }
+    out
+}
+
+fn broken(form: &str, way: usize) -> Option<String> {
+    match way {
+        0 => Some(form[..form.len() - 1].to_string()),
+        1 => {
+            let c = line_end_closers(form);
+            let at = *c.get(c.len() / 2)?;
+            Some(format!("{}{}", &form[..at], &form[at + 1..]))
+        }
+        _ => Some(format!("{form})")),
+    }
+}
+
+#[derive(Default, Clone, Copy)]
+struct Tally {
+    restored: usize,
+    relaid: usize,
+    refused: usize,
+    wrong: usize,
+}
+
+impl Tally {
+    fn total(&self) -> usize {
+        self.restored + self.relaid + self.refused + self.wrong
+    }
+    fn add(&mut self, o: &Tally) {
+        self.restored += o.restored;
+        self.relaid += o.relaid;
+        self.refused += o.refused;
+        self.wrong += o.wrong;
+    }
+    fn cell(&self) -> String {
+        let pct = |n: usize| 100.0 * n as f64 / self.total().max(1) as f64;
+        format!(
+            "{:>5} {:>5.1}% | {:>3} | {:>4} {:>4.1}% | {:>4}",
+            self.restored,
+            pct(self.restored),
+            self.relaid,
+            self.refused,
+            pct(self.refused),
+            self.wrong
+        )
+    }
+}
+
+/// The texts of the non-whitespace leaves: equal when two texts read as the
+/// same forms.
+fn tokens(text: &str) -> Vec<String> {
+    parse(text)
+        .leaves()
+        .filter(|l| l.kind != NodeKind::Whitespace)
+        .map(|l| l.text(text).to_string())
+        .collect()
+}
+
+fn node() -> Option<PathBuf> {
+    let local = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/js/bin/node");
+    if local.exists() {
+        return Some(local);
+    }
+    Command::new("node")
+        .arg("--version")
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|_| PathBuf::from("node"))
+}
+
+/// parinfer's indent mode on each case: `Some(text)`, or `None` when it
+/// reports failure. `Err` when parinfer is not installed.
+fn parinfer(cases: &[String]) -> Result<Vec<Option<String>>, String> {
+    let target = std::env::var("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target"));
+    let module = target.join("parinfer/node_modules/parinfer/parinfer.js");
+    if !module.exists() {
+        return Err(format!(
+            "{} not found (npm install --prefix target/parinfer parinfer)",
+            module.display()
+        ));
+    }
+    let node = node().ok_or("node not found")?;
+    let input = target.join("parinfer/cases.json");
+    let json = format!(
+        "[{}]",
+        cases
+            .iter()
+            .map(|c| json_string(c))
+            .collect::<Vec<_>>()
+            .join(",")
+    );
+    std::fs::write(&input, json).map_err(|e| e.to_string())?;
+    let script = "const p=require(process.argv[1]);const fs=require('fs');\
+         const cases=JSON.parse(fs.readFileSync(process.argv[2],'utf8'));\
+         const out=cases.map(c=>{const r=p.indentMode(c);return r.success?r.text:null;});\
+         process.stdout.write(JSON.stringify(out));";
+    let out = Command::new(node)
+        .arg("-e")
+        .arg(script)
+        .arg(&module)
+        .arg(&input)
+        .output()
+        .map_err(|e| e.to_string())?;
+    if !out.status.success() {
+        return Err(String::from_utf8_lossy(&out.stderr).into_owned());
+    }
+    parse_json_strings(&String::from_utf8_lossy(&out.stdout))
+}
+
+fn json_string(s: &str) -> String {
+    let mut o = String::with_capacity(s.len() + 2);
+    o.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => o.push_str("\\\""),
+            '\\' => o.push_str("\\\\"),
+            '\n' => o.push_str("\\n"),
+            '\r' => o.push_str("\\r"),
+            '\t' => o.push_str("\\t"),
+            c if (c as u32) < 0x20 => o.push_str(&format!("\\u{:04x}", c as u32)),
+            c => o.push(c),
+        }
+    }
+    o.push('"');
+    o
+}
+
+/// Reads a JSON array of strings and nulls (what the script prints).
+fn parse_json_strings(s: &str) -> Result<Vec<Option<String>>, String> {
+    let mut out = Vec::new();
+    let mut chars = s.trim().chars().peekable();
+    if chars.next() != Some('[') {
+        return Err("not a JSON array".into());
+    }
+    loop {
+        match chars.next() {
+            Some(']') => return Ok(out),
+            Some(',') => {}
+            Some('n') => {
+                for _ in 0..3 {
+                    chars.next();
+                }
+                out.push(None);
+            }
+            Some('"') => {
+                let mut v = String::new();
+                loop {
+                    match chars.next().ok_or("unterminated string")? {
+                        '"' => break,
+                        '\\' => match chars.next().ok_or("bad escape")? {
+                            'n' => v.push('\n'),
+                            'r' => v.push('\r'),
+                            't' => v.push('\t'),
+                            'b' => v.push('\u{8}'),
+                            'f' => v.push('\u{c}'),
+                            'u' => {
+                                let hex: String = (0..4).filter_map(|_| chars.next()).collect();
+                                let code =
+                                    u32::from_str_radix(&hex, 16).map_err(|e| e.to_string())?;
+                                v.push(char::from_u32(code).unwrap_or('\u{FFFD}'));
+                            }
+                            c => v.push(c),
+                        },
+                        c => v.push(c),
+                    }
+                }
+                out.push(Some(v));
+            }
+            other => return Err(format!("unexpected {other:?}")),
+        }
+    }
+}
+
+fn main() {
+    let mut files = Vec::new();
+    for lib in LIBRARIES {
+        lisp_files(Path::new(lib), &mut files);
+    }
+    if files.is_empty() {
+        eprintln!(
+            "no Lisp sources found under /usr/share/common-lisp/source: run scripts/setup.sh"
+        );
+        return;
+    }
+    let mut originals = Vec::new();
+    let mut cases = Vec::new();
+    let mut ways = Vec::new();
+    let mut forms_total = 0;
+    for f in &files {
+        let Ok(text) = std::fs::read_to_string(f) else {
+            continue;
+        };
+        for form in forms(&text) {
+            forms_total += 1;
+            for way in 0..3 {
+                if let Some(b) = broken(&form, way) {
+                    originals.push(form.clone());
+                    cases.push(b);
+                    ways.push(way);
+                }
+            }
+        }
+    }
+    let started = std::time::Instant::now();
+    let ours: Vec<Option<String>> = cases
+        .iter()
+        .map(|c| match repair_parens(c) {
+            Repair::Repaired { text, .. } => Some(text),
+            Repair::Unchanged => Some(c.clone()),
+            Repair::Refused(_) => None,
+        })
+        .collect();
+    let elapsed = started.elapsed();
+    let theirs = parinfer(&cases);
+    let tally = |results: &[Option<String>], way: usize| {
+        let mut t = Tally::default();
+        for (i, r) in results.iter().enumerate() {
+            if ways[i] != way {
+                continue;
+            }
+            match r {
+                Some(text) if *text == originals[i] => t.restored += 1,
+                Some(text) if tokens(text) == tokens(&originals[i]) => t.relaid += 1,
+                Some(_) => t.wrong += 1,
+                None => t.refused += 1,
+            }
+        }
+        t
+    };
+    println!(
+        "{} files, {} forms broken {} ways = {} cases; our repair took {:.1?} in all\n",
+        files.len(),
+        forms_total,
+        WAYS.len(),
+        cases.len(),
+        elapsed
+    );
+    println!(
+        "{:<30} | {:^7} | {:^40} | {:^40}",
+        "",
+        "cases",
+        "ours: restored | relaid | refused | wrong",
+        "parinfer: restored | relaid | failed | wrong"
+    );
+    let mut sum_ours = Tally::default();
+    let mut sum_theirs = Tally::default();
+    for (w, name) in WAYS.iter().enumerate() {
+        let o = tally(&ours, w);
+        sum_ours.add(&o);
+        let p = match &theirs {
+            Ok(t) => {
+                let p = tally(t, w);
+                sum_theirs.add(&p);
+                p.cell()
+            }
+            Err(_) => "skipped".into(),
+        };
+        println!("{name:<30} | {:>7} | {} | {p}", o.total(), o.cell());
+    }
+    println!(
+        "{:<30} | {:>7} | {} | {}",
+        "all",
+        sum_ours.total(),
+        sum_ours.cell(),
+        if theirs.is_ok() {
+            sum_theirs.cell()
+        } else {
+            "skipped".into()
+        }
+    );
+    if let Err(e) = &theirs {
+        println!("\nparinfer column skipped: {e}");
+    }
+    if std::env::var_os("SHOW_WRONG").is_some() {
+        for (i, r) in ours.iter().enumerate() {
+            match r {
+                Some(t) if tokens(t) != tokens(&originals[i]) => {
+                    println!(
+                        "\n--- wrong ({}):\n{}\n--- got:\n{t}",
+                        WAYS[ways[i]], cases[i]
+                    )
+                }
+                None if std::env::var_os("SHOW_REFUSED").is_some() => {
+                    if let Repair::Refused(r) = repair_parens(&cases[i]) {
+                        println!("\n--- refused ({}): {r}\n{}", WAYS[ways[i]], cases[i]);
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+}

@@ -1,0 +1,1182 @@
+//! Closing parentheses repaired from indentation.
+//!
+//! A model that writes Lisp drops or doubles a closing parenthesis now and
+//! then; the text then no longer reads, and every later structural edit of
+//! the file fails. The indentation it wrote is almost always right, so the
+//! closers can be placed from it. The rule is the one of parinfer's indent
+//! mode, applied to Common Lisp on this crate's reader (strings, comments,
+//! `|sym|`, `#\(` and every other lexical rule come from [`crate::cst`]):
+//!
+//! - the closers at the end of a line (its *trail*) are taken out;
+//! - a list stays open until the next code line indented at or left of its
+//!   opener's column (the column of `(`, of `#` for `#(`), and is then
+//!   closed at the end of the previous code line (before a trailing
+//!   comment); the end of the text closes everything.
+//!
+//! Closers inside a line are kept as written. Comment lines, blank lines and
+//! lines that start inside a string or block comment do not count.
+//!
+//! [`repair_parens`] is conservative, because a wrong repair is worse than
+//! none:
+//!
+//! - text that reads is returned unchanged, whatever its indentation;
+//! - a line starting at the column of the text's first code line (column 0
+//!   in a file) starts a *segment*; runs of segments whose parentheses
+//!   balance together (a `#+sbcl` at column 0 inside a `defun`) are left
+//!   alone, and so are segments that balance on their own;
+//! - in the rest, the repair may only add closers where some are missing, or
+//!   only remove them where there are too many, and must make the text read.
+//!   When the indentation disagrees with the structure in a way that would
+//!   need more (a closer in the middle of a line to move, a line indented as
+//!   if inside a form that the indentation already closed, additions and
+//!   removals both), or is weak evidence (a line the repair moves into a
+//!   list it does not line up with, an operator such as `(defun f (x)`
+//!   closed on its own first line, closers on a line of their own next to
+//!   the change), it refuses, naming the form, the line, and the likely fix.
+
+use std::fmt;
+
+use crate::cst::{self, Construct, LineIndex, NodeKind, SyntaxErrorKind};
+
+/// The outcome of [`repair_parens`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Repair {
+    /// The text's parentheses balance (or its only problems are not about
+    /// parentheses): nothing to do.
+    Unchanged,
+    /// Closers were added or removed; `text` reads.
+    Repaired {
+        /// The repaired text.
+        text: String,
+        /// What changed, in text order.
+        changes: Vec<Change>,
+    },
+    /// The closers cannot be placed with confidence; nothing should be
+    /// written.
+    Refused(Refusal),
+}
+
+/// One change: closers added (at their place in the repaired text) or
+/// removed (at their place in the original). Lines are the same in both
+/// texts, since only `)` characters move.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Change {
+    /// True for added closers, false for removed ones.
+    pub added: bool,
+    /// How many `)`.
+    pub count: usize,
+    /// Byte offset in the original text: where the closers were inserted,
+    /// or where the first removed one stood.
+    pub offset: usize,
+    /// 1-based line.
+    pub line: usize,
+    /// 1-based column, in characters.
+    pub column: usize,
+}
+
+impl fmt::Display for Change {
+    /// `added ")" at line 12, column 30`, `removed "))" at line 3, column 5`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} \"{}\" at line {}, column {}",
+            if self.added { "added" } else { "removed" },
+            ")".repeat(self.count),
+            self.line,
+            self.column
+        )
+    }
+}
+
+/// Why a repair was refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refusal {
+    /// 1-based line where the form in question starts.
+    pub form_line: usize,
+    /// The form's first words, e.g. `(defun foo`.
+    pub form: String,
+    /// 1-based line where structure and indentation disagree (or where the
+    /// unclosed construct opens).
+    pub line: usize,
+    /// What is wrong there.
+    pub reason: String,
+    /// The likely fix.
+    pub fix: String,
+}
+
+impl fmt::Display for Refusal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "the parentheses of `{}` (line {}) cannot be repaired from the indentation: {}. \
+             Likely fix: {}.",
+            self.form, self.form_line, self.reason, self.fix
+        )
+    }
+}
+
+/// Repairs the closing parentheses of `text` from its indentation; see the
+/// module documentation.
+pub fn repair_parens(text: &str) -> Repair {
+    let parse = cst::parse(text);
+    let paren_trouble = parse.errors.iter().any(|e| {
+        matches!(
+            e.kind,
+            SyntaxErrorKind::ExtraClose
+                | SyntaxErrorKind::Unclosed(Construct::List | Construct::Vector)
+        )
+    });
+    if !paren_trouble {
+        return Repair::Unchanged;
+    }
+    let lines = LineIndex::new(text);
+    let toks = tokens(text, &parse);
+    let groups = line_groups(text, &toks);
+    let ctx = Ctx {
+        text,
+        lines: &lines,
+        toks: &toks,
+        groups: &groups,
+    };
+    // Constructs no closer can end: refuse before looking at parentheses.
+    if let Some(e) = parse.errors.iter().find(|e| {
+        matches!(
+            e.kind,
+            SyntaxErrorKind::Unclosed(
+                Construct::String
+                    | Construct::BlockComment
+                    | Construct::MultipleEscape
+                    | Construct::SingleEscape
+                    | Construct::Character
+            ) | SyntaxErrorKind::TooDeep
+        )
+    }) {
+        let at = e.open_offset.unwrap_or(e.offset);
+        let (line, column) = lines.line_col(at);
+        let (reason, fix) = match e.kind {
+            SyntaxErrorKind::Unclosed(Construct::String) => (
+                format!("the string opened at line {line}, column {column} never closes"),
+                "add the closing `\"` where the string ends (a `\"` inside it is written `\\\"`)"
+                    .to_string(),
+            ),
+            SyntaxErrorKind::Unclosed(Construct::BlockComment) => (
+                format!("the `#|` comment opened at line {line}, column {column} never closes"),
+                "add `|#` where the comment ends".to_string(),
+            ),
+            SyntaxErrorKind::Unclosed(Construct::MultipleEscape) => (
+                format!(
+                    "the `|` at line {line}, column {column} opens a |symbol| that never closes"
+                ),
+                "add the closing `|`, or write a literal bar as `\\|`".to_string(),
+            ),
+            SyntaxErrorKind::TooDeep => (
+                format!("the nesting at line {line} is deeper than the reader follows"),
+                "split the form".to_string(),
+            ),
+            _ => (
+                format!("the text ends inside an escape at line {line}, column {column}"),
+                "complete the character or escape at the end".to_string(),
+            ),
+        };
+        return Repair::Refused(ctx.refusal(ctx.form_start_before(at), line, reason, fix));
+    }
+
+    let segments = segments(&groups);
+    let mut edits: Vec<(usize, Edit)> = Vec::new();
+    // Lines of the runs that do not balance, for the check below.
+    let mut broken_lines = Vec::new();
+    for unit in units(&ctx, &segments) {
+        if unit.balanced {
+            continue;
+        }
+        let first = ctx.groups[segments[unit.segments.start].groups.start]
+            .toks
+            .start;
+        let last = ctx.groups[segments[unit.segments.end - 1].groups.end - 1]
+            .toks
+            .end
+            - 1;
+        broken_lines.push((
+            lines.line_col(ctx.toks[first].start).0..=lines.line_col(ctx.toks[last].end).0,
+            ctx.toks[first].start,
+        ));
+        let mut unit_edits = Vec::new();
+        for seg in &segments[unit.segments.clone()] {
+            if seg_balance(&ctx, seg) == (0, 0) {
+                continue;
+            }
+            match infer_segment(&ctx, seg) {
+                Ok(e) => unit_edits.extend(e),
+                Err(r) => return Repair::Refused(r),
+            }
+        }
+        let adds = unit_edits.iter().any(|(_, e)| e.new > e.old);
+        let removes = unit_edits.iter().any(|(_, e)| e.new < e.old);
+        if adds && removes {
+            let first = &segments[unit.segments.start];
+            let changes: Vec<String> = unit_edits
+                .iter()
+                .map(|(g, e)| ctx.change_of(*g, e).to_string())
+                .collect();
+            let line = unit_edits
+                .iter()
+                .find(|(_, e)| e.new < e.old)
+                .map_or(0, |(g, _)| ctx.group_line(*g));
+            return Repair::Refused(
+                ctx.refusal(
+                    ctx.toks[ctx.groups[first.groups.start].toks.start].start,
+                    line,
+                    "the indentation disagrees with the parentheses in more than one place \
+                 (it would both add and remove closers)"
+                        .into(),
+                    format!(
+                        "indent the lines as their structure is, or place the closers yourself; \
+                     the indentation alone suggests: {}",
+                        changes.join("; ")
+                    ),
+                ),
+            );
+        }
+        edits.extend(unit_edits);
+    }
+    if edits.is_empty() {
+        let e = &parse.errors[0];
+        let at = e.open_offset.unwrap_or(e.offset);
+        return Repair::Refused(ctx.refusal(
+            ctx.form_start_before(at),
+            lines.line_col(e.offset).0,
+            e.message(&lines),
+            "fix the parentheses by hand (lisp-check-parens shows where)".into(),
+        ));
+    }
+    edits.sort_by_key(|(g, _)| *g);
+    let (repaired, changes) = apply(&ctx, &edits);
+    let after = cst::parse(&repaired);
+    if let Some(e) = after.errors.first() {
+        let lines_after = LineIndex::new(&repaired);
+        let at = e.open_offset.unwrap_or(e.offset);
+        return Repair::Refused(ctx.refusal(
+            ctx.form_start_before(at.min(text.len())),
+            lines_after.line_col(e.offset).0,
+            format!(
+                "with the closers placed by indentation ({}), the text still does not read: {}",
+                changes
+                    .iter()
+                    .map(|c| c.to_string())
+                    .collect::<Vec<_>>()
+                    .join("; "),
+                e.message(&lines_after)
+            ),
+            "fix that error; the parentheses may then balance".into(),
+        ));
+    }
+    if let Some((line, form_at)) = indented_at_top_level(&repaired, &after, &broken_lines) {
+        return Repair::Refused(ctx.refusal(
+            form_at,
+            line,
+            format!(
+                "line {line} is indented as if inside a form, but with the closers its \
+                 indentation calls for ({}) nothing is open there",
+                changes
+                    .iter()
+                    .map(|c| c.to_string())
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            ),
+            format!(
+                "indent line {line} as its structure is (a new top-level form starts at column \
+                 0), or place the missing \")\" yourself"
+            ),
+        ));
+    }
+    Repair::Repaired {
+        text: repaired,
+        changes,
+    }
+}
+
+/// The first line within `ranges` (with the offset of the form each
+/// starts with) of the repaired text that starts with
+/// code indented past the base column while no list is open: a sign that
+/// the indentation closed a form too early (`#+sbcl` at column 0 inside a
+/// `defun`).
+fn indented_at_top_level(
+    text: &str,
+    parse: &cst::Parse,
+    ranges: &[(std::ops::RangeInclusive<usize>, usize)],
+) -> Option<(usize, usize)> {
+    let toks = tokens(text, parse);
+    let groups = line_groups(text, &toks);
+    let base = groups.iter().find_map(|g| g.indent).unwrap_or(0);
+    let lines = LineIndex::new(text);
+    let mut depth = 0i64;
+    for g in &groups {
+        if let Some(x) = g.indent {
+            let line = lines.line_col(toks[g.toks.start].start).0;
+            if depth == 0 && x > base {
+                if let Some((_, form_at)) = ranges.iter().find(|(r, _)| r.contains(&line)) {
+                    return Some((line, *form_at));
+                }
+            }
+        }
+        for t in &toks[g.toks.clone()] {
+            match t.kind {
+                TokKind::Open => depth += 1,
+                TokKind::Close => depth -= 1,
+                _ => {}
+            }
+        }
+    }
+    None
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum TokKind {
+    /// `(`, `#(`, `#3(`.
+    Open,
+    /// `)`, matched or not.
+    Close,
+    /// Any other leaf that is not whitespace or a comment.
+    Code,
+    Comment,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Tok {
+    kind: TokKind,
+    start: usize,
+    end: usize,
+    /// Visual column of `start` (tabs to multiples of 8), 0-based.
+    col: usize,
+    /// The first leaf on its line, the line not starting inside a string or
+    /// block comment.
+    first_on_line: bool,
+}
+
+fn tokens(text: &str, parse: &cst::Parse) -> Vec<Tok> {
+    let mut toks = Vec::new();
+    let mut at_line_start = true;
+    for leaf in parse.leaves() {
+        let s = leaf.text(text);
+        let kind = match leaf.kind {
+            NodeKind::Whitespace => {
+                if s.contains('\n') {
+                    at_line_start = true;
+                }
+                continue;
+            }
+            NodeKind::LineComment | NodeKind::BlockComment => TokKind::Comment,
+            NodeKind::Punct if s.ends_with('(') => TokKind::Open,
+            NodeKind::Punct | NodeKind::Error if s == ")" => TokKind::Close,
+            _ => TokKind::Code,
+        };
+        toks.push(Tok {
+            kind,
+            start: leaf.span.start,
+            end: leaf.span.end,
+            col: visual_column(text, leaf.span.start),
+            first_on_line: at_line_start,
+        });
+        at_line_start = false;
+    }
+    toks
+}
+
+fn visual_column(text: &str, at: usize) -> usize {
+    let line_start = text[..at].rfind('\n').map_or(0, |i| i + 1);
+    text[line_start..at]
+        .chars()
+        .fold(0, |c, ch| if ch == '\t' { (c / 8 + 1) * 8 } else { c + 1 })
+}
+
+/// The tokens from one line start (outside any string or comment) to the
+/// next: one line, or several when a string spans lines.
+#[derive(Debug, Clone)]
+struct Group {
+    toks: std::ops::Range<usize>,
+    /// The indentation that closes lists: the column of the first token,
+    /// when it is code or an opener (not for lines starting with a closer or
+    /// a comment).
+    indent: Option<usize>,
+    /// For a line starting with a closer: that closer's column. Such a line
+    /// closes the lists opened right of it (strictly: a `)` under its `(`
+    /// closes that list itself).
+    closer_indent: Option<usize>,
+    /// Holds code (not only comments).
+    code: bool,
+    /// The closers at the end, before any trailing comment.
+    trail: std::ops::Range<usize>,
+    /// Where closers go: after the trail's last closer, else after the last
+    /// code token.
+    insert_at: usize,
+}
+
+fn line_groups(text: &str, toks: &[Tok]) -> Vec<Group> {
+    let mut groups = Vec::new();
+    let mut i = 0;
+    while i < toks.len() {
+        let mut j = i + 1;
+        while j < toks.len() && !toks[j].first_on_line {
+            j += 1;
+        }
+        let range = i..j;
+        let code = toks[range.clone()]
+            .iter()
+            .any(|t| t.kind != TokKind::Comment);
+        let mut end = j;
+        while end > i && toks[end - 1].kind == TokKind::Comment {
+            end -= 1;
+        }
+        let mut trail_start = end;
+        while trail_start > i && toks[trail_start - 1].kind == TokKind::Close {
+            trail_start -= 1;
+        }
+        let insert_at = if end > i {
+            toks[end - 1].end
+        } else {
+            toks[i].start
+        };
+        let indent = matches!(toks[i].kind, TokKind::Open | TokKind::Code).then_some(toks[i].col);
+        let _ = text;
+        let closer_indent = (toks[i].kind == TokKind::Close).then_some(toks[i].col);
+        groups.push(Group {
+            toks: range,
+            indent,
+            closer_indent,
+            code,
+            trail: trail_start..end,
+            insert_at,
+        });
+        i = j;
+    }
+    groups
+}
+
+/// Groups from one line at the base indentation to the next.
+#[derive(Debug, Clone)]
+struct Segment {
+    groups: std::ops::Range<usize>,
+}
+
+fn segments(groups: &[Group]) -> Vec<Segment> {
+    let base = groups.iter().find_map(|g| g.indent).unwrap_or(0);
+    let mut starts: Vec<usize> = groups
+        .iter()
+        .enumerate()
+        .filter(|(_, g)| g.indent.is_some_and(|x| x <= base))
+        .map(|(i, _)| i)
+        .collect();
+    if starts.first() != Some(&0) {
+        starts.insert(0, 0);
+    }
+    let mut segs = Vec::new();
+    for (k, &s) in starts.iter().enumerate() {
+        let e = starts.get(k + 1).copied().unwrap_or(groups.len());
+        if s < e {
+            segs.push(Segment { groups: s..e });
+        }
+    }
+    segs
+}
+
+/// (net opens minus closes, lowest running depth as a non-positive number).
+fn seg_balance(ctx: &Ctx, seg: &Segment) -> (i64, i64) {
+    let (mut n, mut min) = (0i64, 0i64);
+    for g in &ctx.groups[seg.groups.clone()] {
+        for t in &ctx.toks[g.toks.clone()] {
+            match t.kind {
+                TokKind::Open => n += 1,
+                TokKind::Close => {
+                    n -= 1;
+                    min = min.min(n);
+                }
+                _ => {}
+            }
+        }
+    }
+    (n, min)
+}
+
+/// Consecutive segments whose parentheses balance together, or a run that
+/// does not balance (ending at the segment where a closer has nothing to
+/// close, or at the end of the text).
+struct Unit {
+    segments: std::ops::Range<usize>,
+    balanced: bool,
+}
+
+fn units(ctx: &Ctx, segs: &[Segment]) -> Vec<Unit> {
+    let mut units = Vec::new();
+    let mut i = 0;
+    while i < segs.len() {
+        let (mut n, mut min) = (0i64, 0i64);
+        let mut j = i;
+        let balanced = loop {
+            let (sn, smin) = seg_balance(ctx, &segs[j]);
+            min = min.min(n + smin);
+            n += sn;
+            if min < 0 {
+                break false;
+            }
+            if n == 0 {
+                break true;
+            }
+            if j + 1 == segs.len() {
+                break false;
+            }
+            j += 1;
+        };
+        units.push(Unit {
+            segments: i..j + 1,
+            balanced,
+        });
+        i = j + 1;
+    }
+    units
+}
+
+/// A group's trail: `old` closers written, `new` inferred.
+#[derive(Debug, Clone, Copy)]
+struct Edit {
+    old: usize,
+    new: usize,
+}
+
+struct Ctx<'a> {
+    text: &'a str,
+    lines: &'a LineIndex,
+    toks: &'a [Tok],
+    groups: &'a [Group],
+}
+
+impl Ctx<'_> {
+    fn group_line(&self, g: usize) -> usize {
+        let grp = &self.groups[g];
+        let at = if grp.trail.is_empty() {
+            grp.insert_at
+        } else {
+            self.toks[grp.trail.start].start
+        };
+        self.lines.line_col(at).0
+    }
+
+    fn change_of(&self, g: usize, e: &Edit) -> Change {
+        let grp = &self.groups[g];
+        let offset = if e.new > e.old {
+            grp.insert_at
+        } else {
+            // The last `old - new` closers of the trail go.
+            self.toks[grp.trail.end - (e.old - e.new)].start
+        };
+        let (line, column) = self.lines.line_col(offset);
+        Change {
+            added: e.new > e.old,
+            count: e.new.abs_diff(e.old),
+            offset,
+            line,
+            column,
+        }
+    }
+
+    /// Start of the top-level form around `at`: the last line at column 0
+    /// (outside strings and comments) holding code, at or before `at`.
+    fn form_start_before(&self, at: usize) -> usize {
+        self.groups
+            .iter()
+            .map(|g| &self.toks[g.toks.start])
+            .rfind(|t| t.start <= at && t.col == 0 && t.kind != TokKind::Comment)
+            .or_else(|| self.toks.iter().find(|t| t.kind != TokKind::Comment))
+            .map_or(0, |t| t.start)
+    }
+
+    fn refusal(&self, form_at: usize, line: usize, reason: String, fix: String) -> Refusal {
+        Refusal {
+            form_line: self.lines.line_col(form_at).0,
+            form: form_label(&self.text[form_at..]),
+            line,
+            reason,
+            fix,
+        }
+    }
+}
+
+/// The first words of a form: `(defun foo`, `#+sbcl (defun foo`,
+/// `(defun (setf foo)`: its first line up to the second element of the
+/// first list on it.
+pub fn form_label(text: &str) -> String {
+    let line = text.lines().next().unwrap_or("").trim_end();
+    let parse = cst::parse(line);
+    let list = parse.top_level_forms().find_map(|f| {
+        let mut node = f;
+        loop {
+            match node.kind {
+                NodeKind::List => return Some(node),
+                NodeKind::ReaderConditional { .. } => node = node.elements().nth(1)?,
+                _ => return None,
+            }
+        }
+    });
+    let end = match list {
+        Some(l) => l
+            .elements()
+            .take(2)
+            .last()
+            .map_or(l.span.start + 1, |e| e.span.end),
+        None => line.len(),
+    };
+    let label = &line[..end];
+    match label.char_indices().nth(60) {
+        Some((i, _)) => format!("{}…", &label[..i]),
+        None => label.to_string(),
+    }
+}
+
+/// Runs the indentation rule over one segment: the inferred trail of every
+/// group whose trail changes.
+fn infer_segment(ctx: &Ctx, seg: &Segment) -> Result<Vec<(usize, Edit)>, Refusal> {
+    let toks = ctx.toks;
+    // The partner of every closer as the text reads (ignoring indentation).
+    let mut partner = vec![usize::MAX; toks.len()];
+    // And the closer of every opener.
+    let mut closer_of = vec![usize::MAX; toks.len()];
+    {
+        let mut stack = Vec::new();
+        let range =
+            ctx.groups[seg.groups.start].toks.start..ctx.groups[seg.groups.end - 1].toks.end;
+        for i in range {
+            match toks[i].kind {
+                TokKind::Open => stack.push(i),
+                TokKind::Close => {
+                    if let Some(o) = stack.pop() {
+                        partner[i] = o;
+                        closer_of[o] = i;
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+    let seg_start = toks[ctx.groups[seg.groups.start].toks.start].start;
+    // Open lists, each with the columns where its direct elements start.
+    let mut stack: Vec<(usize, Vec<usize>)> = Vec::new();
+    let mut new_trail = vec![0usize; seg.groups.len()];
+    // Per group: the list the line's first token lands in does not line up
+    // with it (see `lines_up`), with that list's opener.
+    let mut misaligned: Vec<Option<usize>> = vec![None; seg.groups.len()];
+    // The same, for a line after a removed closer: the strict reading.
+    let mut misaligned_strict: Vec<Option<usize>> = vec![None; seg.groups.len()];
+    // Per group: the lists its trail closes, by the indentation.
+    let mut closed_at: Vec<Vec<usize>> = vec![Vec::new(); seg.groups.len()];
+    let mut last_code: Option<usize> = None;
+    for (k, gi) in seg.groups.clone().enumerate() {
+        let g = &ctx.groups[gi];
+        if !g.code {
+            continue;
+        }
+        let closes = |o: usize| match (g.indent, g.closer_indent) {
+            (Some(x), _) => toks[o].col >= x,
+            (None, Some(x)) => toks[o].col > x,
+            _ => false,
+        };
+        let before = stack.len();
+        while let Some((o, _)) = stack.pop_if(|(o, _)| closes(*o)) {
+            if let Some(prev) = last_code {
+                closed_at[prev].push(o);
+            }
+        }
+        if let Some(prev) = last_code {
+            new_trail[prev] += before - stack.len();
+        }
+        if let Some(x) = g.indent {
+            if k > 0 && stack.is_empty() && before > 0 && x > 0 {
+                let line = ctx.lines.line_col(toks[g.toks.start].start).0;
+                let prev_line = last_code.map_or(line, |p| ctx.group_line(seg.groups.start + p));
+                return Err(ctx.refusal(
+                    seg_start,
+                    line,
+                    format!(
+                        "line {line} is indented as if inside the form, but by the indentation \
+                         every list open before it already closes at line {prev_line}"
+                    ),
+                    format!(
+                        "indent line {line} as its structure is (a new top-level form starts at \
+                         column 0), or place the missing \")\" yourself"
+                    ),
+                ));
+            }
+            if let Some((o, cols)) = stack.last() {
+                if !lines_up(ctx, *o, cols, x, false) {
+                    misaligned[k] = Some(*o);
+                }
+                if !lines_up(ctx, *o, cols, x, true) {
+                    misaligned_strict[k] = Some(*o);
+                }
+            }
+        }
+        for t in g.toks.clone() {
+            if g.trail.contains(&t) {
+                continue;
+            }
+            match toks[t].kind {
+                TokKind::Open => {
+                    if let Some((_, cols)) = stack.last_mut() {
+                        cols.push(toks[t].col);
+                    }
+                    stack.push((t, Vec::new()));
+                }
+                TokKind::Code => {
+                    if let Some((_, cols)) = stack.last_mut() {
+                        cols.push(toks[t].col);
+                    }
+                }
+                TokKind::Close => {
+                    let (line, column) = ctx.lines.line_col(toks[t].start);
+                    match stack.pop().map(|(o, _)| o) {
+                        Some(o) if o == partner[t] => {}
+                        Some(o) => {
+                            let (ol, oc) = ctx.lines.line_col(toks[o].start);
+                            let (pl, pc) = if partner[t] == usize::MAX {
+                                (ol, oc)
+                            } else {
+                                ctx.lines.line_col(toks[partner[t]].start)
+                            };
+                            return Err(ctx.refusal(
+                                seg_start,
+                                line,
+                                format!(
+                                    "the \")\" at line {line}, column {column} is inside the \
+                                     line; it closes the \"(\" at line {pl}, column {pc}, but \
+                                     by the indentation it would close the one at line {ol}, \
+                                     column {oc}"
+                                ),
+                                format!(
+                                    "move that \")\" to where the list it closes ends, or \
+                                     indent line {line} to match the structure"
+                                ),
+                            ));
+                        }
+                        None => {
+                            return Err(ctx.refusal(
+                                seg_start,
+                                line,
+                                format!(
+                                    "the \")\" at line {line}, column {column} is inside the \
+                                     line and closes nothing"
+                                ),
+                                "delete that \")\" or add the \"(\" it was meant to close"
+                                    .to_string(),
+                            ));
+                        }
+                    }
+                }
+                TokKind::Comment => {}
+            }
+        }
+        last_code = Some(k);
+    }
+    if let Some(prev) = last_code {
+        new_trail[prev] += stack.len();
+        closed_at[prev].extend(stack.iter().rev().map(|(o, _)| *o));
+    }
+    // Where a trail changes, the next code line lands in another list than
+    // the text says, and where closers are added, the lists they close hold
+    // lines the text put elsewhere: those lines must line up with the list
+    // the indentation puts them in, or the indentation is not evidence
+    // enough (code indented by hand, off by a column).
+    for (k, &inferred) in new_trail.iter().enumerate() {
+        let old = ctx.groups[seg.groups.start + k].trail.len();
+        if old == inferred {
+            continue;
+        }
+        // Closers on a line of their own say nothing by their indentation
+        // about which lists they close: a repair next to them is a guess.
+        let closers_only = |j: usize| ctx.groups[seg.groups.start + j].closer_indent.is_some();
+        let next_code = (k + 1..seg.groups.len()).find(|&j| ctx.groups[seg.groups.start + j].code);
+        if closers_only(k) || next_code.is_some_and(closers_only) {
+            let j = if closers_only(k) {
+                k
+            } else {
+                next_code.unwrap_or(k)
+            };
+            let line = ctx.group_line(seg.groups.start + j);
+            return Err(ctx.refusal(
+                seg_start,
+                line,
+                format!(
+                    "the closers on line {line} stand on a line of their own, so the \
+                     indentation does not say which lists they close"
+                ),
+                format!(
+                    "place the missing or extra \")\" yourself (the indentation alone \
+                     suggests: {})",
+                    ctx.change_of(seg.groups.start + k, &Edit { old, new: inferred })
+                ),
+            ));
+        }
+        // The lists the text itself closes elsewhere (or not at all): the
+        // ones whose extent the repair sets.
+        let trail = ctx.groups[seg.groups.start + k].trail.clone();
+        let moved: Vec<usize> = closed_at[k]
+            .iter()
+            .copied()
+            .filter(|&o| !trail.contains(&closer_of[o]))
+            .collect();
+        if inferred > old {
+            if let Some(&o) = moved.iter().find(|&&o| {
+                ctx.lines.line_col(toks[o].start).0 == ctx.group_line(seg.groups.start + k)
+                    && takes_a_body(ctx, o)
+            }) {
+                let (ol, _) = ctx.lines.line_col(toks[o].start);
+                return Err(ctx.refusal(
+                    seg_start,
+                    ol,
+                    format!(
+                        "by the indentation `{}` would close on its own line {ol}, without a \
+                         body, and the lines after it would stand at top level",
+                        form_label(&ctx.text[toks[o].start..])
+                    ),
+                    "indent its body under it, or place the missing \")\" yourself".into(),
+                ));
+            }
+        }
+        let next = (k + 1..seg.groups.len()).find(|&j| {
+            let g = &ctx.groups[seg.groups.start + j];
+            g.code && g.indent.is_some()
+        });
+        // Where closers are added, every line inside the lists they close
+        // (the text may have paired those lists with other closers, so all
+        // of them count).
+        let inside = (inferred > old)
+            .then(|| {
+                misaligned
+                    .iter()
+                    .enumerate()
+                    .find_map(|(j, m)| m.filter(|o| closed_at[k].contains(o)).map(|o| (j, o)))
+            })
+            .flatten();
+        let after = if inferred < old {
+            &misaligned_strict
+        } else {
+            &misaligned
+        };
+        if let Some((j, o)) = next.and_then(|j| after[j].map(|o| (j, o))).or(inside) {
+            let g = &ctx.groups[seg.groups.start + j];
+            let (line, column) = ctx.lines.line_col(toks[g.toks.start].start);
+            let (ol, oc) = ctx.lines.line_col(toks[o].start);
+            let changed = ctx.change_of(
+                seg.groups.start + k,
+                &Edit {
+                    old: ctx.groups[seg.groups.start + k].trail.len(),
+                    new: inferred,
+                },
+            );
+            return Err(ctx.refusal(
+                seg_start,
+                line,
+                format!(
+                    "by the indentation line {line} belongs to the list opened at line {ol}, \
+                     column {oc} (which needs {changed}), but its column {column} lines up \
+                     with nothing in that list"
+                ),
+                format!(
+                    "indent line {line} under the list it belongs to, or place the closers \
+                     yourself (the indentation alone suggests: {changed})"
+                ),
+            ));
+        }
+    }
+    Ok(seg
+        .groups
+        .clone()
+        .enumerate()
+        .filter_map(|(k, gi)| {
+            let old = ctx.groups[gi].trail.len();
+            (old != new_trail[k]).then_some((
+                gi,
+                Edit {
+                    old,
+                    new: new_trail[k],
+                },
+            ))
+        })
+        .collect())
+}
+
+/// Whether the list opened by token `open` is an operator form whose body
+/// follows its first line (`(eval-when (...)`, `(defun f (x)`,
+/// `(with-open-file (s p)`): closing it on that line leaves it empty.
+fn takes_a_body(ctx: &Ctx, open: usize) -> bool {
+    let Some(head) = ctx.toks.get(open + 1).filter(|h| h.kind == TokKind::Code) else {
+        return false;
+    };
+    let name = ctx.text[head.start..head.end].to_ascii_lowercase();
+    let name = name.rsplit(':').next().unwrap_or(&name);
+    matches!(
+        name,
+        "eval-when"
+            | "progn"
+            | "let"
+            | "let*"
+            | "flet"
+            | "labels"
+            | "macrolet"
+            | "symbol-macrolet"
+            | "locally"
+            | "lambda"
+            | "when"
+            | "unless"
+            | "block"
+            | "tagbody"
+            | "unwind-protect"
+            | "handler-case"
+            | "handler-bind"
+            | "restart-case"
+            | "defun"
+            | "defmacro"
+            | "defmethod"
+            | "define-compiler-macro"
+            | "destructuring-bind"
+            | "multiple-value-bind"
+            | "dolist"
+            | "dotimes"
+    ) || name.starts_with("with-")
+}
+
+/// Whether a line indented at visual column `x` lines up as an element of
+/// the list opened by token `open` whose elements so far start at `cols`:
+/// one or two columns right of its `(`, or under one of its elements. A
+/// call whose first line holds its operator and an argument
+/// (`(or a b` / `  (c)`) does not take a line under the operator: that is
+/// where the next element of the enclosing list stands.
+///
+/// `strict`: two columns in only for an operator that takes a body (or one
+/// whose arguments start on the next line), as an editor indents a call.
+fn lines_up(ctx: &Ctx, open: usize, cols: &[usize], x: usize, strict: bool) -> bool {
+    let t = ctx.toks[open];
+    // The column of the `(` itself (`#(` is two characters).
+    let paren = t.col + ctx.text[t.start..t.end].chars().count() - 1;
+    let head = ctx.toks.get(open + 1).filter(|h| h.kind == TokKind::Code);
+    let operator = head.is_some_and(|h| {
+        let s = &ctx.text[h.start..h.end];
+        h.col == paren + 1
+            && !s.starts_with([':', '"', '#', '\''])
+            && !s.starts_with(|c: char| c.is_ascii_digit())
+    });
+    let args_on_first_line = cols.len() >= 2
+        && ctx.lines.line_col(ctx.toks[open + 1].start).0
+            == ctx.lines.line_col(ctx.toks[open + 2].start).0;
+    if x == paren + 1 {
+        return !(operator && args_on_first_line);
+    }
+    // The first line of arguments under an operator alone on its line sets
+    // their column (`(multiple-value-bind` / `    (a b) (f)`).
+    if x > paren && operator && cols.len() == 1 {
+        return true;
+    }
+    // Two columns in is a body; four, the arguments before a body in some
+    // styles (`(defmacro m (x)` / `    "doc"`).
+    let body = !(strict && operator && args_on_first_line) || takes_a_body(ctx, open);
+    (x == paren + 2 && body) || x == paren + 4 || cols.iter().skip(1).any(|&c| c == x)
+}
+
+/// The repaired text and its changes.
+fn apply(ctx: &Ctx, edits: &[(usize, Edit)]) -> (String, Vec<Change>) {
+    let text = ctx.text;
+    let mut out = String::with_capacity(text.len() + 16);
+    let mut changes = Vec::with_capacity(edits.len());
+    let mut pos = 0;
+    for &(g, e) in edits {
+        let change = ctx.change_of(g, &e);
+        if e.new > e.old {
+            out.push_str(&text[pos..change.offset]);
+            out.push_str(&")".repeat(e.new - e.old));
+            pos = change.offset;
+        } else {
+            let grp = &ctx.groups[g];
+            for t in grp.trail.end - (e.old - e.new)..grp.trail.end {
+                let tok = ctx.toks[t];
+                out.push_str(&text[pos..tok.start]);
+                pos = tok.end;
+            }
+        }
+        changes.push(change);
+    }
+    out.push_str(&text[pos..]);
+    (out, changes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn repaired(text: &str) -> (String, Vec<String>) {
+        match repair_parens(text) {
+            Repair::Repaired { text, changes } => {
+                (text, changes.iter().map(|c| c.to_string()).collect())
+            }
+            other => panic!("not repaired: {other:?}\n{text}"),
+        }
+    }
+
+    fn refused(text: &str) -> Refusal {
+        match repair_parens(text) {
+            Repair::Refused(r) => r,
+            other => panic!("not refused: {other:?}\n{text}"),
+        }
+    }
+
+    const DEFUN: &str = "(defun foo (x)\n  (let ((y (* x 2)))\n    (when (> y 3)\n      (print y))\n    y))\n\n(defun bar () 1)\n";
+
+    #[test]
+    fn a_closer_dropped_at_the_end_of_a_defun() {
+        let broken = DEFUN.replacen("    y))\n", "    y)\n", 1);
+        let (text, changes) = repaired(&broken);
+        assert_eq!(text, DEFUN);
+        assert_eq!(changes, vec!["added \")\" at line 5, column 7"]);
+        // At the end of the text too, and several at once.
+        let (text, changes) = repaired("(defun foo (x)\n  (bar (baz x");
+        assert_eq!(text, "(defun foo (x)\n  (bar (baz x)))");
+        assert_eq!(changes, vec!["added \")))\" at line 2, column 14"]);
+    }
+
+    #[test]
+    fn a_closer_dropped_inside_a_form() {
+        let broken = DEFUN.replacen("(print y))\n", "(print y)\n", 1);
+        let (text, changes) = repaired(&broken);
+        assert_eq!(text, DEFUN);
+        assert_eq!(changes, vec!["added \")\" at line 4, column 16"]);
+        let broken = DEFUN.replacen("(let ((y (* x 2)))", "(let ((y (* x 2))", 1);
+        assert_eq!(repaired(&broken).0, DEFUN);
+    }
+
+    #[test]
+    fn one_closer_too_many() {
+        let broken = DEFUN.replacen("    y))\n", "    y)))\n", 1);
+        let (text, changes) = repaired(&broken);
+        assert_eq!(text, DEFUN);
+        assert_eq!(changes, vec!["removed \")\" at line 5, column 8"]);
+        let broken = DEFUN.replacen("(print y))\n", "(print y)))\n", 1);
+        let (text, changes) = repaired(&broken);
+        assert_eq!(text, DEFUN);
+        assert_eq!(changes, vec!["removed \")\" at line 4, column 17"]);
+    }
+
+    #[test]
+    fn parens_in_strings_comments_and_characters_are_not_parens() {
+        let good = "(defun f (s) ; (unbalanced (comment\n  \"a ( string )) with \\\" (\"\n  #| (block #| nested ( |# ) |#\n  (list #\\( #\\) #\\; #\\\" '|odd (sym| #'car #(1 2) #+sbcl (x) #.(y))\n  (g s))\n";
+        assert_eq!(repair_parens(good), Repair::Unchanged);
+        let broken = good.replacen("  (g s))\n", "  (g s)\n", 1);
+        let (text, changes) = repaired(&broken);
+        assert_eq!(text, good);
+        assert_eq!(changes, vec!["added \")\" at line 5, column 8"]);
+        let broken = good.replacen("#.(y))\n", "#.(y)\n", 1);
+        assert_eq!(repaired(&broken).0, good);
+    }
+
+    #[test]
+    fn closers_go_before_a_trailing_comment() {
+        let (text, changes) = repaired("(defun f ()\n  (g) ; call g\n\n(defun h ())\n");
+        assert_eq!(text, "(defun f ()\n  (g)) ; call g\n\n(defun h ())\n");
+        assert_eq!(changes, vec!["added \")\" at line 2, column 6"]);
+    }
+
+    #[test]
+    fn balanced_text_is_left_alone_whatever_its_indentation() {
+        for text in [
+            "(defun f ()\n(g)\n        (h))\n",
+            "(defun f ()\n#+sbcl (g)\n  (h))\n",
+            "(defparameter *x*\n'((a b)\n(c d)))\n",
+            "(a\n )\n",
+        ] {
+            assert_eq!(repair_parens(text), Repair::Unchanged, "{text}");
+        }
+        // Odd but balanced forms beside a broken one stay as they are.
+        let text = "(defun f ()\n#+sbcl (g)\n  (h))\n\n(defun k ()\n  (m)\n";
+        let (out, _) = repaired(text);
+        assert_eq!(
+            out,
+            "(defun f ()\n#+sbcl (g)\n  (h))\n\n(defun k ()\n  (m))\n"
+        );
+    }
+
+    #[test]
+    fn unclosed_strings_and_comments_are_refused() {
+        let r = refused("(defun foo ()\n  \"doc\n  (bar))\n");
+        assert_eq!((r.form.as_str(), r.form_line, r.line), ("(defun foo", 1, 2));
+        assert!(
+            r.to_string().contains("string opened at line 2, column 3"),
+            "{r}"
+        );
+        let r = refused("(defun foo ()\n  #| note\n  (bar))\n");
+        assert!(r.to_string().contains("add `|#`"), "{r}");
+    }
+
+    #[test]
+    fn indentation_that_contradicts_the_structure_is_refused() {
+        // A closer inside a line that the indentation would move.
+        let r = refused("(defun foo (a\n  b) c\n  (d)\n");
+        assert!(r.reason.contains("inside the line"), "{r}");
+        // Dedented to where no list is open, yet indented.
+        let r = refused("(setq foo\n#+sbcl (bar)\n  (baz)\n");
+        assert_eq!(r.line, 3, "{r}");
+        assert_eq!(r.form, "(setq foo");
+        // An operator closed on its own line, leaving it without a body.
+        let r = refused("(defun foo ()\n#+sbcl (bar)\n  (baz)\n");
+        assert!(r.reason.contains("without a body"), "{r}");
+        let r = refused("(eval-when (:execute)\n(defvar *a* 1)\n(defvar *b*\n  2)");
+        assert_eq!(
+            (r.form.as_str(), r.line),
+            ("(eval-when (:execute)", 1),
+            "{r}"
+        );
+        // A line that would join a list it does not line up with.
+        let r = refused("(defun f (s)\n  (g s\n          x\n  (k))\n");
+        assert!(r.reason.contains("lines up with nothing"), "{r}");
+        // Removing a closer would put `(g x)` two columns into a call that
+        // takes no body.
+        let r = refused("(defun f (x)\n  (declare (fixnum x))\n    (g x)))\n");
+        assert!(r.reason.contains("lines up with nothing"), "{r}");
+        // Closers on a line of their own.
+        let r = refused("(defun f ()\n  (g)\n  ;; todo\n  ))\n");
+        assert!(r.reason.contains("line of their own"), "{r}");
+        // Would need both an addition and a removal.
+        let r = refused("(defun foo ()\n  (bar)\n    (baz)\n  (qux)\n");
+        assert!(r.reason.contains("both add and remove"), "{r}");
+        assert!(r.fix.contains("removed \")\" at line 2"), "{r}");
+        // Where the indentation is the only evidence, it wins: `(baz)` is
+        // indented under `(bar`, so the extra closer goes at line 2.
+        let (text, _) = repaired("(defun foo ()\n  (bar)\n    (baz)))\n");
+        assert_eq!(text, "(defun foo ()\n  (bar\n    (baz)))\n");
+    }
+
+    #[test]
+    fn refusals_name_the_form() {
+        let r = refused("(in-package :x)\n\n(defmethod area :around ((s shape))\n  (foo \"x\n");
+        assert_eq!(r.form, "(defmethod area");
+        assert_eq!(r.form_line, 3);
+    }
+
+    #[test]
+    fn form_labels() {
+        assert_eq!(form_label("(defun foo (x)\n"), "(defun foo");
+        assert_eq!(form_label("(defun (setf foo) (v x)"), "(defun (setf foo)");
+        assert_eq!(form_label("#+sbcl (defvar *x* 1)"), "#+sbcl (defvar *x*");
+        assert_eq!(form_label("(progn)"), "(progn");
+    }
+
+    #[test]
+    fn tabs_count_to_the_next_multiple_of_eight() {
+        let (text, _) = repaired("(defun f ()\n\t(let ((x 1))\n\t  (g x)\n\t(h))\n");
+        assert_eq!(text, "(defun f ()\n\t(let ((x 1))\n\t  (g x))\n\t(h))\n");
+    }
+
+    #[test]
+    fn vectors_and_extra_closers_at_top_level() {
+        let (text, changes) = repaired("(defvar *v* #(1 2\n              3)\n(defun g ())\n");
+        assert_eq!(text, "(defvar *v* #(1 2\n              3))\n(defun g ())\n");
+        assert_eq!(changes.len(), 1);
+        let (text, changes) = repaired("(defun g () 1))\n(defun h () 2)\n");
+        assert_eq!(text, "(defun g () 1)\n(defun h () 2)\n");
+        assert_eq!(changes, vec!["removed \")\" at line 1, column 15"]);
+    }
+}
