@@ -416,7 +416,7 @@ pub fn tools() -> Vec<ToolDef> {
             "asdf-test-system",
             ToolGroup::Asdf,
             "Run a system's tests",
-            "Run `asdf:test-system` with output captured, never waiting for input. FiveAM: each \
+            "Run `asdf:test-system`, output captured, never waiting for input. FiveAM: each \
              failed check with expected/actual, form and location; `test` runs one test or suite. \
              Others: counts from their summary.",
             Annotations::MUTATING,

@@ -1054,7 +1054,7 @@ pub fn tools() -> Vec<ToolDef> {
             "lisp-compile-file",
             ToolGroup::Code,
             "Compile a file",
-            "Compile and load (unless `load` is false) a Lisp file in the image. Diagnostics as \
+            "Compile and load (unless `load` is false) a Lisp file. Diagnostics as \
              `path:line:col: severity: message`; a WARNING fails, a style-warning does not. An \
              `.asd` is loaded with asdf:load-asd.",
             Annotations::MUTATING,

@@ -25,8 +25,8 @@ use tokio_util::sync::{CancellationToken, DropGuard};
 use super::eval::{render_text, EvalOutput, InterruptCause};
 use super::fs_paths::display_path;
 use super::lisp_call::{
-    call_fresh, call_lookup, call_on_thread, check_read_depth, finish, helper_form, plist_i64,
-    plist_items, plist_str, plist_strings, reply_value, BUFFER_PACKAGE,
+    call_fresh, call_lookup, call_on_thread, check_read_depth, finish, helper_form, plist_bool,
+    plist_i64, plist_items, plist_str, plist_strings, reply_value, BUFFER_PACKAGE,
 };
 use super::{tool, Annotations, ToolContext, ToolDef, ToolGroup, ToolOutput};
 use crate::image::Image;
@@ -1044,11 +1044,34 @@ async fn debugger_frame(a: FrameArgs, ctx: ToolContext) -> ToolOutput {
                 why
             }
         };
+        let began = std::time::Instant::now();
+        let stopped_text = |why: &str, stdout: String| {
+            let printed = if stdout.is_empty() {
+                String::new()
+            } else {
+                format!(" It printed:\n{stdout}")
+            };
+            format!(
+                "`code` {why} and was stopped; the debugger stays at level {}.{printed}",
+                p.state().level
+            )
+        };
         let stopped = tokio::select! {
             r = &mut call => match reply_value(r).1 {
                 Ok(v) => {
                     if let Some(e) = plist_str(&v, "error") {
                         return ToolOutput::error(e);
+                    }
+                    // Stopped, its answer first (the stop's own reply can
+                    // come after it).
+                    if plist_bool(&v, "stopped") {
+                        let why = if began.elapsed() >= FRAME_CODE_TIMEOUT {
+                            "did not finish within 30 s"
+                        } else {
+                            "was cancelled"
+                        };
+                        let stdout = plist_str(&v, "stdout").unwrap_or_default();
+                        return ToolOutput::error(stopped_text(why, stdout));
                     }
                     out.values = Some(plist_strings(&v, "values"));
                     out.stdout = Some(plist_str(&v, "stdout").unwrap_or_default());
@@ -1091,15 +1114,7 @@ async fn debugger_frame(a: FrameArgs, ctx: ToolContext) -> ToolOutput {
                     ))
                 }
             };
-            let printed = if stdout.is_empty() {
-                String::new()
-            } else {
-                format!(" It printed:\n{stdout}")
-            };
-            return ToolOutput::error(format!(
-                "`code` {why} and was stopped; the debugger stays at level {}.{printed}",
-                p.state().level
-            ));
+            return ToolOutput::error(stopped_text(why, stdout));
         }
     }
     ToolOutput::structured(

@@ -95,8 +95,8 @@ pub fn tool_def() -> ToolDef {
         ToolGroup::Source,
         "Edit a Lisp definition",
         "Replace, delete, or insert before/after one top-level definition (`formType`, \
-         `formName`); the rest stays byte-identical. Nothing is written if the file would not \
-         read or another form would change. Returns a diff.",
+         `formName`); the rest stays byte-identical. Writes nothing that would not read or would \
+         change another form. Returns a diff.",
         Annotations::DESTRUCTIVE,
         |a: EditArgs, ctx: ToolContext| off_workers(move || edit(a, &ctx)),
     )

@@ -73,7 +73,7 @@ pub fn tool_def() -> ToolDef {
         "lisp-read-file",
         ToolGroup::Source,
         "Read a Lisp file (collapsed)",
-        "Read a file with Lisp awareness: top-level forms collapsed to signatures with line \
+        "Read a Lisp file: top-level forms collapsed to signatures with line \
          numbers; regexes `namePattern`/`contentPattern` show matching definitions/forms whole, \
          `collapsed: false` raw lines; `offset`/`limit` page.",
         Annotations::READ_ONLY,
