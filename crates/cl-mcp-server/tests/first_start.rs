@@ -20,16 +20,30 @@ const LISPS: &[&str] = &["sbcl", "clisp", "ecl"];
 /// A server started as an MCP SDK starts one: a cleared environment with
 /// only `HOME` and `PATH` (and the private cache), no locale.
 fn minimal_server(lisp: &str, cache: &Path, home: &Path, extra: &[&str]) -> Server {
+    let mut cmd = minimal_command(&[], lisp, cache, home, extra);
+    cmd.stderr(Stdio::null());
+    Server::spawn(cmd)
+}
+
+/// The server binary with `subcommand`, in the minimal environment, on
+/// `lisp`, with the private cache and `home` as the project root.
+fn minimal_command(
+    subcommand: &[&str],
+    lisp: &str,
+    cache: &Path,
+    home: &Path,
+    extra: &[&str],
+) -> Command {
     let mut cmd = Command::new(BIN);
     cmd.env_clear()
         .env("HOME", home)
         .env("PATH", "/usr/local/bin:/usr/bin:/bin")
         .env("XDG_CACHE_HOME", cache)
+        .args(subcommand)
         .args(["--lisp", lisp, "--project-root"])
         .arg(home)
-        .args(extra)
-        .stderr(Stdio::null());
-    Server::spawn(cmd)
+        .args(extra);
+    cmd
 }
 
 fn initialize(s: &mut Server) {
@@ -281,14 +295,7 @@ fn doctor(lisp: &str, cache: &Path, home: &Path) -> (bool, String, Duration) {
 
 fn doctor_with(lisp: &str, cache: &Path, home: &Path, extra: &[&str]) -> (bool, String, Duration) {
     let started = Instant::now();
-    let out = Command::new(BIN)
-        .env_clear()
-        .env("HOME", home)
-        .env("PATH", "/usr/local/bin:/usr/bin:/bin")
-        .env("XDG_CACHE_HOME", cache)
-        .args(["doctor", "--lisp", lisp, "--project-root"])
-        .arg(home)
-        .args(extra)
+    let out = minimal_command(&["doctor"], lisp, cache, home, extra)
         .stdin(Stdio::null())
         .output()
         .unwrap();

@@ -507,32 +507,7 @@ fn last_words(stderr: &str, stdout: &str) -> String {
         stderr
     };
     let lines: Vec<&str> = text.lines().collect();
-    lisp_words(&lines)
-}
-
-/// What a Lisp's last lines of output say went wrong: the boot guard's
-/// report (`cl-mcp-boot: CONDITION: message (while loading FILE)`) when
-/// there is one, else the last 15 lines that are not blank.
-pub fn lisp_words(lines: &[&str]) -> String {
-    let lines: Vec<&str> = lines
-        .iter()
-        .copied()
-        .filter(|l| !l.trim().is_empty())
-        .collect();
-    let reports: Vec<&str> = lines
-        .iter()
-        .map(|l| l.trim())
-        .filter(|l| l.starts_with("cl-mcp-boot:") || l.starts_with("cl-mcp:"))
-        .collect();
-    if !reports.is_empty() {
-        return reports.join("\n");
-    }
-    let tail = &lines[lines.len().saturating_sub(15)..];
-    if tail.is_empty() {
-        "(it printed nothing)".to_string()
-    } else {
-        tail.join("\n")
-    }
+    super::last_words::lisp_words(&lines)
 }
 
 /// `dir`, created (with its parents) if missing, as a directory only we can

@@ -320,6 +320,31 @@ fn internal_package(name: &str) -> bool {
         || name == "COMMON-LISP"
 }
 
+/// What a Lisp's last lines of output say went wrong: the boot guard's
+/// report (`cl-mcp-boot: CONDITION: message (while loading FILE)`) when
+/// there is one, else the last 15 lines that are not blank.
+pub(super) fn lisp_words(lines: &[&str]) -> String {
+    let lines: Vec<&str> = lines
+        .iter()
+        .copied()
+        .filter(|l| !l.trim().is_empty())
+        .collect();
+    let reports: Vec<&str> = lines
+        .iter()
+        .map(|l| l.trim())
+        .filter(|l| l.starts_with("cl-mcp-boot:") || l.starts_with("cl-mcp:"))
+        .collect();
+    if !reports.is_empty() {
+        return reports.join("\n");
+    }
+    let tail = &lines[lines.len().saturating_sub(15)..];
+    if tail.is_empty() {
+        "(it printed nothing)".to_string()
+    } else {
+        tail.join("\n")
+    }
+}
+
 /// A signal's name and what it usually means.
 pub(super) fn signal_name(sig: i32) -> Option<&'static str> {
     Some(match sig {

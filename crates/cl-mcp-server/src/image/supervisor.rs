@@ -18,7 +18,7 @@ use tokio::sync::{broadcast, oneshot, watch};
 use super::core_cache::{self, default_cache_dir, CoreCache, LaunchPlan};
 use super::direct::{Address, DirectChannel};
 use super::implementation::LispKind;
-use super::last_words::{describe_exit, LastWords};
+use super::last_words::{describe_exit, lisp_words, LastWords};
 use super::limits;
 use super::sandbox::{self, SandboxReport};
 use super::{helpers, locate, ImageConfig, ImageError, ImageMode};
@@ -369,9 +369,21 @@ impl Image {
         thread: Thread,
     ) -> Result<ImageReply, ImageError> {
         let live = self.live().await?;
+        self.rex_on(&live, form, package, thread).await
+    }
+
+    /// Sends `form` to `live` (counted busy while it runs) and reads the
+    /// reply.
+    async fn rex_on(
+        &self,
+        live: &Arc<Live>,
+        form: &str,
+        package: &str,
+        thread: Thread,
+    ) -> Result<ImageReply, ImageError> {
         let _busy = Busy::new(&self.inner);
         let r = live.client.rex(form, package, thread).await;
-        self.reply(&live, r).await
+        self.reply(live, r).await
     }
 
     /// [`Image::rex`] on the image that runs now, never starting one: for
@@ -386,11 +398,9 @@ impl Image {
     ) -> Result<ImageReply, ImageError> {
         let live = self
             .current_live()
-            .filter(|l| !l.client.is_closed())
+            .filter(|l| !l.gone())
             .ok_or_else(|| ImageError::Died("no Lisp image is running".into()))?;
-        let _busy = Busy::new(&self.inner);
-        let r = live.client.rex(form, package, thread).await;
-        self.reply(&live, r).await
+        self.rex_on(&live, form, package, thread).await
     }
 
     /// Runs `form` where evaluations run: the image's long-lived worker
@@ -1235,7 +1245,7 @@ impl Image {
             ImageError::StartFailed(if lines.iter().all(|l| l.trim().is_empty()) {
                 msg
             } else {
-                format!("{msg}; the Lisp said:\n{}", core_cache::lisp_words(&lines))
+                format!("{msg}; the Lisp said:\n{}", lisp_words(&lines))
             })
         };
         let port = match tokio::time::timeout(self.inner.config.start_timeout, port_rx).await {

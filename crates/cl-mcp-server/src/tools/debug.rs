@@ -963,6 +963,13 @@ fn render_frame(o: &FrameOutput) -> String {
 /// before it is stopped (the debugger stays where it was).
 const FRAME_CODE_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// Why frame code was stopped, in the answer's words ("`code` … and was
+/// stopped"): its time ran out (the 30 of [`FRAME_CODE_TIMEOUT`]), or its
+/// call was cancelled.
+const TIMED_OUT: &str = "did not finish within 30 s";
+const CANCELLED: &str = "was cancelled";
+const _: () = assert!(FRAME_CODE_TIMEOUT.as_secs() == 30, "TIMED_OUT names 30 s");
+
 /// The deepest debugger level at which `debugger-frame` runs code: an error
 /// in it nests once more, and SBCL stops answering past about ten nested
 /// errors ("Maximum error nesting depth exceeded").
@@ -1066,9 +1073,9 @@ async fn debugger_frame(a: FrameArgs, ctx: ToolContext) -> ToolOutput {
                     // come after it).
                     if plist_bool(&v, "stopped") {
                         let why = if began.elapsed() >= FRAME_CODE_TIMEOUT {
-                            "did not finish within 30 s"
+                            TIMED_OUT
                         } else {
-                            "was cancelled"
+                            CANCELLED
                         };
                         let stdout = plist_str(&v, "stdout").unwrap_or_default();
                         return ToolOutput::error(stopped_text(why, stdout));
@@ -1090,11 +1097,11 @@ async fn debugger_frame(a: FrameArgs, ctx: ToolContext) -> ToolOutput {
             }
             why = async {
                 tokio::time::sleep(FRAME_CODE_TIMEOUT).await;
-                stop("did not finish within 30 s").await
+                stop(TIMED_OUT).await
             } => Some(why),
             why = async {
                 ctx.cancel.cancelled().await;
-                stop("was cancelled").await
+                stop(CANCELLED).await
             } => Some(why),
         };
         if let Some(why) = stopped {
