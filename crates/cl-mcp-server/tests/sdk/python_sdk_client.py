@@ -95,6 +95,15 @@ async def run(target, label: str, mode: str) -> None:
         assert "(SDK-TWICE Y)" in text_of(r), text_of(r)
         r = await call(client, "debugger-restart", {"action": "out"})
         assert r.structured_content["values"] == ["12"], r.structured_content
+        # Errors in frame code nest up to level 8, then a plain refusal.
+        r = await call(client, "evaluate-lisp", {"code": '(error "sdk deep")', "debug": True}, error=True)
+        deep = r.structured_content["debugger"]["debugger"]
+        for level in range(2, 9):
+            r = await call(client, "debugger-frame", {"debugger": deep, "code": f'(error "level {level}")'}, error=True)
+            assert r.structured_content["nested"]["level"] == level, r.structured_content
+        r = await client.call_tool("debugger-frame", {"debugger": deep, "code": "(error \"too deep\")"})
+        assert r.is_error and "at level 8, the deepest" in text_of(r), r
+        r = await call(client, "debugger-restart", {"debugger": deep, "action": "abort"}, error=True)
 
         # One tool of each family.
         r = await call(client, "image-info", {})
@@ -179,10 +188,14 @@ async def attached(binary: str, swank: str) -> None:
         print("attached: a user's thread taken over and resolved")
 
 
-async def cold_start(binary: str, root: str, cache: str, lisp: str) -> None:
+async def cold_start(binary: str, cache: str, lisp: str) -> None:
     """A first start as the SDK makes one: the SDK's own environment (HOME,
     PATH, SHELL, TERM: no LANG) and an empty cache (--cache-dir). UTF-8 text
-    must read, in code and in a file, on a Lisp that would read ASCII only."""
+    must read, in code and in a file, on a Lisp that would read ASCII only.
+    In a project of its own (a fresh directory): parentheses repaired on
+    write and edit, or refused."""
+    root = os.path.join(cache, "project")
+    os.makedirs(root)
     target = StdioServerParameters(
         command=binary, args=["--project-root", root, "--cache-dir", cache, "--lisp", lisp]
     )
@@ -191,7 +204,21 @@ async def cold_start(binary: str, root: str, cache: str, lisp: str) -> None:
         assert r.structured_content["values"] == ["10"], r.structured_content
         r = await call(client, "image-info", {})
         assert lisp.upper() in text_of(r).upper(), text_of(r)
-        print(f"cold start on {lisp}: SDK environment, empty cache, UTF-8 read")
+        # A missing closer: repaired by indentation, the change said, the
+        # file compiles; an unclosed string: refused, nothing written.
+        broken = ';; caf\u00e9\n(defun sdk-greet (name)\n  (format nil "hi ~a" name)\n\n(defun sdk-other () 2)\n'
+        r = await call(client, "fs-write-file", {"path": "greet.lisp", "content": broken})
+        assert r.structured_content["repairs"], r.structured_content
+        r = await call(client, "lisp-compile-file", {"path": "greet.lisp"})
+        assert r.structured_content["success"] is True, r.structured_content
+        r = await client.call_tool("fs-write-file", {"path": "bad.lisp", "content": '(defun f () "open\n'})
+        assert r.is_error and "Not written" in text_of(r), r
+        assert not os.path.exists(os.path.join(root, "bad.lisp"))
+        r = await call(client, "lisp-edit-form", {
+            "path": "greet.lisp", "formType": "defun", "formName": "sdk-other",
+            "operation": "replace", "content": "(defun sdk-other ()\n  (list 2 3)\n"})
+        assert r.structured_content["repairs"], r.structured_content
+        print(f"cold start on {lisp}: SDK environment, empty cache, UTF-8 read, parentheses repaired")
 
 
 async def main() -> None:
@@ -199,8 +226,8 @@ async def main() -> None:
     root = sys.argv[2]
     cold = os.environ.get("CL_MCP_COLD_CACHE")
     if cold:
-        await cold_start(binary, root, os.path.join(cold, "clisp"), "clisp")
-        await cold_start(binary, root, os.path.join(cold, "sbcl"), "sbcl")
+        await cold_start(binary, os.path.join(cold, "clisp"), "clisp")
+        await cold_start(binary, os.path.join(cold, "sbcl"), "sbcl")
     stdio = StdioServerParameters(command=binary, args=["--project-root", root])
     await run(stdio, "stdio", "auto")  # probes server/discover: the stateless era
     await run(stdio, "stdio", "legacy")  # the initialize handshake
