@@ -395,11 +395,11 @@ pub fn open_regular_in(
 /// touched. Returns true when a reader was waiting on one.
 pub fn release_pipe_readers(path: &Path, root: &Path) -> bool {
     use std::os::unix::fs::{FileTypeExt as _, OpenOptionsExt as _};
-    let Ok(real) = std::fs::canonicalize(path) else {
+    let (Ok(real), Ok(root)) = (std::fs::canonicalize(path), std::fs::canonicalize(root)) else {
         return false;
     };
     let is_pipe = |m: &std::fs::Metadata| m.file_type().is_fifo();
-    if !real.starts_with(root) || !std::fs::symlink_metadata(&real).is_ok_and(|m| is_pipe(&m)) {
+    if !real.starts_with(&root) || !std::fs::symlink_metadata(&real).is_ok_and(|m| is_pipe(&m)) {
         return false;
     }
     // Without a reader waiting, a non-blocking open for writing fails
