@@ -149,6 +149,39 @@ interrupted through INTERRUPT-EVALUATION instead."
   (declare (ignore condition))
   nil)
 
+;;; O_NONBLOCK, which SB-UNIX does not export (Linux and the BSDs).
+#+sbcl
+(defconstant +o-nonblock+ #+linux #o4000 #-linux 4)
+
+(defun source-file-problem (path file-id)
+  "Why the file at PATH (a native path) must not be compiled, or NIL. The
+server checked it; this checks what the compiler is about to open: PATH is
+opened without waiting (a named pipe swapped in meanwhile would wait for a
+writer forever), and the opened descriptor must be a regular file and,
+when FILE-ID (DEVICE INODE) is given, the very file the server checked.
+The portable fallback knows no way to ask and returns NIL (the server
+also watches the path while the compiler opens it)."
+  #+sbcl
+  (let ((fd (sb-unix:unix-open path (logior sb-unix:o_rdonly +o-nonblock+) 0)))
+    (if (null fd)
+        (format nil "Cannot open ~A now: it was removed or replaced after the server ~
+                     checked it. Nothing was compiled." path)
+        (unwind-protect
+             (multiple-value-bind (ok dev ino mode) (sb-unix:unix-fstat fd)
+               (cond ((not ok) nil)
+                     ((/= (logand mode sb-unix:s-ifmt) sb-unix:s-ifreg)
+                      (format nil "~A is no longer a regular file (a named pipe, device or ~
+                                   directory stands at that path now; it was replaced after ~
+                                   the server checked it). Nothing was compiled." path))
+                     ((and file-id (not (and (eql dev (first file-id))
+                                             (eql ino (second file-id)))))
+                      (format nil "~A was replaced by another file after the server checked ~
+                                   it. Nothing was compiled; compile it again." path))
+                     (t nil)))
+          (sb-unix:unix-close fd))))
+  #-sbcl
+  (progn path file-id nil))
+
 (defun current-pid ()
   (swank/backend:getpid))
 

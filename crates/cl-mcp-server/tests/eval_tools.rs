@@ -760,3 +760,38 @@ fn needs_threads_a_queued_evaluation_is_told_what_it_waits_behind() {
     // A call that did not wait says nothing about queueing.
     assert!(r.structured.get("queuedMs").is_none(), "{}", r.structured);
 }
+
+/// An evaluation running as a task whose ttl (1 ms) passes while it runs
+/// stays visible and cancellable: `tasks/get` sees it working, `tasks/cancel`
+/// interrupts it, and the evaluation turn it held is free at once (the next
+/// `evaluate-lisp` answers promptly instead of waiting for the sleep).
+#[test]
+fn an_evaluation_task_past_its_ttl_stays_cancellable_and_frees_the_turn() {
+    let cache = std::env::temp_dir().join("cl-mcp-server-test-cache");
+    let mut s =
+        common::Server::initialized_with_env(&[], &[("CL_MCP_CACHE_DIR", cache.to_str().unwrap())]);
+    eval(&mut s, 1, "(+ 1 2)");
+    let r = s.request(
+        json!({"jsonrpc":"2.0","id":2,"method":"tools/call","params":{
+        "name":"evaluate-lisp","arguments":{"code":"(sleep 3)"},"task":{"ttl":1}}}),
+    );
+    let id = r["result"]["task"]["taskId"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{r}"))
+        .to_string();
+    std::thread::sleep(Duration::from_millis(500));
+    let g = s.request(json!({"jsonrpc":"2.0","id":3,"method":"tasks/get","params":{"taskId":id}}));
+    assert_eq!(g["result"]["status"], "working", "past its ttl: {g}");
+    let c =
+        s.request(json!({"jsonrpc":"2.0","id":4,"method":"tasks/cancel","params":{"taskId":id}}));
+    assert_eq!(c["result"]["status"], "cancelled", "{c}");
+    let t0 = Instant::now();
+    let r = eval(&mut s, 5, "(+ 2 3)");
+    let took = t0.elapsed();
+    eprintln!("evaluate-lisp after cancelling the task answered in {took:?}");
+    assert_eq!(r.text, "=> 5");
+    assert!(
+        took < Duration::from_millis(1500),
+        "answered after {took:?}"
+    );
+}

@@ -218,7 +218,21 @@ async def cold_start(binary: str, cache: str, lisp: str) -> None:
             "path": "greet.lisp", "formType": "defun", "formName": "sdk-other",
             "operation": "replace", "content": "(defun sdk-other ()\n  (list 2 3)\n"})
         assert r.structured_content["repairs"], r.structured_content
-        print(f"cold start on {lisp}: SDK environment, empty cache, UTF-8 read, parentheses repaired")
+        # Builds queue one at a time; the wait counts against the timeout:
+        # a compile with a 2 s timeout behind a 6 s one never starts.
+        with open(os.path.join(root, "slow.lisp"), "w") as f:
+            f.write("(eval-when (:compile-toplevel) (sleep 6))\n(defun sdk-slow () 1)\n")
+        slow = asyncio.create_task(client.call_tool("lisp-compile-file", {"path": "slow.lisp", "load": False}))
+        await asyncio.sleep(0.5)
+        started = asyncio.get_running_loop().time()
+        r = await client.call_tool("lisp-compile-file", {"path": "greet.lisp", "timeoutSeconds": 2})
+        waited = asyncio.get_running_loop().time() - started
+        assert r.is_error and "never started" in text_of(r) and "slow.lisp" in text_of(r), r
+        assert waited < 4.5, waited
+        r = await slow
+        assert not r.is_error, r
+        print(f"cold start on {lisp}: SDK environment, empty cache, UTF-8 read, parentheses repaired, "
+              f"a queued build timed out in {waited:.1f} s")
 
 
 async def main() -> None:
