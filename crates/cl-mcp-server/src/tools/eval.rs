@@ -347,8 +347,7 @@ async fn evaluate(a: EvalArgs, ctx: ToolContext) -> ToolOutput {
     };
     let mut out = EvalOutput::from_plist(&value);
     out.queued_ms = queued.as_ref().map(|q| q.millis());
-    // Only in the text: `EvalOutput` is the schema of several debugger
-    // tools, and tools/list has a size budget.
+    // Only in the text: advice for the model, not data about the outcome.
     let repair_note = if out.error.is_some() {
         repair_note(&a.code)
     } else {
