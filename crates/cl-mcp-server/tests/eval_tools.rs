@@ -795,3 +795,78 @@ fn an_evaluation_task_past_its_ttl_stays_cancellable_and_frees_the_turn() {
         "answered after {took:?}"
     );
 }
+
+#[test]
+fn the_published_output_schema_tells_results_from_wrong_shapes() {
+    // The schema as tools/list publishes it, the one the harness checks
+    // every result against: real results of each outcome conform, and
+    // shapes no result has are refused.
+    let schema = &common::output_schemas()["evaluate-lisp"];
+    let check = jsonschema::draft202012::new(schema).expect("a valid schema");
+    let mut s = lisp_server(&[]);
+    let value = eval(&mut s, 1, "(+ 1 2)").structured;
+    let error = eval(&mut s, 2, "(error \"boom\")").structured;
+    let timeout = eval_with(&mut s, 3, "(loop)", json!({"timeoutSeconds": 1})).structured;
+    let debugger = eval_with(&mut s, 4, "(error \"stop\")", json!({"debug": true})).structured;
+    for (outcome, r) in [
+        ("value", &value),
+        ("error", &error),
+        ("timeout", &timeout),
+        ("debugger", &debugger),
+    ] {
+        assert!(check.is_valid(r), "{outcome} refused: {r}");
+    }
+    assert!(error["error"].is_object() && debugger["debugger"].is_object());
+    assert_eq!(timeout["interrupted"], true);
+
+    let with = |r: &serde_json::Value, pointer: &str, v: serde_json::Value| {
+        let mut r = r.clone();
+        match r.pointer_mut(pointer) {
+            Some(there) => *there = v,
+            None => {
+                let (parent, key) = pointer.rsplit_once('/').unwrap();
+                r.pointer_mut(parent).unwrap()[key] = v;
+            }
+        }
+        r
+    };
+    let without = |r: &serde_json::Value, key: &str| {
+        let mut r = r.clone();
+        r.as_object_mut().unwrap().remove(key);
+        r
+    };
+    let wrong = [
+        ("nothing", json!({})),
+        ("no values", without(&value, "values")),
+        ("values not a list", with(&value, "/values", json!("3"))),
+        ("a value not a string", with(&value, "/values/0", json!(3))),
+        ("an error without its message", {
+            let mut e = error.clone();
+            e["error"].as_object_mut().unwrap().remove("message");
+            e
+        }),
+        (
+            "a backtrace frame as text",
+            with(&error, "/error/backtrace", json!(["0: (BOOM)"])),
+        ),
+        (
+            "interrupted: false",
+            with(&value, "/interrupted", json!(false)),
+        ),
+        (
+            "where without interrupted",
+            with(&value, "/where", json!(["(LOOP)"])),
+        ),
+        (
+            "a debugger and an error",
+            with(&debugger, "/error", error["error"].clone()),
+        ),
+        (
+            "a debugger without its restarts",
+            with(&debugger, "/debugger/restarts", json!(null)),
+        ),
+    ];
+    for (what, r) in wrong {
+        assert!(!check.is_valid(&r), "{what} accepted: {r}");
+    }
+}
