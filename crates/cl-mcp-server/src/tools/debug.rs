@@ -204,6 +204,10 @@ async fn monitor(
 ) {
     let mut events = image.subscribe();
     let request_id = AtomicU64::new(u64::MAX);
+    // Its thread ends with the request: its stack guard must be armed
+    // again first (see `call_fresh`), or a stack exhaustion it unwound
+    // leaves the next thread on that memory without one.
+    let form = format!("(cl-mcp-server::with-stack-guard {form})");
     let call = image.eval_debuggable(&form, BUFFER_PACKAGE, &request_id);
     tokio::pin!(call);
     let mut stop_sent = false;

@@ -290,7 +290,13 @@ async fn inspect_object(a: InspectArgs, ctx: ToolContext) -> ToolOutput {
         Ok(r) => r,
         Err(e) => return ToolOutput::error(e),
     };
-    if let Some(failure) = user_code_failure(&v, "The inspected code", timeout) {
+    // Interrupted while showing the object: in its PRINT-OBJECT methods.
+    let what = if plist_bool(&v, "showing") {
+        "Showing the inspected object (its print-object methods)"
+    } else {
+        "The inspected code"
+    };
+    if let Some(failure) = user_code_failure(&v, what, timeout) {
         return with_queue_note(failure, &queued);
     }
     let out = inspect_output(&v, &ctx.session.project_root());
