@@ -356,7 +356,8 @@ wherever it is; an interruption while showing it has :showing T."
 the debugger this thread waits in (read in PACKAGE, default the frame's
 package), and inspect the last value: it becomes SESSION's current
 inspection, so PART and BACK go on from it. An error in CODE is answered as
-(:error MESSAGE) rather than a nested debugger level."
+(:error MESSAGE) rather than a nested debugger level; (:stopped T :stdout
+\"\") when STOP-FRAME-EVALUATION ended it (evaluating or showing it)."
   (let ((value nil)
         ;; The unit's summary ("compilation unit aborted") is noise here.
         (*error-output* (make-broadcast-stream)))
@@ -364,17 +365,30 @@ inspection, so PART and BACK go on from it. An error in CODE is answered as
       (let ((problem (exhausted-stack-problem)))
         (when problem
           (return-from debugger-inspect-in-frame problem)))
-      (handler-case
-          ;; Warnings stay out of the suspended evaluation's own report
-          ;; (EVAL-FORMS-IN-FRAME compiles in a unit of its own).
-          (handler-bind ((warning #'muffle-warning))
-            (setf value (first (eval-forms-in-frame forms index))))
-        (error (e)
-          (return-from debugger-inspect-in-frame
-            (list :error (format nil "~A in frame ~D: ~A" (type-name e) index
-                                 (print-capped e 2000))))))
-      (setf (inspection-stack session) (list (cons (truncate-string code 200) value)))
-      (inspection-reply session (max 0 (or start 0)) (max 1 (min 500 (or count 50)))))))
+      (let ((reply
+              (call-as-frame-evaluation
+               (lambda ()
+                 (handler-case
+                     (progn
+                       ;; Warnings stay out of the suspended evaluation's
+                       ;; own report (EVAL-FORMS-IN-FRAME compiles in a
+                       ;; unit of its own).
+                       (handler-bind ((warning #'muffle-warning))
+                         (setf value (first (eval-forms-in-frame forms index))))
+                       (setf (inspection-stack session)
+                             (list (cons (truncate-string code 200) value)))
+                       (inspection-reply session (max 0 (or start 0))
+                                         (max 1 (min 500 (or count 50)))))
+                   (error (e)
+                     (list :error (format nil "~A in frame ~D: ~A" (type-name e) index
+                                          (print-capped e 2000))))
+                   (storage-condition (c)
+                     (if (stack-exhaustion-p c)
+                         (list :error "The data is too deep to print: showing it ran out of stack. Inspect a part of it instead.")
+                         (error c))))))))
+        (if (eq reply :stopped)
+            (list :stopped t :stdout "")
+            reply)))))
 
 ;;; Trace records.
 ;;;
