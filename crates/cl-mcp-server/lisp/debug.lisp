@@ -349,6 +349,11 @@ a stack still that deep, below its disarmed guard page: code recursing
 there again runs past the end of the stack and kills the image (SBCL,
 ECL). Constant FORMS (a restart's values) are safe to evaluate."
   (let ((down (stack-guard-disarmed-p)))
+    ;; Down but the stack is shallow again (the code caught its exhaustion
+    ;; and went on): arm it here, nothing to refuse.
+    (when (and (eq down t) (< 0.5 (stack-room) 1.0))
+      (restore-stack-guard)
+      (setf down nil))
     (when (and (if (eq down :unknown)
                    (let ((c swank::*swank-debugger-condition*))
                      (and c (stack-exhaustion-p c)))

@@ -1161,6 +1161,23 @@ fn stack_exhaustion_in_the_debugger_on(lisp: &str) {
     call(&mut s, 10, "debugger-restart", json!({"action": "abort"}));
     let r = eval(&mut s, 11, "*kept*");
     assert_eq!(r.text, "=> 42");
+    // An exhaustion the code caught leaves the stack shallow again: a
+    // later error's frames take code (the guard is armed again first).
+    let r = eval_with(
+        &mut s,
+        12,
+        "(handler-case (deep 0) (storage-condition () nil)) (error \"later\")",
+        json!({"debug": true}),
+    );
+    assert!(r.text.starts_with("[DEBUGGER level 1]"), "{}", r.text);
+    let r = call(&mut s, 13, "debugger-frame", json!({"code": "(+ 1 2)"}));
+    assert_eq!(r.structured["values"], json!(["3"]), "{}", r.text);
+    call(&mut s, 14, "debugger-restart", json!({"action": "abort"}));
+    let r = eval_with(&mut s, 15, "(deep 0)", json!({"debug": true}));
+    assert!(r.text.starts_with("[DEBUGGER level 1]"), "{}", r.text);
+    call(&mut s, 16, "debugger-restart", json!({"action": "abort"}));
+    let r = eval(&mut s, 17, "*kept*");
+    assert_eq!(r.text, "=> 42");
 }
 
 #[test]
