@@ -199,8 +199,11 @@ async def debugger_limits(binary: str, root: str) -> None:
             raise AssertionError("(loop) in a frame answered")
         except asyncio.TimeoutError:
             pass
+        # (Were it not stopped, this would wait behind it for its 30 s.)
+        started = asyncio.get_running_loop().time()
         r = await call(client, "debugger-frame", {"debugger": number, "frame": frame, "code": "(+ 1 2)"})
         assert r.structured_content["values"] == ["3"], r.structured_content
+        assert asyncio.get_running_loop().time() - started < 10, "the cancelled frame code went on"
 
         # A print-object that never returns: stopped at the timeout, in a
         # frame and outside, with no thread left running.
