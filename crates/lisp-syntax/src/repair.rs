@@ -131,12 +131,14 @@ pub fn repair_parens(text: &str) -> Repair {
     }
     let lines = LineIndex::new(text);
     let toks = tokens(text, &parse);
-    let groups = line_groups(text, &toks);
+    let groups = line_groups(text, &toks, false);
+    let kept_groups = line_groups(text, &toks, true);
     let ctx = Ctx {
         text,
         lines: &lines,
         toks: &toks,
         groups: &groups,
+        strict: false,
     };
     // Constructs no closer can end: refuse before looking at parentheses.
     if let Some(e) = parse.errors.iter().find(|e| {
@@ -205,7 +207,31 @@ pub fn repair_parens(text: &str) -> Repair {
             if seg_balance(&ctx, seg) == (0, 0) {
                 continue;
             }
-            match infer_segment(&ctx, seg) {
+            // Where a line after a removed closer lines up with nothing,
+            // a second reading keeps the lists a line opens and closes
+            // itself as written (`(cond ((zerop n)` / `        body)`: a
+            // body indented under its clause, not its test). Both readings
+            // place closers only at line ends, so their edits apply alike.
+            match infer_segment(&ctx, seg).or_else(|(r, removal)| {
+                if !removal {
+                    return Err(r);
+                }
+                infer_segment(
+                    &Ctx {
+                        groups: &kept_groups,
+                        strict: true,
+                        ..ctx
+                    },
+                    seg,
+                )
+                .ok()
+                .filter(|e| {
+                    // Closers it removes come off the segment's last line.
+                    let last = (seg.groups.clone()).rfind(|&g| ctx.groups[g].code);
+                    e.iter().all(|(g, e)| e.new > e.old || Some(*g) == last)
+                })
+                .ok_or(r)
+            }) {
                 Ok(e) => unit_edits.extend(e),
                 Err(r) => return Repair::Refused(r),
             }
@@ -508,7 +534,7 @@ fn indented_at_top_level(
     ranges: &[(std::ops::RangeInclusive<usize>, usize)],
 ) -> Option<(usize, usize)> {
     let toks = tokens(text, parse);
-    let groups = line_groups(text, &toks);
+    let groups = line_groups(text, &toks, false);
     let base = groups.iter().find_map(|g| g.indent).unwrap_or(0);
     let lines = LineIndex::new(text);
     let mut depth = 0i64;
@@ -613,7 +639,29 @@ struct Group {
     insert_at: usize,
 }
 
-fn line_groups(text: &str, toks: &[Tok]) -> Vec<Group> {
+/// `keep_closed_lists`: closers at a line's end that close a list opened
+/// on the same line stay as written (they are not part of the trail).
+fn line_groups(text: &str, toks: &[Tok], keep_closed_lists: bool) -> Vec<Group> {
+    // Per closer: whether it closes a list opened on its own line.
+    let mut same_line = vec![false; toks.len()];
+    if keep_closed_lists {
+        let mut stack = Vec::new();
+        let mut line = 0usize;
+        for (i, t) in toks.iter().enumerate() {
+            if t.first_on_line {
+                line += 1;
+            }
+            match t.kind {
+                TokKind::Open => stack.push(line),
+                TokKind::Close => {
+                    if let Some(l) = stack.pop() {
+                        same_line[i] = l == line;
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
     let mut groups = Vec::new();
     let mut i = 0;
     while i < toks.len() {
@@ -632,6 +680,9 @@ fn line_groups(text: &str, toks: &[Tok]) -> Vec<Group> {
         let mut trail_start = end;
         while trail_start > i && toks[trail_start - 1].kind == TokKind::Close {
             trail_start -= 1;
+        }
+        while trail_start < end && same_line[trail_start] {
+            trail_start += 1;
         }
         let insert_at = if end > i {
             toks[end - 1].end
@@ -749,6 +800,9 @@ struct Ctx<'a> {
     lines: &'a LineIndex,
     toks: &'a [Tok],
     groups: &'a [Group],
+    /// Every line must line up as an editor indents a call (see
+    /// `lines_up`), also where closers are added: for the second reading.
+    strict: bool,
 }
 
 impl Ctx<'_> {
@@ -834,8 +888,9 @@ pub fn form_label(text: &str) -> String {
 }
 
 /// Runs the indentation rule over one segment: the inferred trail of every
-/// group whose trail changes.
-fn infer_segment(ctx: &Ctx, seg: &Segment) -> Result<Vec<(usize, Edit)>, Refusal> {
+/// group whose trail changes. A refusal says too whether it came from a
+/// line after a removed closer that lines up with nothing.
+fn infer_segment(ctx: &Ctx, seg: &Segment) -> Result<Vec<(usize, Edit)>, (Refusal, bool)> {
     let toks = ctx.toks;
     // The partner of every closer as the text reads (ignoring indentation).
     let mut partner = vec![usize::MAX; toks.len()];
@@ -893,21 +948,24 @@ fn infer_segment(ctx: &Ctx, seg: &Segment) -> Result<Vec<(usize, Edit)>, Refusal
             if k > 0 && stack.is_empty() && before > 0 && x > 0 {
                 let line = ctx.lines.line_col(toks[g.toks.start].start).0;
                 let prev_line = last_code.map_or(line, |p| ctx.group_line(seg.groups.start + p));
-                return Err(ctx.refusal(
-                    seg_start,
-                    line,
-                    format!(
+                return Err((
+                    ctx.refusal(
+                        seg_start,
+                        line,
+                        format!(
                         "line {line} is indented as if inside the form, but by the indentation \
                          every list open before it already closes at line {prev_line}"
                     ),
-                    format!(
+                        format!(
                         "indent line {line} as its structure is (a new top-level form starts at \
                          column 0), or place the missing \")\" yourself"
                     ),
+                    ),
+                    false,
                 ));
             }
             if let Some((o, cols)) = stack.last() {
-                if !lines_up(ctx, *o, cols, x, false) {
+                if !lines_up(ctx, *o, cols, x, ctx.strict) {
                     misaligned[k] = Some(*o);
                 }
                 if !lines_up(ctx, *o, cols, x, true) {
@@ -942,31 +1000,37 @@ fn infer_segment(ctx: &Ctx, seg: &Segment) -> Result<Vec<(usize, Edit)>, Refusal
                             } else {
                                 ctx.lines.line_col(toks[partner[t]].start)
                             };
-                            return Err(ctx.refusal(
-                                seg_start,
-                                line,
-                                format!(
-                                    "the \")\" at line {line}, column {column} is inside the \
+                            return Err((
+                                ctx.refusal(
+                                    seg_start,
+                                    line,
+                                    format!(
+                                        "the \")\" at line {line}, column {column} is inside the \
                                      line; it closes the \"(\" at line {pl}, column {pc}, but \
                                      by the indentation it would close the one at line {ol}, \
                                      column {oc}"
-                                ),
-                                format!(
-                                    "move that \")\" to where the list it closes ends, or \
+                                    ),
+                                    format!(
+                                        "move that \")\" to where the list it closes ends, or \
                                      indent line {line} to match the structure"
+                                    ),
                                 ),
+                                false,
                             ));
                         }
                         None => {
-                            return Err(ctx.refusal(
-                                seg_start,
-                                line,
-                                format!(
-                                    "the \")\" at line {line}, column {column} is inside the \
+                            return Err((
+                                ctx.refusal(
+                                    seg_start,
+                                    line,
+                                    format!(
+                                        "the \")\" at line {line}, column {column} is inside the \
                                      line and closes nothing"
+                                    ),
+                                    "delete that \")\" or add the \"(\" it was meant to close"
+                                        .to_string(),
                                 ),
-                                "delete that \")\" or add the \"(\" it was meant to close"
-                                    .to_string(),
+                                false,
                             ));
                         }
                     }
@@ -1035,14 +1099,17 @@ fn infer_segment(ctx: &Ctx, seg: &Segment) -> Result<Vec<(usize, Edit)>, Refusal
                 != ctx.lines.line_col(toks[ctx.groups[g].toks.start].start).0
         }) {
             let (ol, oc) = ctx.lines.line_col(toks[o].start);
-            return Err(ctx.refusal(
-                seg_start,
-                ol,
-                format!(
-                    "the list opened at line {ol}, column {oc} follows a string that spans \
+            return Err((
+                ctx.refusal(
+                    seg_start,
+                    ol,
+                    format!(
+                        "the list opened at line {ol}, column {oc} follows a string that spans \
                      lines, so its indentation does not say where it ends"
+                    ),
+                    "place the missing or extra \")\" yourself".into(),
                 ),
-                "place the missing or extra \")\" yourself".into(),
+                false,
             ));
         }
         let change = if inferred > old {
@@ -1063,15 +1130,18 @@ fn infer_segment(ctx: &Ctx, seg: &Segment) -> Result<Vec<(usize, Edit)>, Refusal
                     && takes_a_body(ctx, o)
             }) {
                 let (ol, _) = ctx.lines.line_col(toks[o].start);
-                return Err(ctx.refusal(
-                    seg_start,
-                    ol,
-                    format!(
-                        "by the indentation `{}` would close on its own line {ol}, without a \
+                return Err((
+                    ctx.refusal(
+                        seg_start,
+                        ol,
+                        format!(
+                            "by the indentation `{}` would close on its own line {ol}, without a \
                          body, and the lines after it would stand at top level",
-                        form_label(&ctx.text[toks[o].start..])
+                            form_label(&ctx.text[toks[o].start..])
+                        ),
+                        "indent its body under it, or place the missing \")\" yourself".into(),
                     ),
-                    "indent its body under it, or place the missing \")\" yourself".into(),
+                    false,
                 ));
             }
         }
@@ -1099,18 +1169,21 @@ fn infer_segment(ctx: &Ctx, seg: &Segment) -> Result<Vec<(usize, Edit)>, Refusal
             let g = &ctx.groups[seg.groups.start + j];
             let (line, column) = ctx.lines.line_col(toks[g.toks.start].start);
             let (ol, oc) = ctx.lines.line_col(toks[o].start);
-            return Err(ctx.refusal(
-                seg_start,
-                line,
-                format!(
-                    "by the indentation line {line} belongs to the list opened at line {ol}, \
+            return Err((
+                ctx.refusal(
+                    seg_start,
+                    line,
+                    format!(
+                        "by the indentation line {line} belongs to the list opened at line {ol}, \
                      column {oc} (which needs {changed}), but its column {column} lines up \
                      with nothing in that list"
-                ),
-                format!(
-                    "indent line {line} under the list it belongs to, or place the closers \
+                    ),
+                    format!(
+                        "indent line {line} under the list it belongs to, or place the closers \
                      yourself (the indentation alone suggests: {changed})"
+                    ),
                 ),
+                inferred < old,
             ));
         }
         // Closers to remove come off the run's end, line by line.
@@ -1396,10 +1469,11 @@ mod tests {
         // A line that would join a list it does not line up with.
         let r = refused("(defun f (s)\n  (g s\n          x\n  (k))\n");
         assert!(r.reason.contains("lines up with nothing"), "{r}");
-        // Removing a closer would put `(g x)` two columns into a call that
-        // takes no body.
-        let r = refused("(defun f (x)\n  (declare (fixnum x))\n    (g x)))\n");
-        assert!(r.reason.contains("lines up with nothing"), "{r}");
+        // Removing a closer of `(declare` would put `(g x)` two columns into
+        // a call that takes no body; the second reading keeps the lists
+        // line 2 closes itself, and the extra closer comes off the end.
+        let (text, _) = repaired("(defun f (x)\n  (declare (fixnum x))\n    (g x)))\n");
+        assert_eq!(text, "(defun f (x)\n  (declare (fixnum x))\n    (g x))\n");
         // Would need both an addition and a removal.
         let r = refused("(defun foo ()\n  (bar)\n    (baz)\n  (qux)\n");
         assert!(r.reason.contains("both add and remove"), "{r}");
@@ -1426,6 +1500,19 @@ mod tests {
         // Moving closers within a run is layout, not structure: left alone.
         let text = "(defpackage :p\n  (:use :cl)\n  (:export #:a\n           #:b\n           ))\n\n(defun g ()\n  (h)\n";
         assert_eq!(repaired(text).0, text.replacen("  (h)\n", "  (h))\n", 1));
+    }
+
+    #[test]
+    fn a_body_under_its_clause_rather_than_its_test() {
+        // `varying` is indented right of `(zerop n)`, which the line closes
+        // itself: the first reading would reopen it and refuses; the
+        // second keeps it as written and places the missing closer.
+        let good = "(defun f (n)\n  (cond ((zerop n)\n          varying)\n        (t\n          fixed)))\n";
+        assert_eq!(repair_parens(good), Repair::Unchanged);
+        let (text, changes) = repaired(&good.replacen("fixed)))", "fixed))", 1));
+        assert_eq!(text, good);
+        assert_eq!(changes, vec!["added \")\" at line 5, column 18"]);
+        assert_eq!(repaired(&good.replacen("fixed)))", "fixed))))", 1)).0, good);
     }
 
     #[test]
