@@ -66,6 +66,25 @@ const TUNING: &[&str] = &[
     "trivial-features",
     "trivial-garbage",
     "xlunit",
+    "anaphora",
+    "cl-containers",
+    "cl-log",
+    "cl-utilities",
+    "closer-mop",
+    "contextl",
+    "cxml",
+    "dynamic-classes",
+    "global-vars",
+    "ieee-floats",
+    "local-time",
+    "lw-compat",
+    "metatilities-base",
+    "parse-number",
+    "puri",
+    "regex",
+    "trivial-utf-8",
+    "uuid",
+    "zpb-ttf",
 ];
 
 const WAYS: [&str; 3] = [
@@ -478,7 +497,12 @@ fn measure(c: &Corpus) {
 }
 
 fn main() {
-    let tuning: Vec<PathBuf> = TUNING.iter().map(|l| Path::new(SOURCES).join(l)).collect();
+    let unpacked = target_dir().join("paren-corpus/usr/share/common-lisp/source");
+    let tuning: Vec<PathBuf> = TUNING
+        .iter()
+        .flat_map(|l| [Path::new(SOURCES).join(l), unpacked.join(l)])
+        .filter(|p| p.is_dir())
+        .collect();
     let held = held_out_libraries();
     let only = std::env::var("CORPUS").unwrap_or_default();
     if only != "held-out" {

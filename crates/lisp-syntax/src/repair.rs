@@ -351,6 +351,40 @@ fn implausible_form(
         }
     }
     let lines = LineIndex::new(text);
+    // A list that an added closer leaves empty before a comment (`'(` and
+    // a comment, its elements on the lines after; `()` alone is common).
+    let added: Vec<std::ops::Range<usize>> = points
+        .iter()
+        .zip(changes)
+        .filter(|(_, c)| c.added)
+        .map(|(&p, c)| p..p + c.count)
+        .collect();
+    if let Some(empty) = parse
+        .top_level_forms()
+        .flat_map(|f| empty_lists(f))
+        .find(|l| {
+            added.iter().any(|r| r.contains(&(l.span.end - 1)))
+                && text[l.span.end..]
+                    .lines()
+                    .next()
+                    .is_some_and(|rest| rest.trim_start().starts_with(';'))
+        })
+    {
+        let (line, _) = lines.line_col(empty.span.start);
+        let top = parse.top_level_form_at(empty.span.start)?;
+        return Some(Refusal {
+            form_line: lines.line_col(top.span.start).0,
+            form: form_label(&text[top.span.start..]),
+            line,
+            reason: format!(
+                "by the indentation the list opened at line {line} would close before its \
+                 first element"
+            ),
+            fix: "indent the elements of that list right of its \"(\", or place the \")\" \
+                  yourself"
+                .into(),
+        });
+    }
     for form in parse.top_level_forms() {
         let (line, _) = lines.line_col(form.span.start);
         if let Some(form_line) = broken
@@ -413,8 +447,8 @@ fn implausible_form(
 
 /// The first list under `node` (itself included) that breaks a rule of
 /// [`implausible_form`], with what is wrong. Data is skipped: quoted forms,
-/// declarations, `#'(setf f)`, binding lists, and the names and lambda
-/// lists of definitions.
+/// declarations, `#'(setf f)`, binding lists, and the names of
+/// definitions.
 fn first_implausible<'n>(text: &str, node: &'n cst::Node) -> Option<(&'n cst::Node, String)> {
     if matches!(node.kind, NodeKind::Quote | NodeKind::FunctionQuote) {
         return None;
@@ -446,7 +480,7 @@ fn first_implausible<'n>(text: &str, node: &'n cst::Node) -> Option<(&'n cst::No
             | "DESTRUCTURING-BIND",
         ) => i == 1,
         Some("DEFVAR" | "DEFPARAMETER" | "DEFCONSTANT") => false,
-        Some(n) if n.starts_with("DEF") => i <= 2,
+        Some(n) if n.starts_with("DEF") => i == 1,
         _ => false,
     };
     let mut i = 0;
@@ -462,6 +496,19 @@ fn first_implausible<'n>(text: &str, node: &'n cst::Node) -> Option<(&'n cst::No
         }
     }
     None
+}
+
+/// The lists and vectors under `node` (itself included) with no elements.
+fn empty_lists(node: &cst::Node) -> Vec<&cst::Node> {
+    let mut out = Vec::new();
+    let mut stack = vec![node];
+    while let Some(n) = stack.pop() {
+        if matches!(n.kind, NodeKind::List | NodeKind::Vector) && n.elements().next().is_none() {
+            out.push(n);
+        }
+        stack.extend(n.children.iter().filter(|c| !c.is_leaf()));
+    }
+    out
 }
 
 /// What is wrong with `list`, whose head is the symbol `head` (its name).
@@ -517,6 +564,20 @@ fn implausible_list(head: &str, text: &str, list: &cst::Node) -> Option<String> 
         "DEFPARAMETER" | "DEFCONSTANT" => (2, 3),
         _ => (0, usize::MAX),
     };
+    // A binding of `let` is a variable and at most one form.
+    if matches!(head, "LET" | "LET*") {
+        if let Some(bindings) = args.first().filter(|b| b.kind == NodeKind::List) {
+            if bindings.elements().any(|b| {
+                b.kind == NodeKind::List
+                    && b.elements().count() > 2
+                    && !b
+                        .elements()
+                        .any(|e| matches!(e.kind, NodeKind::ReaderConditional { .. }))
+            }) {
+                return Some("have a binding with more than one form".into());
+            }
+        }
+    }
     if args.len() < min || args.len() > max {
         return Some(format!("have {} arguments", args.len()));
     }
@@ -1543,6 +1604,19 @@ mod tests {
                 .contains("`(defvar *a*` at line 3 would have 4 arguments"),
             "{r}"
         );
+        // A binding with two forms: arguments moved out of their call.
+        let r = refused(
+            "(defun f ()\n  (let ((doc (make-doc\n            'impl\n            nil))\n    doc))\n",
+        );
+        assert!(
+            r.reason.contains("a binding with more than one form"),
+            "{r}"
+        );
+        // A quoted list closed before the comment after its `(`.
+        let r = refused(
+            "(defparameter *x*\n  (append\n     '(;; letters\n      #\\a #\\b)\n  \"Doc.\")\n",
+        );
+        assert!(r.reason.contains("close before its first element"), "{r}");
         // A docstring at column 0 would stand alone.
         let r = refused("(defvar *p*\n  (list (a)\n        (b))\n\"The doc.\"\n");
         assert!(r.reason.contains("stand alone at top level"), "{r}");
