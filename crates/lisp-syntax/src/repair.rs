@@ -880,7 +880,19 @@ impl Ctx<'_> {
     fn change_of(&self, g: usize, e: &Edit) -> Change {
         let grp = &self.groups[g];
         let offset = if e.new > e.old {
-            grp.insert_at
+            // After the last code line, a text that ends in an indented
+            // line of its own is where its writer was about to close: the
+            // closers go there (after any comment between), not before.
+            let rest = &self.text[grp.insert_at..];
+            let last_line = rest.rsplit('\n').next().unwrap_or("");
+            let ends_indented = rest.contains('\n')
+                && !last_line.is_empty()
+                && last_line.chars().all(|c| c == ' ' || c == '\t');
+            if ends_indented && self.groups[g + 1..].iter().all(|x| !x.code) {
+                self.text.len()
+            } else {
+                grp.insert_at
+            }
         } else {
             // The last `old - new` closers of the trail go.
             self.toks[grp.trail.end - (e.old - e.new)].start
@@ -1476,6 +1488,10 @@ mod tests {
         let (text, changes) = repaired("(defun f ()\n  (g) ; call g\n\n(defun h ())\n");
         assert_eq!(text, "(defun f ()\n  (g)) ; call g\n\n(defun h ())\n");
         assert_eq!(changes, vec!["added \")\" at line 2, column 6"]);
+        // Unless the text ends in an indented line of its own: there.
+        let (text, changes) = repaired("(deftest t1\n    (f)\n  9 ; not 7\n  ");
+        assert_eq!(text, "(deftest t1\n    (f)\n  9 ; not 7\n  )");
+        assert_eq!(changes, vec!["added \")\" at line 4, column 3"]);
     }
 
     #[test]
