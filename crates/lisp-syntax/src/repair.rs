@@ -1363,20 +1363,26 @@ fn lines_up(ctx: &Ctx, open: usize, elements: &[usize], x: usize, strict: bool) 
     // styles (`(defmacro m (x)` / `    "doc"`).
     let body = !(strict && operator && args_on_first_line) || takes_a_body(ctx, open);
     // Four columns in, for the arguments before a body, is how an editor
-    // indents a macro with a body (`def...`, `with-...`, `do...`), not a
+    // indents a macro with a body (`def...`, `with-...`, `do-...`), not a
     // call; and a macro's body does not line up under its arguments.
-    (x == paren + 2 && body) || (x == paren + 4 && (!operator || body_like(ctx, open))) || {
-        let any_element = !(operator && takes_a_body(ctx, open));
-        elements.iter().skip(1).any(|&e| {
-            let e = &ctx.toks[e];
-            e.col == x && (any_element || e.first_on_line)
-        })
-    }
+    // A macro's body may be indented by one to four columns (a body
+    // indentation of 3 is a house style in some code).
+    let macro_body = operator && x > paren && x <= paren + 4 && body_like(ctx, open);
+    macro_body
+        || (x == paren + 2 && body)
+        || (x == paren + 4 && (!operator || body_like(ctx, open)))
+        || {
+            let any_element = !(operator && takes_a_body(ctx, open));
+            elements.iter().skip(1).any(|&e| {
+                let e = &ctx.toks[e];
+                e.col == x && (any_element || e.first_on_line)
+            })
+        }
 }
 
 /// Whether the head of the list opened by token `open` is indented as a
 /// macro with a body by an editor: one of [`takes_a_body`], or named
-/// `def...`, `with-...`, `without-...`, `do...`.
+/// `def...`, `with-...`, `without-...`, `do-...`, `do`, `do*`.
 fn body_like(ctx: &Ctx, open: usize) -> bool {
     let Some(head) = ctx.toks.get(open + 1).filter(|h| h.kind == TokKind::Code) else {
         return false;
@@ -1384,7 +1390,8 @@ fn body_like(ctx: &Ctx, open: usize) -> bool {
     let name = ctx.text[head.start..head.end].to_ascii_lowercase();
     let name = name.rsplit(':').next().unwrap_or(&name);
     takes_a_body(ctx, open)
-        || ["def", "with-", "without-", "do"]
+        || matches!(name, "do" | "do*")
+        || ["def", "with-", "without-", "do-"]
             .iter()
             .any(|p| name.starts_with(p))
 }
@@ -1622,7 +1629,7 @@ mod tests {
         );
         // A binding with two forms: arguments moved out of their call.
         let r = refused(
-            "(defun f ()\n  (let ((doc (make-doc\n            'impl\n            nil))\n    doc))\n",
+            "(defun f ()\n  (let ((doc (make-doc\n             'impl\n             nil))\n    doc))\n",
         );
         assert!(
             r.reason.contains("a binding with more than one form"),
@@ -1643,6 +1650,21 @@ mod tests {
 
     #[test]
     fn a_macro_is_indented_apart_from_a_call() {
+        // A body three columns in, as some code indents every body.
+        let (text, _) =
+            repaired("(defmethod m ((x t) &rest r)\n   (declare (ignore r))\n   (g x)\n");
+        assert_eq!(
+            text,
+            "(defmethod m ((x t) &rest r)\n   (declare (ignore r))\n   (g x))\n"
+        );
+        // `documentation` is a function, not a `do-` macro: `d` does not
+        // join it, and the extra closer comes off the end.
+        let (text, _) =
+            repaired("(defun f (v d)\n  (setf (documentation v 'variable)\n          d)))\n");
+        assert_eq!(
+            text,
+            "(defun f (v d)\n  (setf (documentation v 'variable)\n          d))\n"
+        );
         // Four columns in lines up under a macro with a body, not a call.
         let (text, _) = repaired("(defun f (x)\n  (with-foo (x)\n      (g x)\n    (h x)\n");
         assert_eq!(
