@@ -1352,7 +1352,12 @@ fn lines_up(ctx: &Ctx, open: usize, elements: &[usize], x: usize, strict: bool) 
         && ctx.lines.line_col(ctx.toks[open + 1].start).0
             == ctx.lines.line_col(ctx.toks[open + 2].start).0;
     if x == paren + 1 {
-        return !(operator && args_on_first_line);
+        // One column in: data, a macro's body, or code in a backquote
+        // template indented from the backquote (`` `(let ((a b)) `` /
+        // `` (f a)``); not the next argument of a call.
+        return !(operator && args_on_first_line)
+            || body_like(ctx, open)
+            || ctx.text[..t.start].ends_with('`');
     }
     // The first line of arguments under an operator alone on its line sets
     // their column (`(multiple-value-bind` / `    (a b) (f)`).
@@ -1657,6 +1662,9 @@ mod tests {
             text,
             "(defmethod m ((x t) &rest r)\n   (declare (ignore r))\n   (g x))\n"
         );
+        // A backquote template indented from the backquote.
+        let good = "(defmacro m (x)\n  `(if ,x\n    (g)\n    (h)))\n";
+        assert_eq!(repaired(&good.replacen("(h)))", "(h))", 1)).0, good);
         // `documentation` is a function, not a `do-` macro: `d` does not
         // join it, and the extra closer comes off the end.
         let (text, _) =
