@@ -678,3 +678,50 @@ fn a_build_queued_past_its_timeout_is_answered_in_time() {
     let r = eval(&mut s, 4, "(fboundp 'quick)");
     assert_eq!(r.text, "=> NIL");
 }
+
+#[test]
+fn a_read_error_in_a_build_names_the_form_that_does_not_close() {
+    // One `)` missing in the middle of a file: the compiler stops at the
+    // end of the file; the diagnostic names the form and where the closer
+    // goes, at the form's own line.
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().canonicalize().unwrap();
+    std::fs::write(
+        root.join("ledger.asd"),
+        "(defsystem \"ledger\" :components ((:file \"ledger\")))\n",
+    )
+    .unwrap();
+    std::fs::write(
+        root.join("ledger.lisp"),
+        "(defpackage #:ledger (:use #:cl))\n(in-package #:ledger)\n\n\
+         (defun total (xs)\n  (reduce #'+ xs)\n\n\
+         (defun average (xs)\n  (/ (total xs) (length xs)))\n",
+    )
+    .unwrap();
+    let root_s = root.to_string_lossy().into_owned();
+    let mut s = lisp_server(&["--project-root", &root_s]);
+    let r = call(
+        &mut s,
+        1,
+        "lisp-compile-file",
+        json!({"path": "ledger.lisp"}),
+    );
+    assert!(r.is_error, "{}", r.text);
+    let named = |text: &str| {
+        text.contains("ledger.lisp:4:1: error: ")
+            && text.contains("the form `(defun total`")
+            && text.contains("add \")\" at line 5, column 18")
+    };
+    assert!(named(&r.text), "{}", r.text);
+    assert_eq!(r.structured["diagnostics"][0]["line"], 4, "{}", r.text);
+    let r = call(
+        &mut s,
+        2,
+        "lisp-compile-file",
+        json!({"path": "ledger.asd"}),
+    );
+    assert!(!r.is_error, "{}", r.text);
+    let r = call(&mut s, 3, "asdf-load-system", json!({"system": "ledger"}));
+    assert!(r.is_error, "{}", r.text);
+    assert!(named(&r.text), "{}", r.text);
+}

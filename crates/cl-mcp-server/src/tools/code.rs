@@ -70,11 +70,48 @@ pub struct Diagnostic {
 
 /// Reads the `:diagnostics` of a build helper's result.
 pub fn diagnostics_from(v: &Value, root: &Path) -> Vec<Diagnostic> {
-    plist_items(v, "diagnostics", |d| Diagnostic {
-        severity: plist_str(d, "severity").unwrap_or_else(|| "note".into()),
-        message: plist_str(d, "message").unwrap_or_default(),
-        location: Location::from_plist(d, root),
+    plist_items(v, "diagnostics", |d| {
+        let mut diagnostic = Diagnostic {
+            severity: plist_str(d, "severity").unwrap_or_else(|| "note".into()),
+            message: plist_str(d, "message").unwrap_or_default(),
+            location: Location::from_plist(d, root),
+        };
+        if let Some(file) = plist_str(d, "path") {
+            name_the_broken_form(&mut diagnostic, Path::new(&file));
+        }
+        diagnostic
     })
+}
+
+/// A reader error is placed by the compiler where it stopped reading: for a
+/// missing `)`, the end of the file, which says nothing about which form is
+/// broken. When the file's parentheses do not balance, the diagnostic moves
+/// to the form that does not close (or the `)` too many), and says which
+/// form it is and where its indentation puts the closers, as
+/// `lisp-check-parens` does.
+fn name_the_broken_form(d: &mut Diagnostic, file: &Path) {
+    const READ_ERRORS: [&str; 6] = [
+        "read error",
+        "reader-error",
+        "end of file",
+        "end-of-file",
+        "unmatched close parenthesis",
+        "ends within an object",
+    ];
+    let message = d.message.to_lowercase();
+    if d.severity != "error" || !READ_ERRORS.iter().any(|e| message.contains(e)) {
+        return;
+    }
+    let small = std::fs::metadata(file).is_ok_and(|m| m.len() <= 8 << 20);
+    let Some(text) = small.then(|| std::fs::read_to_string(file).ok()).flatten() else {
+        return;
+    };
+    let (out, said) = super::source::check::check_text(&text, 0, 0);
+    if let (false, Some(at)) = (out.ok, out.position) {
+        d.location.line = Some(at.line as i64);
+        d.location.column = Some(at.column as i64);
+        d.message = format!("{}\n{said}", d.message.trim_end());
+    }
 }
 
 /// `path:line:column: severity: message`, one per line (message lines after

@@ -49,6 +49,15 @@ async def run(target, label: str, mode: str) -> None:
         # Code that does not read: said, with how many forms before it ran.
         r = await call(client, "evaluate-lisp", {"code": "(sdk-twice 1) (+ 1 2))"}, error=True)
         assert "(The 2 forms before it ran.)" in r.structured_content["error"]["message"], r.structured_content
+        # A missing closer: an error whose [REPAIR] note shows the change and
+        # the code with its closers placed by indentation; none of it ran.
+        code = "(defun sdk-thrice (x)\n  (* 3 x)\n(sdk-thrice 2)"
+        r = await call(client, "evaluate-lisp", {"code": code}, error=True)
+        assert "[REPAIR]" in text_of(r), text_of(r)
+        assert 'added ")" at line 2, column 10' in text_of(r), text_of(r)
+        assert "(defun sdk-thrice (x)\n  (* 3 x))\n(sdk-thrice 2)" in text_of(r), text_of(r)
+        r = await call(client, "evaluate-lisp", {"code": "(fboundp 'sdk-thrice)"})
+        assert r.structured_content["values"] == ["NIL"], r.structured_content
         r = await call(client, "evaluate-lisp", {"code": "(loop)", "timeoutSeconds": 0.5}, error=True)
         assert r.structured_content.get("interrupted") is True, r.structured_content
         r = await call(client, "evaluate-lisp", {"code": "(sdk-twice 5)"})
