@@ -26,6 +26,10 @@ const EMBEDDED: &[(&str, &str)] = &[
     ),
     ("project.lisp", include_str!("../../lisp/project.lisp")),
     ("build.lisp", include_str!("../../lisp/build.lisp")),
+    (
+        "test-locations.lisp",
+        include_str!("../../lisp/test-locations.lisp"),
+    ),
     ("inspect.lisp", include_str!("../../lisp/inspect.lisp")),
     ("direct.lisp", include_str!("../../lisp/direct.lisp")),
 ];
