@@ -836,12 +836,13 @@ DESIGNATOR."
                           0 (min limit (length scored))))))
 
 (defun run-named-test (designator)
-  "Run the FiveAM test or suite DESIGNATOR names, with RUN!."
+  "Run the FiveAM test or suite DESIGNATOR names, with RUN!: NIL, or the
+message saying it names none (with the nearest names)."
   (ensure-fiveam-hook)
   (multiple-value-bind (symbol message) (find-named-test designator)
-    (unless symbol
-      (error "~A" message))
-    (fiveam-call "RUN!" symbol)))
+    (if symbol
+        (progn (fiveam-call "RUN!" symbol) nil)
+        message)))
 
 (defun results-summary (records)
   "Counts of the recorded checks: (:framework S :passed N :failed N :skipped N)."
@@ -889,7 +890,9 @@ check, else the test's form or the macro call that made it."
   "Run (ASDF:TEST-SYSTEM NAME) with output captured (standard input is at
 end-of-file, so it never waits). With TEST (a FiveAM test or suite name),
 the systems' test actions are skipped (their dependencies still loaded)
-and only that test runs. Returns (:system S :success T-or-NIL :summary
+and only that test runs (a TEST that names none gives the :error
+(:type \"UNKNOWN-TEST\" :message S), S naming the nearest tests). FORCE
+rebuilds the system and its test systems (SYSTEMS-UNDER). Returns (:system S :success T-or-NIL :summary
 NIL-or-(:framework S :passed N :failed N :skipped N) :failures
 ((:test S :suite S :message S :form S :path P :line N :column N) ...)
 :diagnostics (...) :warnings-p :failure-p :failed :stdout S :stderr S
@@ -906,6 +909,7 @@ signalled an error or a check failed."
   (ensure-test-op-hook)
   (let* ((name (string-downcase (string name)))
          (notes '()) (build-error nil) (failed nil) (flags nil) (values nil)
+         (unknown nil)
          (box (list nil))
          (collector (list nil))
          (result
@@ -921,7 +925,7 @@ signalled an error or a check failed."
                              (asdf:test-system name))
                          (when test
                            (let ((*skip-test-perform* nil))
-                             (run-named-test test))))
+                             (setf unknown (run-named-test test)))))
                        :box box)))
               :id id :max-output max-output :warnings :pass))))
          (notes (if (getf result :interrupted) (finish-notes (car box) nil) notes))
@@ -931,6 +935,9 @@ signalled an error or a check failed."
                       (summarize-test-output
                        (concatenate 'string (getf result :stdout) (string #\Newline)
                                     (getf result :stderr))))))
+    (when unknown
+      (setf (getf result :error)
+            (list :type "UNKNOWN-TEST" :message unknown :restarts nil :backtrace nil)))
     (append
      (list :system name
            :success (and (not build-error)
