@@ -118,6 +118,27 @@ conditions) or ASDF's current action; NIL when neither is known."
             :path (let ((p (ignore-errors (asdf:component-pathname component))))
                     (and p (not (uiop:directory-pathname-p p)) (namestring p)))))))
 
+(defun with-origin (note condition)
+  "NOTE (a NOTE-PLIST of CONDITION) with, when it has no file, :ORIGIN: the
+source directory of the system of the component CONDITION names (ASDF's
+own warnings about a component) or whose ASDF action is being performed,
+so a note from a dependency can be told from the project's."
+  (if (getf note :path)
+      note
+      (multiple-value-bind (operation component) (current-asdf-action)
+        (declare (ignore operation))
+        (let* ((component (or (and (typep condition 'simple-condition)
+                                   (find-if (lambda (x) (typep x 'asdf:component))
+                                            (simple-condition-format-arguments condition)))
+                              component
+                              (nth-value 1 (action-from-files))))
+               (directory (and component
+                               (ignore-errors (asdf:system-source-directory
+                                               (asdf:component-system component))))))
+          (if directory
+              (append note (list :origin (namestring directory)))
+              note)))))
+
 (defun drop-restated-notes (notes)
   "NOTES without the ones that restate another note at the same place:
 CLISP's compiler repeats each of its notes as a WARNING whose message is
@@ -203,7 +224,8 @@ the captured stderr)."
                          (let ((original (ignore-errors (swank/backend:original-condition c))))
                            (note-compile-result original)
                            (unless (and original (build-noise-p original))
-                             (push (cons original (ignore-errors (note-plist c)))
+                             (push (cons original
+                                         (ignore-errors (with-origin (note-plist c) original)))
                                    (car box)))))))
         (call-with-build-hooks
          (lambda ()

@@ -496,7 +496,7 @@ fn a_test_run_answers_briefly_with_each_failure_at_its_check() {
         .iter()
         .filter(|d| d["path"].as_str().is_some_and(|p| p.ends_with("/dep.lisp")))
         .count();
-    assert!(deps >= 2, "{}", r.structured["diagnostics"]);
+    assert!(deps >= 1, "{}", r.structured["diagnostics"]);
     let last = r.text.lines().last().unwrap();
     assert!(
         last.ends_with(" in dependencies; see `diagnostics`"),

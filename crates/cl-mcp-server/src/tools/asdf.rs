@@ -2,6 +2,7 @@
 //! Lisp half is `lisp/build.lisp`; diagnostics are rendered like
 //! `lisp-compile-file`'s (shared in `code.rs`).
 
+use std::path::Path;
 use std::time::Duration;
 
 use lisp_syntax::data::Value;
@@ -184,7 +185,7 @@ async fn asdf_test_system(a: TestArgs, ctx: ToolContext) -> ToolOutput {
         elapsed_ms: build.elapsed_ms,
         error: build.error.clone(),
     };
-    let text = render_test_run(&a, &out, &v, timeout);
+    let text = render_test_run(&a, &out, &v, &root, timeout);
     let is_error = !out.success;
     ToolOutput::structured(text, serde_json::to_value(out).unwrap_or_default()).with_error(is_error)
 }
@@ -194,7 +195,13 @@ async fn asdf_test_system(a: TestArgs, ctx: ToolContext) -> ToolOutput {
 /// dependencies'. The framework's own output only when it is all there is
 /// (no summary recognised, or failures the framework did not itemise) or an
 /// error ended the run; the structured result keeps everything.
-fn render_test_run(a: &TestArgs, out: &TestOutput, v: &Value, timeout: Duration) -> String {
+fn render_test_run(
+    a: &TestArgs,
+    out: &TestOutput,
+    v: &Value,
+    root: &Path,
+    timeout: Duration,
+) -> String {
     let what = match &a.test {
         Some(t) => format!("Test {t} of {}", a.system),
         None => format!("Tests of {}", a.system),
@@ -258,7 +265,7 @@ fn render_test_run(a: &TestArgs, out: &TestOutput, v: &Value, timeout: Duration)
             }
         }
     }
-    let (shown, counted) = split_dependency_diagnostics(&out.diagnostics);
+    let (shown, counted) = split_dependency_diagnostics(&out.diagnostics, v, &root);
     if !shown.is_empty() {
         text.push('\n');
         text.push_str(&render_diagnostics(&shown));
@@ -301,17 +308,30 @@ fn unknown_test_message(v: &Value) -> Option<String> {
 }
 
 /// The diagnostics to show (the project's, and errors anywhere) and those
-/// only counted (warnings and notes in files outside the project root,
-/// whose paths stay absolute).
-fn split_dependency_diagnostics(diags: &[Diagnostic]) -> (Vec<Diagnostic>, Vec<Diagnostic>) {
-    diags.iter().cloned().partition(|d| {
-        d.severity == "error"
-            || !d
-                .location
-                .path
-                .as_deref()
-                .is_some_and(|p| std::path::Path::new(p).is_absolute())
-    })
+/// only counted: warnings and notes from outside the project root, by their
+/// file (whose path stays absolute) or, without one, the system whose build
+/// step made them (the image's `:origin`, in the same order in `v`).
+fn split_dependency_diagnostics(
+    diags: &[Diagnostic],
+    v: &Value,
+    root: &Path,
+) -> (Vec<Diagnostic>, Vec<Diagnostic>) {
+    let origins = plist_items(v, "diagnostics", |d| plist_str(d, "origin"));
+    let mut shown = Vec::new();
+    let mut counted = Vec::new();
+    for (i, d) in diags.iter().enumerate() {
+        let outside = match (&d.location.path, origins.get(i).cloned().flatten()) {
+            (Some(p), _) => Path::new(p).is_absolute(),
+            (None, Some(origin)) => !Path::new(&origin).starts_with(root),
+            (None, None) => false,
+        };
+        if outside && d.severity != "error" {
+            counted.push(d.clone());
+        } else {
+            shown.push(d.clone());
+        }
+    }
+    (shown, counted)
 }
 
 /// `3 style-warnings, 9 notes`.
