@@ -118,26 +118,45 @@ conditions) or ASDF's current action; NIL when neither is known."
             :path (let ((p (ignore-errors (asdf:component-pathname component))))
                     (and p (not (uiop:directory-pathname-p p)) (namestring p)))))))
 
+(defun condition-origin (condition)
+  "The directory CONDITION is about, from its format arguments (ASDF's own
+warnings name the component, or its files): a component's system's
+source directory, else a named file's directory; NIL when it names none."
+  (let ((found nil))
+    (labels ((walk (x depth)
+               (cond ((or found (> depth 3)))
+                     ((typep x 'asdf:component)
+                      (setf found (ignore-errors
+                                   (asdf:system-source-directory (asdf:component-system x)))))
+                     ((pathnamep x)
+                      (setf found (ignore-errors
+                                   (make-pathname :name nil :type nil :version nil :defaults x))))
+                     ((consp x)
+                      (walk (car x) (1+ depth))
+                      (walk (cdr x) depth)))))
+      (when (typep condition 'simple-condition)
+        (walk (simple-condition-format-arguments condition) 0)))
+    found))
+
 (defun with-origin (note condition)
   "NOTE (a NOTE-PLIST of CONDITION) with, when it has no file, :ORIGIN: the
-source directory of the system of the component CONDITION names (ASDF's
-own warnings about a component) or whose ASDF action is being performed,
-so a note from a dependency can be told from the project's."
+directory CONDITION names (CONDITION-ORIGIN: ASDF's own warnings about a
+component), else the source directory of the system whose ASDF action is
+being performed, so a note from a dependency can be told from the
+project's."
   (if (getf note :path)
       note
-      (multiple-value-bind (operation component) (current-asdf-action)
-        (declare (ignore operation))
-        (let* ((component (or (and (typep condition 'simple-condition)
-                                   (find-if (lambda (x) (typep x 'asdf:component))
-                                            (simple-condition-format-arguments condition)))
-                              component
-                              (nth-value 1 (action-from-files))))
-               (directory (and component
-                               (ignore-errors (asdf:system-source-directory
-                                               (asdf:component-system component))))))
-          (if directory
-              (append note (list :origin (namestring directory)))
-              note)))))
+      (let ((directory
+              (or (condition-origin condition)
+                  (multiple-value-bind (operation component) (current-asdf-action)
+                    (declare (ignore operation))
+                    (let ((component (or component (nth-value 1 (action-from-files)))))
+                      (and component
+                           (ignore-errors (asdf:system-source-directory
+                                           (asdf:component-system component)))))))))
+        (if directory
+            (append note (list :origin (namestring directory)))
+            note))))
 
 (defun drop-restated-notes (notes)
   "NOTES without the ones that restate another note at the same place:
@@ -225,7 +244,10 @@ the captured stderr)."
                            (note-compile-result original)
                            (unless (and original (build-noise-p original))
                              (push (cons original
-                                         (ignore-errors (with-origin (note-plist c) original)))
+                                         (let ((plist (ignore-errors (note-plist c))))
+                                           (and plist
+                                                (or (ignore-errors (with-origin plist original))
+                                                    plist))))
                                    (car box)))))))
         (call-with-build-hooks
          (lambda ()

@@ -72,7 +72,6 @@ struct TestArgs {
     system: String,
     /// A FiveAM test or suite (`pkg::name`).
     test: Option<String>,
-    /// Rebuild the system and its test systems.
     force: Option<bool>,
     /// Default 600.
     timeout_seconds: Option<f64>,
@@ -125,8 +124,7 @@ struct TestOutput {
     summary: Option<TestSummary>,
     /// Every failed check, in the order they ran (FiveAM).
     failures: Vec<TestFailure>,
-    /// Compiler diagnostics of the (re)build the test run triggered, the
-    /// dependencies' too (the text only counts those).
+    /// Compiler diagnostics of the (re)build the test run triggered.
     diagnostics: Vec<Diagnostic>,
     /// When the build or the run failed: which component, and why.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -517,9 +515,8 @@ pub fn tools() -> Vec<ToolDef> {
             "asdf-test-system",
             ToolGroup::Asdf,
             "Run a system's tests",
-            "Run `asdf:test-system`, never waiting for input: counts, then each failed check \
-             (FiveAM: expected/actual at its line); `test` runs one test or suite; `force` \
-             rebuilds. Others: counts from their summary.",
+            "Run `asdf:test-system` (never waits for input): counts, each failed check (FiveAM: \
+             expected/actual at its line); `test` runs one test or suite; `force` rebuilds.",
             Annotations::MUTATING,
             |a: TestArgs, ctx: ToolContext| async move {
                 let c = ctx.clone();
