@@ -774,10 +774,6 @@ test systems), for finding test forms by name."
             (when s (walk s))))))
     (nreverse files)))
 
-(defparameter *test-definers* '("test" "def-test" "deftest" "define-test")
-  "Operators whose first argument names a test (FiveAM, Fiasco/RT/Rove/
-lisp-unit2, Parachute).")
-
 (defun record-fiveam-results (results)
   "Push one plist per FiveAM result object onto *TEST-RESULTS*:
 (:framework \"fiveam\" :status :passed|:failed|:skipped :test S :suite S

@@ -4,6 +4,10 @@
 
 (in-package #:cl-mcp-server)
 
+(defparameter *test-definers* '("test" "def-test" "deftest" "define-test")
+  "Operators whose first argument names a test (FiveAM, Fiasco/RT/Rove/
+lisp-unit2, Parachute).")
+
 (defun position-recording-readtable (positions)
   "A copy of the standard readtable whose open parenthesis records, in the
 EQ hash table POSITIONS, the character offset where each list it reads
