@@ -263,7 +263,7 @@ fn render_test_run(
             }
         }
     }
-    let (shown, counted) = split_dependency_diagnostics(&out.diagnostics, v, &root);
+    let (shown, counted) = split_dependency_diagnostics(&out.diagnostics, v, root);
     if !shown.is_empty() {
         text.push('\n');
         text.push_str(&render_diagnostics(&shown));
