@@ -192,7 +192,7 @@ async fn asdf_test_system(a: TestArgs, ctx: ToolContext) -> ToolOutput {
 /// expected and actual), the project's diagnostics and one line counting the
 /// dependencies'. The framework's own output only when it is all there is
 /// (no summary recognised, or failures the framework did not itemise) or an
-/// error ended the run; the structured result keeps everything.
+/// error or a timeout ended the run; the structured result keeps everything.
 fn render_test_run(
     a: &TestArgs,
     out: &TestOutput,
@@ -284,7 +284,10 @@ fn render_test_run(
         .summary
         .as_ref()
         .is_some_and(|s| s.failed.unwrap_or(0) > 0 && out.failures.is_empty());
-    let output_needed = out.summary.is_none() || unitemised || out.error.is_some();
+    let output_needed = out.summary.is_none()
+        || unitemised
+        || out.error.is_some()
+        || plist_bool(v, "interrupted");
     if output_needed && !out.stdout.trim().is_empty() {
         text.push_str(&format!(
             "\n\n[stdout]\n{}",
