@@ -284,10 +284,8 @@ fn render_test_run(
         .summary
         .as_ref()
         .is_some_and(|s| s.failed.unwrap_or(0) > 0 && out.failures.is_empty());
-    let output_needed = out.summary.is_none()
-        || unitemised
-        || out.error.is_some()
-        || plist_bool(v, "interrupted");
+    let output_needed =
+        out.summary.is_none() || unitemised || out.error.is_some() || plist_bool(v, "interrupted");
     if output_needed && !out.stdout.trim().is_empty() {
         text.push_str(&format!(
             "\n\n[stdout]\n{}",
