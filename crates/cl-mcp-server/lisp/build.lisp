@@ -118,6 +118,46 @@ conditions) or ASDF's current action; NIL when neither is known."
             :path (let ((p (ignore-errors (asdf:component-pathname component))))
                     (and p (not (uiop:directory-pathname-p p)) (namestring p)))))))
 
+(defun condition-origin (condition)
+  "The directory CONDITION is about, from its format arguments (ASDF's own
+warnings name the component, or its files): a component's system's
+source directory, else a named file's directory; NIL when it names none."
+  (let ((found nil))
+    (labels ((walk (x depth)
+               (cond ((or found (> depth 3)))
+                     ((typep x 'asdf:component)
+                      (setf found (ignore-errors
+                                   (asdf:system-source-directory (asdf:component-system x)))))
+                     ((pathnamep x)
+                      (setf found (ignore-errors
+                                   (make-pathname :name nil :type nil :version nil :defaults x))))
+                     ((consp x)
+                      (walk (car x) (1+ depth))
+                      (walk (cdr x) depth)))))
+      (when (typep condition 'simple-condition)
+        (walk (simple-condition-format-arguments condition) 0)))
+    found))
+
+(defun with-origin (note condition)
+  "NOTE (a NOTE-PLIST of CONDITION) with, when it has no file, :ORIGIN: the
+directory CONDITION names (CONDITION-ORIGIN: ASDF's own warnings about a
+component), else the source directory of the system whose ASDF action is
+being performed, so a note from a dependency can be told from the
+project's."
+  (if (getf note :path)
+      note
+      (let ((directory
+              (or (condition-origin condition)
+                  (multiple-value-bind (operation component) (current-asdf-action)
+                    (declare (ignore operation))
+                    (let ((component (or component (nth-value 1 (action-from-files)))))
+                      (and component
+                           (ignore-errors (asdf:system-source-directory
+                                           (asdf:component-system component)))))))))
+        (if directory
+            (append note (list :origin (namestring directory)))
+            note))))
+
 (defun drop-restated-notes (notes)
   "NOTES without the ones that restate another note at the same place:
 CLISP's compiler repeats each of its notes as a WARNING whose message is
@@ -203,7 +243,11 @@ the captured stderr)."
                          (let ((original (ignore-errors (swank/backend:original-condition c))))
                            (note-compile-result original)
                            (unless (and original (build-noise-p original))
-                             (push (cons original (ignore-errors (note-plist c)))
+                             (push (cons original
+                                         (let ((plist (ignore-errors (note-plist c))))
+                                           (and plist
+                                                (or (ignore-errors (with-origin plist original))
+                                                    plist))))
                                    (car box)))))))
         (call-with-build-hooks
          (lambda ()
@@ -715,42 +759,33 @@ results while TEST-SYSTEM runs. Installed once."
                    (when (and *test-results* (or (null depth) (eql depth 0)))
                      (record-fiveam-results results)))))))))
 
-(defun project-source-files (name)
-  "The Lisp source files of the system NAME and of every registered system
-whose .asd lies in or under its directory (its test systems), for finding
-test forms by name."
+(defun systems-under (name)
+  "The names of the system NAME and of every registered system whose .asd
+lies in or under its directory (its test systems)."
   (let* ((system (asdf:find-system name nil))
-         (dir (and system (asdf:system-source-directory system)))
-         (files '()))
+         (dir (and system (asdf:system-source-directory system))))
+    (cons name
+          (loop for n in (asdf:registered-systems)
+                for s = (ignore-errors (registered-system* n))
+                for d = (and s (ignore-errors (asdf:system-source-directory s)))
+                when (and d dir (uiop:subpathp d dir) (string/= n name))
+                  collect n))))
+
+(defun project-source-files (name)
+  "The Lisp source files of the systems SYSTEMS-UNDER NAME (NAME and its
+test systems), for finding test forms by name."
+  (let ((files '()))
     (labels ((walk (c)
                (cond ((typep c 'asdf:cl-source-file)
                       (let ((p (ignore-errors (asdf:component-pathname c))))
                         (when p (pushnew (namestring p) files :test #'string=))))
                      ((typep c 'asdf:parent-component)
                       (mapc #'walk (ignore-errors (asdf:component-children c)))))))
-      (when dir
-        (dolist (n (asdf:registered-systems))
-          (let* ((s (ignore-errors (registered-system* n)))
-                 (d (and s (ignore-errors (asdf:system-source-directory s)))))
-            (when (and d (uiop:subpathp d dir))
-              (walk s))))))
+      (when (asdf:find-system name nil)
+        (dolist (n (systems-under name))
+          (let ((s (ignore-errors (registered-system* n))))
+            (when s (walk s))))))
     (nreverse files)))
-
-(defparameter *test-definers* '("test" "deftest" "define-test")
-  "Operators whose first argument names a test (FiveAM, Rove/lisp-unit2,
-Parachute).")
-
-(defun find-test-form (test-name files)
-  "The location (:path P :line N :column N) of the form `(test NAME ...`
-(any package prefix, any case, at the start of a line) in FILES, or NIL."
-  (dolist (path files)
-    (let* ((text (ignore-errors (cached-file-text path)))
-           (hit (and text (find test-name (defining-forms text *test-definers*)
-                                :key #'car :test #'string-equal))))
-      (when hit
-        (multiple-value-bind (line column) (offset-line-column text (cdr hit))
-          (return-from find-test-form (list :path path :line line :column column))))))
-  nil)
 
 (defun record-fiveam-results (results)
   "Push one plist per FiveAM result object onto *TEST-RESULTS*:
@@ -768,12 +803,14 @@ Parachute).")
                         (ignore-errors (fiveam-call "NAME" (fiveam-call "TEST-SUITE" test-case))))))
        (push (append
               (list :framework "fiveam" :status status
+                    :name name
                     :test (and name (qualified-name name))
                     :suite (and suite (qualified-name suite)))
               (when (eq status :failed)
                 (list :message (one-line (print-capped (or (ignore-errors (fiveam-call "REASON" r))
                                                            "no reason given")
                                                        5000))
+                      :expr (ignore-errors (fiveam-call "TEST-EXPR" r))
                       :form (let ((expr (ignore-errors (fiveam-call "TEST-EXPR" r))))
                               (and expr
                                    ;; Pretty, so quoted data reads as written.
@@ -804,22 +841,61 @@ case, or `pkg::name`): (values SYMBOL NIL) or (values NIL MESSAGE)."
     (cond ((null (find-package "IT.BESE.FIVEAM"))
            (values nil (format nil "No test named ~S: the test system does not use FiveAM, the framework whose single tests and suites can be run by name." designator)))
           ((null matches)
-           (values nil (format nil "No FiveAM test or suite named ~S. Known: ~{~A~^, ~}."
-                               designator
-                               (let ((all (sort (mapcar #'qualified-name names) #'string<)))
-                                 (subseq all 0 (min 50 (length all)))))))
+           (let ((nearest (nearest-names designator names)))
+             (values nil (format nil "No FiveAM test or suite named ~S.~@[ Did you mean ~{~A~^, ~}?~] ~
+                                      Known (~D): ~{~A~^, ~}~:[~;, ...~]."
+                                 designator (mapcar #'qualified-name nearest)
+                                 (length names)
+                                 (let ((all (sort (mapcar #'qualified-name names) #'string<)))
+                                   (subseq all 0 (min 30 (length all))))
+                                 (> (length names) 30)))))
           ((rest matches)
            (values nil (format nil "~S names several FiveAM tests: ~{~A~^, ~}; qualify it."
                                designator (mapcar #'qualified-name matches))))
           (t (values (first matches) nil)))))
 
+(defun edit-distance (a b)
+  "The Levenshtein distance between the strings A and B, any case."
+  (let ((row (make-array (1+ (length b)))))
+    (dotimes (j (1+ (length b))) (setf (aref row j) j))
+    (dotimes (i (length a))
+      (let ((diagonal (aref row 0)))
+        (setf (aref row 0) (1+ i))
+        (dotimes (j (length b))
+          (let ((above (aref row (1+ j))))
+            (setf (aref row (1+ j))
+                  (min (1+ above) (1+ (aref row j))
+                       (+ diagonal (if (char-equal (char a i) (char b j)) 0 1))))
+            (setf diagonal above)))))
+    (aref row (length b))))
+
+(defun nearest-names (designator names &key (limit 3))
+  "The symbols of NAMES nearest to the string DESIGNATOR (its name part,
+when qualified) by edit distance, at most LIMIT, the nearest first; only
+those within a third of the longer name (at least 2 edits), or holding
+DESIGNATOR."
+  (let* ((wanted (unqualified designator))
+         (scored (loop for name in names
+                       for candidate = (symbol-name name)
+                       for distance = (edit-distance wanted candidate)
+                       when (or (<= distance (max 2 (floor (max (length wanted)
+                                                                (length candidate))
+                                                           3)))
+                                (and (>= (length wanted) 3)
+                                     (search wanted candidate :test #'char-equal)))
+                         collect (cons distance name))))
+    (mapcar #'cdr (subseq (stable-sort (sort scored #'string< :key (lambda (x) (qualified-name (cdr x))))
+                                       #'< :key #'car)
+                          0 (min limit (length scored))))))
+
 (defun run-named-test (designator)
-  "Run the FiveAM test or suite DESIGNATOR names, with RUN!."
+  "Run the FiveAM test or suite DESIGNATOR names, with RUN!: NIL, or the
+message saying it names none (with the nearest names)."
   (ensure-fiveam-hook)
   (multiple-value-bind (symbol message) (find-named-test designator)
-    (unless symbol
-      (error "~A" message))
-    (fiveam-call "RUN!" symbol)))
+    (if symbol
+        (progn (fiveam-call "RUN!" symbol) nil)
+        message)))
 
 (defun results-summary (records)
   "Counts of the recorded checks: (:framework S :passed N :failed N :skipped N)."
@@ -841,29 +917,35 @@ laid out over many lines)."
 
 (defun test-failures (records system)
   "The failed checks of RECORDS, in the order they ran, as (:test S :suite S
-:message S :form S :path P :line N :column N), the location being the test's
-form in SYSTEM's (or its test systems') source files when found."
-  (let ((files :unknown))
+:message S :form S :path P :line N :column N :at S), located in SYSTEM's
+(or its test systems') source files by TEST-SOURCE-LOCATOR: at the failed
+check, else the test's form or the macro call that made it."
+  (let ((locate nil) (seen (make-hash-table :test 'equal)))
     (with-file-cache ()
       (loop for r in records
             when (eq (getf r :status) :failed)
               collect (append (list :test (getf r :test) :suite (getf r :suite)
                                     :message (getf r :message) :form (getf r :form))
-                              (let ((loc (when (getf r :test)
-                                           (when (eq files :unknown)
-                                             (setf files (ignore-errors
-                                                          (project-source-files system))))
-                                           (find-test-form (unqualified (getf r :test))
-                                                           files))))
-                                (when loc
-                                  (list :path (getf loc :path) :line (getf loc :line)
-                                        :column (getf loc :column)))))))))
+                              (let ((name (or (getf r :name)
+                                               (and (getf r :test) (unqualified (getf r :test))))))
+                                (when name
+                                  (unless locate
+                                    (setf locate (test-source-locator
+                                                  (ignore-errors (project-source-files system)))))
+                                  ;; The same expression failing again in one
+                                  ;; test is its next check of that form.
+                                  (let ((key (list (getf r :test) (getf r :form))))
+                                    (ignore-errors
+                                     (funcall locate name (getf r :expr)
+                                              (1- (incf (gethash key seen 0)))))))))))))
 
-(defun test-system (name &key test id (max-output 50000))
+(defun test-system (name &key test force id (max-output 50000))
   "Run (ASDF:TEST-SYSTEM NAME) with output captured (standard input is at
 end-of-file, so it never waits). With TEST (a FiveAM test or suite name),
 the systems' test actions are skipped (their dependencies still loaded)
-and only that test runs. Returns (:system S :success T-or-NIL :summary
+and only that test runs (a TEST that names none gives the :error
+(:type \"UNKNOWN-TEST\" :message S), S naming the nearest tests). FORCE
+rebuilds the system and its test systems (SYSTEMS-UNDER). Returns (:system S :success T-or-NIL :summary
 NIL-or-(:framework S :passed N :failed N :skipped N) :failures
 ((:test S :suite S :message S :form S :path P :line N :column N) ...)
 :diagnostics (...) :warnings-p :failure-p :failed :stdout S :stderr S
@@ -880,6 +962,7 @@ signalled an error or a check failed."
   (ensure-test-op-hook)
   (let* ((name (string-downcase (string name)))
          (notes '()) (build-error nil) (failed nil) (flags nil) (values nil)
+         (unknown nil)
          (box (list nil))
          (collector (list nil))
          (result
@@ -890,10 +973,12 @@ signalled an error or a check failed."
                 (setf (values notes build-error failed values flags)
                       (call-building
                        (lambda ()
-                         (asdf:test-system name)
+                         (if force
+                             (asdf:test-system name :force (systems-under name))
+                             (asdf:test-system name))
                          (when test
                            (let ((*skip-test-perform* nil))
-                             (run-named-test test))))
+                             (setf unknown (run-named-test test)))))
                        :box box)))
               :id id :max-output max-output :warnings :pass))))
          (notes (if (getf result :interrupted) (finish-notes (car box) nil) notes))
@@ -903,6 +988,9 @@ signalled an error or a check failed."
                       (summarize-test-output
                        (concatenate 'string (getf result :stdout) (string #\Newline)
                                     (getf result :stderr))))))
+    (when unknown
+      (setf (getf result :error)
+            (list :type "UNKNOWN-TEST" :message unknown :restarts nil :backtrace nil)))
     (append
      (list :system name
            :success (and (not build-error)

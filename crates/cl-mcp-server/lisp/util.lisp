@@ -108,16 +108,50 @@ package prefix, and where its token ends."
   (let ((end (token-end text (1+ open))))
     (values (unqualified (subseq text (1+ open) end)) end)))
 
+(defun code-open-parens (text)
+  "The offsets of the open parentheses of TEXT that are code: not in a
+; or #| |# comment, a string, a |quoted| symbol name, or a #\\( character."
+  (let ((n (length text)) (i 0) (opens '()))
+    (flet ((skip-quoted (close)
+             ;; From after an opening quote to after its CLOSE, over backslashes.
+             (loop while (and (< i n) (char/= (char text i) close))
+                   do (incf i (if (char= (char text i) #\\) 2 1)))
+             (incf i)))
+      (loop while (< i n)
+            do (let ((c (char text i)))
+                 (cond ((char= c #\;)
+                        (setf i (or (position #\Newline text :start i) n)))
+                       ((char= c #\") (incf i) (skip-quoted #\"))
+                       ((char= c #\|) (incf i) (skip-quoted #\|))
+                       ((char= c #\\) (incf i 2))
+                       ((and (char= c #\#) (< (1+ i) n) (char= (char text (1+ i)) #\\))
+                        (incf i 3))
+                       ((and (char= c #\#) (< (1+ i) n) (char= (char text (1+ i)) #\|))
+                        ;; Block comments nest.
+                        (let ((depth 1))
+                          (incf i 2)
+                          (loop while (and (< i n) (plusp depth))
+                                do (cond ((and (< (1+ i) n) (char= (char text i) #\|)
+                                               (char= (char text (1+ i)) #\#))
+                                          (decf depth) (incf i 2))
+                                         ((and (< (1+ i) n) (char= (char text i) #\#)
+                                               (char= (char text (1+ i)) #\|))
+                                          (incf depth) (incf i 2))
+                                         (t (incf i))))))
+                       ((char= c #\() (push i opens) (incf i))
+                       (t (incf i))))))
+    (nreverse opens)))
+
 (defun defining-forms (text definers)
   "The forms of TEXT (a file's text) that open a line (after indentation)
 with an operator in DEFINERS (names, any case, any package prefix; :DEF,
 any operator whose name starts with DEF), found
-by their text, as ((NAME . OFFSET) ...) in file order: NAME the token after
-the operator, without package prefix, string quote or the parenthesis of
-(DEFSTRUCT (NAME ...)); OFFSET the form's own parenthesis."
+by their text (outside comments and strings), as ((NAME . OFFSET) ...) in
+file order: NAME the token after the operator, without package prefix,
+string quote or the parenthesis of (DEFSTRUCT (NAME ...)); OFFSET the
+form's own parenthesis."
   (let ((found '()))
-    (loop for open = (position #\( text) then (position #\( text :start (1+ open))
-          while open
+    (loop for open in (code-open-parens text)
           do (let ((line-start (let ((nl (position #\Newline text :end open :from-end t)))
                                  (if nl (1+ nl) 0))))
                (when (every (lambda (c) (member c '(#\Space #\Tab)))

@@ -370,3 +370,184 @@ fn an_edit_right_after_a_build_is_built_next() {
         r.text
     );
 }
+
+/// A FiveAM test run answers briefly: the counts, then each failure at its
+/// failed check (`path:line:column` of the `is`), a test a user's macro made
+/// at the macro call, and one line counting the dependencies' diagnostics
+/// (kept in `diagnostics`); no per-test lines. An unknown test name gets
+/// the nearest names; `force` rebuilds the system and its test system.
+#[test]
+fn a_test_run_answers_briefly_with_each_failure_at_its_check() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().canonicalize().unwrap();
+    // A dependency outside the project, with compiler notes and warnings.
+    let outside = tempfile::tempdir().unwrap();
+    let dep = outside.path().canonicalize().unwrap();
+    std::fs::write(
+        dep.join("adderdep.asd"),
+        "(defsystem \"adderdep\" :components ((:file \"dep\")))\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dep.join("dep.lisp"),
+        "(defpackage #:adderdep (:use #:cl))\n(in-package #:adderdep)\n\
+         (defun twice (x) (declare (optimize speed)) (* 2 x))\n\
+         (defun unused-arg (y) 1)\n(defun unused-let () (let ((z 1)) 2))\n",
+    )
+    .unwrap();
+    // Each compilation of the project's files counts itself.
+    let counted = "(eval-when (:compile-toplevel)\n  (defvar cl-user::*adder-compiles* 0)\n  \
+                   (incf cl-user::*adder-compiles*))\n";
+    let files = [
+        (
+            "adder.asd",
+            "(defsystem \"adder\" :depends-on (\"adderdep\") :components ((:file \"adder\"))\n  \
+             :in-order-to ((test-op (test-op \"adder/tests\"))))\n\n\
+             (defsystem \"adder/tests\" :depends-on (\"adder\" \"fiveam\")\n  \
+             :components ((:file \"tests\"))\n  \
+             :perform (test-op (o c) (uiop:symbol-call :fiveam :run! :adder)))\n"
+                .to_string(),
+        ),
+        (
+            "adder.lisp",
+            format!(
+                "(defpackage #:adder (:use #:cl) (:export #:add))\n(in-package #:adder)\n\
+                 (defun add (a b) (+ a b))\n{counted}"
+            ),
+        ),
+        (
+            "tests.lisp",
+            // The failing `is` of ADDS is on line 8; GEN-BAD is made on
+            // line 14; the commented-out check never counts.
+            format!(
+                "(defpackage #:adder-tests (:use #:cl #:fiveam #:adder))\n\
+                 (in-package #:adder-tests)\n(def-suite :adder)\n(in-suite :adder)\n\n\
+                 (test adds\n  (is (= 4 (add 2 2)))\n  (is (= 5 (add 2 2))))\n\n\
+                 (defmacro def-add-test (name a b sum)\n  `(test ,name (is (= ,sum (add ,a ,b)))))\n\n\
+                 (def-add-test gen-good 1 2 3)\n(def-add-test gen-bad 2 2 5)\n\n\
+                 (test commented\n  #| (is (= 5 (add 2 2))) |#\n  (is (= 1 (add 1 0))))\n{counted}"
+            ),
+        ),
+    ];
+    for (name, text) in &files {
+        std::fs::write(root.join(name), text).unwrap();
+    }
+    let root_s = root.to_string_lossy().into_owned();
+    let mut s = lisp_server(&["--project-root", &root_s]);
+    let r = eval(
+        &mut s,
+        1,
+        &format!(
+            "(progn (push #p\"{}/\" asdf:*central-registry*) t)",
+            dep.display()
+        ),
+    );
+    assert_eq!(r.text, "=> T");
+
+    let r = call(&mut s, 2, "asdf-test-system", json!({"system": "adder"}));
+    assert!(r.is_error, "{}", r.text);
+    assert_eq!(r.structured["summary"]["passed"], 3, "{}", r.text);
+    assert_eq!(r.structured["summary"]["failed"], 2, "{}", r.text);
+    let failures = r.structured["failures"].as_array().unwrap();
+    let failure = |name: &str| {
+        failures
+            .iter()
+            .find(|f| f["test"] == name)
+            .unwrap_or_else(|| panic!("no failure of {name}: {}", r.text))
+    };
+    let adds = failure("ADDER-TESTS::ADDS");
+    assert_eq!(
+        (&adds["path"], &adds["line"], &adds["column"], &adds["at"]),
+        (&json!("tests.lisp"), &json!(8), &json!(3), &json!("check")),
+        "{}",
+        r.text
+    );
+    let made = failure("ADDER-TESTS::GEN-BAD");
+    assert_eq!(
+        (&made["path"], &made["line"], &made["column"], &made["at"]),
+        (
+            &json!("tests.lisp"),
+            &json!(14),
+            &json!(1),
+            &json!("macro-call")
+        ),
+        "{}",
+        r.text
+    );
+    assert!(
+        r.text.contains(
+            "\ntests.lisp:8:3: FAIL ADDER-TESTS::ADDS (in :ADDER): (ADD 2 2) evaluated to 4 \
+             which is not = to 5\n"
+        ),
+        "{}",
+        r.text
+    );
+    assert!(
+        r.text.contains(
+            "\ntests.lisp:14:1: FAIL ADDER-TESTS::GEN-BAD (in :ADDER), made by this macro call: \
+             (ADD 2 2) evaluated to 4 which is not = to 5\n    form: (= 5 (ADDER:ADD 2 2))"
+        ),
+        "{}",
+        r.text
+    );
+    // The dependency's diagnostics: counted in one line, listed in full in
+    // the structured result.
+    let deps = r.structured["diagnostics"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|d| d["path"].as_str().is_some_and(|p| p.ends_with("/dep.lisp")))
+        .count();
+    assert!(deps >= 1, "{}", r.structured["diagnostics"]);
+    let last = r.text.lines().last().unwrap();
+    assert!(
+        last.ends_with(" in dependencies; see `diagnostics`"),
+        "{}",
+        r.text
+    );
+    assert!(!r.text.contains("dep.lisp"), "{}", r.text);
+    assert!(!r.text.contains("Running test"), "{}", r.text);
+    // 10 KB before (every note, every `Running test` line, FiveAM's report).
+    assert!(r.text.len() < 600, "{} bytes:\n{}", r.text.len(), r.text);
+
+    // A misspelt test name: the nearest names.
+    let r = call(
+        &mut s,
+        3,
+        "asdf-test-system",
+        json!({"system": "adder", "test": "gen-bda"}),
+    );
+    assert!(r.is_error, "{}", r.text);
+    assert!(
+        r.text.starts_with(
+            "Test gen-bda of adder: no such test. No FiveAM test or suite named \"gen-bda\". \
+             Did you mean ADDER-TESTS::GEN-BAD"
+        ),
+        "{}",
+        r.text
+    );
+    // Spelt right, the one test runs.
+    let r = call(
+        &mut s,
+        4,
+        "asdf-test-system",
+        json!({"system": "adder", "test": "gen-bad"}),
+    );
+    assert_eq!(r.structured["summary"]["failed"], 1, "{}", r.text);
+
+    // `force` recompiles the system and its test system; without it,
+    // nothing changed is compiled again.
+    let compiles = |s: &mut common::Server, id| eval(s, id, "cl-user::*adder-compiles*").text;
+    assert_eq!(compiles(&mut s, 5), "=> 2");
+    let r = call(&mut s, 6, "asdf-test-system", json!({"system": "adder"}));
+    assert_eq!(r.structured["summary"]["failed"], 2, "{}", r.text);
+    assert_eq!(compiles(&mut s, 7), "=> 2");
+    let r = call(
+        &mut s,
+        8,
+        "asdf-test-system",
+        json!({"system": "adder", "force": true}),
+    );
+    assert_eq!(r.structured["summary"]["failed"], 2, "{}", r.text);
+    assert_eq!(compiles(&mut s, 9), "=> 4");
+}

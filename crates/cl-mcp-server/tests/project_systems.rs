@@ -576,12 +576,16 @@ fn test_runs_report_each_failure_and_run_single_tests() {
         "(SHOP:TOTAL '(:APPLE :PEAR)) evaluated to 5 which is not = to 8"
     );
     assert_eq!(failures[0]["form"], "(= 8 (SHOP:TOTAL '(:APPLE :PEAR)))");
+    // At the failed check, the `is` on the line after the test's.
     assert_eq!(failures[0]["path"], "t/tests.lisp");
-    assert_eq!(failures[0]["line"], 10);
-    assert_eq!(failures[0]["column"], 1);
-    // A test whose body signals an error is a failure naming the error.
+    assert_eq!(failures[0]["line"], 11);
+    assert_eq!(failures[0]["column"], 3);
+    assert_eq!(failures[0]["at"], "check");
+    // A test whose body signals an error is a failure naming the error,
+    // at the test.
     assert_eq!(failures[1]["test"], "SHOP-TESTS::UNKNOWN-ITEM");
     assert_eq!(failures[1]["line"], 13);
+    assert_eq!(failures[1]["at"], "test");
     let message = failures[1]["message"].as_str().unwrap();
     // CLISP words it "=: NIL is not a number".
     assert!(
@@ -590,8 +594,8 @@ fn test_runs_report_each_failure_and_run_single_tests() {
     );
     assert!(
         r.text.contains(
-            "\nt/tests.lisp:10:1: FAIL SHOP-TESTS::TOTAL (in SHOP-TESTS::SHOP-SUITE): \
-             (SHOP:TOTAL '(:APPLE :PEAR)) evaluated to 5 which is not = to 8\n    form: (= 8 (SHOP:TOTAL '(:APPLE :PEAR)))"
+            "\nt/tests.lisp:11:3: FAIL SHOP-TESTS::TOTAL (in SHOP-TESTS::SHOP-SUITE): \
+             (SHOP:TOTAL '(:APPLE :PEAR)) evaluated to 5 which is not = to 8\n"
         ),
         "{}",
         r.text

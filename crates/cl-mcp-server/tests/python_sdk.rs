@@ -76,6 +76,10 @@ fn official_python_sdk_connects_lists_and_calls() {
         stdout.contains("debugger limits: exhausted stack refused"),
         "{stdout}"
     );
+    assert!(
+        stdout.contains("test run: ") && stdout.contains("failures at their checks"),
+        "{stdout}"
+    );
     for lisp in ["clisp", "sbcl"] {
         assert!(
             stdout.contains(&format!("cold start on {lisp}: SDK environment")),

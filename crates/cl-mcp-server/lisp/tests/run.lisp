@@ -32,6 +32,20 @@
 (defun has (substring string)
   (and (stringp string) (search substring string)))
 
+;;; Finding forms in source text: comments and strings are not code.
+
+(let ((text (format nil "#|~%(test ghost)~%|#~%(defvar *s* \"~%(defun fake ()\")~%~
+                         ;; (test commented)~%(print #\\()~%(test real~%  (is (= 1 2)))~%")))
+  (check "defining-forms skips comments, strings and characters"
+         (equal (mapcar #'car (cl-mcp::defining-forms text '("test" "defun")))
+                '("real")))
+  (multiple-value-bind (forms positions) (cl-mcp::read-source-forms text)
+    (let ((real (find-if (lambda (f) (equal (symbol-name (car f)) "TEST")) forms)))
+      (check "read-source-forms: the form read, and where each list starts"
+             (and real
+                  (eql (gethash real positions) (search "(test real" text))
+                  (eql (gethash (third real) positions) (search "(is (= 1 2))" text)))))))
+
 ;;; Evaluation
 
 (let ((r (ev "(+ 1 2)")))
@@ -423,9 +437,9 @@
     (check "failure message on one line, expected and actual"
            (equal (getf f :message) "(MCPDEMO:ADD 2 2) evaluated to 4 which is not = to 5"))
     (check "failure form" (equal (getf f :form) "(= 5 (MCPDEMO:ADD 2 2))"))
-    (check "failure located at the test form"
-           (and (has "tests.lisp" (getf f :path)) (eql (getf f :line) 13)
-                (eql (getf f :column) 1)))))
+    (check "failure located at its check, the line after the test's"
+           (and (has "tests.lisp" (getf f :path)) (eql (getf f :line) 14)
+                (eql (getf f :column) 3) (equal (getf f :at) "check")))))
 (let ((r (cl-mcp:test-system "mcpdemo" :test "adds")))
   (check "a single named test runs alone"
          (and (getf r :success)
@@ -434,7 +448,11 @@
 (let ((r (cl-mcp:test-system "mcpdemo" :test "no-such-test")))
   (check "an unknown test name is an error listing the known ones"
          (and (not (getf r :success))
+              (equal (getf (getf r :error) :type) "UNKNOWN-TEST")
               (has "MCPDEMO-TESTS::ADDS" (getf (getf r :error) :message)))))
+(let ((r (cl-mcp:test-system "mcpdemo" :test "fails-on-purpse")))
+  (check "a misspelt test name: the nearest name"
+         (has "Did you mean MCPDEMO-TESTS::FAILS-ON-PURPOSE?" (getf (getf r :error) :message))))
 (let ((r (cl-mcp:test-system "cl-mcp-no-such-system")))
   (check "test-system of an unknown system: plain message"
          (has "ASDF cannot find a system named" (getf (getf r :error) :message)))

@@ -2,6 +2,9 @@
 //! Lisp half is `lisp/build.lisp`; diagnostics are rendered like
 //! `lisp-compile-file`'s (shared in `code.rs`).
 
+use std::path::Path;
+use std::time::Duration;
+
 use lisp_syntax::data::Value;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -70,6 +73,7 @@ struct TestArgs {
     system: String,
     /// A FiveAM test or suite (`pkg::name`).
     test: Option<String>,
+    force: Option<bool>,
     /// Default 600.
     timeout_seconds: Option<f64>,
 }
@@ -101,9 +105,14 @@ struct TestFailure {
     /// The failing form, when the framework keeps it.
     #[serde(skip_serializing_if = "Option::is_none")]
     form: Option<String>,
-    /// Where the test is defined (found in the system's source files).
+    /// Where it failed, found in the system's source files: see `at`.
     #[serde(flatten)]
     location: super::code::Location,
+    /// What the location is: `check` (the failed assertion), `test` (the
+    /// test's form: the check is not in it) or `macro-call` (the form of
+    /// the user's macro that made the test).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    at: Option<String>,
 }
 
 #[derive(Serialize, JsonSchema)]
@@ -137,6 +146,9 @@ async fn asdf_test_system(a: TestArgs, ctx: ToolContext) -> ToolOutput {
     if let Some(t) = &a.test {
         keys.push(("test", Value::string(t.clone())));
     }
+    if a.force == Some(true) {
+        keys.push(("force", Value::t()));
+    }
     let form = helper_form("test-system", vec![Value::string(a.system.clone())], keys);
     let what = format!("asdf-test-system {}", a.system);
     let v = match lisp_call::call_build(&ctx, &what, &form, timeout).await {
@@ -160,6 +172,7 @@ async fn asdf_test_system(a: TestArgs, ctx: ToolContext) -> ToolOutput {
         message: plist_str(f, "message").unwrap_or_default(),
         form: plist_str(f, "form"),
         location: super::code::Location::from_plist(f, &root),
+        at: plist_str(f, "at"),
     });
     let out = TestOutput {
         success: build.success,
@@ -172,10 +185,30 @@ async fn asdf_test_system(a: TestArgs, ctx: ToolContext) -> ToolOutput {
         elapsed_ms: build.elapsed_ms,
         error: build.error.clone(),
     };
+    let text = render_test_run(&a, &out, &v, &root, timeout);
+    let is_error = !out.success;
+    ToolOutput::structured(text, serde_json::to_value(out).unwrap_or_default()).with_error(is_error)
+}
+
+/// The answer's text, short: the counts, each failure (location, test,
+/// expected and actual), the project's diagnostics and one line counting the
+/// dependencies'. The framework's own output only when it is all there is
+/// (no summary recognised, or failures the framework did not itemise) or an
+/// error or a timeout ended the run; the structured result keeps everything.
+fn render_test_run(
+    a: &TestArgs,
+    out: &TestOutput,
+    v: &Value,
+    root: &Path,
+    timeout: Duration,
+) -> String {
     let what = match &a.test {
         Some(t) => format!("Test {t} of {}", a.system),
         None => format!("Tests of {}", a.system),
     };
+    if let Some(message) = unknown_test_message(v) {
+        return format!("{what}: no such test. {message}");
+    }
     let mut text = match &out.summary {
         Some(s) => format!(
             "{what} {} ({}): {} passed, {} failed, {} skipped ({} ms)",
@@ -212,39 +245,106 @@ async fn asdf_test_system(a: TestArgs, ctx: ToolContext) -> ToolOutput {
         } else {
             String::new()
         };
+        let made = if f.at.as_deref() == Some("macro-call") {
+            ", made by this macro call"
+        } else {
+            ""
+        };
         text.push_str(&format!(
-            "\n{at}FAIL {}{}: {}",
+            "\n{at}FAIL {}{}{made}: {}",
             f.test,
             f.suite
                 .as_ref()
                 .map_or(String::new(), |s| format!(" (in {s})")),
             f.message
         ));
-        if let Some(form) = &f.form {
-            text.push_str(&format!("\n    form: {form}"));
+        // At the check, the source shows the form.
+        if f.at.as_deref() != Some("check") {
+            if let Some(form) = &f.form {
+                text.push_str(&format!("\n    form: {form}"));
+            }
         }
     }
-    if !out.diagnostics.is_empty() {
+    let (shown, counted) = split_dependency_diagnostics(&out.diagnostics, v, root);
+    if !shown.is_empty() {
         text.push('\n');
-        text.push_str(&render_diagnostics(&out.diagnostics));
+        text.push_str(&render_diagnostics(&shown));
     }
-    if let Some(e) = render_build_error(&v) {
+    if !counted.is_empty() {
+        text.push_str(&format!(
+            "\n{} in dependencies; see `diagnostics`",
+            severity_counts(&counted)
+        ));
+    }
+    if let Some(e) = render_build_error(v) {
         text.push_str(&format!("\n\n{e}"));
     }
-    if let Some(t) = render_interruption(&v, "The test run", timeout) {
+    if let Some(t) = render_interruption(v, "The test run", timeout) {
         text.push_str(&format!("\n\n{t}"));
     }
-    if !out.stdout.trim().is_empty() {
+    let unitemised = out
+        .summary
+        .as_ref()
+        .is_some_and(|s| s.failed.unwrap_or(0) > 0 && out.failures.is_empty());
+    let output_needed =
+        out.summary.is_none() || unitemised || out.error.is_some() || plist_bool(v, "interrupted");
+    if output_needed && !out.stdout.trim().is_empty() {
         text.push_str(&format!(
             "\n\n[stdout]\n{}",
             cap_output(out.stdout.trim_end(), DEFAULT_MAX_OUTPUT)
         ));
     }
-    if !out.success && !out.stderr.trim().is_empty() {
+    if output_needed && !out.success && !out.stderr.trim().is_empty() {
         text.push_str(&format!("\n\n[stderr]\n{}", out.stderr.trim_end()));
     }
-    let is_error = !out.success;
-    ToolOutput::structured(text, serde_json::to_value(out).unwrap_or_default()).with_error(is_error)
+    text
+}
+
+/// The message of a run refused for an unknown test name (with the nearest
+/// names), if that is what ended it.
+fn unknown_test_message(v: &Value) -> Option<String> {
+    let e = v.plist_get("error").filter(|e| !e.is_nil())?;
+    (plist_str(e, "type").as_deref() == Some("UNKNOWN-TEST"))
+        .then(|| plist_str(e, "message").unwrap_or_default())
+}
+
+/// The diagnostics to show (the project's, and errors anywhere) and those
+/// only counted: warnings and notes from outside the project root, by their
+/// file (whose path stays absolute) or, without one, the system whose build
+/// step made them (the image's `:origin`, in the same order in `v`).
+fn split_dependency_diagnostics(
+    diags: &[Diagnostic],
+    v: &Value,
+    root: &Path,
+) -> (Vec<Diagnostic>, Vec<Diagnostic>) {
+    let origins = plist_items(v, "diagnostics", |d| plist_str(d, "origin"));
+    let mut shown = Vec::new();
+    let mut counted = Vec::new();
+    for (i, d) in diags.iter().enumerate() {
+        let outside = match (&d.location.path, origins.get(i).cloned().flatten()) {
+            (Some(p), _) => Path::new(p).is_absolute(),
+            (None, Some(origin)) => !Path::new(&origin).starts_with(root),
+            (None, None) => false,
+        };
+        if outside && d.severity != "error" {
+            counted.push(d.clone());
+        } else {
+            shown.push(d.clone());
+        }
+    }
+    (shown, counted)
+}
+
+/// `3 style-warnings, 9 notes`.
+fn severity_counts(diags: &[Diagnostic]) -> String {
+    ["error", "warning", "style-warning", "note"]
+        .iter()
+        .filter_map(|s| {
+            let n = diags.iter().filter(|d| d.severity == *s).count();
+            (n > 0).then(|| format!("{n} {s}{}", if n == 1 { "" } else { "s" }))
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 #[derive(Deserialize, JsonSchema)]
@@ -418,9 +518,8 @@ pub fn tools() -> Vec<ToolDef> {
             "asdf-test-system",
             ToolGroup::Asdf,
             "Run a system's tests",
-            "Run `asdf:test-system`, output captured, never waiting for input. FiveAM: each \
-             failed check with expected/actual, form and location; `test` runs one test or suite. \
-             Others: counts from their summary.",
+            "Run `asdf:test-system` (never waits for input): counts, each failed check (FiveAM: \
+             expected/actual at its line); `test` runs one test or suite; `force` rebuilds.",
             Annotations::MUTATING,
             |a: TestArgs, ctx: ToolContext| async move {
                 let c = ctx.clone();

@@ -6,7 +6,8 @@ successful tool result against the tool's outputSchema. Exits non-zero on
 any failure.
 
 Given a Swank address, it also attaches to that image (the user's) and
-takes over an application thread waiting in the debugger.
+takes over an application thread waiting in the debugger. It also runs a
+FiveAM project's tests in a project of their own.
 
 Usage: python3 python_sdk_client.py /path/to/cl-mcp-server project-root [http-url [swank-address]]
 """
@@ -14,6 +15,9 @@ Usage: python3 python_sdk_client.py /path/to/cl-mcp-server project-root [http-ur
 import asyncio
 import os
 import sys
+import tempfile
+
+import jsonschema
 
 from mcp import Client, StdioServerParameters
 from mcp_types._types import PromptReference, ResourceTemplateReference
@@ -316,6 +320,70 @@ async def cold_start(binary: str, cache: str, lisp: str) -> None:
               f"a queued build timed out in {waited:.1f} s")
 
 
+TEST_FILES = {
+    "adder.asd": """(defsystem "adder" :components ((:file "adder"))
+  :in-order-to ((test-op (test-op "adder/tests"))))
+
+(defsystem "adder/tests" :depends-on ("adder" "fiveam")
+  :components ((:file "tests"))
+  :perform (test-op (o c) (uiop:symbol-call :fiveam :run! :adder)))
+""",
+    "adder.lisp": """(defpackage #:adder (:use #:cl) (:export #:add))
+(in-package #:adder)
+(defun add (a b) (+ a b))
+""",
+    "tests.lisp": """(defpackage #:adder-tests (:use #:cl #:fiveam #:adder))
+(in-package #:adder-tests)
+(def-suite :adder)
+(in-suite :adder)
+
+(test adds
+  (is (= 4 (add 2 2)))
+  (is (= 5 (add 2 2))))
+
+(defmacro def-add-test (name a b sum)
+  `(test ,name (is (= ,sum (add ,a ,b)))))
+
+(def-add-test gen-good 1 2 3)
+(def-add-test gen-bad 2 2 5)
+""",
+}
+
+
+async def test_run(binary: str, base: str) -> None:
+    """A FiveAM project's tests as an agent runs them: a short answer with
+    each failure at its check (a macro-made test at the macro call), the
+    nearest names for a misspelt test, a forced rebuild."""
+    root = os.path.join(base, "adder")
+    os.makedirs(root)
+    for name, text in TEST_FILES.items():
+        with open(os.path.join(root, name), "w") as f:
+            f.write(text)
+    target = StdioServerParameters(command=binary, args=["--project-root", root])
+    async with Client(target, mode="legacy", read_timeout_seconds=300) as client:
+        tools = await client.list_tools()
+        schema = next(t.output_schema for t in tools.tools if t.name == "asdf-test-system")
+        # The SDK validates successful results; a failed run is validated here.
+        r = await call(client, "asdf-test-system", {"system": "adder"}, error=True)
+        jsonschema.validate(r.structured_content, schema)
+        failures = {f["test"]: f for f in r.structured_content["failures"]}
+        adds = failures["ADDER-TESTS::ADDS"]
+        assert (adds["path"], adds["line"], adds["column"], adds["at"]) == ("tests.lisp", 8, 3, "check"), adds
+        made = failures["ADDER-TESTS::GEN-BAD"]
+        assert (made["line"], made["at"]) == (14, "macro-call"), made
+        text = text_of(r)
+        assert "\ntests.lisp:8:3: FAIL ADDER-TESTS::ADDS" in text, text
+        assert "Running test" not in text and len(text) < 600, text
+        r = await call(client, "asdf-test-system", {"system": "adder", "test": "gen-bda"}, error=True)
+        assert "Did you mean ADDER-TESTS::GEN-BAD?" in text_of(r), text_of(r)
+        jsonschema.validate(r.structured_content, schema)
+        r = await call(client, "asdf-test-system", {"system": "adder", "test": "gen-good"})
+        assert r.structured_content["summary"]["passed"] == 1, r.structured_content
+        r = await call(client, "asdf-test-system", {"system": "adder", "force": True}, error=True)
+        assert r.structured_content["summary"]["failed"] == 2, r.structured_content
+    print(f"test run: {len(text)} bytes, failures at their checks, nearest names, force")
+
+
 async def main() -> None:
     binary = sys.argv[1]
     root = sys.argv[2]
@@ -323,6 +391,8 @@ async def main() -> None:
     if cold:
         await cold_start(binary, os.path.join(cold, "clisp"), "clisp")
         await cold_start(binary, os.path.join(cold, "sbcl"), "sbcl")
+    with tempfile.TemporaryDirectory() as base:
+        await test_run(binary, base)
     stdio = StdioServerParameters(command=binary, args=["--project-root", root])
     await run(stdio, "stdio", "auto")  # probes server/discover: the stateless era
     await run(stdio, "stdio", "legacy")  # the initialize handshake
