@@ -31,7 +31,7 @@ export CL_MCP_TEST_SKIPS="$log.skips"
 : >"$CL_MCP_TEST_SKIPS"
 status=0
 cargo test --workspace --all-features --no-fail-fast "$@" 2>&1 | tee "$log" || status=$?
-# The implementation matrix (CONTRACT §9): the eval, image, code and ASDF
+# The implementation matrix: the eval, image, code and ASDF
 # suites once more on each other Lisp Debian ships, ECL and CLISP side by
 # side (CL_MCP_LISP reaches the servers the tests start; tests/common/mod.rs
 # `lisp()` lets a test branch where an implementation truly differs).

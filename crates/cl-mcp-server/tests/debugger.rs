@@ -1,4 +1,4 @@
-//! The debugger that waits (CONTRACT §8) through the built binary against a
+//! The debugger that waits through the built binary against a
 //! real SBCL: `evaluate-lisp` with `debug: true`, the `debug` tools, fixing
 //! a function while its error waits, nested levels, break, idle abort.
 

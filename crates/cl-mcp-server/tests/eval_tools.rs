@@ -1,6 +1,6 @@
 //! `evaluate-lisp` through the built binary against a real image (SBCL,
 //! or the implementation `CL_MCP_LISP` names: see `common::lisp`)
-//! (CONTRACT §4, §5): values, packages, errors, timeouts, input, output caps,
+//!: values, packages, errors, timeouts, input, output caps,
 //! deep recursion, Unicode, warnings, cancellation.
 
 mod common;

@@ -1,4 +1,4 @@
-//! Black-box tests of the Streamable HTTP transport (CONTRACT §3).
+//! Black-box tests of the Streamable HTTP transport.
 
 mod common;
 

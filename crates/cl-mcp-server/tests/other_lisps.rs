@@ -1,4 +1,4 @@
-//! The server with `--lisp ecl` and `--lisp clisp` (CONTRACT §4, §9): the
+//! The server with `--lisp ecl` and `--lisp clisp`: the
 //! same session on each implementation — evaluation (values, stdout, an
 //! error with its backtrace, a timeout that keeps the image's state),
 //! `image-info`, introspection, `lisp-compile-file` diagnostics,

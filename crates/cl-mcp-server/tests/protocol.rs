@@ -1,5 +1,4 @@
-//! Black-box tests of the JSON-RPC core and the MCP lifecycle (CONTRACT §1,
-//! §2), driving the built binary over stdio. Needs the `test-tools` feature
+//! Black-box tests of the JSON-RPC core and the MCP lifecycle, driving the built binary over stdio. Needs the `test-tools` feature
 //! for the slow and panicking test tools.
 
 mod common;

@@ -1,5 +1,5 @@
 //! File tools may read an ASDF system's source directory once the image
-//! knows the system (CONTRACT §5 "Files"), and still nothing else outside
+//! knows the system, and still nothing else outside
 //! the project root.
 
 mod common;

@@ -1,4 +1,4 @@
-//! The live image as MCP resources and completion (CONTRACT §6).
+//! The live image as MCP resources and completion.
 
 mod common;
 

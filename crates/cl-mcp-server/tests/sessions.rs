@@ -1,5 +1,5 @@
 //! Each MCP session has its own image by default; `--shared-image` makes
-//! them share one (CONTRACT §3). Two HTTP sessions of one server are used.
+//! them share one. Two HTTP sessions of one server are used.
 
 mod common;
 

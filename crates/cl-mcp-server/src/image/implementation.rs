@@ -102,7 +102,7 @@ impl LispKind {
                 }
                 // No --lose-on-corruption: it makes control stack
                 // exhaustion (deep recursion) fatal, and evaluate-lisp must
-                // return it as an error with the image alive (CONTRACT §5).
+                // return it as an error with the image alive.
                 for s in [
                     "--noinform",
                     "--disable-ldb",

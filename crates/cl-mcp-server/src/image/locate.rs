@@ -1,4 +1,4 @@
-//! Finding the Lisp executable and Swank, in the order the contract gives:
+//! Finding the Lisp executable and Swank, in the order README "Finding the Lisp" gives:
 //! Lisp: `--lisp`, `CL_MCP_LISP`, `sbcl` on `PATH`.
 //! Swank: `--swank-loader`, `SWANK_LOADER`, Debian's cl-swank, the ASDF
 //! system `swank`, Quicklisp's setup.

@@ -40,7 +40,7 @@ pub use swank_client::{RexOutcome, SwankEvent, Thread};
 
 /// Where the image comes from and how to start it. The binary fills this
 /// from its command line; [`ImageConfig::from_env`] reads the environment
-/// variables the contract names.
+/// variables the README names.
 #[derive(Debug, Clone)]
 pub struct ImageConfig {
     /// `--lisp PATH|NAME` / `CL_MCP_LISP` (a path, or `sbcl`, `ecl`, `clisp`,

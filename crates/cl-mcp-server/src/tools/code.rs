@@ -329,7 +329,7 @@ async fn code_find(a: FindArgs, ctx: ToolContext) -> ToolOutput {
 }
 
 /// `:package` when given, and always `:session`, so a bare name resolves in
-/// the package the session's evaluations left `*package*` in (CONTRACT §5).
+/// the package the session's evaluations left `*package*` in.
 fn package_key(package: &Option<String>, ctx: &ToolContext) -> Vec<(&'static str, Value)> {
     let mut keys: Vec<(&'static str, Value)> = package
         .iter()

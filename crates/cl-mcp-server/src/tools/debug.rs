@@ -1,4 +1,4 @@
-//! The debugger that waits (CONTRACT §8): pending debuggers of a session
+//! The debugger that waits: pending debuggers of a session
 //! and the `debug` tools on them (`debugger-backtrace`, `debugger-frame`,
 //! `debugger-restart`).
 //!

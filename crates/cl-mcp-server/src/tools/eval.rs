@@ -1,4 +1,4 @@
-//! `evaluate-lisp`: evaluate code in the session's image (CONTRACT §5).
+//! `evaluate-lisp`: evaluate code in the session's image.
 //!
 //! The Lisp side (`lisp/eval.lisp`, `cl-mcp:eval-request`) reads the forms
 //! one at a time, captures output, collects warnings and turns errors into

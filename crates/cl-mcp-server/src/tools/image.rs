@@ -61,7 +61,7 @@ struct InfoOutput {
     sandbox: Option<SandboxInfo>,
 }
 
-/// The image's sandbox (`--sandbox`, CONTRACT §10).
+/// The image's sandbox (`--sandbox`).
 #[derive(Serialize, JsonSchema, Default)]
 #[serde(rename_all = "camelCase")]
 struct SandboxInfo {
