@@ -25,6 +25,10 @@ const EMBEDDED: &[(&str, &str)] = &[
         include_str!("../../lisp/introspect.lisp"),
     ),
     ("project.lisp", include_str!("../../lisp/project.lisp")),
+    (
+        "frameworks.lisp",
+        include_str!("../../lisp/frameworks.lisp"),
+    ),
     ("build.lisp", include_str!("../../lisp/build.lisp")),
     ("inspect.lisp", include_str!("../../lisp/inspect.lisp")),
     ("direct.lisp", include_str!("../../lisp/direct.lisp")),

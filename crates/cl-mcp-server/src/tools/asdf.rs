@@ -73,11 +73,11 @@ struct TestArgs {
     timeout_seconds: Option<f64>,
 }
 
-/// Pass/fail counts: of checks, from the framework's own results (FiveAM),
-/// else read from its printed summary.
+/// Pass/fail counts: of checks, from the framework's own results (FiveAM,
+/// Fiasco), else read from its printed summary (README: test frameworks).
 #[derive(Serialize, JsonSchema)]
 struct TestSummary {
-    /// fiveam, parachute, rove or lisp-unit2.
+    /// fiveam, fiasco, parachute, rove, lisp-unit2, rt, ptester or xlunit.
     framework: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     passed: Option<i64>,
@@ -108,8 +108,11 @@ struct TestFailure {
 #[derive(Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 struct TestOutput {
-    /// No error, and no failed check.
+    /// Outcome `passed`: no error, a recognised result, no failed check.
     success: bool,
+    /// `passed`, `failed`, `error` (the build or run signalled, or timed
+    /// out) or `unknown` (no framework's results or summary recognised).
+    outcome: String,
     /// Absent when no framework's results or summary were recognised.
     #[serde(skip_serializing_if = "Option::is_none")]
     summary: Option<TestSummary>,
@@ -161,6 +164,8 @@ async fn asdf_test_system(a: TestArgs, ctx: ToolContext) -> ToolOutput {
     });
     let out = TestOutput {
         success: build.success,
+        outcome: plist_str(&v, "outcome")
+            .map_or_else(|| "unknown".into(), |o| o.to_ascii_lowercase()),
         summary,
         failures,
         diagnostics: build.diagnostics.clone(),
@@ -192,12 +197,8 @@ async fn asdf_test_system(a: TestArgs, ctx: ToolContext) -> ToolOutput {
             )
         }
         None => format!(
-            "{what} {} ({} ms; no known test summary recognised in the output)",
-            if out.success {
-                "ran without error"
-            } else {
-                "FAILED"
-            },
+            "{what}: outcome UNKNOWN ({} ms): no test framework's results or summary recognised \
+             in the output; read it below",
             out.elapsed_ms
         ),
     };
