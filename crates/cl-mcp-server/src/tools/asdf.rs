@@ -417,9 +417,9 @@ pub fn tools() -> Vec<ToolDef> {
             "asdf-test-system",
             ToolGroup::Asdf,
             "Run a system's tests",
-            "Run `asdf:test-system`, output captured, never waiting for input. FiveAM: each \
-             failed check with expected/actual, form and location; `test` runs one test or suite. \
-             Others: counts from their summary.",
+            "Run `asdf:test-system` (never waits for input). FiveAM, Fiasco: each failed check \
+             with expected/actual, form, location; `test` runs one test or suite. Others: their \
+             summary's counts.",
             Annotations::MUTATING,
             |a: TestArgs, ctx: ToolContext| async move {
                 let c = ctx.clone();
