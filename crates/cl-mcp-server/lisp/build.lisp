@@ -744,17 +744,6 @@ case, or `pkg::name`): (values SYMBOL NIL) or (values NIL MESSAGE)."
         :failed (count :failed records :key (lambda (r) (getf r :status)))
         :skipped (count :skipped records :key (lambda (r) (getf r :status)))))
 
-(defun one-line (text)
-  "TEXT with every run of whitespace made one space (FiveAM's reasons are
-laid out over many lines)."
-  (let ((out (make-string-output-stream)) (space nil))
-    (loop for c across (string-trim '(#\Space #\Tab #\Newline #\Return) text)
-          do (if (member c '(#\Space #\Tab #\Newline #\Return))
-                 (setf space t)
-                 (progn (when space (write-char #\Space out) (setf space nil))
-                        (write-char c out))))
-    (get-output-stream-string out)))
-
 (defun test-failures (records system)
   "The failed checks of RECORDS, in the order they ran, as (:test S :suite S
 :message S :form S :path P :line N :column N), the location being the test's
@@ -801,7 +790,7 @@ a recognised result and no failed check; output no reader recognises is
          (box (list nil))
          (collector (list nil))
          (fiasco-before (fiasco-history))
-         (out (make-tail-stream)) (err (make-tail-stream))
+         (tails (list nil))
          (result
            (let ((*test-results* collector)
                  (*skip-test-perform* (and test t)))
@@ -816,14 +805,14 @@ a recognised result and no failed check; output no reader recognises is
                             (when test
                               (let ((*skip-test-perform* nil))
                                 (run-named-test test))))
-                          out err))
+                          tails))
                        :box box)))
               :id id :max-output max-output :warnings :pass))))
          (notes (if (getf result :interrupted) (finish-notes (car box) nil) notes))
          (records (append (reverse (car collector)) (fiasco-records fiasco-before)))
          (summary (if records
                       (results-summary records)
-                      (summarize-test-output (tails-text out err))))
+                      (summarize-test-output (output-tails tails))))
          (outcome (test-outcome summary :error (or build-error (getf result :error)
                                                    (getf result :interrupted)))))
     (append

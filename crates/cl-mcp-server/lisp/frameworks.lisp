@@ -267,43 +267,66 @@ there is no SUMMARY (no framework's results or summary recognised)."
 ;;; only the head of a long output, and summaries come last.
 
 (defclass tail-stream (#.(gray-symbol "FUNDAMENTAL-CHARACTER-OUTPUT-STREAM"))
-  ((buffer :initform (make-array 0 :element-type 'character :adjustable t :fill-pointer 0))
-   (keep :initarg :keep :initform 65536))
-  (:documentation "Keeps the last KEEP (up to twice that) characters written."))
+  ((target :initarg :target)
+   (buffer :initform (make-array 0 :element-type 'character :adjustable t :fill-pointer 0))
+   (keep :initarg :keep :initform 65536)
+   (column :initform 0))
+  (:documentation "Writes through to TARGET and keeps the last KEEP (up to
+twice that) characters written. A Gray stream of its own rather than a
+broadcast stream, which ABCL builds only of native streams."))
 
 (defun tail-add (stream string start end)
-  (with-slots (buffer keep) stream
+  (with-slots (buffer keep column) stream
     (loop for i from start below end do (vector-push-extend (char string i) buffer))
+    (let ((newline (position #\Newline string :start start :end end :from-end t)))
+      (setf column (if newline (- end newline 1) (+ column (- end start)))))
     (when (> (length buffer) (* 2 keep))
       (let ((tail (subseq buffer (- (length buffer) keep))))
         (setf (fill-pointer buffer) 0)
         (loop for c across tail do (vector-push-extend c buffer))))))
 
 (defmethod #.(gray-symbol "STREAM-WRITE-CHAR") ((stream tail-stream) char)
+  (write-char char (slot-value stream 'target))
   (tail-add stream (string char) 0 1)
   char)
 
 (defmethod #.(gray-symbol "STREAM-WRITE-STRING") ((stream tail-stream) string
                                                   &optional (start 0) end)
-  (tail-add stream string start (or end (length string)))
+  (let ((end (or end (length string))))
+    (write-string string (slot-value stream 'target) :start start :end end)
+    (tail-add stream string start end))
   string)
 
-(defmethod #.(gray-symbol "STREAM-LINE-COLUMN") ((stream tail-stream)) nil)
+;; The target's column when it is a Gray stream (others may write to it
+;; too), else the column of what was written through.
+(defmethod #.(gray-symbol "STREAM-LINE-COLUMN") ((stream tail-stream))
+  (with-slots (target column) stream
+    (or (ignore-errors (#.(gray-symbol "STREAM-LINE-COLUMN") target))
+        column)))
+
+(defmethod #.(gray-symbol "STREAM-FORCE-OUTPUT") ((stream tail-stream))
+  (force-output (slot-value stream 'target)))
+
+(defmethod #.(gray-symbol "STREAM-FINISH-OUTPUT") ((stream tail-stream))
+  (finish-output (slot-value stream 'target)))
 
 (defun tail-text (stream)
   (coerce (slot-value stream 'buffer) 'simple-string))
 
-(defun make-tail-stream () (make-instance 'tail-stream))
-
-(defun call-copying-output (thunk out err)
-  "Call THUNK with *STANDARD-OUTPUT* also copied to the tail stream OUT and
-*ERROR-OUTPUT* to ERR."
-  ;; The real stream last: a broadcast stream's column is its last
-  ;; component's, so FRESH-LINE behaves as before.
-  (let ((*standard-output* (make-broadcast-stream out *standard-output*))
-        (*error-output* (make-broadcast-stream err *error-output*)))
+(defun call-copying-output (thunk box)
+  "Call THUNK with *STANDARD-OUTPUT* and *ERROR-OUTPUT* written through tail
+streams, which BOX (a cons) holds while it runs."
+  (let* ((out (make-instance 'tail-stream :target *standard-output*))
+         (err (make-instance 'tail-stream :target *error-output*))
+         (*standard-output* out)
+         (*error-output* err))
+    (setf (car box) (cons out err))
     (funcall thunk)))
 
-(defun tails-text (out err)
-  "The tails of OUT and ERR, one after the other."
-  (concatenate 'string (tail-text out) (string #\Newline) (tail-text err)))
+(defun output-tails (box)
+  "The tails of the output CALL-COPYING-OUTPUT saw (stdout, a newline,
+stderr), or an empty string when it did not run."
+  (if (car box)
+      (concatenate 'string (tail-text (car (car box))) (string #\Newline)
+                   (tail-text (cdr (car box))))
+      ""))
