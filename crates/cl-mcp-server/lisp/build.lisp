@@ -738,8 +738,11 @@ case, or `pkg::name`): (values SYMBOL NIL) or (values NIL MESSAGE)."
     (fiveam-call "RUN!" symbol)))
 
 (defun results-summary (records)
-  "Counts of the recorded checks: (:framework S :passed N :failed N :skipped N)."
-  (list :framework (getf (first records) :framework)
+  "Counts of the recorded checks: (:framework S :passed N :failed N :skipped N),
+S naming each framework that recorded checks (\"fiveam, fiasco\")."
+  (list :framework (format nil "~{~A~^, ~}"
+                           (remove-duplicates (mapcar (lambda (r) (getf r :framework)) records)
+                                              :test #'equal :from-end t))
         :passed (count :passed records :key (lambda (r) (getf r :status)))
         :failed (count :failed records :key (lambda (r) (getf r :status)))
         :skipped (count :skipped records :key (lambda (r) (getf r :status)))))

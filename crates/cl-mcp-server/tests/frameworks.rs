@@ -59,6 +59,16 @@ fn every_packaged_framework_reports_its_real_outcome() {
         "(defsystem \"demo-silent\"\n  :perform (test-op (o c) (format t \"all good, probably~%\")))\n",
     )
     .unwrap();
+    // One test action running a FiveAM suite and a Fiasco suite.
+    std::fs::create_dir_all(root.join("both")).unwrap();
+    std::fs::write(
+        root.join("both/demo-both.asd"),
+        "(defsystem \"demo-both\" :depends-on (\"demo-fiveam\" \"demo-fiasco\")\n\
+         \x20 :perform (test-op (o c)\n\
+         \x20   (uiop:symbol-call :fiveam :run! :demo-fiveam)\n\
+         \x20   (uiop:symbol-call :fiasco :run-package-tests :package :demo-fiasco)))\n",
+    )
+    .unwrap();
     let root_s = root.to_string_lossy().into_owned();
     let mut s = lisp_server(&["--project-root", &root_s]);
 
@@ -132,6 +142,36 @@ fn every_packaged_framework_reports_its_real_outcome() {
         assert!(message.contains("(- 3 2) => 1"), "{}", fiasco.text);
         assert_eq!(f[0]["path"], "fiasco/tests.lisp", "{}", fiasco.text);
         assert_eq!(f[0]["line"], 8, "{}", fiasco.text);
+    }
+
+    // Both frameworks' results, together.
+    if fiasco.structured["summary"]["framework"] == "fiasco" {
+        id += 1;
+        let r = call(
+            &mut s,
+            id,
+            "asdf-test-system",
+            json!({"system": "demo-both"}),
+        );
+        assert_eq!(r.structured["outcome"], "failed", "{}", r.text);
+        assert_eq!(
+            summary_counts(&r.structured),
+            (json!("fiveam, fiasco"), json!(6), json!(2)),
+            "{}",
+            r.text
+        );
+        let tests: Vec<&str> = r.structured["failures"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|f| f["test"].as_str().unwrap_or_default())
+            .collect();
+        assert_eq!(
+            tests,
+            ["DEMO-FIVEAM::SUBTRACTS", "DEMO-FIASCO::SUBTRACTS"],
+            "{}",
+            r.text
+        );
     }
 
     // Output no framework's reader recognises: unknown, never a success.

@@ -77,7 +77,8 @@ struct TestArgs {
 /// Fiasco), else read from its printed summary (README: test frameworks).
 #[derive(Serialize, JsonSchema)]
 struct TestSummary {
-    /// fiveam, fiasco, parachute, rove, lisp-unit2, rt, ptester or xlunit.
+    /// fiveam, fiasco, parachute, rove, lisp-unit2, rt, ptester or xlunit
+    /// (FiveAM and Fiasco results together: `fiveam, fiasco`).
     framework: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     passed: Option<i64>,
