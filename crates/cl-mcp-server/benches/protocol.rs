@@ -105,11 +105,13 @@ fn main() {
     drop(stdin);
     let _ = child.wait();
 
-    // What a model pays to see the tools: tools/list's result in bytes,
-    // for every group and for each group alone.
+    // What a model pays to see the tools (name, title, description and
+    // input schema of each) and tools/list's whole result (with the output
+    // schemas clients validate with), in bytes, for every group and for
+    // each group alone.
     rows.push((
         "tools/list size (groups)".into(),
-        "bytes   tools   bytes/tool".into(),
+        "model  tools  model/tool   whole list".into(),
     ));
     for groups in [
         "eval,image,code,asdf,source,fs,debug",
@@ -121,11 +123,14 @@ fn main() {
         "fs",
         "debug",
     ] {
-        let (bytes, tools) = tool_list_size(groups);
+        let (bytes, model, tools) = tool_list_size(groups);
         let label = if groups.contains(',') { "all" } else { groups };
         rows.push((
             format!("  {label}"),
-            format!("{bytes:>5} {tools:>7} {:>12}", bytes / tools.max(1)),
+            format!(
+                "{model:>5} {tools:>6} {:>11} {bytes:>12}",
+                model / tools.max(1)
+            ),
         ));
     }
 
@@ -138,8 +143,9 @@ fn main() {
 }
 
 /// Bytes of the compact JSON `result` of `tools/list` with `--tools groups`,
-/// and how many tools it lists.
-fn tool_list_size(groups: &str) -> (usize, usize) {
+/// of the same list keeping only what a model reads of each tool (name,
+/// title, description, input schema), and how many tools it lists.
+fn tool_list_size(groups: &str) -> (usize, usize, usize) {
     let mut child = Command::new(BIN)
         .args(["--log-level", "error", "--tools", groups])
         .stdin(Stdio::piped())
@@ -167,6 +173,22 @@ fn tool_list_size(groups: &str) -> (usize, usize) {
         .find(|m| m["id"] == 1)
         .expect("tools/list answered");
     let result = &list["result"];
-    let tools = result["tools"].as_array().map_or(0, Vec::len);
-    (serde_json::to_string(result).unwrap().len(), tools)
+    let listed = result["tools"].as_array().cloned().unwrap_or_default();
+    let read: Vec<serde_json::Value> = listed
+        .iter()
+        .map(|t| {
+            serde_json::json!({
+                "name": t["name"],
+                "title": t["title"],
+                "description": t["description"],
+                "inputSchema": t["inputSchema"],
+            })
+        })
+        .collect();
+    let model = serde_json::json!({ "tools": read }).to_string().len();
+    (
+        serde_json::to_string(result).unwrap().len(),
+        model,
+        listed.len(),
+    )
 }

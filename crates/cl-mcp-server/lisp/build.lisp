@@ -351,7 +351,17 @@ a success). Returns (values OUTPUT WARNINGS-P FAILURE-P)."
               (or warnings-p deferred-warning)
               (or failure-p deferred-failure)))))
 
-(defun compile-file-with-diagnostics (path &key (load t) id (max-output 50000))
+(defun source-refused (message)
+  "The result of a build that did not start because its source file is
+not one to open (the fields of COMPILE-FILE-WITH-DIAGNOSTICS)."
+  (list :success nil :loaded nil :warnings-p nil :failure-p nil
+        :diagnostics nil :stdout "" :stderr ""
+        :elapsed-ms 0
+        :error (list :type "FILE-ERROR" :message message
+                     :restarts nil :backtrace nil)))
+
+(defun compile-file-with-diagnostics (path &key (load t) id (max-output 50000)
+                                             file-id)
   "Compile the file PATH (absolute) and, when LOAD, load it.
 Returns (:success T-or-NIL :loaded T-or-NIL :warnings-p T-or-NIL
 :failure-p T-or-NIL :diagnostics ((:severity S :message S :path P :line N
@@ -361,17 +371,17 @@ Returns (:success T-or-NIL :loaded T-or-NIL :warnings-p T-or-NIL
 failure-p, as ASDF treats it); :SUCCESS is a fasl with failure-p false and
 no error. The fasl is loaded when it was written and no error-severity
 diagnostic was reported, so a file with a full warning is loaded but not a
-success. Definitions keep their source locations."
+success. Definitions keep their source locations. FILE-ID, (DEVICE INODE)
+of the file the server checked, is checked again on the opened file first
+(see SOURCE-FILE-PROBLEM)."
   (let ((notes '()) (success nil) (loaded nil) (compile-error nil)
         (warnings-p nil) (failure-p nil) (build-error nil))
     (unless (probe-file path)
       (return-from compile-file-with-diagnostics
-        (list :success nil :loaded nil :warnings-p nil :failure-p nil
-              :diagnostics nil :stdout "" :stderr ""
-              :elapsed-ms 0
-              :error (list :type "FILE-ERROR"
-                           :message (format nil "No such file: ~A" path)
-                           :restarts nil :backtrace nil))))
+        (source-refused (format nil "No such file: ~A" path))))
+    (let ((problem (source-file-problem path file-id)))
+      (when problem
+        (return-from compile-file-with-diagnostics (source-refused problem))))
     (let ((result
             (fit-build-output (run-captured
              (lambda ()
@@ -442,7 +452,7 @@ success. Definitions keep their source locations."
              (push (asdf:component-name system) names))))))
     (sort names #'string<)))
 
-(defun load-asd-with-diagnostics (path &key id (max-output 50000))
+(defun load-asd-with-diagnostics (path &key id (max-output 50000) file-id)
   "Load the .asd file PATH (absolute) with ASDF:LOAD-ASD, as ASDF does when
 it finds the file: in ASDF-USER, its systems registered under their names.
 Returns the fields of COMPILE-FILE-WITH-DIAGNOSTICS (:loaded T when the file
@@ -453,6 +463,9 @@ loaded) plus :systems, the names of the systems the file defines."
     (unless (probe-file path)
       (return-from load-asd-with-diagnostics
         (compile-file-with-diagnostics path)))
+    (let ((problem (source-file-problem path file-id)))
+      (when problem
+        (return-from load-asd-with-diagnostics (source-refused problem))))
     (let ((result
             (fit-build-output
              (run-captured

@@ -109,26 +109,36 @@ its current and last complete line up to date. Called with the lock held."
                 (format nil "~A~%[truncated ~D characters]" text dropped))
                (t text)))))))
 
-(defun shares-structure-p (object &optional (max-nodes 100000))
+(defun shares-structure-p (object &optional (max-nodes 100000) (max-depth 100))
   "True when OBJECT's conses and (non-string) arrays reach some cons or
-array twice, e.g. a circular list; checks at most MAX-NODES nodes. Used
-instead of *PRINT-CIRCLE* alone because SBCL's circularity pass runs
-PRINT-OBJECT methods to a null stream first, so an endless method (or
-report function) would loop there before any cap could stop it."
+array twice, e.g. a circular list; checks at most MAX-NODES nodes, and
+nothing nested deeper than MAX-DEPTH (lists in lists, arrays in arrays),
+which a printer bound by *PRINT-LEVEL* never reaches (and walking it would
+run out of stack). Used instead of *PRINT-CIRCLE* alone because SBCL's
+circularity pass runs PRINT-OBJECT methods to a null stream first, so an
+endless method (or report function) would loop there before any cap could
+stop it."
   (let ((seen (make-hash-table :test 'eq)) (count 0))
-    (labels ((walk (x)
+    (labels ((visit (x)
+               ;; True when X is a cons or array to walk into.
                (when (or (consp x) (and (arrayp x) (not (stringp x))))
                  (when (or (gethash x seen) (> (incf count) max-nodes))
                    (return-from shares-structure-p (gethash x seen)))
-                 (setf (gethash x seen) t)
+                 (setf (gethash x seen) t)))
+             (walk (x depth)
+               (when (and (< depth max-depth) (visit x))
                  (if (consp x)
-                     (progn (walk (car x)) (walk (cdr x)))
+                     ;; Along the list's spine without recursion.
+                     (loop for tail = x then (cdr tail)
+                           do (walk (car tail) (1+ depth))
+                           while (and (consp (cdr tail)) (visit (cdr tail)))
+                           finally (walk (cdr tail) depth))
                      ;; Specialised arrays (octets, floats) hold no
                      ;; conses; big general ones are sampled, not walked.
                      (when (eq (array-element-type x) t)
                        (dotimes (i (min (array-total-size x) max-nodes))
-                         (walk (row-major-aref x i))))))))
-      (walk object)
+                         (walk (row-major-aref x i) (1+ depth))))))))
+      (walk object 0)
       nil)))
 
 (defun condition-arguments (object)

@@ -342,6 +342,25 @@ the server's (a top-level BREAK's): then NIL, the evaluation's package."
          (not (eq package (find-package "COMMON-LISP")))
          package)))
 
+(defun exhausted-stack-problem (&key (forms nil forms-p))
+  "Why code (FORMS, or any when not given) cannot run on this debugger's
+thread now, or NIL. After a control stack exhaustion the debugger runs on
+a stack still that deep, below its disarmed guard page: code recursing
+there again runs past the end of the stack and kills the image (SBCL,
+ECL). Constant FORMS (a restart's values) are safe to evaluate."
+  (let ((down (stack-guard-disarmed-p)))
+    ;; Down but the stack is shallow again (the code caught its exhaustion
+    ;; and went on): arm it here, nothing to refuse.
+    (when (and (eq down t) (< 0.5 (stack-room) 1.0))
+      (restore-stack-guard)
+      (setf down nil))
+    (when (and (if (eq down :unknown)
+                   (let ((c swank::*swank-debugger-condition*))
+                     (and c (stack-exhaustion-p c)))
+                   down)
+               (or (not forms-p) (notevery #'constantp forms)))
+      (list :error "This debugger's thread ran out of stack and is still that deep: the stack's guard page is not re-armed until the debugger returns, and code run here that recursed again would kill the image with all its state. Choose a restart first (debugger-restart with action abort); debugger-frame without `code` still shows a frame's locals."))))
+
 (defun eval-forms-in-frame (forms index)
   "The values of the last of FORMS, each evaluated in frame INDEX's
 lexical environment, in a compilation unit of their own (else SBCL defers
@@ -401,6 +420,9 @@ when STOP-FRAME-EVALUATION ended it. The warnings are CODE's own
 a nested debugger level (like SLDB's eval-in-frame)."
   (unless (frame-at index)
     (return-from debugger-eval-in-frame (no-frame-error index)))
+  (let ((problem (exhausted-stack-problem)))
+    (when problem
+      (return-from debugger-eval-in-frame problem)))
   (with-code-forms (forms code (or package (frame-code-package index)))
     (let ((out (make-capture-stream max-output))
           (values '())
@@ -486,6 +508,9 @@ restart."
       (let ((problem (restart-values-problem (second entry) (length forms))))
         (when problem
           (return-from debugger-invoke-restart (list :error problem))))
+      (let ((problem (exhausted-stack-problem :forms forms)))
+        (when problem
+          (return-from debugger-invoke-restart problem)))
       (apply #'invoke-restart (second entry) (mapcar #'eval forms)))))
 
 (defvar *give-back-restart* nil
@@ -542,6 +567,10 @@ in the frame). Returns (:error MESSAGE) when the implementation cannot."
   (unless (frame-at index)
     (return-from debugger-return-from-frame (no-frame-error index)))
   (with-code-forms (forms form package)
+    ;; Even a constant: SBCL's return compiles code in the frame.
+    (let ((problem (exhausted-stack-problem)))
+      (when problem
+        (return-from debugger-return-from-frame problem)))
     (let ((result (handler-case
                       (swank/backend:return-from-frame
                        index (if (cdr forms) `(progn ,@forms) (first forms)))
@@ -570,18 +599,29 @@ continues. Does not return when it steps; (:error MESSAGE) when it cannot."
                            (print-capped e 500))))))
 
 (defun debugger-restart-frame (index)
-  "Restart frame INDEX (call its function again with the same arguments;
-a redefined function runs its new definition). Returns (:error MESSAGE)
-when the implementation cannot."
-  (unless (frame-at index)
-    (return-from debugger-restart-frame (no-frame-error index)))
-  (let ((result (handler-case (swank/backend:restart-frame index)
-                  (error (e)
-                    (return-from debugger-restart-frame
-                      (frame-action-error "restart" index e))))))
-    (list :error (format nil "~A. Only frames of functions compiled with (debug 2) or more can be restarted, e.g. after (declaim (optimize (debug 2)))."
-                         (if (stringp result) result
-                             (format nil "Cannot restart frame ~D" index))))))
+  "Restart frame INDEX (call its function again with the arguments of its
+call; a redefined function runs its new definition). Returns (:error
+MESSAGE) when it cannot: said with why."
+  (let ((frame (frame-at index)))
+    (unless frame
+      (return-from debugger-restart-frame (no-frame-error index)))
+    ;; The frames the debugger lists after a stack exhaustion are near the
+    ;; stack's end: a call from one runs past it (the guard is re-armed
+    ;; on the way, just above where the call goes on).
+    (when (and (exhausted-stack-problem) (< (frame-stack-room frame) 0.25))
+      (return-from debugger-restart-frame
+        (list :error (format nil "Cannot restart frame ~D while the stack is exhausted: the frame is near the end of the stack, whose guard page is not re-armed until the debugger returns, and a call from it would run past the end and kill the image with all its state. Choose a restart first (debugger-restart with action abort), then call the fixed function again."
+                             index))))
+    (let ((result (handler-case (let ((own (restart-frame-with-its-arguments frame)))
+                                  (if (eq own :unsupported)
+                                      (swank/backend:restart-frame index)
+                                      own))
+                    (error (e)
+                      (return-from debugger-restart-frame
+                        (frame-action-error "restart" index e))))))
+      (list :error (format nil "Cannot restart frame ~D ~A: ~A. A frame can be restarted when its function was compiled with (debug 2) or more, e.g. after (declaim (optimize (debug 2))); otherwise fix the function and call it again with evaluate-lisp."
+                           index (frame-text frame)
+                           (if (stringp result) (string-right-trim "." result) "not supported here"))))))
 
 (defun yield-default-connection ()
   "Called on the server's connection to an attached image: put it last

@@ -47,7 +47,14 @@ rather than until the cap."
                                   (capture-contents out))
                               (error (e)
                                 (format nil "#<error printing value of type ~A: ~A>"
-                                        (type-name value) (print-capped e 2000))))
+                                        (type-name value) (print-capped e 2000)))
+                              ;; Nested deeper than the stack: unwound
+                              ;; before this clause runs.
+                              (storage-condition (c)
+                                (if (stack-exhaustion-p c)
+                                    (format nil "#<~A too deep to print: printLevel (e.g. 20) prints it truncated>"
+                                            (type-name value))
+                                    (error c))))
                           (decf budget (slot-value out 'written))))))))
 
 (defun fit-eval-reply (values stdout stderr warnings error)

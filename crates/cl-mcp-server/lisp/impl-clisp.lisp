@@ -153,11 +153,23 @@ the file PATH (a character offset), found by its text, or NIL."
                       (defining-forms text '("defclass" "defstruct" "define-condition"))
                       :key #'car :test #'string-equal)))))
 
+  (defun method-form-offset (path symbol spec)
+    "Where the DEFMETHOD of SYMBOL that SPEC, CLISP's (DEFMETHOD QUALIFIERS
+SPECIALIZER...), records starts in the file PATH, found by its text: CLISP
+records no usable line for a compiled method (NIL, or a line of the
+expansion past the file's end)."
+    (let ((text (ignore-errors (cached-file-text (namestring path)))))
+      (and text
+           (named-definition-offset
+            text (symbol-name symbol)
+            :operator "defmethod"
+            :specializers (remove t (remove-if-not #'symbolp (cddr spec)))))))
+
   (defun backend-find-definitions (symbol)
     "As swank/clisp, but a definition loaded from a fasl whose source is not
 beside it (ASDF's output translations) points at the source ASDF compiled,
 and a class or structure (recorded as (SETF FIND-CLASS), at a line of the
-macro's expansion) at its defining form."
+macro's expansion) or a method at its defining form."
     (mapcar (lambda (fspec)
               (let* ((path (and (consp fspec) (second fspec)))
                      (fspec (if (and path (pathnamep path)
@@ -167,9 +179,13 @@ macro's expansion) at its defining form."
                                   (if source (list* (first fspec) source (cddr fspec)) fspec))
                                 fspec))
                      (entry (swank/clisp::fspec-location symbol fspec))
-                     (offset (and (consp fspec) (equal (first fspec) '(setf find-class))
-                                  (pathnamep (second fspec))
-                                  (class-form-offset (second fspec) symbol))))
+                     (offset (and (consp fspec) (pathnamep (second fspec))
+                                  (cond ((equal (first fspec) '(setf find-class))
+                                         (class-form-offset (second fspec) symbol))
+                                        ((and (consp (first fspec))
+                                              (eq (first (first fspec)) 'defmethod))
+                                         (method-form-offset (second fspec) symbol
+                                                             (first fspec)))))))
                 (if offset
                     (list (first entry)
                           (list :location

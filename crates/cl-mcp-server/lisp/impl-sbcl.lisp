@@ -75,6 +75,17 @@ machinery around user code (signalling, evaluation, interrupts)."
   #+sbcl (typep condition 'sb-kernel::control-stack-exhausted)
   #-sbcl (typep condition 'storage-condition))
 
+(defun stack-guard-disarmed-p ()
+  "Whether this thread's control stack guard page is down: T after the
+thread ran out of stack and before it unwound past the page above the
+guard (SBCL re-arms it there), NIL while armed, :UNKNOWN on a Lisp that
+does not say. Running out again while it is down is fatal to the image."
+  #+sbcl
+  ;; The first byte of the state word is the "guard page protected" flag.
+  (zerop (sb-sys:sap-ref-8 (sb-thread::current-thread-sap)
+                           (ash sb-vm::thread-state-word-slot sb-vm:word-shift)))
+  #-sbcl :unknown)
+
 (defun restore-stack-guard ()
   "After a control stack exhaustion was unwound, protect the thread's guard
 page again. SBCL re-arms it only when the stack next grows through the page
@@ -83,15 +94,89 @@ the next thread that reuses it, and a second exhaustion there kills the
 whole image (\"control_stack_guard_page_protected not NIL\"). Call it only
 where the stack is shallow (the guard page is then written to zero)."
   #+sbcl
-  (let ((offset (ash sb-vm::thread-state-word-slot sb-vm:word-shift))
-        (thread (sb-thread::current-thread-sap)))
-    ;; The first byte of the state word is the "guard page protected" flag.
-    (when (zerop (sb-sys:sap-ref-8 thread offset))
-      (sb-alien:alien-funcall
-       (sb-alien:extern-alien "reset_thread_control_stack_guard_page"
-                              (function sb-alien:void sb-sys:system-area-pointer))
-       thread)))
+  (when (stack-guard-disarmed-p)
+    (sb-alien:alien-funcall
+     (sb-alien:extern-alien "reset_thread_control_stack_guard_page"
+                            (function sb-alien:void sb-sys:system-area-pointer))
+     (sb-thread::current-thread-sap)))
   #-sbcl nil)
+
+#+sbcl
+(defun frame-call-arguments (frame)
+  "The arguments FRAME's function was called with, read from the frame:
+(values LIST NIL), or (values NIL REASON) when the frame cannot tell them.
+A key or optional argument is passed only when it was supplied, as far as
+the function could tell: one with a supplied-p variable only when that is
+true; one without is passed with its value (the function binds the same
+either way). Unlike SBCL's FRAME-CALL, which passes every defaulted key
+explicitly (so a supplied-p check, or split-sequence's \"both TEST and
+TEST-NOT\", sees a different call)."
+  (when (sb-di::all-args-available-p frame)
+    ;; Stopped before its code ran: the arguments as passed.
+    (return-from frame-call-arguments (values (sb-debug::early-frame-args frame) nil)))
+  (let ((location (sb-di:frame-code-location frame))
+        (args '())
+        (optionals-over nil))
+    (flet ((known-p (var)
+             (and (typep var 'sb-di:debug-var)
+                  (eq (sb-di:debug-var-validity var location) :valid)))
+           (refuse (why)
+             (return-from frame-call-arguments (values nil why))))
+      (flet ((value (var what)
+               (if (known-p var)
+                   (sb-di:debug-var-value var frame)
+                   (refuse (format nil "its ~A is no longer in the frame (the compiler dropped or reused it)"
+                                   what)))))
+        (handler-case
+            (dolist (element (sb-di:debug-fun-lambda-list (sb-di:frame-debug-fun frame)))
+              (cond ((eq element :deleted)
+                     (refuse "an argument its code never uses is gone from the frame"))
+                    ((atom element)
+                     (push (value element "required argument") args))
+                    (t
+                     (ecase (first element)
+                       (:optional
+                        (destructuring-bind (var &optional supplied) (rest element)
+                          (let ((supplied (if (known-p supplied) (sb-di:debug-var-value supplied frame) t)))
+                            (cond (optionals-over)
+                                  (supplied (push (value var "optional argument") args))
+                                  ;; Those after one not supplied were not either.
+                                  (t (setf optionals-over t))))))
+                       (:rest
+                        (return-from frame-call-arguments
+                          (values (append (reverse args) (value (second element) "&rest list")) nil)))
+                       (:keyword
+                        (destructuring-bind (key var &optional supplied) (rest element)
+                          (when (and (not (eq var :deleted))
+                                     (if (known-p supplied) (sb-di:debug-var-value supplied frame) t))
+                            (push key args)
+                            (push (value var (format nil "~S argument" key)) args))))
+                       (:more
+                        (refuse "its arguments were passed in a way the frame does not record (&more)"))))))
+          (sb-di:lambda-list-unavailable ()
+            (refuse "the frame does not record its lambda list")))
+        (values (nreverse args) nil)))))
+
+(defun restart-frame-with-its-arguments (frame)
+  "Restart FRAME (a debugger frame): unwind to it and call its function
+again (its current definition, when it is named) with the arguments it
+was called with (FRAME-CALL-ARGUMENTS). Does not return when it restarts;
+returns a string saying why it cannot, or :UNSUPPORTED where this is not
+SBCL."
+  #+sbcl
+  (cond ((not (sb-debug:frame-has-debug-tag-p frame))
+         "its function was compiled without a restart point (below (debug 2)), or it was entered by a tail call and is not the frame it seems")
+        (t
+         (multiple-value-bind (args why) (frame-call-arguments frame)
+           (or why
+               (let* ((name (ignore-errors (sb-di:debug-fun-name (sb-di:frame-debug-fun frame))))
+                      (fun (if (and name (sb-int:legal-fun-name-p name) (fboundp name))
+                               (fdefinition name)
+                               (sb-di:debug-fun-fun (sb-di:frame-debug-fun frame)))))
+                 (if (functionp fun)
+                     (sb-debug:unwind-to-frame-and-call frame (lambda () (apply fun args)))
+                     "its function is not known"))))))
+  #-sbcl (progn frame :unsupported))
 
 (defun stack-room ()
   "The fraction of the current thread's control stack still free (1.0 when
@@ -107,6 +192,21 @@ of stack while allocating is fatal to the whole SBCL image."
         (/ (float (- sp start)) (- end start))
         1.0))
   #-(and sbcl x86-64) 1.0)
+
+(defun frame-stack-room (frame)
+  "The fraction of its thread's control stack free beyond debugger frame
+FRAME (1.0 when unknown): near 0 for a frame close to where the stack ran
+out."
+  #+(and sbcl x86-64)
+  (let ((start (sb-sys:sap-int (sb-vm::current-thread-offset-sap
+                                 sb-vm::thread-control-stack-start-slot)))
+        (end (sb-sys:sap-int (sb-vm::current-thread-offset-sap
+                               sb-vm::thread-control-stack-end-slot)))
+        (fp (ignore-errors (sb-sys:sap-int (sb-di::frame-pointer frame)))))
+    (if (and (integerp fp) (< start fp end))
+        (/ (float (- fp start)) (- end start))
+        1.0))
+  #-(and sbcl x86-64) (progn frame 1.0))
 
 (defmacro with-stack-guard (&body body)
   "Runs BODY (the whole of a request on its own thread); afterwards the
@@ -148,6 +248,39 @@ interrupts it with SIGINT (see impl-clisp.lisp); threaded Lisps are
 interrupted through INTERRUPT-EVALUATION instead."
   (declare (ignore condition))
   nil)
+
+;;; O_NONBLOCK, which SB-UNIX does not export (Linux and the BSDs).
+#+sbcl
+(defconstant +o-nonblock+ #+linux #o4000 #-linux 4)
+
+(defun source-file-problem (path file-id)
+  "Why the file at PATH (a native path) must not be compiled, or NIL. The
+server checked it; this checks what the compiler is about to open: PATH is
+opened without waiting (a named pipe swapped in meanwhile would wait for a
+writer forever), and the opened descriptor must be a regular file and,
+when FILE-ID (DEVICE INODE) is given, the very file the server checked.
+The portable fallback knows no way to ask and returns NIL (the server
+also watches the path while the compiler opens it)."
+  #+sbcl
+  (let ((fd (sb-unix:unix-open path (logior sb-unix:o_rdonly +o-nonblock+) 0)))
+    (if (null fd)
+        (format nil "Cannot open ~A now: it was removed or replaced after the server ~
+                     checked it. Nothing was compiled." path)
+        (unwind-protect
+             (multiple-value-bind (ok dev ino mode) (sb-unix:unix-fstat fd)
+               (cond ((not ok) nil)
+                     ((/= (logand mode sb-unix:s-ifmt) sb-unix:s-ifreg)
+                      (format nil "~A is no longer a regular file (a named pipe, device or ~
+                                   directory stands at that path now; it was replaced after ~
+                                   the server checked it). Nothing was compiled." path))
+                     ((and file-id (not (and (eql dev (first file-id))
+                                             (eql ino (second file-id)))))
+                      (format nil "~A was replaced by another file after the server checked ~
+                                   it. Nothing was compiled; compile it again." path))
+                     (t nil)))
+          (sb-unix:unix-close fd))))
+  #-sbcl
+  (progn path file-id nil))
 
 (defun current-pid ()
   (swank/backend:getpid))

@@ -280,7 +280,38 @@ current one, or go BACK one level; then show the current object's parts
 from START (at most COUNT). Returns (:object S :type S :kind S :path
 (LABEL...) :attributes ((:name :value)...) :location PLIST-OR-NIL :start N
 :total N :parts ((:index :label :value :drillable)...)), or with CODE
-failing :error (a condition plist) / :interrupted, or (:error MESSAGE)."
+failing :error (a condition plist) / :interrupted, or (:error MESSAGE).
+Showing the object runs its PRINT-OBJECT methods, user code too: the whole
+request is evaluation ID, so an interrupt (timeout, cancellation) ends it
+wherever it is; an interruption while showing it has :showing T."
+  (let* ((code-failure nil)
+         (result
+           (run-captured
+            (lambda ()
+              (catch 'too-deep
+                (handler-bind ((storage-condition
+                                 (lambda (c)
+                                   (when (stack-exhaustion-p c)
+                                     (throw 'too-deep
+                                       (list :error "The data is too deep to print: showing it ran out of stack. Inspect a part of it instead (e.g. evaluate (first x) or (car x) in `code`)."))))))
+                  (let ((reply (inspect-request-1 :code code :part part :back back
+                                                  :start start :count count
+                                                  :session session :package package
+                                                  :id id :max-output max-output)))
+                    (when (or (getf reply :interrupted) (getf reply :error))
+                      (setf code-failure reply))
+                    reply))))
+            :id id :max-output (or max-output 50000) :warnings :muffle)))
+    (cond (code-failure)
+          ((getf result :interrupted)
+           (list :interrupted t :where (getf result :where) :showing t))
+          ((getf result :error)
+           (list :error (getf result :error)))
+          (t (first (getf result :value))))))
+
+(defun inspect-request-1 (&key code part back start count session package id
+                            max-output)
+  "INSPECT-REQUEST's work, inside its evaluation."
   (let ((start (max 0 (or start 0)))
         (count (max 1 (min 500 (or count 50)))))
     (cond
@@ -288,19 +319,19 @@ failing :error (a condition plist) / :interrupted, or (:error MESSAGE)."
        (let* ((result (run-user-forms code :session session :package package :id id
                                            :max-output max-output))
               (failure (run-failure result)))
-         (when failure (return-from inspect-request failure))
+         (when failure (return-from inspect-request-1 failure))
          (setf (inspection-stack session)
                (list (cons (truncate-string code 200) (first (getf result :value)))))))
       (part
        (let ((stack (inspection-stack session)))
          (unless stack
-           (return-from inspect-request
+           (return-from inspect-request-1
              (list :error "Nothing is being inspected: pass `code` first.")))
          (multiple-value-bind (kind attributes parts total)
              (inspect-view (cdr (first stack)) part 1)
            (declare (ignore kind attributes))
            (unless (and (< -1 part total) parts)
-             (return-from inspect-request
+             (return-from inspect-request-1
                (list :error (if (plusp total)
                                 (format nil "No part ~D: the object has ~D part~:P (0 to ~D)."
                                         part total (1- total))
@@ -310,13 +341,13 @@ failing :error (a condition plist) / :interrupted, or (:error MESSAGE)."
       (back
        (let ((stack (inspection-stack session)))
          (unless (rest stack)
-           (return-from inspect-request
+           (return-from inspect-request-1
              (list :error (if stack
                               "Already at the inspected value itself; there is nothing to go back to."
                               "Nothing is being inspected: pass `code` first."))))
          (setf (inspection-stack session) (rest stack)))))
     (unless (inspection-stack session)
-      (return-from inspect-request
+      (return-from inspect-request-1
         (list :error "Nothing is being inspected: pass `code` first.")))
     (inspection-reply session start count)))
 
@@ -325,22 +356,39 @@ failing :error (a condition plist) / :interrupted, or (:error MESSAGE)."
 the debugger this thread waits in (read in PACKAGE, default the frame's
 package), and inspect the last value: it becomes SESSION's current
 inspection, so PART and BACK go on from it. An error in CODE is answered as
-(:error MESSAGE) rather than a nested debugger level."
+(:error MESSAGE) rather than a nested debugger level; (:stopped T :stdout
+\"\") when STOP-FRAME-EVALUATION ended it (evaluating or showing it)."
   (let ((value nil)
         ;; The unit's summary ("compilation unit aborted") is noise here.
         (*error-output* (make-broadcast-stream)))
     (with-code-forms (forms code (or package (frame-code-package index)))
-      (handler-case
-          ;; Warnings stay out of the suspended evaluation's own report
-          ;; (EVAL-FORMS-IN-FRAME compiles in a unit of its own).
-          (handler-bind ((warning #'muffle-warning))
-            (setf value (first (eval-forms-in-frame forms index))))
-        (error (e)
-          (return-from debugger-inspect-in-frame
-            (list :error (format nil "~A in frame ~D: ~A" (type-name e) index
-                                 (print-capped e 2000))))))
-      (setf (inspection-stack session) (list (cons (truncate-string code 200) value)))
-      (inspection-reply session (max 0 (or start 0)) (max 1 (min 500 (or count 50)))))))
+      (let ((problem (exhausted-stack-problem)))
+        (when problem
+          (return-from debugger-inspect-in-frame problem)))
+      (let ((reply
+              (call-as-frame-evaluation
+               (lambda ()
+                 (handler-case
+                     (progn
+                       ;; Warnings stay out of the suspended evaluation's
+                       ;; own report (EVAL-FORMS-IN-FRAME compiles in a
+                       ;; unit of its own).
+                       (handler-bind ((warning #'muffle-warning))
+                         (setf value (first (eval-forms-in-frame forms index))))
+                       (setf (inspection-stack session)
+                             (list (cons (truncate-string code 200) value)))
+                       (inspection-reply session (max 0 (or start 0))
+                                         (max 1 (min 500 (or count 50)))))
+                   (error (e)
+                     (list :error (format nil "~A in frame ~D: ~A" (type-name e) index
+                                          (print-capped e 2000))))
+                   (storage-condition (c)
+                     (if (stack-exhaustion-p c)
+                         (list :error "The data is too deep to print: showing it ran out of stack. Inspect a part of it instead.")
+                         (error c))))))))
+        (if (eq reply :stopped)
+            (list :stopped t :stdout "")
+            reply)))))
 
 ;;; Trace records.
 ;;;

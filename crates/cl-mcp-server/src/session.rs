@@ -60,11 +60,21 @@ impl ImageSlot {
 }
 
 /// What calls into one image queue on: evaluations in arrival order, and
-/// builds (compiling, ASDF: not thread-safe) one at a time.
-#[derive(Clone, Default)]
+/// builds (compiling, ASDF: not thread-safe) one at a time, in arrival
+/// order too.
+#[derive(Clone)]
 pub struct ImageTurns {
     pub eval: Arc<crate::tools::turn::EvalTurn>,
-    pub build: Arc<tokio::sync::Mutex<()>>,
+    pub build: Arc<crate::tools::turn::EvalTurn>,
+}
+
+impl Default for ImageTurns {
+    fn default() -> Self {
+        ImageTurns {
+            eval: Default::default(),
+            build: Arc::new(crate::tools::turn::EvalTurn::for_builds()),
+        }
+    }
 }
 
 /// A session's evaluation bookkeeping (see `tools::lisp_call`).
@@ -73,8 +83,9 @@ pub struct EvalState {
     /// order. Sessions sharing one image share the turn (one queue per
     /// image); the time a call waits in it counts against its timeout.
     pub turn: Arc<crate::tools::turn::EvalTurn>,
-    /// Held while a build (compile, load, test) runs in the image.
-    pub build_turn: Arc<tokio::sync::Mutex<()>>,
+    /// Held while a build (compile, load, test) runs in the image; the
+    /// time a build waits in it counts against its timeout too.
+    pub build_turn: Arc<crate::tools::turn::EvalTurn>,
     /// The id of the evaluation running now, if any.
     pub running: std::sync::Mutex<Option<u64>>,
     /// The image's one-time "state was lost" notice, until a result shows it.

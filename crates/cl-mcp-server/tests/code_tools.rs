@@ -628,3 +628,100 @@ fn compile_file_counts_the_warnings_deferred_to_the_end_of_the_file() {
         }
     }
 }
+
+/// Builds of an image run one at a time, and the time a build waits for
+/// its turn counts against its `timeoutSeconds`: a compile with a 3 s
+/// timeout queued behind a compile that takes 15 s is answered after about
+/// 3 s with a timeout that says it never started and what it waited behind.
+#[test]
+fn a_build_queued_past_its_timeout_is_answered_in_time() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().canonicalize().unwrap();
+    std::fs::write(
+        root.join("slow.lisp"),
+        "(eval-when (:compile-toplevel) (sleep 15))\n(defun slow () 1)\n",
+    )
+    .unwrap();
+    std::fs::write(root.join("quick.lisp"), "(defun quick () 2)\n").unwrap();
+    let root_s = root.to_string_lossy().into_owned();
+    let mut s = lisp_server(&["--project-root", &root_s]);
+    eval(&mut s, 1, "(+ 1 2)");
+    s.send(
+        &json!({"jsonrpc":"2.0","id":2,"method":"tools/call","params":{
+        "name":"lisp-compile-file","arguments":{"path":"slow.lisp","load":false}}}),
+    );
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let t0 = std::time::Instant::now();
+    let r = call(
+        &mut s,
+        3,
+        "lisp-compile-file",
+        json!({"path": "quick.lisp", "timeoutSeconds": 3}),
+    );
+    let took = t0.elapsed();
+    eprintln!("a compile queued behind a 15 s compile answered in {took:?}");
+    assert!(r.is_error, "{}", r.text);
+    assert!(
+        took < std::time::Duration::from_secs(6),
+        "answered after {took:?}: {}",
+        r.text
+    );
+    assert!(
+        r.text.contains("[TIMEOUT] This call never started")
+            && r.text.contains("queued for the image's build turn")
+            && r.text
+                .contains("behind the build `lisp-compile-file slow.lisp`"),
+        "{}",
+        r.text
+    );
+    // Nothing of it ran.
+    let r = eval(&mut s, 4, "(fboundp 'quick)");
+    assert_eq!(r.text, "=> NIL");
+}
+
+#[test]
+fn a_read_error_in_a_build_names_the_form_that_does_not_close() {
+    // One `)` missing in the middle of a file: the compiler stops at the
+    // end of the file; the diagnostic names the form and where the closer
+    // goes, at the form's own line.
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().canonicalize().unwrap();
+    std::fs::write(
+        root.join("ledger.asd"),
+        "(defsystem \"ledger\" :components ((:file \"ledger\")))\n",
+    )
+    .unwrap();
+    std::fs::write(
+        root.join("ledger.lisp"),
+        "(defpackage #:ledger (:use #:cl))\n(in-package #:ledger)\n\n\
+         (defun total (xs)\n  (reduce #'+ xs)\n\n\
+         (defun average (xs)\n  (/ (total xs) (length xs)))\n",
+    )
+    .unwrap();
+    let root_s = root.to_string_lossy().into_owned();
+    let mut s = lisp_server(&["--project-root", &root_s]);
+    let r = call(
+        &mut s,
+        1,
+        "lisp-compile-file",
+        json!({"path": "ledger.lisp"}),
+    );
+    assert!(r.is_error, "{}", r.text);
+    let named = |text: &str| {
+        text.contains("ledger.lisp:4:1: error: ")
+            && text.contains("the form `(defun total`")
+            && text.contains("add \")\" at line 5, column 18")
+    };
+    assert!(named(&r.text), "{}", r.text);
+    assert_eq!(r.structured["diagnostics"][0]["line"], 4, "{}", r.text);
+    let r = call(
+        &mut s,
+        2,
+        "lisp-compile-file",
+        json!({"path": "ledger.asd"}),
+    );
+    assert!(!r.is_error, "{}", r.text);
+    let r = call(&mut s, 3, "asdf-load-system", json!({"system": "ledger"}));
+    assert!(r.is_error, "{}", r.text);
+    assert!(named(&r.text), "{}", r.text);
+}

@@ -1112,3 +1112,218 @@ fn frame_code_is_stopped_and_nesting_is_capped() {
     let r = eval_with(&mut s, 34, "(+ 2 2)", json!({}));
     assert_eq!(r.text, "=> 4");
 }
+
+const REARMED: &str = "guard page is not re-armed until the debugger returns";
+
+/// After a control stack exhaustion the debugger runs on a stack still
+/// that deep, its guard page down: code in a frame (or a value to return)
+/// that recursed again ran past the end of the stack and the image died
+/// with all its state. Such code is refused, saying why, until a restart
+/// unwinds; the image lives on, and a fixed function's frame restarts.
+fn stack_exhaustion_in_the_debugger_on(lisp: &str) {
+    let mut s = lisp_server(&["--lisp", lisp]);
+    let r = eval(
+        &mut s,
+        1,
+        "(defvar *kept* 42) (defun deep (n) (1+ (deep (1+ n))))",
+    );
+    assert!(!r.is_error, "{}", r.text);
+    let r = eval_with(&mut s, 2, "(deep 0)", json!({"debug": true}));
+    assert!(r.text.starts_with("[DEBUGGER level 1]"), "{}", r.text);
+    let frame = frame_index(&r.structured, "DEEP");
+    let r = call(&mut s, 3, "debugger-frame", json!({"code": "(deep 0)"}));
+    assert!(r.is_error && r.text.contains(REARMED), "{}", r.text);
+    let r = call(
+        &mut s,
+        4,
+        "inspect-object",
+        json!({"frame": frame, "code": "(deep 0)"}),
+    );
+    assert!(r.is_error && r.text.contains(REARMED), "{}", r.text);
+    let r = call(
+        &mut s,
+        5,
+        "debugger-restart",
+        json!({"action": "return", "frame": frame, "values": ["(deep 0)"]}),
+    );
+    assert!(r.is_error && r.text.contains(REARMED), "{}", r.text);
+    assert!(r.text.contains("still pending"), "{}", r.text);
+    // The frames still show their locals; the image and its state live.
+    let r = call(&mut s, 6, "debugger-frame", json!({"frame": frame}));
+    assert!(!r.is_error, "{}", r.text);
+    let r = eval(&mut s, 7, "*kept*");
+    assert_eq!(r.text, "=> 42");
+    let r = call(&mut s, 8, "debugger-restart", json!({"action": "abort"}));
+    assert!(!r.text.starts_with("[DEBUGGER"), "{}", r.text);
+    // Unwound, the guard is armed again: a second exhaustion is caught.
+    let r = eval_with(&mut s, 9, "(deep 0)", json!({"debug": true}));
+    assert!(r.text.starts_with("[DEBUGGER level 1]"), "{}", r.text);
+    call(&mut s, 10, "debugger-restart", json!({"action": "abort"}));
+    let r = eval(&mut s, 11, "*kept*");
+    assert_eq!(r.text, "=> 42");
+    // An exhaustion the code caught leaves the stack shallow again: a
+    // later error's frames take code (the guard is armed again first).
+    let r = eval_with(
+        &mut s,
+        12,
+        "(handler-case (deep 0) (storage-condition () nil)) (error \"later\")",
+        json!({"debug": true}),
+    );
+    assert!(r.text.starts_with("[DEBUGGER level 1]"), "{}", r.text);
+    let r = call(&mut s, 13, "debugger-frame", json!({"code": "(+ 1 2)"}));
+    assert_eq!(r.structured["values"], json!(["3"]), "{}", r.text);
+    call(&mut s, 14, "debugger-restart", json!({"action": "abort"}));
+    let r = eval_with(&mut s, 15, "(deep 0)", json!({"debug": true}));
+    assert!(r.text.starts_with("[DEBUGGER level 1]"), "{}", r.text);
+    call(&mut s, 16, "debugger-restart", json!({"action": "abort"}));
+    let r = eval(&mut s, 17, "*kept*");
+    assert_eq!(r.text, "=> 42");
+}
+
+#[test]
+fn a_second_stack_exhaustion_in_the_debugger_is_refused() {
+    stack_exhaustion_in_the_debugger_on("sbcl");
+}
+
+#[test]
+fn a_second_stack_exhaustion_in_the_debugger_is_refused_on_ecl() {
+    let found = std::env::var_os("PATH")
+        .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join("ecl").is_file()));
+    assert!(found, "ecl is not installed: apt-get install ecl");
+    stack_exhaustion_in_the_debugger_on("ecl");
+}
+
+/// The frames a debugger lists after a stack exhaustion are near the
+/// stack's end: restarting one (even with the function fixed) ran past
+/// the end and killed the image. Refused, saying why; after an abort the
+/// guard is armed again and the fixed function runs.
+#[test]
+fn a_frame_near_the_exhausted_end_of_the_stack_is_not_restarted() {
+    let mut s = lisp_server(&[]);
+    let r = eval(
+        &mut s,
+        1,
+        "(declaim (optimize (debug 2))) (defun deep (n) (1+ (deep (1+ n))))",
+    );
+    assert!(!r.is_error, "{}", r.text);
+    let r = eval_with(&mut s, 2, "(deep 0)", json!({"debug": true}));
+    assert!(r.text.starts_with("[DEBUGGER level 1]"), "{}", r.text);
+    let r = call(
+        &mut s,
+        3,
+        "debugger-backtrace",
+        json!({"start": 200, "count": 1}),
+    );
+    let frame = r.structured["frames"][0]["index"].as_u64().unwrap();
+    let r = eval(&mut s, 4, "(defun deep (n) (if (> n 10) n (deep (1+ n))))");
+    assert!(!r.is_error, "{}", r.text);
+    let r = call(
+        &mut s,
+        5,
+        "debugger-restart",
+        json!({"action": "restart", "frame": frame}),
+    );
+    assert!(r.is_error, "{}", r.text);
+    assert!(
+        r.text.contains("while the stack is exhausted") && r.text.contains("still pending"),
+        "{}",
+        r.text
+    );
+    call(&mut s, 6, "debugger-restart", json!({"action": "abort"}));
+    let r = eval(&mut s, 7, "(deep 0)");
+    assert_eq!(r.text, "=> 11");
+    let r = eval(&mut s, 8, "(defun deep2 (n) (1+ (deep2 (1+ n))))");
+    assert!(!r.is_error, "{}", r.text);
+    let r = eval_with(&mut s, 9, "(deep2 0)", json!({"debug": true}));
+    assert!(r.text.starts_with("[DEBUGGER level 1]"), "{}", r.text);
+    call(&mut s, 10, "debugger-restart", json!({"action": "abort"}));
+    let r = eval(&mut s, 11, "(+ 1 2)");
+    assert_eq!(r.text, "=> 3");
+}
+
+/// A restarted frame is called as it was: a key or optional argument the
+/// call left out stays out (SBCL's own frame restart passed `(f 0)` as
+/// `(f 0 :k 1)`, so a supplied-p check saw another call; split-sequence
+/// then said "Cannot specify both TEST and TEST-NOT"). A frame that cannot
+/// say how it was called is refused with the reason.
+#[test]
+fn a_restarted_frame_gets_the_arguments_of_its_call() {
+    let mut s = lisp_server(&[]);
+    let r = eval(
+        &mut s,
+        1,
+        "(declaim (optimize (debug 2))) (defvar *calls* '())
+         (defun kf (x &key (k 1 k-p)) (push (list :kf x k k-p) *calls*) (error \"stop ~a\" x))
+         (defun two-tests (seq &key (test #'eql test-p) (test-not nil test-not-p) (start 0))
+           (when (and test-p test-not-p) (error \"Cannot specify both TEST and TEST-NOT\"))
+           (push (list :two-tests seq start (and test-p t) (and test-not-p t)) *calls*)
+           (error \"stop ~a ~a\" test test-not))
+         (defun opt (a &optional (b 2 b-p) (c 3)) (push (list :opt a b b-p c) *calls*) (error \"stop ~a\" a))
+         (defun rest-keys (&rest all &key (k 1)) (push (list :rest-keys all k) *calls*) (error \"stop\"))",
+    );
+    assert!(!r.is_error, "{}", r.text);
+    let cases = [
+        ("(kf 0)", "KF", "(:KF 0 1 NIL)"),
+        (
+            "(two-tests '(1 2) :test-not #'eql)",
+            "TWO-TESTS",
+            "(:TWO-TESTS (1 2) 0 NIL T)",
+        ),
+        ("(opt 1)", "OPT", "(:OPT 1 2 NIL 3)"),
+        ("(rest-keys)", "REST-KEYS", "(:REST-KEYS NIL 1)"),
+    ];
+    for (i, (code, name, call_seen)) in cases.iter().enumerate() {
+        let id = 10 * (i as i64 + 1);
+        let r = eval(&mut s, id, "(setf *calls* '())");
+        assert!(!r.is_error, "{}", r.text);
+        let r = eval_with(&mut s, id + 1, code, json!({"debug": true}));
+        assert!(r.text.starts_with("[DEBUGGER level 1]"), "{}", r.text);
+        let frame = frame_index(&r.structured, name);
+        let r = call(
+            &mut s,
+            id + 2,
+            "debugger-restart",
+            json!({"action": "restart", "frame": frame}),
+        );
+        // The same error again, from the same call.
+        assert!(r.text.starts_with("[DEBUGGER level 1]"), "{}", r.text);
+        assert!(!r.text.contains("both TEST"), "{}", r.text);
+        let r = eval(&mut s, id + 3, "(format nil \"~s\" *calls*)");
+        assert_eq!(
+            r.text,
+            format!("=> \"({call_seen} {call_seen})\""),
+            "{code} restarted"
+        );
+        call(
+            &mut s,
+            id + 4,
+            "debugger-restart",
+            json!({"action": "abort"}),
+        );
+    }
+    // Compiled without a restart point: refused, saying why.
+    let r = eval(
+        &mut s,
+        60,
+        "(declaim (optimize (debug 0))) (defun low (x) (if (zerop x) (error \"low\") (low (1- x)))) \
+         (declaim (optimize (debug 1)))",
+    );
+    assert!(!r.is_error, "{}", r.text);
+    let r = eval_with(&mut s, 61, "(low 3)", json!({"debug": true}));
+    let frame = frame_index(&r.structured, "LOW");
+    let r = call(
+        &mut s,
+        62,
+        "debugger-restart",
+        json!({"action": "restart", "frame": frame}),
+    );
+    assert!(r.is_error, "{}", r.text);
+    assert!(
+        r.text.contains("Cannot restart frame")
+            && r.text.contains("(debug 2)")
+            && r.text.contains("still pending"),
+        "{}",
+        r.text
+    );
+    call(&mut s, 63, "debugger-restart", json!({"action": "abort"}));
+}

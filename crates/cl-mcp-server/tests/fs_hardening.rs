@@ -498,3 +498,145 @@ fn a_gigabyte_line_is_read_with_bounded_memory() {
         peak / 1024
     );
 }
+
+/// A server with an image, on the tests' shared core cache.
+fn start_lisp(root: &Path) -> common::Server {
+    let cache = std::env::temp_dir().join("cl-mcp-server-test-cache");
+    common::Server::initialized_with_env(
+        &[
+            "--project-root",
+            root.to_str().unwrap(),
+            "--log-level",
+            "error",
+        ],
+        &[("CL_MCP_CACHE_DIR", cache.to_str().unwrap())],
+    )
+}
+
+/// Opens the writing end of every pipe among `names` under `root`, so a
+/// reader stuck opening one gets end-of-file (a failing test ends instead
+/// of hanging).
+fn unblock_pipes(root: &Path, names: &[&str]) {
+    use std::os::unix::fs::OpenOptionsExt;
+    for name in names {
+        let _ = std::fs::OpenOptions::new()
+            .write(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(root.join(name));
+    }
+}
+
+/// The image checks the file it opens, not only the server: its compile
+/// helper, handed a path where a named pipe stands (as after a swap behind
+/// the server's check), opens it without waiting and refuses it at once.
+/// (SBCL; the other Lisps have no such check and rely on the server's
+/// watch, tested below.)
+#[test]
+fn the_image_checks_the_file_it_opens_before_compiling() {
+    if !common::on_sbcl() {
+        common::skip_known_gap(
+            "the_image_checks_the_file_it_opens_before_compiling",
+            "only SBCL's helper checks the opened descriptor (sb-unix); elsewhere the server \
+             releases a swapped-in pipe",
+        );
+        return;
+    }
+    let (_d, root) = project();
+    let pipe = root.join("p.lisp");
+    mkfifo(&pipe);
+    let mut s = start_lisp(&root);
+    let stop = Arc::new(AtomicBool::new(false));
+    let watchdog = {
+        let (stop, root) = (stop.clone(), root.clone());
+        std::thread::spawn(move || {
+            let t0 = Instant::now();
+            while !stop.load(Ordering::Relaxed) && t0.elapsed() < Duration::from_secs(20) {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            unblock_pipes(&root, &["p.lisp"]);
+        })
+    };
+    let code = format!(
+        "(getf (getf (cl-mcp::compile-file-with-diagnostics {:?} :load nil) :error) :message)",
+        pipe.to_str().unwrap()
+    );
+    let t0 = Instant::now();
+    let r = s.request(json!({"jsonrpc":"2.0","id":1,"method":"tools/call",
+        "params":{"name":"evaluate-lisp","arguments":{"code": code, "timeoutSeconds": 60}}}));
+    let took = t0.elapsed();
+    stop.store(true, Ordering::Relaxed);
+    watchdog.join().unwrap();
+    let text = common::tool_text(&r);
+    eprintln!("the helper refused a pipe in {took:?}");
+    assert!(took < Duration::from_secs(5), "took {took:?}: {text}");
+    assert!(text.contains("is no longer a regular file"), "{text}");
+}
+
+/// The race of the attack scripts: a named pipe and a regular file
+/// exchanged continuously under `f.lisp` while 100 `lisp-compile-file`
+/// calls queue. Every compile is answered (compiled, or an error naming
+/// the pipe or the replacement) within the test's minute: none waits for
+/// a writer, and none queues forever behind one that does.
+#[test]
+fn a_fifo_raced_in_never_hangs_a_compile() {
+    let (_d, root) = project();
+    std::fs::write(root.join("f.lisp"), "(defun raced () 1)\n").unwrap();
+    mkfifo(&root.join("pipe"));
+    let mut s = start_lisp(&root);
+    // The image is up before the race starts.
+    let r = s.request(json!({"jsonrpc":"2.0","id":1,"method":"tools/call",
+        "params":{"name":"evaluate-lisp","arguments":{"code":"(+ 1 2)"}}}));
+    assert!(!common::tool_is_error(&r), "{r}");
+    let run = Arc::new(AtomicBool::new(true));
+    let t = swapper(root.join("f.lisp"), root.join("pipe"), run.clone());
+    let started = Instant::now();
+    let n = 100;
+    for i in 0..n {
+        tool_call(
+            &mut s,
+            1000 + i,
+            "lisp-compile-file",
+            json!({"path": "f.lisp", "load": false, "timeoutSeconds": 600}),
+        );
+    }
+    let (mut compiled, mut refused, mut released) = (0, 0, 0);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while compiled + refused + released < n {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let Some(line) = s.try_recv_raw(left.max(Duration::from_millis(1))) else {
+            run.store(false, Ordering::Relaxed);
+            unblock_pipes(&root, &["f.lisp", "pipe"]);
+            panic!(
+                "compiles stopped being answered: {compiled} compiled, {refused} refused, \
+                 {released} released of {n}"
+            );
+        };
+        let m: Value = serde_json::from_str(&line).unwrap();
+        if !m["id"]
+            .as_i64()
+            .is_some_and(|id| (1000..1000 + n).contains(&id))
+        {
+            continue;
+        }
+        let text = common::tool_text(&m);
+        if !common::tool_is_error(&m) {
+            assert!(text.starts_with("Compiled f.lisp"), "{text}");
+            compiled += 1;
+        } else if text.contains("was replaced by a named pipe (FIFO) while the image opened it") {
+            released += 1;
+        } else {
+            assert!(
+                text.contains("named pipe (FIFO)") || text.contains("no longer a regular file"),
+                "{text}"
+            );
+            refused += 1;
+        }
+    }
+    let took = started.elapsed();
+    run.store(false, Ordering::Relaxed);
+    let swaps = t.join().unwrap();
+    eprintln!(
+        "FIFO compile race: {n} compiles answered in {took:?} ({compiled} compiled, {refused} \
+         refused, {released} released from a pipe) over {swaps} exchanges"
+    );
+}

@@ -657,3 +657,127 @@ fn trace_prints_arguments_and_values_in_the_sessions_package() {
         );
     }
 }
+
+/// CPU time (user + system, in clock ticks) the process `pid` used so far.
+fn cpu_ticks(pid: u64) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    // Fields after the command's closing parenthesis; utime and stime are
+    // the 14th and 15th of the line.
+    let rest = &stat[stat.rfind(')').unwrap() + 2..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap()
+}
+
+/// An object whose print-object never returns: each timed-out
+/// `inspect-object` was "left running" on a thread of its own, and after
+/// three calls the image spun at ~200 % CPU with three more threads. Every
+/// call is now interrupted wherever it is, showing the object included; no
+/// thread is left, the image idles. And data nested 10^5 deep is shown
+/// truncated (it was "a problem in the server's Lisp helpers").
+#[test]
+fn inspecting_an_unprintable_object_leaves_nothing_running() {
+    let mut s = lisp_server(&[]);
+    let r = eval(
+        &mut s,
+        1,
+        "(defstruct spinner a) (defmethod print-object ((s spinner) stream) (loop)) \
+         (defvar *spinner* (make-spinner :a 1)) (defvar *in-list* (list 1 *spinner*)) \
+         (sb-unix:unix-getpid)",
+    );
+    let pid: u64 = r.text.trim_start_matches("=> ").parse().expect(&r.text);
+    let threads = "(length (sb-thread:list-all-threads))";
+    let before = eval(&mut s, 2, threads).text;
+    for (i, code) in ["*spinner*", "*in-list*", "*spinner*"].iter().enumerate() {
+        let started = std::time::Instant::now();
+        let r = call(
+            &mut s,
+            10 + i as i64,
+            "inspect-object",
+            json!({"code": code, "timeoutSeconds": 1}),
+        );
+        assert!(r.is_error, "{}", r.text);
+        assert!(
+            r.text.starts_with("[TIMEOUT] Showing the inspected object")
+                && r.text.contains("PRINT-OBJECT (SPINNER")
+                && r.text.contains("state is intact"),
+            "{}",
+            r.text
+        );
+        assert!(started.elapsed() < std::time::Duration::from_secs(5));
+    }
+    assert_eq!(eval(&mut s, 20, threads).text, before, "threads left");
+    let used = cpu_ticks(pid);
+    std::thread::sleep(std::time::Duration::from_secs(2));
+    let spun = cpu_ticks(pid) - used;
+    // Clock ticks are 1/100 s: under a third of one core over 2 s.
+    assert!(spun < 66, "the image used {spun} ticks in 2 s idle");
+    // The session's next calls run.
+    let r = call(&mut s, 21, "inspect-object", json!({"code": "(list 1 2)"}));
+    assert!(!r.is_error, "{}", r.text);
+    // In a debugger's frame too: stopped, the debugger stays and answers.
+    let r = eval(&mut s, 22, "(defun stops (x) (error \"stop ~a\" x))");
+    assert!(!r.is_error, "{}", r.text);
+    let r = call(
+        &mut s,
+        23,
+        "evaluate-lisp",
+        json!({"code": "(stops 1)", "debug": true}),
+    );
+    assert!(r.text.starts_with("[DEBUGGER level 1]"), "{}", r.text);
+    let r = call(
+        &mut s,
+        24,
+        "inspect-object",
+        json!({"frame": 0, "code": "*spinner*", "timeoutSeconds": 1}),
+    );
+    assert!(r.is_error, "{}", r.text);
+    assert!(
+        r.text
+            .contains("did not finish within 1 s and was stopped; the debugger stays at level 1"),
+        "{}",
+        r.text
+    );
+    let r = call(
+        &mut s,
+        25,
+        "debugger-frame",
+        json!({"frame": 0, "code": "(+ 1 2)"}),
+    );
+    assert_eq!(r.structured["values"], json!(["3"]), "{}", r.text);
+    call(&mut s, 26, "debugger-restart", json!({"action": "abort"}));
+
+    let r = eval(
+        &mut s,
+        30,
+        "(defvar *deep* (let ((x nil)) (dotimes (i 100000 x) (setf x (list x))))) \
+         (defvar *deep-vector* (let ((x nil)) (dotimes (i 100000 x) (setf x (vector x))))) t",
+    );
+    assert!(!r.is_error, "{}", r.text);
+    for (id, code) in [(31, "*deep*"), (32, "*deep-vector*")] {
+        let r = call(&mut s, id, "inspect-object", json!({"code": code}));
+        assert!(!r.is_error, "{}", r.text);
+        assert!(
+            r.structured["object"].as_str().unwrap().contains('#'),
+            "{}",
+            r.text
+        );
+    }
+    let r = call(&mut s, 33, "inspect-object", json!({"part": 0}));
+    assert!(!r.is_error, "{}", r.text);
+    assert_eq!(
+        r.structured["path"],
+        json!(["*deep-vector*", "0"]),
+        "{}",
+        r.text
+    );
+    // evaluate-lisp prints the whole value unless told: it says why not.
+    let r = eval(&mut s, 34, "*deep*");
+    assert!(r.text.contains("too deep to print"), "{}", r.text);
+    let r = call(
+        &mut s,
+        35,
+        "evaluate-lisp",
+        json!({"code": "*deep*", "printLevel": 3}),
+    );
+    assert_eq!(r.text, "=> (((#)))");
+}

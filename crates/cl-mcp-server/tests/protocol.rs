@@ -1201,6 +1201,68 @@ fn tool_calls_run_as_tasks() {
     assert_eq!(e["error"]["code"], -32601, "{e}");
 }
 
+/// A small `ttl` neither hides a working task nor bypasses the task cap:
+/// a task stays visible and cancellable while its work runs, even past its
+/// `ttl` (and goes once it has ended), and 300 working tasks created with
+/// `ttl` 0 leave 256 (the cap) created and the rest refused with an error
+/// that says why.
+#[test]
+fn short_ttls_neither_drop_working_tasks_nor_bypass_the_cap() {
+    let mut s = Server::initialized(&[]);
+    let r = s.request(
+        json!({"jsonrpc":"2.0","id":1,"method":"tools/call","params":{
+        "name":"test-sleep","arguments":{"seconds":30},"task":{"ttl":1}}}),
+    );
+    let id = r["result"]["task"]["taskId"].as_str().unwrap().to_string();
+    std::thread::sleep(Duration::from_millis(300));
+    let g = s.request(json!({"jsonrpc":"2.0","id":2,"method":"tasks/get","params":{"taskId":id}}));
+    assert_eq!(g["result"]["status"], "working", "past its ttl: {g}");
+    let l = s.request(json!({"jsonrpc":"2.0","id":3,"method":"tasks/list"}));
+    assert_eq!(l["result"]["tasks"][0]["taskId"], id.as_str(), "{l}");
+    let c =
+        s.request(json!({"jsonrpc":"2.0","id":4,"method":"tasks/cancel","params":{"taskId":id}}));
+    assert_eq!(c["result"]["status"], "cancelled", "{c}");
+    // Ended, and past its ttl: gone.
+    std::thread::sleep(Duration::from_millis(300));
+    let g = s.request(json!({"jsonrpc":"2.0","id":5,"method":"tasks/get","params":{"taskId":id}}));
+    assert_eq!(
+        g["error"]["code"], -32602,
+        "an ended task past its ttl: {g}"
+    );
+
+    let sent = 300;
+    for n in 0..sent {
+        s.send(
+            &json!({"jsonrpc":"2.0","id":1000 + n,"method":"tools/call","params":{
+            "name":"test-sleep","arguments":{"seconds":60},"task":{"ttl":0}}}),
+        );
+    }
+    let (mut created, mut refused) = (0, Vec::new());
+    while created + refused.len() < sent as usize {
+        let m = s.recv_within(Duration::from_secs(30));
+        if m["id"].as_i64().is_some_and(|n| n >= 1000) {
+            if m["result"]["task"]["status"] == "working" {
+                created += 1;
+            } else {
+                refused.push(m);
+            }
+        }
+    }
+    assert_eq!(created, 256, "tasks created past the cap with ttl 0");
+    assert_eq!(refused.len(), sent as usize - 256);
+    let (code, _, data) = error_of(&refused[0]);
+    assert_eq!(code, -32603, "{}", refused[0]);
+    let why = data.as_str().unwrap_or_default();
+    assert!(
+        why.contains("already holds 256 tasks") && why.contains("256 still working"),
+        "{why}"
+    );
+    // The session still answers, and its tasks are all there to cancel.
+    let l = s.request(json!({"jsonrpc":"2.0","id":6,"method":"tasks/list"}));
+    assert_eq!(l["result"]["tasks"].as_array().unwrap().len(), 100, "{l}");
+    assert!(l["result"]["nextCursor"].is_string(), "{l}");
+}
+
 /// A stateless request that declares `caps`.
 fn meta_with(caps: Value) -> Value {
     json!({

@@ -72,6 +72,10 @@ fn official_python_sdk_connects_lists_and_calls() {
         stdout.contains("attached: a user's thread taken over"),
         "{stdout}"
     );
+    assert!(
+        stdout.contains("debugger limits: exhausted stack refused"),
+        "{stdout}"
+    );
     for lisp in ["clisp", "sbcl"] {
         assert!(
             stdout.contains(&format!("cold start on {lisp}: SDK environment")),

@@ -3,17 +3,21 @@
 //!
 //! Run with `cargo bench -p lisp-syntax --bench paren_repair`. Takes every
 //! multi-line top-level list starting at column 0 of the libraries Debian
-//! ships (installed by `scripts/setup.sh`), and breaks each three ways: the
-//! last `)` dropped, one `)` dropped at the end of a line inside the form (a
-//! middle one), one `)` too many at the end. Prints, per way, how many
-//! repairs give the original back byte for byte, how many give the same
-//! forms in another layout (the same tokens, only whitespace differs: a
-//! `)` dropped from a line of its own comes back at the end of the line
-//! before), how many are refused, and how many are wrong (different forms). parinfer's column needs the npm
-//! package `parinfer` under `target/parinfer`
-//! (`npm install --prefix target/parinfer parinfer`) and Node
-//! (`target/js/bin/node` or `node` on the PATH); without them it is skipped
-//! with a note.
+//! ships, and breaks each three ways: the last `)` dropped, one `)` dropped
+//! at the end of a line inside the form (a middle one), one `)` too many at
+//! the end. Prints, per way, how many repairs give the original back byte
+//! for byte, how many give the same forms in another layout (the same
+//! tokens; only whitespace and where comments stand differ: a `)` dropped
+//! from a line of its own after a comment comes back before the comment),
+//! how many are refused, and how many are wrong (other forms, or text that
+//! does not read). It does so for two corpora: the libraries the rules were
+//! tuned on ([`TUNING`]) and the held-out ones (`scripts/paren-corpus.sh`
+//! unpacks them).
+//!
+//! parinfer's column needs the npm package `parinfer` under
+//! `target/parinfer` (`scripts/paren-corpus.sh` installs it) and Node (`target/js/bin/node` or `node` on the PATH); without them it is
+//! skipped with a note. `CORPUS=tuning` or `CORPUS=held-out` runs one
+//! corpus; `SHOW=wrong,refused,relaid` prints those cases.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -21,14 +25,66 @@ use std::process::Command;
 use lisp_syntax::cst::{parse, NodeKind};
 use lisp_syntax::repair::{repair_parens, Repair};
 
-const LIBRARIES: &[&str] = &[
-    "/usr/share/common-lisp/source/alexandria",
-    "/usr/share/common-lisp/source/cl-ppcre",
-    "/usr/share/common-lisp/source/yason",
-    "/usr/share/common-lisp/source/usocket",
-    "/usr/share/common-lisp/source/bordeaux-threads",
-    "/usr/share/common-lisp/source/hunchentoot",
-    "/usr/share/common-lisp/source/fiveam",
+const SOURCES: &str = "/usr/share/common-lisp/source";
+
+/// The libraries the repair's rules were tuned on (the first seven are
+/// installed by `scripts/setup.sh`, the others by Debian packages of the
+/// same names). Every other library is held out: its numbers show how the
+/// rules do on code they were not fitted to. `scripts/paren-corpus.sh`
+/// unpacks 37 of them (cl-closer-mop, cl-ironclad, cl-drakma, ...) under
+/// the target directory.
+const TUNING: &[&str] = &[
+    "alexandria",
+    "cl-ppcre",
+    "yason",
+    "usocket",
+    "bordeaux-threads",
+    "hunchentoot",
+    "fiveam",
+    "asdf-flv",
+    "babel",
+    "chunga",
+    "cl+ssl",
+    "cl-base64",
+    "cl-cffi",
+    "cl-fad",
+    "cl-flexi-streams",
+    "cl-interpol",
+    "cl-split-sequence",
+    "cl-trivial-gray-streams",
+    "cl-unicode",
+    "fiasco",
+    "iterate",
+    "kmrcl",
+    "md5",
+    "named-readtables",
+    "ptester",
+    "rfc2388",
+    "rt",
+    "slime",
+    "trivial-backtrace",
+    "trivial-features",
+    "trivial-garbage",
+    "xlunit",
+    "anaphora",
+    "cl-containers",
+    "cl-log",
+    "cl-utilities",
+    "closer-mop",
+    "contextl",
+    "cxml",
+    "dynamic-classes",
+    "global-vars",
+    "ieee-floats",
+    "local-time",
+    "lw-compat",
+    "metatilities-base",
+    "parse-number",
+    "puri",
+    "regex",
+    "trivial-utf-8",
+    "uuid",
+    "zpb-ttf",
 ];
 
 const WAYS: [&str; 3] = [
@@ -136,12 +192,17 @@ impl Tally {
     }
 }
 
-/// The texts of the non-whitespace leaves: equal when two texts read as the
-/// same forms.
+/// The texts of the leaves that are not whitespace or comments: equal when
+/// two texts read as the same forms.
 fn tokens(text: &str) -> Vec<String> {
     parse(text)
         .leaves()
-        .filter(|l| l.kind != NodeKind::Whitespace)
+        .filter(|l| {
+            !matches!(
+                l.kind,
+                NodeKind::Whitespace | NodeKind::LineComment | NodeKind::BlockComment
+            )
+        })
         .map(|l| l.text(text).to_string())
         .collect()
 }
@@ -162,9 +223,7 @@ fn node() -> Option<PathBuf> {
 /// parinfer's indent mode on each case: `Some(text)`, or `None` when it
 /// reports failure. `Err` when parinfer is not installed.
 fn parinfer(cases: &[String]) -> Result<Vec<Option<String>>, String> {
-    let target = std::env::var("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|_| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target"));
+    let target = target_dir();
     let module = target.join("parinfer/node_modules/parinfer/parinfer.js");
     if !module.exists() {
         return Err(format!(
@@ -264,56 +323,103 @@ fn parse_json_strings(s: &str) -> Result<Vec<Option<String>>, String> {
     }
 }
 
-fn main() {
+/// The target directory (where `scripts/paren-corpus.sh` unpacks the
+/// held-out libraries and installs parinfer).
+fn target_dir() -> PathBuf {
+    std::env::var("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target"))
+}
+
+/// The held-out libraries: those under [`SOURCES`] other than the tuning
+/// ones, and those `scripts/paren-corpus.sh` unpacked under the target
+/// directory.
+fn held_out_libraries() -> Vec<PathBuf> {
+    let unpacked = target_dir().join("paren-corpus/usr/share/common-lisp/source");
+    let mut libs: Vec<PathBuf> = [Path::new(SOURCES), unpacked.as_path()]
+        .iter()
+        .filter_map(|dir| std::fs::read_dir(dir).ok())
+        .flat_map(|entries| entries.flatten().map(|e| e.path()))
+        .filter(|p| p.is_dir())
+        .filter(|p| {
+            !TUNING
+                .iter()
+                .any(|t| p.file_name().is_some_and(|n| n == *t))
+        })
+        .collect();
+    libs.sort_by(|a, b| a.file_name().cmp(&b.file_name()));
+    libs.dedup_by(|a, b| a.file_name() == b.file_name());
+    libs
+}
+
+/// The broken cases of one corpus, with the original of each and its way.
+struct Corpus {
+    name: &'static str,
+    files: usize,
+    forms: usize,
+    originals: Vec<String>,
+    cases: Vec<String>,
+    ways: Vec<usize>,
+}
+
+fn corpus(name: &'static str, libraries: &[PathBuf]) -> Corpus {
     let mut files = Vec::new();
-    for lib in LIBRARIES {
-        lisp_files(Path::new(lib), &mut files);
+    for lib in libraries {
+        lisp_files(lib, &mut files);
     }
-    if files.is_empty() {
-        eprintln!(
-            "no Lisp sources found under /usr/share/common-lisp/source: run scripts/setup.sh"
-        );
-        return;
-    }
-    let mut originals = Vec::new();
-    let mut cases = Vec::new();
-    let mut ways = Vec::new();
-    let mut forms_total = 0;
+    let mut c = Corpus {
+        name,
+        files: files.len(),
+        forms: 0,
+        originals: Vec::new(),
+        cases: Vec::new(),
+        ways: Vec::new(),
+    };
     for f in &files {
         let Ok(text) = std::fs::read_to_string(f) else {
             continue;
         };
         for form in forms(&text) {
-            forms_total += 1;
-            for way in 0..3 {
+            c.forms += 1;
+            for way in 0..WAYS.len() {
                 if let Some(b) = broken(&form, way) {
-                    originals.push(form.clone());
-                    cases.push(b);
-                    ways.push(way);
+                    c.originals.push(form.clone());
+                    c.cases.push(b);
+                    c.ways.push(way);
                 }
             }
         }
     }
+    c
+}
+
+/// Runs both repairs over one corpus and prints its table.
+fn measure(c: &Corpus) {
+    if c.cases.is_empty() {
+        println!("{}: no Lisp sources found\n", c.name);
+        return;
+    }
     let started = std::time::Instant::now();
-    let ours: Vec<Option<String>> = cases
+    let ours: Vec<Option<String>> = c
+        .cases
         .iter()
-        .map(|c| match repair_parens(c) {
+        .map(|case| match repair_parens(case) {
             Repair::Repaired { text, .. } => Some(text),
-            Repair::Unchanged => Some(c.clone()),
+            Repair::Unchanged => Some(case.clone()),
             Repair::Refused(_) => None,
         })
         .collect();
     let elapsed = started.elapsed();
-    let theirs = parinfer(&cases);
+    let theirs = parinfer(&c.cases);
     let tally = |results: &[Option<String>], way: usize| {
         let mut t = Tally::default();
         for (i, r) in results.iter().enumerate() {
-            if ways[i] != way {
+            if c.ways[i] != way {
                 continue;
             }
             match r {
-                Some(text) if *text == originals[i] => t.restored += 1,
-                Some(text) if tokens(text) == tokens(&originals[i]) => t.relaid += 1,
+                Some(text) if *text == c.originals[i] => t.restored += 1,
+                Some(text) if tokens(text) == tokens(&c.originals[i]) => t.relaid += 1,
                 Some(_) => t.wrong += 1,
                 None => t.refused += 1,
             }
@@ -321,11 +427,12 @@ fn main() {
         t
     };
     println!(
-        "{} files, {} forms broken {} ways = {} cases; our repair took {:.1?} in all\n",
-        files.len(),
-        forms_total,
+        "{}: {} files, {} forms broken {} ways = {} cases; our repair took {:.1?} in all\n",
+        c.name,
+        c.files,
+        c.forms,
         WAYS.len(),
-        cases.len(),
+        c.cases.len(),
         elapsed
     );
     println!(
@@ -351,7 +458,7 @@ fn main() {
         println!("{name:<30} | {:>7} | {} | {p}", o.total(), o.cell());
     }
     println!(
-        "{:<30} | {:>7} | {} | {}",
+        "{:<30} | {:>7} | {} | {}\n",
         "all",
         sum_ours.total(),
         sum_ours.cell(),
@@ -362,24 +469,60 @@ fn main() {
         }
     );
     if let Err(e) = &theirs {
-        println!("\nparinfer column skipped: {e}");
+        println!("parinfer column skipped: {e}\n");
     }
-    if std::env::var_os("SHOW_WRONG").is_some() {
-        for (i, r) in ours.iter().enumerate() {
-            match r {
-                Some(t) if tokens(t) != tokens(&originals[i]) => {
-                    println!(
-                        "\n--- wrong ({}):\n{}\n--- got:\n{t}",
-                        WAYS[ways[i]], cases[i]
-                    )
-                }
-                None if std::env::var_os("SHOW_REFUSED").is_some() => {
-                    if let Repair::Refused(r) = repair_parens(&cases[i]) {
-                        println!("\n--- refused ({}): {r}\n{}", WAYS[ways[i]], cases[i]);
-                    }
-                }
-                _ => {}
+    let show = std::env::var("SHOW").unwrap_or_default();
+    for (i, r) in ours.iter().enumerate() {
+        match r {
+            Some(t) if show.contains("wrong") && tokens(t) != tokens(&c.originals[i]) => {
+                println!(
+                    "\n--- wrong ({}):\n{}\n--- got:\n{t}\n--- intended:\n{}",
+                    WAYS[c.ways[i]], c.cases[i], c.originals[i]
+                )
             }
+            Some(t) if show.contains("relaid") && *t != c.originals[i] => {
+                println!(
+                    "\n--- relaid ({}):\n{}\n--- got:\n{t}",
+                    WAYS[c.ways[i]], c.cases[i]
+                )
+            }
+            None if show.contains("refused") => {
+                if let Repair::Refused(r) = repair_parens(&c.cases[i]) {
+                    println!("\n--- refused ({}): {r}\n{}", WAYS[c.ways[i]], c.cases[i]);
+                }
+            }
+            _ => {}
         }
+    }
+}
+
+fn main() {
+    let unpacked = target_dir().join("paren-corpus/usr/share/common-lisp/source");
+    let tuning: Vec<PathBuf> = TUNING
+        .iter()
+        .flat_map(|l| [Path::new(SOURCES).join(l), unpacked.join(l)])
+        .filter(|p| p.is_dir())
+        .collect();
+    let held = held_out_libraries();
+    let only = std::env::var("CORPUS").unwrap_or_default();
+    if only != "held-out" {
+        measure(&corpus(
+            "tuning corpus (the rules were tuned on it)",
+            &tuning,
+        ));
+    }
+    if only != "tuning" {
+        println!(
+            "held out: {}",
+            held.iter()
+                .filter_map(|p| p.file_name())
+                .map(|n| n.to_string_lossy())
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+        measure(&corpus(
+            "held-out corpus (never looked at while tuning)",
+            &held,
+        ));
     }
 }

@@ -9,6 +9,8 @@
 //! [`repair`] places the closing parentheses of text that does not read from
 //! its indentation (parinfer's indent mode, for Common Lisp on [`cst`]).
 
+#![forbid(unsafe_code)]
+
 pub mod cst;
 pub mod data;
 pub mod depth;

@@ -131,12 +131,14 @@ pub fn repair_parens(text: &str) -> Repair {
     }
     let lines = LineIndex::new(text);
     let toks = tokens(text, &parse);
-    let groups = line_groups(text, &toks);
+    let groups = line_groups(text, &toks, false);
+    let kept_groups = line_groups(text, &toks, true);
     let ctx = Ctx {
         text,
         lines: &lines,
         toks: &toks,
         groups: &groups,
+        strict: false,
     };
     // Constructs no closer can end: refuse before looking at parentheses.
     if let Some(e) = parse.errors.iter().find(|e| {
@@ -205,7 +207,31 @@ pub fn repair_parens(text: &str) -> Repair {
             if seg_balance(&ctx, seg) == (0, 0) {
                 continue;
             }
-            match infer_segment(&ctx, seg) {
+            // Where a line after a removed closer lines up with nothing,
+            // a second reading keeps the lists a line opens and closes
+            // itself as written (`(cond ((zerop n)` / `        body)`: a
+            // body indented under its clause, not its test). Both readings
+            // place closers only at line ends, so their edits apply alike.
+            match infer_segment(&ctx, seg).or_else(|(r, removal)| {
+                if !removal {
+                    return Err(r);
+                }
+                infer_segment(
+                    &Ctx {
+                        groups: &kept_groups,
+                        strict: true,
+                        ..ctx
+                    },
+                    seg,
+                )
+                .ok()
+                .filter(|e| {
+                    // Closers it removes come off the segment's last line.
+                    let last = (seg.groups.clone()).rfind(|&g| ctx.groups[g].code);
+                    e.iter().all(|(g, e)| e.new > e.old || Some(*g) == last)
+                })
+                .ok_or(r)
+            }) {
                 Ok(e) => unit_edits.extend(e),
                 Err(r) => return Repair::Refused(r),
             }
@@ -270,6 +296,9 @@ pub fn repair_parens(text: &str) -> Repair {
             "fix that error; the parentheses may then balance".into(),
         ));
     }
+    if let Some(r) = implausible_form(&repaired, &after, &changes, &broken_lines) {
+        return Repair::Refused(r);
+    }
     if let Some((line, form_at)) = indented_at_top_level(&repaired, &after, &broken_lines) {
         return Repair::Refused(ctx.refusal(
             form_at,
@@ -295,6 +324,266 @@ pub fn repair_parens(text: &str) -> Repair {
     }
 }
 
+/// A form the repaired text would hold that no one writes: an operator
+/// that takes a body left without one (`(let ((x 1)))`, a
+/// `multiple-value-bind` with only its value form, `(locally (declare
+/// ...))`), or a form with more arguments than it takes (`if` with four,
+/// `defvar` with a fourth). Such a form
+/// means the indentation put a line where the text's author did not: the
+/// indentation, not the closers, is off. Only the top-level forms holding a
+/// change are looked at; quoted data is not code. So is a string or symbol
+/// that the repair leaves alone at top level (a docstring at column 0).
+fn implausible_form(
+    text: &str,
+    parse: &cst::Parse,
+    changes: &[Change],
+    broken: &[(std::ops::RangeInclusive<usize>, usize)],
+) -> Option<Refusal> {
+    let mut shift = 0isize;
+    let mut points = Vec::with_capacity(changes.len());
+    for c in changes {
+        let at = (c.offset as isize + shift) as usize;
+        points.push(at);
+        if c.added {
+            shift += c.count as isize;
+        } else {
+            shift -= c.count as isize;
+        }
+    }
+    let lines = LineIndex::new(text);
+    // A list that an added closer leaves empty before a comment (`'(` and
+    // a comment, its elements on the lines after; `()` alone is common).
+    let added: Vec<std::ops::Range<usize>> = points
+        .iter()
+        .zip(changes)
+        .filter(|(_, c)| c.added)
+        .map(|(&p, c)| p..p + c.count)
+        .collect();
+    if let Some(empty) = parse
+        .top_level_forms()
+        .flat_map(|f| empty_lists(f))
+        .find(|l| {
+            added.iter().any(|r| r.contains(&(l.span.end - 1)))
+                && text[l.span.end..]
+                    .lines()
+                    .next()
+                    .is_some_and(|rest| rest.trim_start().starts_with(';'))
+        })
+    {
+        let (line, _) = lines.line_col(empty.span.start);
+        let top = parse.top_level_form_at(empty.span.start)?;
+        return Some(Refusal {
+            form_line: lines.line_col(top.span.start).0,
+            form: form_label(&text[top.span.start..]),
+            line,
+            reason: format!(
+                "by the indentation the list opened at line {line} would close before its \
+                 first element"
+            ),
+            fix: "indent the elements of that list right of its \"(\", or place the \")\" \
+                  yourself"
+                .into(),
+        });
+    }
+    for form in parse.top_level_forms() {
+        let (line, _) = lines.line_col(form.span.start);
+        if let Some(form_line) = broken
+            .iter()
+            .find(|(r, _)| r.contains(&line))
+            .map(|(r, _)| *r.start())
+            .filter(|_| matches!(form.kind, NodeKind::String | NodeKind::Token))
+        {
+            return Some(Refusal {
+                form_line,
+                form: form_label(&text[lines.line_start(form_line).unwrap_or(0)..]),
+                line,
+                reason: format!(
+                    "with the closers its indentation calls for ({}), `{}` at line {line} \
+                     would stand alone at top level",
+                    changes
+                        .iter()
+                        .map(|c| c.to_string())
+                        .collect::<Vec<_>>()
+                        .join("; "),
+                    form_label(form.text(text))
+                ),
+                fix: format!(
+                    "indent line {line} under the form it belongs to, or place the \")\" \
+                     yourself"
+                ),
+            });
+        }
+        if !points
+            .iter()
+            .any(|&p| form.span.start <= p && p <= form.span.end)
+        {
+            continue;
+        }
+        if let Some((list, reason)) = first_implausible(text, form) {
+            let (line, _) = lines.line_col(list.span.start);
+            return Some(Refusal {
+                form_line: lines.line_col(form.span.start).0,
+                form: form_label(&text[form.span.start..]),
+                line,
+                reason: format!(
+                    "with the closers its indentation calls for ({}), `{}` at line {line} \
+                     would {reason}",
+                    changes
+                        .iter()
+                        .map(|c| c.to_string())
+                        .collect::<Vec<_>>()
+                        .join("; "),
+                    form_label(&text[list.span.start..])
+                ),
+                fix: format!(
+                    "indent the lines of `{}` as its structure is, or place the \")\" yourself",
+                    form_label(&text[list.span.start..])
+                ),
+            });
+        }
+    }
+    None
+}
+
+/// The first list under `node` (itself included) that breaks a rule of
+/// [`implausible_form`], with what is wrong. Data is skipped: quoted forms,
+/// declarations, `#'(setf f)`, binding lists, and the names of
+/// definitions.
+fn first_implausible<'n>(text: &str, node: &'n cst::Node) -> Option<(&'n cst::Node, String)> {
+    if matches!(node.kind, NodeKind::Quote | NodeKind::FunctionQuote) {
+        return None;
+    }
+    let head = node.head_symbol(text).filter(|h| !h.starts_with(':'));
+    let name = head.map(|h| cst::SymbolName::read(h).name);
+    if node.kind == NodeKind::List {
+        if let Some(reason) = name
+            .as_deref()
+            .and_then(|n| implausible_list(n, text, node))
+        {
+            return Some((node, reason));
+        }
+    }
+    // Elements (by index) that hold data, not forms.
+    let data = |i: usize| match name.as_deref() {
+        Some("DECLARE" | "DECLAIM" | "PROCLAIM") => true,
+        Some(
+            "LET"
+            | "LET*"
+            | "FLET"
+            | "LABELS"
+            | "MACROLET"
+            | "SYMBOL-MACROLET"
+            | "LAMBDA"
+            | "DOLIST"
+            | "DOTIMES"
+            | "MULTIPLE-VALUE-BIND"
+            | "DESTRUCTURING-BIND",
+        ) => i == 1,
+        Some("DEFVAR" | "DEFPARAMETER" | "DEFCONSTANT") => false,
+        Some(n) if n.starts_with("DEF") => i == 1,
+        _ => false,
+    };
+    let mut i = 0;
+    for c in &node.children {
+        let element = !c.is_trivia() && c.kind != NodeKind::Punct;
+        if element {
+            if !(node.kind == NodeKind::List && data(i)) {
+                if let Some(found) = first_implausible(text, c) {
+                    return Some(found);
+                }
+            }
+            i += 1;
+        }
+    }
+    None
+}
+
+/// The lists and vectors under `node` (itself included) with no elements.
+fn empty_lists(node: &cst::Node) -> Vec<&cst::Node> {
+    let mut out = Vec::new();
+    let mut stack = vec![node];
+    while let Some(n) = stack.pop() {
+        if matches!(n.kind, NodeKind::List | NodeKind::Vector) && n.elements().next().is_none() {
+            out.push(n);
+        }
+        stack.extend(n.children.iter().filter(|c| !c.is_leaf()));
+    }
+    out
+}
+
+/// What is wrong with `list`, whose head is the symbol `head` (its name).
+fn implausible_list(head: &str, text: &str, list: &cst::Node) -> Option<String> {
+    let args: Vec<&cst::Node> = list.elements().skip(1).collect();
+    // A spliced `,@x` stands for any number of forms, `#+x` for one or none.
+    if args.iter().any(|a| {
+        matches!(
+            a.kind,
+            NodeKind::UnquoteSplicing | NodeKind::ReaderConditional { .. }
+        )
+    }) {
+        return None;
+    }
+    let declaration = |n: &&cst::Node| n.head_name_upper(text).as_deref() == Some("DECLARE");
+    let before_body = match head {
+        "LOCALLY" | "PROGN" => Some(0),
+        "LET" | "LET*" | "FLET" | "LABELS" | "MACROLET" | "SYMBOL-MACROLET" | "LAMBDA" | "WHEN"
+        | "UNLESS" | "DOLIST" | "DOTIMES" | "EVAL-WHEN" | "UNWIND-PROTECT" | "HANDLER-BIND" => {
+            Some(1)
+        }
+        "MULTIPLE-VALUE-BIND" | "DESTRUCTURING-BIND" | "WITH-SLOTS" | "WITH-ACCESSORS" => Some(2),
+        h if h.starts_with("WITH-") || h.starts_with("WITHOUT-") => Some(0),
+        _ => None,
+    };
+    if let Some(n) = before_body {
+        if args.len() <= n || args[n..].iter().all(declaration) {
+            return Some("have no body".into());
+        }
+    }
+    // A form in a body whose first element is a list other than a lambda
+    // expression (`((and a b) c)`) is not code: a clause moved out of its
+    // `cond` or `case`.
+    let body_from = match head {
+        "DEFUN" | "DEFMACRO" => Some(2),
+        h if h.starts_with("WITH") => None,
+        _ => before_body,
+    };
+    if let Some(n) = body_from {
+        let not_code = |a: &&cst::Node| {
+            a.kind == NodeKind::List
+                && a.elements().next().is_some_and(|h| {
+                    h.kind == NodeKind::List && h.head_name_upper(text).as_deref() != Some("LAMBDA")
+                })
+        };
+        if args.iter().skip(n).any(not_code) {
+            return Some("hold a form whose first element is a list, which is not code".into());
+        }
+    }
+    let (min, max) = match head {
+        "IF" => (2, 3),
+        "DEFVAR" => (1, 3),
+        "DEFPARAMETER" | "DEFCONSTANT" => (2, 3),
+        _ => (0, usize::MAX),
+    };
+    // A binding of `let` is a variable and at most one form.
+    if matches!(head, "LET" | "LET*") {
+        if let Some(bindings) = args.first().filter(|b| b.kind == NodeKind::List) {
+            if bindings.elements().any(|b| {
+                b.kind == NodeKind::List
+                    && b.elements().count() > 2
+                    && !b
+                        .elements()
+                        .any(|e| matches!(e.kind, NodeKind::ReaderConditional { .. }))
+            }) {
+                return Some("have a binding with more than one form".into());
+            }
+        }
+    }
+    if args.len() < min || args.len() > max {
+        return Some(format!("have {} arguments", args.len()));
+    }
+    None
+}
+
 /// The first line within `ranges` (with the offset of the form each
 /// starts with) of the repaired text that starts with
 /// code indented past the base column while no list is open: a sign that
@@ -306,7 +595,7 @@ fn indented_at_top_level(
     ranges: &[(std::ops::RangeInclusive<usize>, usize)],
 ) -> Option<(usize, usize)> {
     let toks = tokens(text, parse);
-    let groups = line_groups(text, &toks);
+    let groups = line_groups(text, &toks, false);
     let base = groups.iter().find_map(|g| g.indent).unwrap_or(0);
     let lines = LineIndex::new(text);
     let mut depth = 0i64;
@@ -411,7 +700,29 @@ struct Group {
     insert_at: usize,
 }
 
-fn line_groups(text: &str, toks: &[Tok]) -> Vec<Group> {
+/// `keep_closed_lists`: closers at a line's end that close a list opened
+/// on the same line stay as written (they are not part of the trail).
+fn line_groups(text: &str, toks: &[Tok], keep_closed_lists: bool) -> Vec<Group> {
+    // Per closer: whether it closes a list opened on its own line.
+    let mut same_line = vec![false; toks.len()];
+    if keep_closed_lists {
+        let mut stack = Vec::new();
+        let mut line = 0usize;
+        for (i, t) in toks.iter().enumerate() {
+            if t.first_on_line {
+                line += 1;
+            }
+            match t.kind {
+                TokKind::Open => stack.push(line),
+                TokKind::Close => {
+                    if let Some(l) = stack.pop() {
+                        same_line[i] = l == line;
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
     let mut groups = Vec::new();
     let mut i = 0;
     while i < toks.len() {
@@ -430,6 +741,9 @@ fn line_groups(text: &str, toks: &[Tok]) -> Vec<Group> {
         let mut trail_start = end;
         while trail_start > i && toks[trail_start - 1].kind == TokKind::Close {
             trail_start -= 1;
+        }
+        while trail_start < end && same_line[trail_start] {
+            trail_start += 1;
         }
         let insert_at = if end > i {
             toks[end - 1].end
@@ -547,6 +861,9 @@ struct Ctx<'a> {
     lines: &'a LineIndex,
     toks: &'a [Tok],
     groups: &'a [Group],
+    /// Every line must line up as an editor indents a call (see
+    /// `lines_up`), also where closers are added: for the second reading.
+    strict: bool,
 }
 
 impl Ctx<'_> {
@@ -563,7 +880,19 @@ impl Ctx<'_> {
     fn change_of(&self, g: usize, e: &Edit) -> Change {
         let grp = &self.groups[g];
         let offset = if e.new > e.old {
-            grp.insert_at
+            // After the last code line, a text that ends in an indented
+            // line of its own is where its writer was about to close: the
+            // closers go there (after any comment between), not before.
+            let rest = &self.text[grp.insert_at..];
+            let last_line = rest.rsplit('\n').next().unwrap_or("");
+            let ends_indented = rest.contains('\n')
+                && !last_line.is_empty()
+                && last_line.chars().all(|c| c == ' ' || c == '\t');
+            if ends_indented && self.groups[g + 1..].iter().all(|x| !x.code) {
+                self.text.len()
+            } else {
+                grp.insert_at
+            }
         } else {
             // The last `old - new` closers of the trail go.
             self.toks[grp.trail.end - (e.old - e.new)].start
@@ -632,8 +961,9 @@ pub fn form_label(text: &str) -> String {
 }
 
 /// Runs the indentation rule over one segment: the inferred trail of every
-/// group whose trail changes.
-fn infer_segment(ctx: &Ctx, seg: &Segment) -> Result<Vec<(usize, Edit)>, Refusal> {
+/// group whose trail changes. A refusal says too whether it came from a
+/// line after a removed closer that lines up with nothing.
+fn infer_segment(ctx: &Ctx, seg: &Segment) -> Result<Vec<(usize, Edit)>, (Refusal, bool)> {
     let toks = ctx.toks;
     // The partner of every closer as the text reads (ignoring indentation).
     let mut partner = vec![usize::MAX; toks.len()];
@@ -691,21 +1021,24 @@ fn infer_segment(ctx: &Ctx, seg: &Segment) -> Result<Vec<(usize, Edit)>, Refusal
             if k > 0 && stack.is_empty() && before > 0 && x > 0 {
                 let line = ctx.lines.line_col(toks[g.toks.start].start).0;
                 let prev_line = last_code.map_or(line, |p| ctx.group_line(seg.groups.start + p));
-                return Err(ctx.refusal(
-                    seg_start,
-                    line,
-                    format!(
+                return Err((
+                    ctx.refusal(
+                        seg_start,
+                        line,
+                        format!(
                         "line {line} is indented as if inside the form, but by the indentation \
                          every list open before it already closes at line {prev_line}"
                     ),
-                    format!(
+                        format!(
                         "indent line {line} as its structure is (a new top-level form starts at \
                          column 0), or place the missing \")\" yourself"
                     ),
+                    ),
+                    false,
                 ));
             }
             if let Some((o, cols)) = stack.last() {
-                if !lines_up(ctx, *o, cols, x, false) {
+                if !lines_up(ctx, *o, cols, x, ctx.strict) {
                     misaligned[k] = Some(*o);
                 }
                 if !lines_up(ctx, *o, cols, x, true) {
@@ -720,13 +1053,13 @@ fn infer_segment(ctx: &Ctx, seg: &Segment) -> Result<Vec<(usize, Edit)>, Refusal
             match toks[t].kind {
                 TokKind::Open => {
                     if let Some((_, cols)) = stack.last_mut() {
-                        cols.push(toks[t].col);
+                        cols.push(t);
                     }
                     stack.push((t, Vec::new()));
                 }
                 TokKind::Code => {
                     if let Some((_, cols)) = stack.last_mut() {
-                        cols.push(toks[t].col);
+                        cols.push(t);
                     }
                 }
                 TokKind::Close => {
@@ -740,31 +1073,37 @@ fn infer_segment(ctx: &Ctx, seg: &Segment) -> Result<Vec<(usize, Edit)>, Refusal
                             } else {
                                 ctx.lines.line_col(toks[partner[t]].start)
                             };
-                            return Err(ctx.refusal(
-                                seg_start,
-                                line,
-                                format!(
-                                    "the \")\" at line {line}, column {column} is inside the \
+                            return Err((
+                                ctx.refusal(
+                                    seg_start,
+                                    line,
+                                    format!(
+                                        "the \")\" at line {line}, column {column} is inside the \
                                      line; it closes the \"(\" at line {pl}, column {pc}, but \
                                      by the indentation it would close the one at line {ol}, \
                                      column {oc}"
-                                ),
-                                format!(
-                                    "move that \")\" to where the list it closes ends, or \
+                                    ),
+                                    format!(
+                                        "move that \")\" to where the list it closes ends, or \
                                      indent line {line} to match the structure"
+                                    ),
                                 ),
+                                false,
                             ));
                         }
                         None => {
-                            return Err(ctx.refusal(
-                                seg_start,
-                                line,
-                                format!(
-                                    "the \")\" at line {line}, column {column} is inside the \
+                            return Err((
+                                ctx.refusal(
+                                    seg_start,
+                                    line,
+                                    format!(
+                                        "the \")\" at line {line}, column {column} is inside the \
                                      line and closes nothing"
+                                    ),
+                                    "delete that \")\" or add the \"(\" it was meant to close"
+                                        .to_string(),
                                 ),
-                                "delete that \")\" or add the \"(\" it was meant to close"
-                                    .to_string(),
+                                false,
                             ));
                         }
                     }
@@ -778,68 +1117,108 @@ fn infer_segment(ctx: &Ctx, seg: &Segment) -> Result<Vec<(usize, Edit)>, Refusal
         new_trail[prev] += stack.len();
         closed_at[prev].extend(stack.iter().rev().map(|(o, _)| *o));
     }
-    // Where a trail changes, the next code line lands in another list than
-    // the text says, and where closers are added, the lists they close hold
-    // lines the text put elsewhere: those lines must line up with the list
-    // the indentation puts them in, or the indentation is not evidence
-    // enough (code indented by hand, off by a column).
-    for (k, &inferred) in new_trail.iter().enumerate() {
-        let old = ctx.groups[seg.groups.start + k].trail.len();
+    // A code line's trail and the lines of closers alone after it (with
+    // only comments between) are one run of closers: moving closers within
+    // a run changes the layout, not the forms, so only a run's count is
+    // compared, and a change goes at the run's end (where a model that
+    // writes closers on lines of their own dropped or doubled one).
+    let mut runs: Vec<Vec<usize>> = Vec::new();
+    for (k, gi) in seg.groups.clone().enumerate() {
+        let g = &ctx.groups[gi];
+        if !g.code {
+            continue;
+        }
+        let closers_only = g.closer_indent.is_some() && g.trail.start == g.toks.start;
+        match runs.last_mut() {
+            Some(run) if closers_only => run.push(k),
+            _ => runs.push(vec![k]),
+        }
+    }
+    let trail_len = |k: usize| ctx.groups[seg.groups.start + k].trail.len();
+    let mut edits = Vec::new();
+    // Where a run's count changes, the next code line lands in another list
+    // than the text says, and where closers are added, the lists they
+    // close hold lines the text put elsewhere: those lines must line up
+    // with the list the indentation puts them in, or the indentation is
+    // not evidence enough (code indented by hand, off by a column).
+    for run in &runs {
+        let (first, last) = (run[0], run[run.len() - 1]);
+        let old: usize = run.iter().map(|&k| trail_len(k)).sum();
+        let inferred: usize = run.iter().map(|&k| new_trail[k]).sum();
         if old == inferred {
             continue;
         }
-        // Closers on a line of their own say nothing by their indentation
-        // about which lists they close: a repair next to them is a guess.
-        let closers_only = |j: usize| ctx.groups[seg.groups.start + j].closer_indent.is_some();
-        let next_code = (k + 1..seg.groups.len()).find(|&j| ctx.groups[seg.groups.start + j].code);
-        if closers_only(k) || next_code.is_some_and(closers_only) {
-            let j = if closers_only(k) {
-                k
-            } else {
-                next_code.unwrap_or(k)
-            };
-            let line = ctx.group_line(seg.groups.start + j);
-            return Err(ctx.refusal(
-                seg_start,
-                line,
-                format!(
-                    "the closers on line {line} stand on a line of their own, so the \
-                     indentation does not say which lists they close"
-                ),
-                format!(
-                    "place the missing or extra \")\" yourself (the indentation alone \
-                     suggests: {})",
-                    ctx.change_of(seg.groups.start + k, &Edit { old, new: inferred })
-                ),
-            ));
-        }
         // The lists the text itself closes elsewhere (or not at all): the
         // ones whose extent the repair sets.
-        let trail = ctx.groups[seg.groups.start + k].trail.clone();
-        let moved: Vec<usize> = closed_at[k]
+        let in_run = |c: usize| {
+            run.iter()
+                .any(|&k| ctx.groups[seg.groups.start + k].trail.contains(&c))
+        };
+        let closed: Vec<usize> = run
+            .iter()
+            .flat_map(|&k| closed_at[k].iter().copied())
+            .collect();
+        let moved: Vec<usize> = closed
             .iter()
             .copied()
-            .filter(|&o| !trail.contains(&closer_of[o]))
+            .filter(|&o| !in_run(closer_of[o]))
             .collect();
-        if inferred > old {
-            if let Some(&o) = moved.iter().find(|&&o| {
-                ctx.lines.line_col(toks[o].start).0 == ctx.group_line(seg.groups.start + k)
-                    && takes_a_body(ctx, o)
-            }) {
-                let (ol, _) = ctx.lines.line_col(toks[o].start);
-                return Err(ctx.refusal(
+        // A list opened after a string that spans lines: its column is one
+        // of the string's last line, which says little about where the
+        // lines after it belong.
+        if let Some(&o) = moved.iter().find(|&&o| {
+            let g = ctx.groups.partition_point(|g| g.toks.end <= o);
+            ctx.lines.line_col(toks[o].start).0
+                != ctx.lines.line_col(toks[ctx.groups[g].toks.start].start).0
+        }) {
+            let (ol, oc) = ctx.lines.line_col(toks[o].start);
+            return Err((
+                ctx.refusal(
                     seg_start,
                     ol,
                     format!(
-                        "by the indentation `{}` would close on its own line {ol}, without a \
-                         body, and the lines after it would stand at top level",
-                        form_label(&ctx.text[toks[o].start..])
+                        "the list opened at line {ol}, column {oc} follows a string that spans \
+                     lines, so its indentation does not say where it ends"
                     ),
-                    "indent its body under it, or place the missing \")\" yourself".into(),
+                    "place the missing or extra \")\" yourself".into(),
+                ),
+                false,
+            ));
+        }
+        let change = if inferred > old {
+            Edit {
+                old: trail_len(last),
+                new: trail_len(last) + inferred - old,
+            }
+        } else {
+            Edit {
+                old: trail_len(last),
+                new: trail_len(last).saturating_sub(old - inferred),
+            }
+        };
+        let changed = ctx.change_of(seg.groups.start + last, &change);
+        if inferred > old {
+            if let Some(&o) = moved.iter().find(|&&o| {
+                ctx.lines.line_col(toks[o].start).0 == ctx.group_line(seg.groups.start + first)
+                    && takes_a_body(ctx, o)
+            }) {
+                let (ol, _) = ctx.lines.line_col(toks[o].start);
+                return Err((
+                    ctx.refusal(
+                        seg_start,
+                        ol,
+                        format!(
+                            "by the indentation `{}` would close on its own line {ol}, without a \
+                         body, and the lines after it would stand at top level",
+                            form_label(&ctx.text[toks[o].start..])
+                        ),
+                        "indent its body under it, or place the missing \")\" yourself".into(),
+                    ),
+                    false,
                 ));
             }
         }
-        let next = (k + 1..seg.groups.len()).find(|&j| {
+        let next = (last + 1..seg.groups.len()).find(|&j| {
             let g = &ctx.groups[seg.groups.start + j];
             g.code && g.indent.is_some()
         });
@@ -851,7 +1230,7 @@ fn infer_segment(ctx: &Ctx, seg: &Segment) -> Result<Vec<(usize, Edit)>, Refusal
                 misaligned
                     .iter()
                     .enumerate()
-                    .find_map(|(j, m)| m.filter(|o| closed_at[k].contains(o)).map(|o| (j, o)))
+                    .find_map(|(j, m)| m.filter(|o| closed.contains(o)).map(|o| (j, o)))
             })
             .flatten();
         let after = if inferred < old {
@@ -863,43 +1242,48 @@ fn infer_segment(ctx: &Ctx, seg: &Segment) -> Result<Vec<(usize, Edit)>, Refusal
             let g = &ctx.groups[seg.groups.start + j];
             let (line, column) = ctx.lines.line_col(toks[g.toks.start].start);
             let (ol, oc) = ctx.lines.line_col(toks[o].start);
-            let changed = ctx.change_of(
-                seg.groups.start + k,
-                &Edit {
-                    old: ctx.groups[seg.groups.start + k].trail.len(),
-                    new: inferred,
-                },
-            );
-            return Err(ctx.refusal(
-                seg_start,
-                line,
-                format!(
-                    "by the indentation line {line} belongs to the list opened at line {ol}, \
+            return Err((
+                ctx.refusal(
+                    seg_start,
+                    line,
+                    format!(
+                        "by the indentation line {line} belongs to the list opened at line {ol}, \
                      column {oc} (which needs {changed}), but its column {column} lines up \
                      with nothing in that list"
-                ),
-                format!(
-                    "indent line {line} under the list it belongs to, or place the closers \
+                    ),
+                    format!(
+                        "indent line {line} under the list it belongs to, or place the closers \
                      yourself (the indentation alone suggests: {changed})"
+                    ),
                 ),
+                inferred < old,
             ));
         }
+        // Closers to remove come off the run's end, line by line.
+        let mut surplus = old.saturating_sub(inferred);
+        if inferred > old {
+            edits.push((seg.groups.start + last, change));
+        }
+        for &k in run.iter().rev() {
+            if surplus == 0 {
+                break;
+            }
+            let have = trail_len(k);
+            let take = have.min(surplus);
+            if take > 0 {
+                edits.push((
+                    seg.groups.start + k,
+                    Edit {
+                        old: have,
+                        new: have - take,
+                    },
+                ));
+            }
+            surplus -= take;
+        }
     }
-    Ok(seg
-        .groups
-        .clone()
-        .enumerate()
-        .filter_map(|(k, gi)| {
-            let old = ctx.groups[gi].trail.len();
-            (old != new_trail[k]).then_some((
-                gi,
-                Edit {
-                    old,
-                    new: new_trail[k],
-                },
-            ))
-        })
-        .collect())
+    edits.sort_by_key(|(g, _)| *g);
+    Ok(edits)
 }
 
 /// Whether the list opened by token `open` is an operator form whose body
@@ -943,15 +1327,17 @@ fn takes_a_body(ctx: &Ctx, open: usize) -> bool {
 }
 
 /// Whether a line indented at visual column `x` lines up as an element of
-/// the list opened by token `open` whose elements so far start at `cols`:
-/// one or two columns right of its `(`, or under one of its elements. A
+/// the list opened by token `open` whose elements so far are the tokens
+/// `elements`: one or two columns right of its `(`, or under one of its
+/// elements (for an operator that takes a body, under one that starts a
+/// line: its body does not line up under its arguments). A
 /// call whose first line holds its operator and an argument
 /// (`(or a b` / `  (c)`) does not take a line under the operator: that is
 /// where the next element of the enclosing list stands.
 ///
 /// `strict`: two columns in only for an operator that takes a body (or one
 /// whose arguments start on the next line), as an editor indents a call.
-fn lines_up(ctx: &Ctx, open: usize, cols: &[usize], x: usize, strict: bool) -> bool {
+fn lines_up(ctx: &Ctx, open: usize, elements: &[usize], x: usize, strict: bool) -> bool {
     let t = ctx.toks[open];
     // The column of the `(` itself (`#(` is two characters).
     let paren = t.col + ctx.text[t.start..t.end].chars().count() - 1;
@@ -962,21 +1348,57 @@ fn lines_up(ctx: &Ctx, open: usize, cols: &[usize], x: usize, strict: bool) -> b
             && !s.starts_with([':', '"', '#', '\''])
             && !s.starts_with(|c: char| c.is_ascii_digit())
     });
-    let args_on_first_line = cols.len() >= 2
+    let args_on_first_line = elements.len() >= 2
         && ctx.lines.line_col(ctx.toks[open + 1].start).0
             == ctx.lines.line_col(ctx.toks[open + 2].start).0;
     if x == paren + 1 {
-        return !(operator && args_on_first_line);
+        // One column in: data, a macro's body, or code in a backquote
+        // template indented from the backquote (`` `(let ((a b)) `` /
+        // `` (f a)``); not the next argument of a call.
+        return !(operator && args_on_first_line)
+            || body_like(ctx, open)
+            || ctx.text[..t.start].ends_with('`');
     }
     // The first line of arguments under an operator alone on its line sets
     // their column (`(multiple-value-bind` / `    (a b) (f)`).
-    if x > paren && operator && cols.len() == 1 {
+    if x > paren && operator && elements.len() == 1 {
         return true;
     }
     // Two columns in is a body; four, the arguments before a body in some
     // styles (`(defmacro m (x)` / `    "doc"`).
     let body = !(strict && operator && args_on_first_line) || takes_a_body(ctx, open);
-    (x == paren + 2 && body) || x == paren + 4 || cols.iter().skip(1).any(|&c| c == x)
+    // Four columns in, for the arguments before a body, is how an editor
+    // indents a macro with a body (`def...`, `with-...`, `do-...`), not a
+    // call; and a macro's body does not line up under its arguments.
+    // A macro's body may be indented by one to four columns (a body
+    // indentation of 3 is a house style in some code).
+    let macro_body = operator && x > paren && x <= paren + 4 && body_like(ctx, open);
+    macro_body
+        || (x == paren + 2 && body)
+        || (x == paren + 4 && (!operator || body_like(ctx, open)))
+        || {
+            let any_element = !(operator && takes_a_body(ctx, open));
+            elements.iter().skip(1).any(|&e| {
+                let e = &ctx.toks[e];
+                e.col == x && (any_element || e.first_on_line)
+            })
+        }
+}
+
+/// Whether the head of the list opened by token `open` is indented as a
+/// macro with a body by an editor: one of [`takes_a_body`], or named
+/// `def...`, `with-...`, `without-...`, `do-...`, `do`, `do*`.
+fn body_like(ctx: &Ctx, open: usize) -> bool {
+    let Some(head) = ctx.toks.get(open + 1).filter(|h| h.kind == TokKind::Code) else {
+        return false;
+    };
+    let name = ctx.text[head.start..head.end].to_ascii_lowercase();
+    let name = name.rsplit(':').next().unwrap_or(&name);
+    takes_a_body(ctx, open)
+        || matches!(name, "do" | "do*")
+        || ["def", "with-", "without-", "do-"]
+            .iter()
+            .any(|p| name.starts_with(p))
 }
 
 /// The repaired text and its changes.
@@ -1078,6 +1500,10 @@ mod tests {
         let (text, changes) = repaired("(defun f ()\n  (g) ; call g\n\n(defun h ())\n");
         assert_eq!(text, "(defun f ()\n  (g)) ; call g\n\n(defun h ())\n");
         assert_eq!(changes, vec!["added \")\" at line 2, column 6"]);
+        // Unless the text ends in an indented line of its own: there.
+        let (text, changes) = repaired("(deftest t1\n    (f)\n  9 ; not 7\n  ");
+        assert_eq!(text, "(deftest t1\n    (f)\n  9 ; not 7\n  )");
+        assert_eq!(changes, vec!["added \")\" at line 4, column 3"]);
     }
 
     #[test]
@@ -1132,13 +1558,11 @@ mod tests {
         // A line that would join a list it does not line up with.
         let r = refused("(defun f (s)\n  (g s\n          x\n  (k))\n");
         assert!(r.reason.contains("lines up with nothing"), "{r}");
-        // Removing a closer would put `(g x)` two columns into a call that
-        // takes no body.
-        let r = refused("(defun f (x)\n  (declare (fixnum x))\n    (g x)))\n");
-        assert!(r.reason.contains("lines up with nothing"), "{r}");
-        // Closers on a line of their own.
-        let r = refused("(defun f ()\n  (g)\n  ;; todo\n  ))\n");
-        assert!(r.reason.contains("line of their own"), "{r}");
+        // Removing a closer of `(declare` would put `(g x)` two columns into
+        // a call that takes no body; the second reading keeps the lists
+        // line 2 closes itself, and the extra closer comes off the end.
+        let (text, _) = repaired("(defun f (x)\n  (declare (fixnum x))\n    (g x)))\n");
+        assert_eq!(text, "(defun f (x)\n  (declare (fixnum x))\n    (g x))\n");
         // Would need both an addition and a removal.
         let r = refused("(defun foo ()\n  (bar)\n    (baz)\n  (qux)\n");
         assert!(r.reason.contains("both add and remove"), "{r}");
@@ -1147,6 +1571,119 @@ mod tests {
         // indented under `(bar`, so the extra closer goes at line 2.
         let (text, _) = repaired("(defun foo ()\n  (bar)\n    (baz)))\n");
         assert_eq!(text, "(defun foo ()\n  (bar\n    (baz)))\n");
+    }
+
+    #[test]
+    fn closers_on_lines_of_their_own_change_at_the_end_of_their_run() {
+        // The closers after a code line, with only comments and closers on
+        // lines of their own after it, are one run: a change goes at its end.
+        let good = "(defun f (x)\n  (case x\n    (:a 1)\n    ;; (:b no)\n    )\n  )\n";
+        let broken = good.replacen("\n  )\n", "\n  \n", 1);
+        assert_eq!(
+            repaired(&broken).0,
+            good.replacen("\n    )\n  )\n", "\n    ))\n  \n", 1)
+        );
+        let (text, changes) = repaired("(defun f ()\n  (g)\n  ;; todo\n  ))\n");
+        assert_eq!(text, "(defun f ()\n  (g)\n  ;; todo\n  )\n");
+        assert_eq!(changes, vec!["removed \")\" at line 4, column 4"]);
+        // Moving closers within a run is layout, not structure: left alone.
+        let text = "(defpackage :p\n  (:use :cl)\n  (:export #:a\n           #:b\n           ))\n\n(defun g ()\n  (h)\n";
+        assert_eq!(repaired(text).0, text.replacen("  (h)\n", "  (h))\n", 1));
+    }
+
+    #[test]
+    fn a_body_under_its_clause_rather_than_its_test() {
+        // `varying` is indented right of `(zerop n)`, which the line closes
+        // itself: the first reading would reopen it and refuses; the
+        // second keeps it as written and places the missing closer.
+        let good = "(defun f (n)\n  (cond ((zerop n)\n          varying)\n        (t\n          fixed)))\n";
+        assert_eq!(repair_parens(good), Repair::Unchanged);
+        let (text, changes) = repaired(&good.replacen("fixed)))", "fixed))", 1));
+        assert_eq!(text, good);
+        assert_eq!(changes, vec!["added \")\" at line 5, column 18"]);
+        assert_eq!(repaired(&good.replacen("fixed)))", "fixed))))", 1)).0, good);
+    }
+
+    #[test]
+    fn forms_no_one_writes_are_refused() {
+        // `(let` at the column of `(multiple-value-bind`, though inside it:
+        // by the indentation the binding would have no body.
+        let r = refused(
+            "(defun f (x)\n  (multiple-value-bind (a b)\n      (floor x)\n  (let ((c a))\n    (+ b c)))\n",
+        );
+        assert!(r.reason.contains("would have no body"), "{r}");
+        assert_eq!(r.line, 2, "{r}");
+        let r = refused("(locally\n  (declare (optimize speed))\n(defun g ()\n  1)\n");
+        assert!(
+            r.reason.contains("`(locally` at line 1 would have no body"),
+            "{r}"
+        );
+        // A clause moved out of its `cond` is not code.
+        let r = refused(
+            "(defun f (x)\n  (cond\n   ((null x)\n    nil)\n  ((consp x)\n   (car x))\n  (t x))\n",
+        );
+        assert!(r.reason.contains("first element is a list"), "{r}");
+        // Too many arguments.
+        let r = refused(
+            "(defmacro m ()\n  `(progn\n     (defvar *a* (make-lock)\n\n       (defun g () 1)\n       (defun h () 2)))\n",
+        );
+        assert!(
+            r.reason
+                .contains("`(defvar *a*` at line 3 would have 4 arguments"),
+            "{r}"
+        );
+        // A binding with two forms: arguments moved out of their call.
+        let r = refused(
+            "(defun f ()\n  (let ((doc (make-doc\n             'impl\n             nil))\n    doc))\n",
+        );
+        assert!(
+            r.reason.contains("a binding with more than one form"),
+            "{r}"
+        );
+        // A quoted list closed before the comment after its `(`.
+        let r = refused(
+            "(defparameter *x*\n  (append\n     '(;; letters\n      #\\a #\\b)\n  \"Doc.\")\n",
+        );
+        assert!(r.reason.contains("close before its first element"), "{r}");
+        // A docstring at column 0 would stand alone.
+        let r = refused("(defvar *p*\n  (list (a)\n        (b))\n\"The doc.\"\n");
+        assert!(r.reason.contains("stand alone at top level"), "{r}");
+        // A list opened after a string spanning lines.
+        let r = refused("(defun f ()\n  (format t \"a\nb~%\" (mapcar #'g\n    (h)))\n");
+        assert!(r.reason.contains("follows a string that spans"), "{r}");
+    }
+
+    #[test]
+    fn a_macro_is_indented_apart_from_a_call() {
+        // A body three columns in, as some code indents every body.
+        let (text, _) =
+            repaired("(defmethod m ((x t) &rest r)\n   (declare (ignore r))\n   (g x)\n");
+        assert_eq!(
+            text,
+            "(defmethod m ((x t) &rest r)\n   (declare (ignore r))\n   (g x))\n"
+        );
+        // A backquote template indented from the backquote.
+        let good = "(defmacro m (x)\n  `(if ,x\n    (g)\n    (h)))\n";
+        assert_eq!(repaired(&good.replacen("(h)))", "(h))", 1)).0, good);
+        // `documentation` is a function, not a `do-` macro: `d` does not
+        // join it, and the extra closer comes off the end.
+        let (text, _) =
+            repaired("(defun f (v d)\n  (setf (documentation v 'variable)\n          d)))\n");
+        assert_eq!(
+            text,
+            "(defun f (v d)\n  (setf (documentation v 'variable)\n          d))\n"
+        );
+        // Four columns in lines up under a macro with a body, not a call.
+        let (text, _) = repaired("(defun f (x)\n  (with-foo (x)\n      (g x)\n    (h x)\n");
+        assert_eq!(
+            text,
+            "(defun f (x)\n  (with-foo (x)\n      (g x)\n    (h x)))\n"
+        );
+        let r = refused("(defun f (x)\n  (if (g x 3\n          'a\n          'b\n      (h)))\n");
+        assert!(r.reason.contains("lines up with nothing"), "{r}");
+        // A body does not line up under the macro's first-line arguments.
+        let r = refused("(defun f (l)\n  (mapcar (lambda (x) (g x)\n                  l))\n");
+        assert!(r.reason.contains("lines up with nothing"), "{r}");
     }
 
     #[test]

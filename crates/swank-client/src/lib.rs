@@ -15,6 +15,8 @@
 //! until `(:emacs-pong THREAD TAG)` comes back, so the reader task answers
 //! it immediately (a caller that stopped reading events must not stall Swank).
 
+#![forbid(unsafe_code)]
+
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -383,7 +383,9 @@ pub(crate) async fn dispatch(req: RequestCtx, msg: Message) -> Result<Value, Mcp
         "tasks/get" => task_of(&req, &params)?.to_json(),
         "tasks/result" => {
             let task = task_of(&req, &params)?;
-            match task.outcome().await {
+            let outcome = task.outcome().await;
+            task.mark_collected();
+            match outcome {
                 Ok(mut r) => {
                     r["_meta"][RELATED_TASK] = json!({ "taskId": task.id });
                     r

@@ -13,8 +13,14 @@
 //! both eras; `v2` says which rules it was created under.
 //!
 //! Tasks belong to the session, so a client polling over several
-//! connections (stateless HTTP requests share one session) sees them. A
-//! task and its result are dropped once its `ttl` has passed.
+//! connections (stateless HTTP requests share one session) sees them.
+//!
+//! A task's `ttl` counts from its creation, but a task is never dropped
+//! while its work runs: the work may hold the image's evaluation turn, and
+//! a task nobody can see could not be cancelled. One that ends past its
+//! `ttl` is kept for another `ttl` after it ended (the spec allows deleting
+//! a task once its `ttl` has passed; it does not require it), so its
+//! result can still be fetched.
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
@@ -29,8 +35,10 @@ pub const DEFAULT_TTL: Duration = Duration::from_secs(60 * 60);
 pub const MAX_TTL: Duration = Duration::from_secs(24 * 60 * 60);
 /// How often a client should poll `tasks/get`.
 pub const POLL_INTERVAL_MS: u64 = 1000;
-/// Most tasks a session keeps; past it the oldest finished ones go, and a
-/// new task is refused while this many are still running.
+/// Most tasks a session holds: working ones and finished ones whose `ttl`
+/// has not passed. Past it the oldest finished task whose result was
+/// already collected goes; when none was, a new task is refused (a `ttl`
+/// of 0 does not bypass the cap: a working task never expires).
 pub const MAX_TASKS: usize = 256;
 /// Tasks per `tasks/list` page.
 const PAGE: usize = 100;
@@ -76,6 +84,12 @@ struct State {
     /// asked to get back with them.
     answered: Map<String, Value>,
     round_state: Option<Value>,
+    /// When the task reached a terminal status.
+    ended: Option<SystemTime>,
+    /// The client has had its outcome (`tasks/result`, a terminal
+    /// `tasks/get` of 2026-07-28, or its own `tasks/cancel`): the task may
+    /// make room for a new one before its `ttl` has passed.
+    collected: bool,
 }
 
 /// One task.
@@ -96,9 +110,32 @@ pub struct Task {
 }
 
 impl Task {
+    /// Whether the task may be dropped: never while it works; once ended,
+    /// when its `ttl` from creation has passed, or, for a task that ended
+    /// past it, its `ttl` from the end.
     fn expired(&self, now: SystemTime) -> bool {
-        now.duration_since(self.created)
-            .is_ok_and(|age| age > self.ttl)
+        let st = self.state.lock().unwrap();
+        let Some(ended) = st.ended.filter(|_| st.status.is_terminal()) else {
+            return false;
+        };
+        let deadline = self.created + self.ttl;
+        let until = if ended > deadline {
+            ended + self.ttl
+        } else {
+            deadline
+        };
+        now > until
+    }
+
+    /// Ended, and its outcome already reached the client.
+    fn collected(&self) -> bool {
+        let st = self.state.lock().unwrap();
+        st.status.is_terminal() && st.collected
+    }
+
+    /// Notes that the client has had the task's outcome.
+    pub fn mark_collected(&self) {
+        self.state.lock().unwrap().collected = true;
     }
 
     pub fn status(&self) -> Status {
@@ -147,7 +184,10 @@ impl Task {
     /// `inputRequests`, the tool's `result` or the protocol `error`.
     pub fn detailed_v2(&self) -> Value {
         // The status and what goes with it, read together (see `finish`).
-        let st = self.state.lock().unwrap();
+        let mut st = self.state.lock().unwrap();
+        if st.status.is_terminal() {
+            st.collected = true;
+        }
         let mut t = self.fields_v2(&st);
         match st.status {
             Status::InputRequired => t["inputRequests"] = Value::Object(st.pending.clone()),
@@ -273,6 +313,8 @@ impl Task {
             st.pending.clear();
             st.updated = SystemTime::now();
         }
+        // A cancelled task ends when its work does.
+        st.ended.get_or_insert_with(SystemTime::now);
         self.outcome.send_replace(Some(outcome));
         changed
     }
@@ -293,6 +335,7 @@ impl Task {
         st.pending.clear();
         st.message = Some("The task was cancelled by request.".into());
         st.updated = SystemTime::now();
+        st.collected = true;
         drop(st);
         self.cancel.cancel();
         Ok(())
@@ -339,15 +382,21 @@ impl TaskStore {
         let mut tasks = self.tasks.lock().unwrap();
         tasks.retain(|t| !t.expired(now));
         while tasks.len() >= MAX_TASKS {
-            match tasks.iter().position(|t| t.status().is_terminal()) {
+            match tasks.iter().position(|t| t.collected()) {
                 Some(i) => {
                     tasks.remove(i);
                 }
                 None => {
+                    let working = tasks.iter().filter(|t| !t.status().is_terminal()).count();
                     return Err(format!(
-                        "this session already has {MAX_TASKS} tasks running; wait for some to \
-                         finish or cancel them (tasks/cancel)"
-                    ))
+                        "this session already holds {MAX_TASKS} tasks, the most it keeps \
+                         ({working} still working, {} finished whose results were not fetched \
+                         yet); no new task was created. Fetch finished results (tasks/result, or \
+                         tasks/get under the tasks extension), cancel tasks (tasks/cancel), or \
+                         wait for them to finish and their ttl to pass. A small ttl does not \
+                         make room: a working task is kept until it ends.",
+                        MAX_TASKS - working
+                    ));
                 }
             }
         }
@@ -362,6 +411,8 @@ impl TaskStore {
                 pending: Map::new(),
                 answered: Map::new(),
                 round_state: None,
+                ended: None,
+                collected: false,
             }),
             outcome: watch::channel(None).0,
             cancel: CancellationToken::new(),

@@ -36,7 +36,8 @@ async fn asdf_load_system(a: LoadArgs, ctx: ToolContext) -> ToolOutput {
         keys.push(("force", Value::t()));
     }
     let form = helper_form("load-system", vec![Value::string(a.system.clone())], keys);
-    let v = match lisp_call::call_build(&ctx, &form, timeout).await {
+    let what = format!("asdf-load-system {}", a.system);
+    let v = match lisp_call::call_build(&ctx, &what, &form, timeout).await {
         Ok(v) => v,
         Err(e) => return ToolOutput::error(e),
     };
@@ -141,7 +142,8 @@ async fn asdf_test_system(a: TestArgs, ctx: ToolContext) -> ToolOutput {
         keys.push(("test", Value::string(t.clone())));
     }
     let form = helper_form("test-system", vec![Value::string(a.system.clone())], keys);
-    let v = match lisp_call::call_build(&ctx, &form, timeout).await {
+    let what = format!("asdf-test-system {}", a.system);
+    let v = match lisp_call::call_build(&ctx, &what, &form, timeout).await {
         Ok(v) => v,
         Err(e) => return ToolOutput::error(e),
     };

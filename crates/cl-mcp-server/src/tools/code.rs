@@ -70,11 +70,48 @@ pub struct Diagnostic {
 
 /// Reads the `:diagnostics` of a build helper's result.
 pub fn diagnostics_from(v: &Value, root: &Path) -> Vec<Diagnostic> {
-    plist_items(v, "diagnostics", |d| Diagnostic {
-        severity: plist_str(d, "severity").unwrap_or_else(|| "note".into()),
-        message: plist_str(d, "message").unwrap_or_default(),
-        location: Location::from_plist(d, root),
+    plist_items(v, "diagnostics", |d| {
+        let mut diagnostic = Diagnostic {
+            severity: plist_str(d, "severity").unwrap_or_else(|| "note".into()),
+            message: plist_str(d, "message").unwrap_or_default(),
+            location: Location::from_plist(d, root),
+        };
+        if let Some(file) = plist_str(d, "path") {
+            name_the_broken_form(&mut diagnostic, Path::new(&file));
+        }
+        diagnostic
     })
+}
+
+/// A reader error is placed by the compiler where it stopped reading: for a
+/// missing `)`, the end of the file, which says nothing about which form is
+/// broken. When the file's parentheses do not balance, the diagnostic moves
+/// to the form that does not close (or the `)` too many), and says which
+/// form it is and where its indentation puts the closers, as
+/// `lisp-check-parens` does.
+fn name_the_broken_form(d: &mut Diagnostic, file: &Path) {
+    const READ_ERRORS: [&str; 6] = [
+        "read error",
+        "reader-error",
+        "end of file",
+        "end-of-file",
+        "unmatched close parenthesis",
+        "ends within an object",
+    ];
+    let message = d.message.to_lowercase();
+    if d.severity != "error" || !READ_ERRORS.iter().any(|e| message.contains(e)) {
+        return;
+    }
+    let small = std::fs::metadata(file).is_ok_and(|m| m.len() <= 8 << 20);
+    let Some(text) = small.then(|| std::fs::read_to_string(file).ok()).flatten() else {
+        return;
+    };
+    let (out, said) = super::source::check::check_text(&text, 0, 0);
+    if let (false, Some(at)) = (out.ok, out.position) {
+        d.location.line = Some(at.line as i64);
+        d.location.column = Some(at.column as i64);
+        d.message = format!("{}\n{said}", d.message.trim_end());
+    }
 }
 
 /// `path:line:column: severity: message`, one per line (message lines after
@@ -829,14 +866,29 @@ async fn lisp_compile_file(a: CompileArgs, ctx: ToolContext) -> ToolOutput {
     }
     // The image opens the file by name, and opening a named pipe would wait
     // for a writer until the build timeout: check what is there on a
-    // non-blocking handle first, off the async workers.
+    // non-blocking handle first, off the async workers. The image checks
+    // the file it opens against this one (device and inode) before it
+    // compiles, and a pipe swapped in after that is released (see
+    // `watch_for_pipes`).
     let check = resolved.clone();
-    let checked = tokio::task::spawn_blocking(move || check.open_regular().map(|_| ()))
-        .await
-        .unwrap_or_else(|e| Err(format!("Cannot check '{}': {e}", resolved.display)));
-    if let Err(e) = checked {
-        return ToolOutput::error(e);
-    }
+    let checked = tokio::task::spawn_blocking(move || {
+        use std::os::unix::fs::MetadataExt;
+        check.open_regular().map(|(_, m)| (m.dev(), m.ino()))
+    })
+    .await
+    .unwrap_or_else(|e| Err(format!("Cannot check '{}': {e}", resolved.display)));
+    let file_id = match checked {
+        Ok((dev, ino)) => match (i64::try_from(dev), i64::try_from(ino)) {
+            // `(list DEV INO)`: the form's arguments are evaluated.
+            (Ok(d), Ok(i)) => Value::list(vec![
+                Value::symbol_named(Some("COMMON-LISP"), "LIST"),
+                Value::Integer(d),
+                Value::Integer(i),
+            ]),
+            _ => Value::nil(),
+        },
+        Err(e) => return ToolOutput::error(e),
+    };
     let load = a.load.unwrap_or(true);
     let timeout = match build_timeout(a.timeout_seconds) {
         Ok(t) => t,
@@ -851,16 +903,40 @@ async fn lisp_compile_file(a: CompileArgs, ctx: ToolContext) -> ToolOutput {
         .is_some_and(|e| e.eq_ignore_ascii_case("asd"));
     let path = Value::string(resolved.path.display().to_string());
     let max_output = ("max-output", Value::Integer(DEFAULT_MAX_OUTPUT as i64));
+    let file_id = ("file-id", file_id);
     let form = if asd {
-        helper_form("load-asd-with-diagnostics", vec![path], vec![max_output])
+        helper_form(
+            "load-asd-with-diagnostics",
+            vec![path],
+            vec![max_output, file_id],
+        )
     } else {
         helper_form(
             "compile-file-with-diagnostics",
             vec![path],
-            vec![("load", Value::bool(load)), max_output],
+            vec![("load", Value::bool(load)), max_output, file_id],
         )
     };
-    let v = match lisp_call::call_build(&ctx, &form, timeout).await {
+    let what = format!("lisp-compile-file {}", resolved.display);
+    let done = tokio_util::sync::CancellationToken::new();
+    let watch = tokio::spawn(watch_for_pipes(
+        resolved.path.clone(),
+        root.clone(),
+        done.clone(),
+    ));
+    let v = lisp_call::call_build(&ctx, &what, &form, timeout).await;
+    done.cancel();
+    if watch.await.unwrap_or(false) {
+        return ToolOutput::error(format!(
+            "{} was replaced by a named pipe (FIFO) while the image opened it to compile: the \
+             server opened the pipe's other end, so the compiler read an empty input instead of \
+             waiting for a writer forever. What was compiled{} was not your file. Compile again \
+             once a regular file is there.",
+            resolved.display,
+            if load && !asd { " (and loaded)" } else { "" }
+        ));
+    }
+    let v = match v {
         Ok(v) => v,
         Err(e) => return ToolOutput::error(e),
     };
@@ -926,6 +1002,32 @@ async fn lisp_compile_file(a: CompileArgs, ctx: ToolContext) -> ToolOutput {
     };
     note_build(&ctx, &out, &headline);
     build_result(headline, out, &v, "The compilation", timeout)
+}
+
+/// How often a compile looks whether a named pipe was swapped in at its
+/// file while the image opens it.
+const PIPE_WATCH: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// Until `done`: releases a reader stuck opening a named pipe swapped in
+/// at `path` after the server and the image checked it (the compiler opens
+/// the file by name once more; no portable Lisp can compile an opened
+/// file). Returns true when it released one.
+async fn watch_for_pipes(
+    path: std::path::PathBuf,
+    root: std::path::PathBuf,
+    done: tokio_util::sync::CancellationToken,
+) -> bool {
+    let mut released = false;
+    loop {
+        tokio::select! {
+            _ = done.cancelled() => return released,
+            _ = tokio::time::sleep(PIPE_WATCH) => {}
+        }
+        let (p, r) = (path.clone(), root.clone());
+        released |= tokio::task::spawn_blocking(move || fs_paths::release_pipe_readers(&p, &r))
+            .await
+            .unwrap_or(false);
+    }
 }
 
 /// The result of a compile or load: the headline, then the diagnostics as

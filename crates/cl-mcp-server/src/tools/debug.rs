@@ -119,14 +119,19 @@ impl Default for Debuggers {
     }
 }
 
-/// The Swank thread of pending debugger `id` (default: the newest), which
+/// Pending debugger `id` (default: the newest) and its Swank thread, which
 /// serves requests inside the debugger's dynamic extent; marks it touched.
-pub(crate) fn debugger_thread(ctx: &ToolContext, id: Option<u64>) -> Result<i64, String> {
+pub(crate) fn debugger_thread(
+    ctx: &ToolContext,
+    id: Option<u64>,
+) -> Result<(Arc<Pending>, i64), String> {
     let p = ctx.session.debuggers.find(id)?;
     p.touch();
-    p.state()
+    let thread = p
+        .state()
         .thread
-        .ok_or_else(|| "The evaluation is not in the debugger.".to_string())
+        .ok_or_else(|| "The evaluation is not in the debugger.".to_string())?;
+    Ok((p, thread))
 }
 
 impl Debuggers {
@@ -204,6 +209,10 @@ async fn monitor(
 ) {
     let mut events = image.subscribe();
     let request_id = AtomicU64::new(u64::MAX);
+    // Its thread ends with the request: its stack guard must be armed
+    // again first (see `call_fresh`), or a stack exhaustion it unwound
+    // leaves the next thread on that memory without one.
+    let form = format!("(cl-mcp-server::with-stack-guard {form})");
     let call = image.eval_debuggable(&form, BUFFER_PACKAGE, &request_id);
     tokio::pin!(call);
     let mut stop_sent = false;
@@ -963,12 +972,112 @@ fn render_frame(o: &FrameOutput) -> String {
 /// before it is stopped (the debugger stays where it was).
 const FRAME_CODE_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// Why frame code was stopped, in the answer's words ("`code` … and was
-/// stopped"): its time ran out (the 30 of [`FRAME_CODE_TIMEOUT`]), or its
-/// call was cancelled.
-const TIMED_OUT: &str = "did not finish within 30 s";
+/// Why code run on a debugger's thread was stopped, in the answer's words
+/// ("`code` … and was stopped"): its time ran out, or its call was
+/// cancelled.
+fn timed_out_text(limit: Duration) -> String {
+    let secs = limit.as_secs_f64();
+    if secs.fract() == 0.0 {
+        format!("did not finish within {secs} s")
+    } else {
+        format!("did not finish within {secs:.1} s")
+    }
+}
 const CANCELLED: &str = "was cancelled";
-const _: () = assert!(FRAME_CODE_TIMEOUT.as_secs() == 30, "TIMED_OUT names 30 s");
+
+/// How code sent to a debugger's thread ([`run_in_frame`]) ended.
+pub(crate) enum FrameRun {
+    /// The helper's reply.
+    Value(Value),
+    /// It entered a nested debugger level.
+    Nested,
+    /// Stopped (timeout or cancel): the answer's text, the debugger stays.
+    Stopped(String),
+}
+
+/// Sends `form` (a helper that runs user code on the debugger's thread
+/// inside `call-as-frame-evaluation`) to pending debugger `p`'s `thread`:
+/// it is stopped (`stop-frame-evaluation`) when `limit` passes or the call
+/// is cancelled, so the thread is free again and the debugger stays at its
+/// level; an error in the code that enters a nested level is
+/// [`FrameRun::Nested`].
+pub(crate) async fn run_in_frame(
+    ctx: &ToolContext,
+    p: &Pending,
+    thread: i64,
+    form: &str,
+    limit: Duration,
+) -> Result<FrameRun, String> {
+    let since = p.state().debug_seq;
+    let mut rx = p.state.subscribe();
+    let image = ctx.session.image();
+    let call = image.rex(form, BUFFER_PACKAGE, crate::image::Thread::Id(thread));
+    tokio::pin!(call);
+    let stop = |why: String| async move {
+        let form = helper_form(
+            "stop-frame-evaluation",
+            vec![Value::Integer(thread)],
+            vec![],
+        );
+        let _ = call_lookup(ctx, &form).await;
+        why
+    };
+    let began = std::time::Instant::now();
+    let stopped_text = |why: &str, stdout: String| {
+        let printed = if stdout.is_empty() {
+            String::new()
+        } else {
+            format!(" It printed:\n{stdout}")
+        };
+        format!(
+            "`code` {why} and was stopped; the debugger stays at level {}.{printed}",
+            p.state().level
+        )
+    };
+    let why = tokio::select! {
+        r = &mut call => {
+            let v = reply_value(r).1?;
+            // Stopped, its answer first (the stop's own reply can come
+            // after it).
+            if plist_bool(&v, "stopped") {
+                let why = if began.elapsed() >= limit {
+                    timed_out_text(limit)
+                } else {
+                    CANCELLED.to_string()
+                };
+                let stdout = plist_str(&v, "stdout").unwrap_or_default();
+                return Ok(FrameRun::Stopped(stopped_text(&why, stdout)));
+            }
+            return Ok(FrameRun::Value(v));
+        }
+        _ = async { rx.wait_for(|s| s.debug_seq > since || s.outcome.is_some()).await.is_ok() } => {
+            return Ok(FrameRun::Nested);
+        }
+        why = async {
+            tokio::time::sleep(limit).await;
+            stop(timed_out_text(limit)).await
+        } => why,
+        why = async {
+            ctx.cancel.cancelled().await;
+            stop(CANCELLED.to_string()).await
+        } => why,
+    };
+    // The stop unwinds the code; its answer follows at once.
+    match tokio::time::timeout(Duration::from_secs(5), &mut call).await {
+        Ok(r) => {
+            let stdout = reply_value(r)
+                .1
+                .ok()
+                .and_then(|v| plist_str(&v, "stdout"))
+                .unwrap_or_default();
+            Ok(FrameRun::Stopped(stopped_text(&why, stdout)))
+        }
+        Err(_) => Err(format!(
+            "`code` {why} and was asked to stop, but its thread did not answer within 5 s \
+             (it blocks interrupts); debugger-restart with action abort ends the evaluation."
+        )),
+    }
+}
 
 /// The deepest debugger level at which `debugger-frame` runs code: an error
 /// in it nests once more, and SBCL stops answering past about ten nested
@@ -1034,94 +1143,24 @@ async fn debugger_frame(a: FrameArgs, ctx: ToolContext) -> ToolOutput {
             vec![Value::Integer(index.into()), Value::string(code.clone())],
             vec![],
         );
-        let since = p.state().debug_seq;
-        let mut rx = p.state.subscribe();
-        let image = ctx.session.image();
-        let call = image.rex(&form, BUFFER_PACKAGE, crate::image::Thread::Id(thread));
-        tokio::pin!(call);
-        let stop = |why: &'static str| {
-            let ctx = &ctx;
-            async move {
-                let form = helper_form(
-                    "stop-frame-evaluation",
-                    vec![Value::Integer(thread)],
-                    vec![],
-                );
-                let _ = call_lookup(ctx, &form).await;
-                why
-            }
-        };
-        let began = std::time::Instant::now();
-        let stopped_text = |why: &str, stdout: String| {
-            let printed = if stdout.is_empty() {
-                String::new()
-            } else {
-                format!(" It printed:\n{stdout}")
-            };
-            format!(
-                "`code` {why} and was stopped; the debugger stays at level {}.{printed}",
-                p.state().level
-            )
-        };
-        let stopped = tokio::select! {
-            r = &mut call => match reply_value(r).1 {
-                Ok(v) => {
-                    if let Some(e) = plist_str(&v, "error") {
-                        return ToolOutput::error(e);
-                    }
-                    // Stopped, its answer first (the stop's own reply can
-                    // come after it).
-                    if plist_bool(&v, "stopped") {
-                        let why = if began.elapsed() >= FRAME_CODE_TIMEOUT {
-                            TIMED_OUT
-                        } else {
-                            CANCELLED
-                        };
-                        let stdout = plist_str(&v, "stdout").unwrap_or_default();
-                        return ToolOutput::error(stopped_text(why, stdout));
-                    }
-                    out.values = Some(plist_strings(&v, "values"));
-                    out.stdout = Some(plist_str(&v, "stdout").unwrap_or_default());
-                    out.warnings = plist_strings(&v, "warnings");
-                    None
+        match run_in_frame(&ctx, &p, thread, &form, FRAME_CODE_TIMEOUT).await {
+            Ok(FrameRun::Value(v)) => {
+                if let Some(e) = plist_str(&v, "error") {
+                    return ToolOutput::error(e);
                 }
-                Err(e) => return ToolOutput::error(e),
-            },
-            _ = async { rx.wait_for(|s| s.debug_seq > since || s.outcome.is_some()).await.is_ok() } => {
+                out.values = Some(plist_strings(&v, "values"));
+                out.stdout = Some(plist_str(&v, "stdout").unwrap_or_default());
+                out.warnings = plist_strings(&v, "warnings");
+            }
+            Ok(FrameRun::Nested) => {
                 is_error = true;
                 match read_debugger(&ctx, &p, 0, 10).await {
                     Ok(d) => out.nested = Some(d),
                     Err(e) => return ToolOutput::error(e),
                 }
-                None
             }
-            why = async {
-                tokio::time::sleep(FRAME_CODE_TIMEOUT).await;
-                stop(TIMED_OUT).await
-            } => Some(why),
-            why = async {
-                ctx.cancel.cancelled().await;
-                stop(CANCELLED).await
-            } => Some(why),
-        };
-        if let Some(why) = stopped {
-            // The stop unwinds the code; its answer follows at once.
-            let done = tokio::time::timeout(Duration::from_secs(5), &mut call).await;
-            let stdout = match done {
-                Ok(r) => reply_value(r)
-                    .1
-                    .ok()
-                    .and_then(|v| plist_str(&v, "stdout"))
-                    .unwrap_or_default(),
-                Err(_) => {
-                    return ToolOutput::error(format!(
-                        "`code` {why} and was asked to stop, but its thread did not \
-                         answer within 5 s (it blocks interrupts); debugger-restart with \
-                         action abort ends the evaluation."
-                    ))
-                }
-            };
-            return ToolOutput::error(stopped_text(why, stdout));
+            Ok(FrameRun::Stopped(text)) => return ToolOutput::error(text),
+            Err(e) => return ToolOutput::error(e),
         }
     }
     ToolOutput::structured(

@@ -77,6 +77,7 @@ pub struct LispError {
 /// `structuredContent` of `evaluate-lisp`.
 #[derive(Serialize, JsonSchema, Debug, Clone, PartialEq, Default)]
 #[serde(rename_all = "camelCase")]
+#[schemars(transform = eval_outcomes)]
 pub struct EvalOutput {
     /// Printed values of the last form.
     pub values: Vec<String>,
@@ -104,6 +105,43 @@ pub struct EvalOutput {
     /// it waited more than a moment.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub queued_ms: Option<i64>,
+}
+
+/// The outcomes of an evaluation as the variants of [`EvalOutput`]'s
+/// schema (exactly one holds): a value, an error, an interruption (timeout,
+/// cancellation, `image-interrupt`; it may come with the error the code
+/// was signalling), or a debugger waiting (`debug: true`). Each names only
+/// the fields that tell the outcomes apart; every other field is allowed
+/// in all of them. Only keywords draft-07 validators read the same way
+/// (the TypeScript SDK's Ajv) are used; an absent field is `{"not": {}}`,
+/// not a bare `false`, which the Inspector's schema lint refuses.
+fn eval_outcomes(schema: &mut schemars::Schema) {
+    let absent = |fields: &[&str]| {
+        fields
+            .iter()
+            .map(|f| (f.to_string(), serde_json::json!({ "not": {} })))
+            .collect::<serde_json::Map<_, _>>()
+    };
+    let value =
+        serde_json::json!({ "properties": absent(&["error", "interrupted", "where", "debugger"]) });
+    let error = serde_json::json!({
+        "required": ["error"],
+        "properties": absent(&["interrupted", "where", "debugger"]),
+    });
+    let mut interrupted_only = absent(&["debugger"]);
+    interrupted_only.insert("interrupted".into(), serde_json::json!({ "const": true }));
+    let interrupted = serde_json::json!({
+        "required": ["interrupted"],
+        "properties": interrupted_only,
+    });
+    let debugger = serde_json::json!({
+        "required": ["debugger"],
+        "properties": absent(&["error", "interrupted", "where"]),
+    });
+    schema.insert(
+        "oneOf".into(),
+        serde_json::json!([value, error, interrupted, debugger]),
+    );
 }
 
 impl EvalOutput {
@@ -309,8 +347,7 @@ async fn evaluate(a: EvalArgs, ctx: ToolContext) -> ToolOutput {
     };
     let mut out = EvalOutput::from_plist(&value);
     out.queued_ms = queued.as_ref().map(|q| q.millis());
-    // Only in the text: `EvalOutput` is the schema of several debugger
-    // tools, and tools/list has a size budget.
+    // Only in the text: advice for the model, not data about the outcome.
     let repair_note = if out.error.is_some() {
         repair_note(&a.code)
     } else {

@@ -388,6 +388,29 @@ pub fn open_regular_in(
     Ok((file, meta))
 }
 
+/// Opens, for an instant, the writing end of a named pipe that now stands
+/// at `path` (a file that was checked as regular, then replaced), so that a
+/// reader stuck opening it (a compiler given the path) gets end-of-file
+/// instead of waiting for a writer forever. Only a pipe beneath `root` is
+/// touched. Returns true when a reader was waiting on one.
+pub fn release_pipe_readers(path: &Path, root: &Path) -> bool {
+    use std::os::unix::fs::{FileTypeExt as _, OpenOptionsExt as _};
+    let (Ok(real), Ok(root)) = (std::fs::canonicalize(path), std::fs::canonicalize(root)) else {
+        return false;
+    };
+    let is_pipe = |m: &std::fs::Metadata| m.file_type().is_fifo();
+    if !real.starts_with(&root) || !std::fs::symlink_metadata(&real).is_ok_and(|m| is_pipe(&m)) {
+        return false;
+    }
+    // Without a reader waiting, a non-blocking open for writing fails
+    // (ENXIO): nothing happens then.
+    std::fs::OpenOptions::new()
+        .write(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOFOLLOW | libc::O_NOCTTY | libc::O_CLOEXEC)
+        .open(&real)
+        .is_ok_and(|f| f.metadata().is_ok_and(|m| is_pipe(&m)))
+}
+
 static TEMP_COUNTER: AtomicU64 = AtomicU64::new(0);
 
 /// Writes `content` as the file at `r` atomically and beneath its root: the

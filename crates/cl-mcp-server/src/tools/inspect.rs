@@ -256,7 +256,7 @@ async fn inspect_object(a: InspectArgs, ctx: ToolContext) -> ToolOutput {
                 "`frame` needs `code`: the forms (e.g. a local's name) to evaluate in that frame.",
             );
         };
-        let thread = match super::debug::debugger_thread(&ctx, a.debugger) {
+        let (p, thread) = match super::debug::debugger_thread(&ctx, a.debugger) {
             Ok(t) => t,
             Err(e) => return ToolOutput::error(e),
         };
@@ -267,8 +267,18 @@ async fn inspect_object(a: InspectArgs, ctx: ToolContext) -> ToolOutput {
             vec![Value::Integer(frame.into()), Value::string(code.clone())],
             keys,
         );
-        let v = match image::call_on_thread(&ctx, &form, thread).await {
-            Ok(v) => v,
+        // Stopped at the timeout or on cancel (a print-object that never
+        // returns, say), leaving the debugger where it was.
+        use super::debug::{run_in_frame, FrameRun};
+        let v = match run_in_frame(&ctx, &p, thread, &form, timeout).await {
+            Ok(FrameRun::Value(v)) => v,
+            Ok(FrameRun::Nested) => {
+                return ToolOutput::error(
+                    "The code entered a nested debugger level (a BREAK, say); \
+                     debugger-backtrace shows it.",
+                )
+            }
+            Ok(FrameRun::Stopped(text)) => return ToolOutput::error(text),
             Err(e) => return ToolOutput::error(e),
         };
         if let Some(e) = plist_str(&v, "error") {
@@ -290,7 +300,13 @@ async fn inspect_object(a: InspectArgs, ctx: ToolContext) -> ToolOutput {
         Ok(r) => r,
         Err(e) => return ToolOutput::error(e),
     };
-    if let Some(failure) = user_code_failure(&v, "The inspected code", timeout) {
+    // Interrupted while showing the object: in its PRINT-OBJECT methods.
+    let what = if plist_bool(&v, "showing") {
+        "Showing the inspected object (its print-object methods)"
+    } else {
+        "The inspected code"
+    };
+    if let Some(failure) = user_code_failure(&v, what, timeout) {
         return with_queue_note(failure, &queued);
     }
     let out = inspect_output(&v, &ctx.session.project_root());

@@ -377,20 +377,43 @@ pub async fn refresh_read_roots(ctx: &ToolContext) {
 /// Calls a long-running helper (compiling, loading, testing) on a fresh
 /// Swank thread, interrupting it when the request is cancelled or after
 /// `timeout`. A timed-out result gets `:timed-out t` added to its plist.
-pub async fn call_build(ctx: &ToolContext, form: &str, timeout: Duration) -> Result<Value, String> {
+/// `what` (e.g. "lisp-compile-file src/a.lisp") tells builds queued behind
+/// this one what they wait for.
+pub async fn call_build(
+    ctx: &ToolContext,
+    what: &str,
+    form: &str,
+    timeout: Duration,
+) -> Result<Value, String> {
     // Builds run on their own thread: they do not take the evaluation turn,
     // but they are interrupted like evaluations, through their id.
     static NEXT_BUILD_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1 << 40);
     let id = NEXT_BUILD_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let form = add_id(form, id);
-    // ASDF and the compiler are not thread-safe: one build at a time per image.
-    let _build_turn = tokio::select! {
-        t = eval_slot(ctx).build_turn.lock() => t,
-        _ = ctx.cancel.cancelled() => {
-            return Err("Cancelled while waiting for another build in this image to finish.".into())
-        }
-    };
+    // ASDF and the compiler are not thread-safe: one build at a time per
+    // image, in arrival order. The wait counts against the timeout (from
+    // when the image is ready), as an evaluation's does.
+    let taken = eval_slot(ctx)
+        .build_turn
+        .take(
+            (id, what),
+            timeout,
+            &ctx.cancel,
+            ensure_ready(ctx),
+            |line| ctx.set_waiting(line),
+        )
+        .await
+        .map_err(|e| match e {
+            turn::NotTaken::Cancelled => {
+                "Cancelled while waiting for another build in this image to finish.".to_string()
+            }
+            e => e.message(timeout),
+        })?;
+    ctx.clear_status();
     ensure_ready(ctx).await?;
+    let timeout = timeout
+        .saturating_sub(taken.counted)
+        .max(Duration::from_millis(1));
     let call = call_fresh(ctx, &form);
     tokio::pin!(call);
     let timed_out = tokio::select! {

@@ -647,33 +647,106 @@ pub fn schema_of<T: JsonSchema>() -> Value {
 }
 
 /// JSON Schema 2020-12 of a type as a result (what serialising produces),
-/// compacted to what a validating client needs and `tools/list` can afford:
-/// each top-level field with its one plain type. Nothing is `required`
-/// (a field skipped when serialising could not be, and which fields come
-/// back depends on the outcome: value, error, timeout), no array lists its
-/// element type and a nested object is just `object`, so the schema is true
-/// of every result. Results never carry `null` members (see
-/// [`prune_nulls`]), so no type admits `null`. The tool's description and
-/// text and the README describe the fields; the model reads those.
+/// as precise as the results: nested objects with their properties, arrays
+/// with their items, and `required` for every field the type always
+/// serialises (a field with `skip_serializing_if` is optional). Results
+/// never carry `null` members (see [`prune_nulls`]), so a nullable field is
+/// optional with its plain type. A type used in more than one place is a
+/// `$defs` entry (`$ref: "#/$defs/Name"`), one used once is inlined.
+/// Descriptions are left out: clients validate with this schema, the model
+/// reads the tool's description, its text result and the README.
 pub fn output_schema_of<T: JsonSchema>() -> Value {
-    let mut v =
-        generate_schema::<T>(schemars::generate::SchemaSettings::draft2020_12().for_serialize());
+    let generator = schemars::generate::SchemaSettings::draft2020_12()
+        .for_serialize()
+        .into_generator();
+    let schema = generator.into_root_schema_for::<T>();
+    let mut v = serde_json::to_value(schema).unwrap_or_else(|_| json!({"type": "object"}));
+    strip_nonstandard_formats(&mut v);
+    fold_string_choices(&mut v);
     unrequire_nullable(&mut v);
     drop_null_from_optional(&mut v);
-    field_types_only(&mut v);
+    strip_keys(&mut v, &["description", "title", "$schema", "default"]);
+    inline_single_use_defs(&mut v);
     v
 }
 
-/// Keeps an object schema to `type` and its properties, each property to
-/// its `type`.
-fn field_types_only(v: &mut Value) {
-    let Value::Object(m) = v else { return };
-    m.retain(|k, _| k == "type" || k == "properties");
-    if let Some(Value::Object(props)) = m.get_mut("properties") {
-        for p in props.values_mut() {
-            if let Value::Object(pm) = p {
-                pm.retain(|k, _| k == "type");
+/// Replaces each `$ref` to a `$defs` entry referenced only once (and not
+/// from inside itself) by the entry, and drops `$defs` when it is empty.
+fn inline_single_use_defs(v: &mut Value) {
+    const PREFIX: &str = "#/$defs/";
+    fn count_refs(v: &Value, counts: &mut BTreeMap<String, usize>) {
+        match v {
+            Value::Object(m) => {
+                if let Some(r) = m.get("$ref").and_then(Value::as_str) {
+                    if let Some(name) = r.strip_prefix(PREFIX) {
+                        *counts.entry(name.to_string()).or_default() += 1;
+                    }
+                }
+                m.values().for_each(|x| count_refs(x, counts));
             }
+            Value::Array(a) => a.iter().for_each(|x| count_refs(x, counts)),
+            _ => {}
+        }
+    }
+    fn substitute(v: &mut Value, defs: &Map<String, Value>, single: &[String]) {
+        match v {
+            Value::Object(m) => {
+                let target = m
+                    .get("$ref")
+                    .and_then(Value::as_str)
+                    .and_then(|r| r.strip_prefix(PREFIX))
+                    .filter(|name| single.iter().any(|s| s == name))
+                    .map(String::from);
+                if let Some(name) = target {
+                    m.remove("$ref");
+                    if let Some(Value::Object(def)) = defs.get(&name) {
+                        for (k, x) in def {
+                            m.entry(k.clone()).or_insert_with(|| x.clone());
+                        }
+                    }
+                }
+                m.values_mut().for_each(|x| substitute(x, defs, single));
+            }
+            Value::Array(a) => a.iter_mut().for_each(|x| substitute(x, defs, single)),
+            _ => {}
+        }
+    }
+    let Some(Value::Object(defs)) = v.get("$defs").cloned() else {
+        return;
+    };
+    let mut counts = BTreeMap::new();
+    count_refs(v, &mut counts);
+    // What each entry refers to, directly or through others: an entry that
+    // reaches itself stays a `$ref`, or inlining would never end.
+    let refs_of = |name: &str| {
+        let mut direct = BTreeMap::new();
+        count_refs(&defs[name], &mut direct);
+        direct.into_keys().collect::<Vec<_>>()
+    };
+    let reaches_itself = |name: &String| {
+        let mut seen: Vec<String> = Vec::new();
+        let mut todo = refs_of(name);
+        while let Some(n) = todo.pop() {
+            if &n == name {
+                return true;
+            }
+            if defs.contains_key(&n) && !seen.contains(&n) {
+                todo.extend(refs_of(&n));
+                seen.push(n);
+            }
+        }
+        false
+    };
+    let single: Vec<String> = defs
+        .keys()
+        .filter(|name| counts.get(*name) == Some(&1) && !reaches_itself(name))
+        .cloned()
+        .collect();
+    substitute(v, &defs, &single);
+    if let Some(Value::Object(d)) = v.get_mut("$defs") {
+        d.retain(|name, _| !single.contains(name));
+        if d.is_empty() {
+            v.as_object_mut().unwrap().remove("$defs");
         }
     }
 }
@@ -1053,55 +1126,176 @@ mod tests {
         frames: Vec<String>,
     }
 
-    #[test]
-    fn output_schema_lists_each_field_with_its_plain_type() {
-        let s = output_schema_of::<Out>();
-        assert!(s.get("required").is_none(), "{s}");
-        assert_eq!(s["type"], "object");
-        // Results drop nulls: a nullable field has its plain type.
-        assert_eq!(s["properties"]["always"], json!({"type": "string"}));
-        assert_eq!(s["properties"]["maybeNull"], json!({"type": "string"}));
-        assert_eq!(s["properties"]["whenKnown"], json!({"type": "integer"}));
-        assert_eq!(s["properties"]["interrupted"], json!({"type": "boolean"}));
-        assert_eq!(s["properties"]["frames"], json!({"type": "array"}));
+    #[derive(serde::Serialize, JsonSchema)]
+    struct Point {
+        x: i64,
+    }
+
+    #[derive(serde::Serialize, JsonSchema)]
+    #[serde(rename_all = "camelCase")]
+    struct Nested {
+        start: Point,
+        end: Point,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        out: Option<Out>,
     }
 
     #[test]
-    fn every_output_schema_is_flat_and_true_of_every_outcome() {
-        // Checked over the real registry so a hand-written schema cannot
-        // slip in: nothing required (which fields come back depends on the
-        // outcome), and each field has one JSON type, never `null`.
-        for t in ToolRegistry::standard(&ToolGroup::ALL).list() {
-            let Some(o) = &t.output_schema else { continue };
-            let m = o.as_object().unwrap();
-            assert_eq!(m["type"], "object", "{}", t.name);
-            assert!(
-                m.keys().all(|k| k == "type" || k == "properties"),
-                "{}: {o}",
-                t.name
-            );
-            for (name, p) in m["properties"].as_object().unwrap() {
-                let ty = p["type"].as_str();
-                assert!(
-                    ty.is_some_and(|ty| ty != "null") && p.as_object().unwrap().len() == 1,
-                    "{}: `{name}` is {p}",
-                    t.name
-                );
+    fn output_schema_requires_what_every_result_has() {
+        let s = output_schema_of::<Out>();
+        assert_eq!(s["type"], "object");
+        // Skipped when empty or absent, or `null` (results drop nulls):
+        // not required, and never of type `null`.
+        assert_eq!(s["required"], json!(["always"]), "{s}");
+        assert_eq!(s["properties"]["always"], json!({"type": "string"}));
+        assert_eq!(s["properties"]["maybeNull"], json!({"type": "string"}));
+        assert_eq!(s["properties"]["whenKnown"]["type"], "integer");
+        assert_eq!(s["properties"]["interrupted"], json!({"type": "boolean"}));
+        assert_eq!(
+            s["properties"]["frames"],
+            json!({"type": "array", "items": {"type": "string"}})
+        );
+    }
+
+    #[test]
+    fn output_schema_shares_types_used_twice_and_inlines_the_rest() {
+        let s = output_schema_of::<Nested>();
+        assert_eq!(s["properties"]["start"], json!({"$ref": "#/$defs/Point"}));
+        assert_eq!(s["$defs"]["Point"]["required"], json!(["x"]), "{s}");
+        assert_eq!(s["properties"]["out"]["required"], json!(["always"]), "{s}");
+        assert!(s["$defs"].get("Out").is_none(), "used once: inlined: {s}");
+        let v = jsonschema::draft202012::new(&s).unwrap();
+        assert!(v.is_valid(&json!({"start": {"x": 1}, "end": {"x": 2}})));
+        assert!(!v.is_valid(&json!({"start": {"x": 1}, "end": {}})));
+        assert!(!v.is_valid(&json!({})));
+    }
+
+    /// Each place in `schema` where a value is described, with its path.
+    fn subschemas<'a>(path: String, schema: &'a Value, out: &mut Vec<(String, &'a Value)>) {
+        out.push((path.clone(), schema));
+        if *schema == json!({"not": {}}) {
+            return;
+        }
+        let Value::Object(m) = schema else { return };
+        for (k, x) in m {
+            match (k.as_str(), x) {
+                ("properties" | "$defs" | "patternProperties", Value::Object(named)) => {
+                    for (n, sub) in named {
+                        subschemas(format!("{path}/{k}/{n}"), sub, out);
+                    }
+                }
+                ("anyOf" | "oneOf" | "allOf" | "prefixItems", Value::Array(alts)) => {
+                    for (i, sub) in alts.iter().enumerate() {
+                        subschemas(format!("{path}/{k}/{i}"), sub, out);
+                    }
+                }
+                ("items" | "additionalProperties" | "not" | "if" | "then" | "else", sub) => {
+                    subschemas(format!("{path}/{k}"), sub, out)
+                }
+                _ => {}
             }
         }
     }
 
     #[test]
-    fn every_tool_fits_the_tool_list_budget() {
-        // CONTRACT §2: `tools/list` with every group fits in 24 KB (what a
-        // model pays in context before its first call).
+    fn every_output_schema_gives_each_object_and_array_its_shape() {
+        // Over the real registry: every object lists its properties (or the
+        // schema of its values), every array its items, and nothing is left
+        // as "anything" (`true` or `{}`), so no wrong shape validates.
+        for t in ToolRegistry::standard(&ToolGroup::ALL).list() {
+            let Some(o) = &t.output_schema else { continue };
+            assert_eq!(o["type"], "object", "{}", t.name);
+            jsonschema::draft202012::new(o)
+                .unwrap_or_else(|e| panic!("{}: not a valid schema: {e}", t.name));
+            let mut all = Vec::new();
+            subschemas(String::new(), o, &mut all);
+            for (path, s) in all {
+                let at = format!("{} at `{path}`: {s}", t.name);
+                // The field is absent (in an outcome's variant).
+                if *s == json!({"not": {}}) {
+                    continue;
+                }
+                let m = s.as_object().unwrap_or_else(|| {
+                    panic!("a bare boolean schema (the Inspector refuses it): {at}")
+                });
+                assert!(!m.is_empty(), "says nothing: {at}");
+                // An outcome's variant narrows the object around it.
+                if path.starts_with("/oneOf/") && path.matches('/').count() == 2 {
+                    let fields = m
+                        .get("required")
+                        .and_then(Value::as_array)
+                        .into_iter()
+                        .flatten();
+                    let absent = m
+                        .get("properties")
+                        .and_then(Value::as_object)
+                        .into_iter()
+                        .flat_map(|p| p.keys());
+                    for f in fields
+                        .filter_map(Value::as_str)
+                        .chain(absent.map(String::as_str))
+                    {
+                        assert!(o["properties"].get(f).is_some(), "no field `{f}`: {at}");
+                    }
+                    continue;
+                }
+                let types: Vec<&str> = match &m.get("type") {
+                    Some(Value::String(t)) => vec![t.as_str()],
+                    Some(Value::Array(ts)) => ts.iter().filter_map(Value::as_str).collect(),
+                    _ => Vec::new(),
+                };
+                assert!(
+                    !types.is_empty()
+                        || ["$ref", "anyOf", "oneOf", "allOf", "enum", "const"]
+                            .iter()
+                            .any(|k| m.contains_key(*k)),
+                    "no type: {at}"
+                );
+                if types.contains(&"object") {
+                    assert!(
+                        m.contains_key("properties")
+                            || m.get("additionalProperties").is_some_and(Value::is_object),
+                        "object without properties: {at}"
+                    );
+                }
+                if types.contains(&"array") {
+                    assert!(
+                        m.contains_key("items") || m.contains_key("prefixItems"),
+                        "array without items: {at}"
+                    );
+                }
+            }
+            let required = o["required"].as_array().map_or(0, Vec::len);
+            assert!(
+                required > 0 || o.get("oneOf").is_some() || o.get("anyOf").is_some(),
+                "{}: `{{}}` would be a valid result: {o}",
+                t.name
+            );
+        }
+    }
+
+    #[test]
+    fn what_a_model_reads_of_every_tool_fits_the_budget() {
+        // A model reads each tool's name, title, description and input
+        // schema before its first call: with every group, at most 15 KB.
+        // (Output schemas are for clients to validate and are not counted.)
         let tools: Vec<Value> = ToolRegistry::standard(&ToolGroup::ALL)
             .list()
             .filter(|t| t.group != ToolGroup::Testing)
-            .map(ToolDef::describe)
+            .map(|t| {
+                json!({
+                    "name": t.name,
+                    "title": t.title,
+                    "description": t.description,
+                    "inputSchema": t.input_schema,
+                })
+            })
             .collect();
         let bytes = json!({ "tools": tools }).to_string().len();
-        assert!(bytes <= 24_000, "tools/list is {bytes} bytes");
+        assert!(
+            bytes <= 15_000,
+            "name, title, description and inputSchema: {bytes} bytes"
+        );
     }
 
     #[test]

@@ -2,7 +2,8 @@
 //! `inspect-object`, `profile-code`) run one at a time, in arrival order.
 //! The turn knows which evaluation holds it and since when, so a call that
 //! has to wait can say what it waits behind, and the wait counts against
-//! the call's own timeout.
+//! the call's own timeout. Builds (compiling, ASDF loads and tests) queue
+//! the same way on a build turn of their own ([`EvalTurn::for_builds`]).
 
 use std::future::Future;
 use std::sync::Mutex;
@@ -23,6 +24,9 @@ pub struct EvalTurn {
     /// Tokio's mutex is fair: waiters get the turn in arrival order.
     queue: tokio::sync::Mutex<()>,
     holder: Mutex<Option<Holder>>,
+    /// The build turn rather than the evaluation turn (only the wording
+    /// differs).
+    builds: bool,
 }
 
 /// The evaluation holding the turn.
@@ -34,21 +38,26 @@ pub struct Holder {
     pub code: String,
     /// When it took the turn.
     pub since: Instant,
+    /// A build (its `code` says what it builds; its id means nothing to
+    /// the user).
+    pub build: bool,
 }
 
 impl Holder {
-    /// "evaluation 12 `(sleep 70)`, running 12 s".
+    /// "evaluation 12 `(sleep 70)`, running 12 s", or "the build
+    /// `lisp-compile-file a.lisp`, running 3 s".
     pub fn describe(&self) -> String {
         let code = if self.code.is_empty() {
             String::new()
         } else {
             format!(" `{}`", self.code)
         };
-        format!(
-            "evaluation {}{code}, running {} s",
-            self.id,
-            self.since.elapsed().as_secs()
-        )
+        let what = if self.build {
+            "the build".to_string()
+        } else {
+            format!("evaluation {}", self.id)
+        };
+        format!("{what}{code}, running {} s", self.since.elapsed().as_secs())
     }
 }
 
@@ -109,6 +118,8 @@ pub enum NotTaken {
     /// Its time ran out while it waited: nothing of it ran.
     TimedOut {
         behind: Option<Holder>,
+        /// It waited for the build turn.
+        build: bool,
     },
     Cancelled,
     /// The image it waited for could not be made ready (the message).
@@ -119,7 +130,21 @@ impl NotTaken {
     /// The message for the call's result. `limit` is its timeout.
     pub fn message(&self, limit: Duration) -> String {
         match self {
-            NotTaken::TimedOut { behind } => format!(
+            NotTaken::TimedOut {
+                behind,
+                build: true,
+            } => format!(
+                "[TIMEOUT] This call never started: it waited its whole timeout ({}) queued for \
+                 the image's build turn{}, and nothing of it ran. Builds of an image (compiling, \
+                 loading and testing systems) run one at a time, in arrival order. Call again \
+                 once that build has finished, or give a longer timeoutSeconds.",
+                super::eval::seconds_text(limit.as_secs_f64()),
+                behind
+                    .as_ref()
+                    .map(|h| format!(", behind {}", h.describe()))
+                    .unwrap_or_default()
+            ),
+            NotTaken::TimedOut { behind, .. } => format!(
                 "[TIMEOUT] This call never started: it waited its whole timeout ({}) for the \
                  image's evaluation turn{}, and nothing of it ran. Evaluations of an image run \
                  one at a time, in arrival order. Call again once that evaluation has finished, \
@@ -139,6 +164,14 @@ impl NotTaken {
 }
 
 impl EvalTurn {
+    /// An image's build turn.
+    pub fn for_builds() -> EvalTurn {
+        EvalTurn {
+            builds: true,
+            ..EvalTurn::default()
+        }
+    }
+
     /// The evaluation holding the turn now, if any.
     pub fn holder(&self) -> Option<Holder> {
         self.holder.lock().unwrap().clone()
@@ -196,13 +229,16 @@ impl EvalTurn {
                     Err(why) => return Err(NotTaken::NotReady(why)),
                 },
                 _ = sleep_until_opt(deadline) => {
-                    return Err(NotTaken::TimedOut { behind: self.holder() })
+                    return Err(NotTaken::TimedOut { behind: self.holder(), build: self.builds })
                 }
                 _ = refresh.tick() => {
                     let queued = arrived.elapsed().as_secs();
                     waiting(match self.holder() {
                         Some(h) => format!("waiting behind {}; queued {queued} s", h.describe()),
-                        None => format!("waiting for the image's evaluation turn; queued {queued} s"),
+                        None => format!(
+                            "waiting for the image's {} turn; queued {queued} s",
+                            if self.builds { "build" } else { "evaluation" }
+                        ),
                     });
                 }
             }
@@ -214,6 +250,7 @@ impl EvalTurn {
             id,
             code: code_head(code),
             since: Instant::now(),
+            build: self.builds,
         });
         Turn {
             _queue: guard,
@@ -291,7 +328,11 @@ mod tests {
                 |l| heard.lock().unwrap().push(l),
             )
             .await;
-        let Err(NotTaken::TimedOut { behind: Some(h) }) = second else {
+        let Err(NotTaken::TimedOut {
+            behind: Some(h),
+            build: false,
+        }) = second
+        else {
             panic!("the second call got the turn");
         };
         assert_eq!(h.id, 1);
@@ -301,7 +342,11 @@ mod tests {
             heard[0].starts_with("waiting behind evaluation 1 `(sleep 70)`, running 0 s"),
             "{heard:?}"
         );
-        let message = NotTaken::TimedOut { behind: Some(h) }.message(Duration::from_millis(700));
+        let message = NotTaken::TimedOut {
+            behind: Some(h),
+            build: false,
+        }
+        .message(Duration::from_millis(700));
         assert!(message.contains("never started"), "{message}");
         // Released: the next call takes it at once, and the holder is its.
         drop(first);

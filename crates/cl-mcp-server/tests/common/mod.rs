@@ -48,6 +48,13 @@ pub fn skip_missing(test: &str, prerequisite: &str) {
     record_skip("missing", test, prerequisite);
 }
 
+/// A test (or its rest) that needs what this machine does not offer and no
+/// package installs (a writable cgroup): counted as skipped, even under CI.
+/// The caller returns after it.
+pub fn skip_unavailable(test: &str, feature: &str) {
+    record_skip("unavailable", test, feature);
+}
+
 /// The rest of a test that checks what this implementation does not do (a
 /// known gap, said in the README): counted as skipped, with its reason,
 /// never as passed.

@@ -49,6 +49,15 @@ async def run(target, label: str, mode: str) -> None:
         # Code that does not read: said, with how many forms before it ran.
         r = await call(client, "evaluate-lisp", {"code": "(sdk-twice 1) (+ 1 2))"}, error=True)
         assert "(The 2 forms before it ran.)" in r.structured_content["error"]["message"], r.structured_content
+        # A missing closer: an error whose [REPAIR] note shows the change and
+        # the code with its closers placed by indentation; none of it ran.
+        code = "(defun sdk-thrice (x)\n  (* 3 x)\n(sdk-thrice 2)"
+        r = await call(client, "evaluate-lisp", {"code": code}, error=True)
+        assert "[REPAIR]" in text_of(r), text_of(r)
+        assert 'added ")" at line 2, column 10' in text_of(r), text_of(r)
+        assert "(defun sdk-thrice (x)\n  (* 3 x))\n(sdk-thrice 2)" in text_of(r), text_of(r)
+        r = await call(client, "evaluate-lisp", {"code": "(fboundp 'sdk-thrice)"})
+        assert r.structured_content["values"] == ["NIL"], r.structured_content
         r = await call(client, "evaluate-lisp", {"code": "(loop)", "timeoutSeconds": 0.5}, error=True)
         assert r.structured_content.get("interrupted") is True, r.structured_content
         r = await call(client, "evaluate-lisp", {"code": "(sdk-twice 5)"})
@@ -169,6 +178,78 @@ async def run(target, label: str, mode: str) -> None:
         print(f"{label} {mode}: protocol {version}, {len(names)} tools, evaluate-lisp and every family ok")
 
 
+async def debugger_limits(binary: str, root: str) -> None:
+    """What the debug tools refuse or stop, as a client meets it: code run
+    after a stack exhaustion, a restarted frame's call, a print-object that
+    never returns, data too deep to print, a cancelled frame evaluation, the
+    image's main thread."""
+    stdio = StdioServerParameters(command=binary, args=["--project-root", root])
+    async with Client(stdio, mode="legacy", read_timeout_seconds=120) as client:
+        await call(client, "evaluate-lisp", {"code": "(defvar *sdk-kept* 7) (defun sdk-deep (n) (1+ (sdk-deep (1+ n))))"})
+        r = await call(client, "evaluate-lisp", {"code": "(sdk-deep 0)", "debug": True}, error=True)
+        assert text_of(r).startswith("[DEBUGGER level 1]"), text_of(r)
+        exhausted = r.structured_content["debugger"]["debugger"]
+        frame = r.structured_content["debugger"]["frames"][0]["index"]
+        r = await client.call_tool("debugger-frame", {"debugger": exhausted, "code": "(sdk-deep 0)"})
+        assert r.is_error and "guard page is not re-armed until the debugger returns" in text_of(r), text_of(r)
+        r = await client.call_tool("debugger-restart", {"debugger": exhausted, "action": "restart", "frame": frame})
+        assert r.is_error and "while the stack is exhausted" in text_of(r), text_of(r)
+        await call(client, "debugger-restart", {"debugger": exhausted, "action": "abort"}, error=True)
+        r = await call(client, "evaluate-lisp", {"code": "*sdk-kept*"})
+        assert r.structured_content["values"] == ["7"], "the image died"
+
+        # A restarted frame gets its call's own arguments (K stays out).
+        await call(client, "evaluate-lisp", {"code": "(declaim (optimize (debug 2))) (defvar *sdk-calls* '()) "
+                                             "(defun sdk-kf (x &key (k 1 k-p)) (push (list x k k-p) *sdk-calls*) (error \"kf ~a\" x))"})
+        r = await call(client, "evaluate-lisp", {"code": "(sdk-kf 0)", "debug": True}, error=True)
+        number = r.structured_content["debugger"]["debugger"]
+        frame = next(f["index"] for f in r.structured_content["debugger"]["frames"] if "SDK-KF" in f["frame"])
+        r = await call(client, "debugger-restart", {"debugger": number, "action": "restart", "frame": frame}, error=True)
+        assert text_of(r).startswith("[DEBUGGER level 1]"), text_of(r)
+        r = await call(client, "evaluate-lisp", {"code": "(format nil \"~s\" *sdk-calls*)"})
+        assert r.structured_content["values"] == ['"((0 1 NIL) (0 1 NIL))"'], r.structured_content
+
+        # Frame code whose call is abandoned (the SDK sends
+        # notifications/cancelled) is stopped: the debugger answers again.
+        try:
+            await asyncio.wait_for(client.call_tool("debugger-frame", {"debugger": number, "code": "(loop)"}), 1.0)
+            raise AssertionError("(loop) in a frame answered")
+        except asyncio.TimeoutError:
+            pass
+        # (Were it not stopped, this would wait behind it for its 30 s.)
+        started = asyncio.get_running_loop().time()
+        r = await call(client, "debugger-frame", {"debugger": number, "frame": frame, "code": "(+ 1 2)"})
+        assert r.structured_content["values"] == ["3"], r.structured_content
+        assert asyncio.get_running_loop().time() - started < 10, "the cancelled frame code went on"
+
+        # A print-object that never returns: stopped at the timeout, in a
+        # frame and outside, with no thread left running.
+        await call(client, "evaluate-lisp", {"code": "(defstruct sdk-spin a) (defmethod print-object ((s sdk-spin) out) (loop)) "
+                                             "(defvar *sdk-spin* (make-sdk-spin))"})
+        r = await client.call_tool("inspect-object", {"debugger": number, "frame": frame, "code": "*sdk-spin*", "timeoutSeconds": 1})
+        assert r.is_error and "did not finish within 1 s and was stopped" in text_of(r), text_of(r)
+        await call(client, "debugger-restart", {"debugger": number, "action": "abort"}, error=True)
+        threads = "(length (sb-thread:list-all-threads))"
+        before = (await call(client, "evaluate-lisp", {"code": threads})).structured_content["values"]
+        for _ in range(2):
+            r = await client.call_tool("inspect-object", {"code": "*sdk-spin*", "timeoutSeconds": 1})
+            assert r.is_error and text_of(r).startswith("[TIMEOUT] Showing the inspected object"), text_of(r)
+        after = (await call(client, "evaluate-lisp", {"code": threads})).structured_content["values"]
+        assert after == before, (before, after)
+        r = await call(client, "inspect-object", {"code": "(let ((x nil)) (dotimes (i 100000 x) (setf x (list x))))"})
+        assert r.structured_content["object"] == "(((#)))", r.structured_content
+
+        # The image's main thread is not interrupted.
+        r = await call(client, "list-threads", {})
+        main = next(t["id"] for t in r.structured_content["threads"] if t["name"] == "main thread")
+        r = await client.call_tool("list-threads", {"action": "interrupt", "thread": main})
+        assert r.is_error and "main thread" in text_of(r), text_of(r)
+        r = await call(client, "evaluate-lisp", {"code": "*sdk-kept*"})
+        assert r.structured_content["values"] == ["7"], "the image died"
+    print("debugger limits: exhausted stack refused, frame restarted as called, "
+          "frame code cancelled, print-object stopped, deep data shown, main thread kept")
+
+
 async def attached(binary: str, swank: str) -> None:
     """The user's thread that entered the debugger: seen, then taken over."""
     target = StdioServerParameters(command=binary, args=["--swank", swank])
@@ -226,7 +307,21 @@ async def cold_start(binary: str, cache: str, lisp: str) -> None:
             "path": "greet.lisp", "formType": "defun", "formName": "sdk-other",
             "operation": "replace", "content": "(defun sdk-other ()\n  (list 2 3)\n"})
         assert r.structured_content["repairs"], r.structured_content
-        print(f"cold start on {lisp}: SDK environment, empty cache, UTF-8 read, parentheses repaired")
+        # Builds queue one at a time; the wait counts against the timeout:
+        # a compile with a 2 s timeout behind a 6 s one never starts.
+        with open(os.path.join(root, "slow.lisp"), "w") as f:
+            f.write("(eval-when (:compile-toplevel) (sleep 6))\n(defun sdk-slow () 1)\n")
+        slow = asyncio.create_task(client.call_tool("lisp-compile-file", {"path": "slow.lisp", "load": False}))
+        await asyncio.sleep(0.5)
+        started = asyncio.get_running_loop().time()
+        r = await client.call_tool("lisp-compile-file", {"path": "greet.lisp", "timeoutSeconds": 2})
+        waited = asyncio.get_running_loop().time() - started
+        assert r.is_error and "never started" in text_of(r) and "slow.lisp" in text_of(r), r
+        assert waited < 4.5, waited
+        r = await slow
+        assert not r.is_error, r
+        print(f"cold start on {lisp}: SDK environment, empty cache, UTF-8 read, parentheses repaired, "
+              f"a queued build timed out in {waited:.1f} s")
 
 
 async def main() -> None:
@@ -239,6 +334,7 @@ async def main() -> None:
     stdio = StdioServerParameters(command=binary, args=["--project-root", root])
     await run(stdio, "stdio", "auto")  # probes server/discover: the stateless era
     await run(stdio, "stdio", "legacy")  # the initialize handshake
+    await debugger_limits(binary, root)
     if len(sys.argv) > 3:
         await run(sys.argv[3], "http", "auto")
         await run(sys.argv[3], "http", "legacy")
