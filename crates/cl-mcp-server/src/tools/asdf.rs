@@ -107,14 +107,37 @@ struct TestFailure {
     location: super::code::Location,
 }
 
+/// How a test run ended (README: test frameworks).
+#[derive(Serialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+enum TestOutcome {
+    /// A recognised result or summary with no failure: the only success.
+    Passed,
+    /// A recognised result or summary with failures.
+    Failed,
+    /// The build or run signalled, timed out, or the system is missing.
+    Error,
+    /// No framework's results or summary recognised in the output.
+    Unknown,
+}
+
+impl TestOutcome {
+    fn from_lisp(s: Option<String>) -> Self {
+        match s.as_deref() {
+            Some("passed") => Self::Passed,
+            Some("failed") => Self::Failed,
+            Some("error") => Self::Error,
+            _ => Self::Unknown,
+        }
+    }
+}
+
 #[derive(Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 struct TestOutput {
     /// Outcome `passed`: no error, a recognised result, no failed check.
     success: bool,
-    /// `passed`, `failed`, `error` (the build or run signalled, or timed
-    /// out) or `unknown` (no framework's results or summary recognised).
-    outcome: String,
+    outcome: TestOutcome,
     /// Absent when no framework's results or summary were recognised.
     #[serde(skip_serializing_if = "Option::is_none")]
     summary: Option<TestSummary>,
@@ -167,8 +190,7 @@ async fn asdf_test_system(a: TestArgs, ctx: ToolContext) -> ToolOutput {
     });
     let out = TestOutput {
         success: build.success,
-        outcome: plist_str(&v, "outcome")
-            .map_or_else(|| "unknown".into(), |o| o.to_ascii_lowercase()),
+        outcome: TestOutcome::from_lisp(plist_str(&v, "outcome")),
         summary,
         failures,
         diagnostics: build.diagnostics.clone(),
