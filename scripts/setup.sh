@@ -10,7 +10,8 @@ exec 1>&2
 cd "$(dirname "$0")/.."
 
 DEBS=(sbcl cl-swank sbcl-source cl-alexandria cl-ppcre cl-yason cl-usocket
-      cl-bordeaux-threads cl-hunchentoot cl-fiveam ecl clisp abcl python3-venv)
+      cl-bordeaux-threads cl-hunchentoot cl-fiveam cl-fiasco cl-rt cl-ptester
+      cl-xlunit ecl clisp abcl python3-venv)
 
 missing=()
 for p in "${DEBS[@]}"; do

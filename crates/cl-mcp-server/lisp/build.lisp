@@ -640,77 +640,6 @@ BUILD-STATUS)."
        (list :diagnostics notes)
        (build-result-fields result build-error)))))
 
-;;; Test summaries.
-
-(defun integer-before (text marker &key (start 0))
-  "The integer just before the first MARKER at or after START in TEXT."
-  (let ((pos (search marker text :start2 start)))
-    (when pos
-      (let* ((end (position-if-not (lambda (c) (char= c #\Space)) text
-                                   :end pos :from-end t))
-             (begin (and end (position-if-not #'digit-char-p text :end (1+ end) :from-end t))))
-        (when (and end (digit-char-p (char text end)))
-          (parse-integer text :start (if begin (1+ begin) 0) :end (1+ end)))))))
-
-(defun integer-after (text marker &key (start 0))
-  "The integer following the first MARKER (spaces allowed) at or after START."
-  (let ((pos (search marker text :start2 start)))
-    (when pos
-      (let* ((begin (position-if-not (lambda (c) (member c '(#\Space #\Tab))) text
-                                     :start (+ pos (length marker)))))
-        (when (and begin (digit-char-p (char text begin)))
-          (values (parse-integer text :start begin :junk-allowed t)))))))
-
-(defun sum-after (text marker)
-  "Sum of the integers after every occurrence of MARKER (several suites)."
-  (let ((total nil) (start 0))
-    (loop for pos = (search marker text :start2 start)
-          while pos
-          do (let ((n (integer-after text marker :start pos)))
-               (when n (setf total (+ (or total 0) n))))
-             (setf start (1+ pos)))
-    total))
-
-(defun summarize-test-output (text)
-  "Pass/fail counts from the summary a known test framework printed:
-(:framework S :passed N :failed N :skipped N), or NIL when none is
-recognised. FiveAM, Parachute, Rove and lisp-unit2 are known."
-  (cond
-    ;; FiveAM: " Did 3 checks.\n    Pass: 3 (100%)\n    Skip: 0 ...\n    Fail: 0"
-    ((and (search "Did " text) (search "Pass: " text) (search "Fail: " text))
-     (list :framework "fiveam"
-           :passed (sum-after text "Pass: ")
-           :failed (sum-after text "Fail: ")
-           :skipped (or (sum-after text "Skip: ") 0)))
-    ;; Parachute's plain report: "Passed:  3\nFailed:  0\nSkipped: 0"
-    ((and (search "Passed:" text) (search "Failed:" text))
-     (list :framework "parachute"
-           :passed (sum-after text "Passed:")
-           :failed (sum-after text "Failed:")
-           :skipped (or (sum-after text "Skipped:") 0)))
-    ;; Rove: "✓ 3 tests completed" / "× 1 of 3 tests failed"
-    ((search "tests failed" text)
-     (let* ((pos (search "tests failed" text))
-            (line-start (or (position #\Newline text :end pos :from-end t) 0))
-            (line (subseq text line-start pos))
-            (failed (integer-after line "× "))
-            (total (integer-after line " of ")))
-       (list :framework "rove"
-             :passed (and failed total (- total failed))
-             :failed failed :skipped 0)))
-    ((or (search "tests completed" text) (search "test completed" text))
-     (list :framework "rove"
-           :passed (or (integer-before text "tests completed")
-                       (integer-before text "test completed"))
-           :failed 0 :skipped 0))
-    ;; lisp-unit2: "... 3 assertions, 3 passed, 0 failed ..." style summaries.
-    ((and (search " passed" text) (search " failed" text))
-     (list :framework "lisp-unit2"
-           :passed (integer-before text " passed")
-           :failed (integer-before text " failed")
-           :skipped 0))
-    (t nil)))
-
 ;;; Test results, per test, from the frameworks themselves.
 
 (defvar *test-results* nil
@@ -898,22 +827,14 @@ message saying it names none (with the nearest names)."
         message)))
 
 (defun results-summary (records)
-  "Counts of the recorded checks: (:framework S :passed N :failed N :skipped N)."
-  (list :framework (getf (first records) :framework)
+  "Counts of the recorded checks: (:framework S :passed N :failed N :skipped N),
+S naming each framework that recorded checks (\"fiveam, fiasco\")."
+  (list :framework (format nil "~{~A~^, ~}"
+                           (remove-duplicates (mapcar (lambda (r) (getf r :framework)) records)
+                                              :test #'equal :from-end t))
         :passed (count :passed records :key (lambda (r) (getf r :status)))
         :failed (count :failed records :key (lambda (r) (getf r :status)))
         :skipped (count :skipped records :key (lambda (r) (getf r :status)))))
-
-(defun one-line (text)
-  "TEXT with every run of whitespace made one space (FiveAM's reasons are
-laid out over many lines)."
-  (let ((out (make-string-output-stream)) (space nil))
-    (loop for c across (string-trim '(#\Space #\Tab #\Newline #\Return) text)
-          do (if (member c '(#\Space #\Tab #\Newline #\Return))
-                 (setf space t)
-                 (progn (when space (write-char #\Space out) (setf space nil))
-                        (write-char c out))))
-    (get-output-stream-string out)))
 
 (defun test-failures (records system)
   "The failed checks of RECORDS, in the order they ran, as (:test S :suite S
@@ -945,17 +866,19 @@ end-of-file, so it never waits). With TEST (a FiveAM test or suite name),
 the systems' test actions are skipped (their dependencies still loaded)
 and only that test runs (a TEST that names none gives the :error
 (:type \"UNKNOWN-TEST\" :message S), S naming the nearest tests). FORCE
-rebuilds the system and its test systems (SYSTEMS-UNDER). Returns (:system S :success T-or-NIL :summary
-NIL-or-(:framework S :passed N :failed N :skipped N) :failures
-((:test S :suite S :message S :form S :path P :line N :column N) ...)
+rebuilds the system and its test systems (SYSTEMS-UNDER). Returns (:system
+S :success T-or-NIL :outcome \"passed\"|\"failed\"|\"error\"|\"unknown\"
+:summary NIL-or-(:framework S :passed N :failed N :skipped N) :failures
+((:test S :suite S :message S :form S :path P :line N :column N :at S) ...)
 :diagnostics (...) :warnings-p :failure-p :failed :stdout S :stderr S
-:elapsed-ms N :error ...). The summary and failures come from FiveAM's
-results when it ran (counts are checks), else the summary is read from the
-output of a known framework. :success is NIL when the build or run
-signalled an error or a check failed."
+:elapsed-ms N :error ...). The summary and failures come from FiveAM's or
+Fiasco's results when they ran (counts are checks), else the summary is
+read from the tail of the output (frameworks.lisp). :success is T only for
+the outcome \"passed\": no error, a recognised result and no failed check;
+output no reader recognises is \"unknown\"."
   (when (null (ignore-errors (asdf:find-system (string-downcase (string name)) nil)))
     (return-from test-system
-      (list :system (string-downcase (string name)) :success nil :summary nil
+      (list :system (string-downcase (string name)) :success nil :outcome "error" :summary nil
             :failures nil :diagnostics nil :warnings-p nil :failure-p t :failed nil
             :stdout "" :stderr "" :elapsed-ms 0
             :error (missing-system-error (string-downcase (string name))))))
@@ -965,6 +888,8 @@ signalled an error or a check failed."
          (unknown nil)
          (box (list nil))
          (collector (list nil))
+         (fiasco-before (fiasco-history))
+         (tails (list nil))
          (result
            (let ((*test-results* collector)
                  (*skip-test-perform* (and test t)))
@@ -973,34 +898,36 @@ signalled an error or a check failed."
                 (setf (values notes build-error failed values flags)
                       (call-building
                        (lambda ()
-                         (if force
-                             (asdf:test-system name :force (systems-under name))
-                             (asdf:test-system name))
-                         (when test
-                           (let ((*skip-test-perform* nil))
-                             (setf unknown (run-named-test test)))))
+                         (call-copying-output
+                          (lambda ()
+                            (if force
+                                (asdf:test-system name :force (systems-under name))
+                                (asdf:test-system name))
+                            (when test
+                              (let ((*skip-test-perform* nil))
+                                (setf unknown (run-named-test test)))))
+                          tails))
                        :box box)))
               :id id :max-output max-output :warnings :pass))))
          (notes (if (getf result :interrupted) (finish-notes (car box) nil) notes))
-         (records (reverse (car collector)))
+         (records (append (reverse (car collector)) (fiasco-records fiasco-before)))
          (summary (if records
                       (results-summary records)
-                      (summarize-test-output
-                       (concatenate 'string (getf result :stdout) (string #\Newline)
-                                    (getf result :stderr))))))
+                      (summarize-test-output (output-tails tails)))))
     (when unknown
       (setf (getf result :error)
             (list :type "UNKNOWN-TEST" :message unknown :restarts nil :backtrace nil)))
-    (append
-     (list :system name
-           :success (and (not build-error)
-                         (not (getf result :error)) (not (getf result :interrupted))
-                         (or (null summary) (eql 0 (getf summary :failed))))
-           :summary summary
-           :failures (test-failures records name))
-     (build-status notes build-error failed flags)
-     (list :diagnostics notes)
-     (build-result-fields result build-error))))
+    (let ((outcome (test-outcome summary :error (or build-error (getf result :error)
+                                                    (getf result :interrupted)))))
+      (append
+       (list :system name
+             :success (eq outcome :passed)
+             :outcome (string-downcase outcome)
+             :summary summary
+             :failures (test-failures records name))
+       (build-status notes build-error failed flags)
+       (list :diagnostics notes)
+       (build-result-fields result build-error)))))
 
 ;;; Listing and describing systems.
 

@@ -25,6 +25,17 @@ shown as #<error printing ...>."
               (subseq string 0 limit) (- (length string) limit))
       string))
 
+(defun one-line (text)
+  "TEXT with every run of whitespace made one space (FiveAM's reasons are
+laid out over many lines)."
+  (let ((out (make-string-output-stream)) (space nil))
+    (loop for c across (string-trim '(#\Space #\Tab #\Newline #\Return) text)
+          do (if (member c '(#\Space #\Tab #\Newline #\Return))
+                 (setf space t)
+                 (progn (when space (write-char #\Space out) (setf space nil))
+                        (write-char c out))))
+    (get-output-stream-string out)))
+
 (defun qualified-name (symbol)
   "SYMBOL as PKG:NAME (one colon when external, two when internal), with
 the package's name, so it reads back the same in any package."

@@ -471,13 +471,52 @@
 (check "debian systems findable" (find "fiveam" (getf (cl-mcp:list-systems :filter "fiveam") :systems)
                                        :key (lambda (s) (getf s :name)) :test #'equal))
 
-(check "summaries: parachute"
-       (equal (cl-mcp:summarize-test-output (format nil "Passed:  4~%Failed:  1~%Skipped: 2~%"))
-              '(:framework "parachute" :passed 4 :failed 1 :skipped 2)))
-(check "summaries: rove"
-       (equal (cl-mcp:summarize-test-output (format nil "× 1 of 3 tests failed~%"))
-              '(:framework "rove" :passed 2 :failed 1 :skipped 0)))
+;; Every framework's summary reader, on real transcripts of real runs
+;; (tests/transcripts/*.txt: a ";;" header naming the framework's version,
+;; then the run's stdout and stderr).
+(defun transcript (name)
+  "The stdout and stderr of the transcript NAME, as TEST-SYSTEM reads them."
+  (let* ((text (uiop:read-file-string
+                (merge-pathnames (format nil "tests/transcripts/~A.txt" name)
+                                 cl-user::*helpers-dir*)
+                :external-format :utf-8))
+         (out (search (format nil ";; ---- stdout~%") text))
+         (err (search (format nil "~%;; ---- stderr~%") text)))
+    (concatenate 'string
+                 (subseq text (+ out (length ";; ---- stdout") 1) err)
+                 (string #\Newline)
+                 (subseq text (+ err (length ";; ---- stderr") 2)))))
+
+(dolist (case '(("fiveam-fail" "fiveam" 3 1) ("fiveam-green" "fiveam" 2 0)
+                ;; "× 1 of 1 test failed": one test (the package) of one.
+                ("rove-fail" "rove" 0 1) ("rove-fail-nocolor" "rove" 0 1)
+                ("rove-green" "rove" 1 0)
+                ("parachute-fail" "parachute" 3 1) ("parachute-green" "parachute" 2 0)
+                ;; Not the per-test "2 assertions passed": the summary's.
+                ("lisp-unit2-fail" "lisp-unit2" 3 1) ("lisp-unit2-green" "lisp-unit2" 2 0)
+                ("rt-fail" "rt" 1 1) ("rt-green" "rt" 2 0)
+                ("ptester-fail" "ptester" 1 1) ("ptester-green" "ptester" 2 0)
+                ("xlunit-fail" "xlunit" 1 1) ("xlunit-green" "xlunit" 2 0)))
+  (destructuring-bind (name framework passed failed) case
+    (let ((summary (cl-mcp:summarize-test-output (transcript name))))
+      (check (format nil "summary of the ~A transcript: ~S" name summary)
+             (equal summary (list :framework framework :passed passed
+                                  :failed failed :skipped 0))))))
+;; Fiasco prints no summary of a passing run: its results come from its
+;; result objects (tests/frameworks.rs), never from these lines.
+(check "fiasco's output is no summary"
+       (and (null (cl-mcp:summarize-test-output (transcript "fiasco-green")))
+            (null (cl-mcp:summarize-test-output (transcript "fiasco-fail")))))
 (check "summaries: none" (null (cl-mcp:summarize-test-output "hello")))
+(check "a per-test line is no summary"
+       (null (cl-mcp:summarize-test-output
+              (format nil "PKG::ADDS - PASSED (0.02s) : 2 assertions passed~%"))))
+(check "outcomes"
+       (equal (list (cl-mcp::test-outcome nil)
+                    (cl-mcp::test-outcome '(:framework "rt" :passed 2 :failed 0))
+                    (cl-mcp::test-outcome '(:framework "rt" :passed 1 :failed 1))
+                    (cl-mcp::test-outcome '(:framework "rt" :passed 2 :failed 0) :error t))
+              '(:unknown :passed :failed :error)))
 
 (let ((info (cl-mcp:image-info)))
   (check "image info" (and (equal (getf info :implementation) "SBCL")

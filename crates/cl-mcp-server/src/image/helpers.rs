@@ -29,6 +29,10 @@ const EMBEDDED: &[(&str, &str)] = &[
         "test-locations.lisp",
         include_str!("../../lisp/test-locations.lisp"),
     ),
+    (
+        "frameworks.lisp",
+        include_str!("../../lisp/frameworks.lisp"),
+    ),
     ("build.lisp", include_str!("../../lisp/build.lisp")),
     ("inspect.lisp", include_str!("../../lisp/inspect.lisp")),
     ("direct.lisp", include_str!("../../lisp/direct.lisp")),

@@ -78,11 +78,12 @@ struct TestArgs {
     timeout_seconds: Option<f64>,
 }
 
-/// Pass/fail counts: of checks, from the framework's own results (FiveAM),
-/// else read from its printed summary.
+/// Pass/fail counts: of checks, from the framework's own results (FiveAM,
+/// Fiasco), else read from its printed summary (README: test frameworks).
 #[derive(Serialize, JsonSchema)]
 struct TestSummary {
-    /// fiveam, parachute, rove or lisp-unit2.
+    /// fiveam, fiasco, parachute, rove, lisp-unit2, rt, ptester or xlunit
+    /// (FiveAM and Fiasco results together: `fiveam, fiasco`).
     framework: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     passed: Option<i64>,
@@ -115,11 +116,37 @@ struct TestFailure {
     at: Option<String>,
 }
 
+/// How a test run ended (README: test frameworks).
+#[derive(Serialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+enum TestOutcome {
+    /// A recognised result or summary with no failure: the only success.
+    Passed,
+    /// A recognised result or summary with failures.
+    Failed,
+    /// The build or run signalled, timed out, or the system is missing.
+    Error,
+    /// No framework's results or summary recognised in the output.
+    Unknown,
+}
+
+impl TestOutcome {
+    fn from_lisp(s: Option<String>) -> Self {
+        match s.as_deref() {
+            Some("passed") => Self::Passed,
+            Some("failed") => Self::Failed,
+            Some("error") => Self::Error,
+            _ => Self::Unknown,
+        }
+    }
+}
+
 #[derive(Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 struct TestOutput {
-    /// No error, and no failed check.
+    /// Outcome `passed`: no error, a recognised result, no failed check.
     success: bool,
+    outcome: TestOutcome,
     /// Absent when no framework's results or summary were recognised.
     #[serde(skip_serializing_if = "Option::is_none")]
     summary: Option<TestSummary>,
@@ -176,6 +203,7 @@ async fn asdf_test_system(a: TestArgs, ctx: ToolContext) -> ToolOutput {
     });
     let out = TestOutput {
         success: build.success,
+        outcome: TestOutcome::from_lisp(plist_str(&v, "outcome")),
         summary,
         failures,
         diagnostics: build.diagnostics.clone(),
@@ -227,12 +255,8 @@ fn render_test_run(
             )
         }
         None => format!(
-            "{what} {} ({} ms; no known test summary recognised in the output)",
-            if out.success {
-                "ran without error"
-            } else {
-                "FAILED"
-            },
+            "{what}: outcome UNKNOWN ({} ms): no test framework's results or summary recognised \
+             in the output; read it below",
             out.elapsed_ms
         ),
     };
@@ -518,8 +542,8 @@ pub fn tools() -> Vec<ToolDef> {
             "asdf-test-system",
             ToolGroup::Asdf,
             "Run a system's tests",
-            "Run `asdf:test-system` (never waits for input): counts, each failed check (FiveAM: \
-             expected/actual at its line); `test` runs one test or suite; `force` rebuilds.",
+            "Run `asdf:test-system` (never waits for input): counts, each failed check (FiveAM, \
+             Fiasco: expected/actual at its line); `test` runs one test or suite; `force` rebuilds.",
             Annotations::MUTATING,
             |a: TestArgs, ctx: ToolContext| async move {
                 let c = ctx.clone();

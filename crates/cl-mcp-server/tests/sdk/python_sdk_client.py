@@ -127,6 +127,14 @@ async def run(target, label: str, mode: str) -> None:
         r = await call(client, "code-macroexpand", {"form": "(when a b)"})
         assert r.structured_content["expanded"] is True
         r = await call(client, "asdf-list-systems", {})
+        # A test run read from RT's real summary (tests/frameworks/rt): one
+        # failure is outcome "failed"; all passing is the only success.
+        r = await call(client, "asdf-test-system", {"system": "demo-rt"}, error=True)
+        assert r.structured_content["outcome"] == "failed", r.structured_content
+        assert r.structured_content["success"] is False, r.structured_content
+        assert r.structured_content["summary"] == {"framework": "rt", "passed": 1, "failed": 1, "skipped": 0}, r.structured_content
+        r = await call(client, "asdf-test-system", {"system": "demo-rt/green"})
+        assert r.structured_content["outcome"] == "passed", r.structured_content
         r = await call(client, "lisp-check-parens", {"code": "(defun f (x) (+ x 1))"})
         r = await call(client, "clgrep-signatures", {"path": "lisp/eval.lisp"})
         r = await call(client, "fs-get-project-info", {})
