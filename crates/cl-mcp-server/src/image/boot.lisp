@@ -16,6 +16,9 @@
 ;;;;   exits (even by kill -9) stdin reaches end-of-file and the image exits.
 ;;;;   A Lisp without threads (CLISP) serves Swank on its one thread instead
 ;;;;   and exits when the server's connection closes.
+;;;; - CL_MCP_FASL_DIR (environment): the project's fasl directory in the
+;;;;   server's cache; ASDF's output goes under its asdf/ (see
+;;;;   USE-PROJECT-FASL-DIRECTORY).
 ;;;; - CL_MCP_CACHE_CHECK=1 (environment): the server checking a cache it
 ;;;;   has just built; MAIN checks that Swank, the helpers and itself are in
 ;;;;   place, prints "CL-MCP-CACHE-OK" and exits, starting nothing.
@@ -107,6 +110,21 @@ so, exit. The boot guard still stands, so a failure says why and exits 3."
     (finish-output out))
   (exit-now 0))
 
+(defun use-project-fasl-directory ()
+  "ASDF's compiled files go to CL_MCP_FASL_DIR's asdf/ (the project's fasl
+directory in the server's cache, the one place there the image may write)
+instead of the user's shared ~/.cache/common-lisp/, which every Lisp of the
+user loads from: what an image compiles can then only reach later images of
+its own project. Ahead of the user's own translations."
+  (let ((dir (getenv "CL_MCP_FASL_DIR"))
+        (init (and (find-package "ASDF")
+                   (find-symbol "INITIALIZE-OUTPUT-TRANSLATIONS" "ASDF"))))
+    (when (and dir (plusp (length dir)) init (fboundp init))
+      (let ((base (concatenate 'string (string-right-trim "/" dir) "/asdf/")))
+        (funcall init `(:output-translations
+                        (t (,base :implementation :**/ :*.*.*))
+                        :inherit-configuration))))))
+
 (defun main ()
   (utf-8-defaults)
   (when (equal (getenv "CL_MCP_CACHE_CHECK") "1")
@@ -131,6 +149,7 @@ so, exit. The boot guard still stands, so a failure says why and exits 3."
                             (find-symbol "CLEAR-CONFIGURATION" "ASDF"))))
             (when (and clear (fboundp clear))
               (funcall clear)))
+          (use-project-fasl-directory)
           (setf threads (threads-p))
           ;; The process's stdin is the server's lifeline (see above), not
           ;; input for programs: code reading the default streams gets

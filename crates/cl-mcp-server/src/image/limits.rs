@@ -218,12 +218,34 @@ pub fn prepare_caps(max_processes: Option<u32>, memory_bytes: Option<u64>) -> Pr
                 warning = Some(w);
             } else {
                 let now = user_tasks(uid);
-                let limit = now + u64::from(max);
+                let wanted = now + u64::from(max);
+                let (soft, hard) = own_nproc_limit();
+                // A process may not raise its hard limit: asking for more
+                // than ours would make every start fail (EPERM between
+                // fork and exec). Nor is our own soft limit loosened.
+                let limit = wanted.min(soft).min(hard);
                 nproc = Some(limit);
-                lines.push(format!(
-                    "processes: RLIMIT_NPROC {limit} (your {now} tasks at start + {max}; no \
-                     writable pids cgroup: {why})"
-                ));
+                if limit < wanted {
+                    let w = format!(
+                        "--max-processes {max}: the image gets RLIMIT_NPROC {limit}, the server's \
+                         own limit (soft {}, hard {}), below your {now} tasks + {max}{}",
+                        rlim_text(soft),
+                        rlim_text(hard),
+                        if limit <= now {
+                            ": your user already runs that many tasks, so the image may fail to \
+                             start threads or programs"
+                        } else {
+                            ""
+                        }
+                    );
+                    lines.push(format!("processes: {w}"));
+                    warning = Some(w);
+                } else {
+                    lines.push(format!(
+                        "processes: RLIMIT_NPROC {limit} (your {now} tasks at start + {max}; no \
+                         writable pids cgroup: {why})"
+                    ));
+                }
             }
         }
     }
@@ -252,6 +274,34 @@ pub fn prepare_caps(max_processes: Option<u32>, memory_bytes: Option<u64>) -> Pr
         nproc,
         lines,
         warning,
+    }
+}
+
+/// This process's `RLIMIT_NPROC` (soft, hard); `u64::MAX` for unlimited.
+fn own_nproc_limit() -> (u64, u64) {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit(2) fills the struct it is given.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NPROC, &mut lim) } != 0 {
+        return (u64::MAX, u64::MAX);
+    }
+    let value = |v: libc::rlim_t| {
+        if v == libc::RLIM_INFINITY {
+            u64::MAX
+        } else {
+            v as u64
+        }
+    };
+    (value(lim.rlim_cur), value(lim.rlim_max))
+}
+
+fn rlim_text(v: u64) -> String {
+    if v == u64::MAX {
+        "unlimited".into()
+    } else {
+        v.to_string()
     }
 }
 

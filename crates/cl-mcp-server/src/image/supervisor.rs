@@ -956,12 +956,25 @@ impl Image {
             let mut build_error = None;
             let mut repaired = None;
             if try_core {
-                if let Some(plan) = cache.cached_plan() {
-                    return Ok((plan, None, None));
+                match cache.cached_plan() {
+                    Ok(Some(plan)) => return Ok((plan, None, None)),
+                    Ok(None) => {}
+                    // Discarded and built again below, under the build lock.
+                    Err(why) => tracing::warn!(core = %cache.core_path().display(), "the cached core does not match what the server built: {why}"),
                 }
                 let building = Instant::now();
                 match cache.build() {
                     Ok(built) => {
+                        if let Some(why) = &built.tampered {
+                            let text = format!(
+                                "the cached core {} was changed after the server built it \
+                                 ({why}); discarded it and built it again in {} s",
+                                built.core.display(),
+                                building.elapsed().as_secs()
+                            );
+                            send_note(&notes, NoteLevel::Warning, text.clone());
+                            repaired = Some(text);
+                        }
                         if let Some(first) = &built.repaired {
                             let text = format!(
                                 "a file of the Lisp cache failed to load ({first}); discarded \
@@ -980,8 +993,10 @@ impl Image {
                                 building.elapsed().as_millis()
                             ),
                         );
-                        if let Some(plan) = cache.cached_plan() {
-                            return Ok((plan, None, repaired));
+                        match cache.cached_plan() {
+                            Ok(Some(plan)) => return Ok((plan, None, repaired)),
+                            Ok(None) => {}
+                            Err(e) => build_error = Some(e),
                         }
                     }
                     Err(e) => build_error = Some(e),
@@ -1053,20 +1068,23 @@ impl Image {
             .cache_dir
             .clone()
             .unwrap_or_else(default_cache_dir);
-        let fasl_dir = core_cache::private_dir(&cache.join("fasl")).map_err(|e| {
-            ImageError::StartFailed(format!(
-                "cannot prepare the private fasl directory under {}: {e}",
-                cache.display()
-            ))
-        })?;
         let root = match &self.inner.config.project_root {
             Some(r) => r.read().unwrap().clone(),
             None => std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/")),
         };
+        let fasl_dir = core_cache::private_dir(&cache.join("fasl"))
+            .and_then(|dir| core_cache::private_dir(&dir.join(core_cache::project_key(&root))))
+            .map_err(|e| {
+                ImageError::StartFailed(format!(
+                    "cannot prepare the private fasl directory under {}: {e}",
+                    cache.display()
+                ))
+            })?;
         let debian_loader = std::path::Path::new(super::locate::DEBIAN_SWANK_LOADER);
         let places = sandbox::Places {
             root: &root,
             cache: &cache,
+            fasl: &fasl_dir,
             lisp: &plan.lisp,
             swank_loader: self
                 .inner
@@ -1106,11 +1124,15 @@ impl Image {
             }
         }
         if let Some(fd) = confinement.raw_fd() {
-            // SAFETY: the closure makes two system calls and allocates
+            let own_proc = confinement.own_proc();
+            // SAFETY: the closure makes only system calls and allocates
             // nothing (async-signal-safe, as required after fork).
             unsafe {
-                cmd.pre_exec(move || sandbox::restrict_in_child(fd));
+                cmd.pre_exec(move || sandbox::restrict_in_child(fd, own_proc));
             }
+        }
+        if let Some(env) = sandbox::image_environment(confinement.report.mode) {
+            cmd.env_clear().envs(env);
         }
         if let Some(mb) = self.inner.config.memory_limit_mb {
             cmd.args(plan.kind.memory_args(mb));
