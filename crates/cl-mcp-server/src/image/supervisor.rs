@@ -132,6 +132,10 @@ struct Inner {
     /// Request ids of calls whose debugger entries are answered by their
     /// caller (see [`Image::eval_debuggable`]), not aborted.
     debuggable: Mutex<std::collections::HashSet<u64>>,
+    /// Swank threads waiting in a debugger one of our requests claimed (a
+    /// `debug: true` evaluation or a take-over, of any session sharing the
+    /// image): never taken over by another session.
+    claimed_threads: Mutex<std::collections::HashSet<i64>>,
     /// When the last call began or ended (`--image-idle-secs`).
     last_used: Mutex<Instant>,
     /// Calls running now (an image with one is never idle: a long
@@ -334,6 +338,7 @@ impl Image {
                 core_build_failed: AtomicBool::new(false),
                 cache_discarded: AtomicBool::new(false),
                 debuggable: Mutex::new(Default::default()),
+                claimed_threads: Mutex::new(Default::default()),
                 last_used: Mutex::new(Instant::now()),
                 in_flight: AtomicUsize::new(0),
             }),
@@ -480,6 +485,12 @@ impl Image {
         let _forget = Forget(&self.inner, id);
         let r = live.client.rex_with_id(id, form, package, Thread::T).await;
         self.reply(&live, r).await
+    }
+
+    /// Whether Swank thread `thread` waits in a debugger claimed by one of
+    /// our requests (an evaluation of some session sharing this image).
+    pub fn debugger_claimed(&self, thread: i64) -> bool {
+        self.inner.claimed_threads.lock().unwrap().contains(&thread)
     }
 
     /// Claims the debugger entries of a thread the caller will make enter
@@ -1593,6 +1604,9 @@ fn handle_event(inner: &Inner, live: &Arc<Live>, event: &SwankEvent) {
             // for the agent to take it over), never aborted by us.
             let users = inner.mode == ImageMode::Attached
                 && continuations.as_list().is_none_or(|l| l.is_empty());
+            if claimed {
+                inner.claimed_threads.lock().unwrap().insert(*thread);
+            }
             if users {
                 tracing::info!(
                     thread,
@@ -1624,6 +1638,9 @@ fn handle_event(inner: &Inner, live: &Arc<Live>, event: &SwankEvent) {
                         .await;
                 });
             }
+        }
+        SwankEvent::DebugReturn { thread, level } if *level <= 1 => {
+            inner.claimed_threads.lock().unwrap().remove(thread);
         }
         SwankEvent::ReadString { thread, tag } => {
             // No terminal behind us: reading standard input gets end-of-file
