@@ -110,6 +110,30 @@ so, exit. The boot guard still stands, so a failure says why and exits 3."
     (finish-output out))
   (exit-now 0))
 
+(defvar *exit-code* nil
+  "The code an evaluation passed to EXT:EXIT (or QUIT, BYE) on CLISP, whose
+exit unwinds Swank's loop as a reset does: MAIN's cleanup then lets the
+exit go on instead of reporting a stack overflow.")
+
+#+clisp
+(defun note-exit-calls ()
+  "Wrap CLISP's EXIT, QUIT and BYE (one function) so MAIN can tell an exit
+asked for from a reset past Swank."
+  (let ((exit (fdefinition 'ext:exit)))
+    (unless (get 'ext:exit 'exit-noted)
+      (ext:without-package-lock ("EXT")
+        (dolist (name '(ext:exit ext:quit ext:bye))
+          (setf (fdefinition name)
+                (lambda (&optional (code 0 code-p))
+                  (setf *exit-code* (if code-p code 0))
+                  (if code-p (funcall exit code) (funcall exit))))))
+      ;; C's _exit, for MAIN's cleanup: CLISP's own exit, once Swank's
+      ;; loop is unwound, does not finish (the image would wait until the
+      ;; server kills it, and its code would be lost).
+      (eval '(ffi:def-call-out c-exit (:name "_exit") (:arguments (code ffi:int))
+              (:return-type nil) (:language :stdc) (:library :default)))
+      (setf (get 'ext:exit 'exit-noted) t))))
+
 (defun use-project-fasl-directory ()
   "ASDF's compiled files go to CL_MCP_FASL_DIR's asdf/ (the project's fasl
 directory in the server's cache, the one place there the image may write)
@@ -178,11 +202,20 @@ its own project. Ahead of the user's own translations."
         ;; reports the death (a fresh image follows) instead of a wedged one.
         (let ((swank::*loopback-interface* "127.0.0.1")
               (done nil))
+          #+clisp (note-exit-calls)
           (unwind-protect
                (progn (swank::setup-server 0 #'announce nil nil nil)
                       (setf done t))
-            (unless done
-              (format (process-stderr) "~&cl-mcp-boot: the Lisp reset past Swank (stack overflow)~%")
-              (finish-output (process-stderr))
-              (exit-now 70)))))
+            (cond (done)
+                  (*exit-code*
+                   ;; An evaluation called EXIT: it goes on with its code.
+                   (format (process-stderr) "~&cl-mcp-boot: the image exits with code ~A (EXIT called)~%"
+                           *exit-code*)
+                   (finish-output (process-stderr))
+                   (ignore-errors (finish-output (process-stdout)))
+                   #+clisp (funcall 'c-exit (if (integerp *exit-code*) *exit-code* 0)))
+                  (t
+                   (format (process-stderr) "~&cl-mcp-boot: the Lisp reset past Swank (stack overflow)~%")
+                   (finish-output (process-stderr))
+                   (exit-now 70))))))
     (exit-now 0)))

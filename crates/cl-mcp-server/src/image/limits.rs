@@ -455,6 +455,19 @@ pub async fn release_cgroup(dir: PathBuf) {
     tracing::warn!(cgroup = %dir.display(), "could not remove the image's cgroup");
 }
 
+/// Whether the kernel's OOM killer killed a process of the cgroup `dir`
+/// at its memory cap (`oom_kill` in cgroup v2's `memory.events`, or v1's
+/// `memory.oom_control`).
+pub fn oom_killed(dir: &Path) -> bool {
+    ["memory.events", "memory.oom_control"].iter().any(|f| {
+        std::fs::read_to_string(dir.join(f))
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| l.strip_prefix("oom_kill "))
+            .any(|n| n.trim().parse::<u64>().is_ok_and(|n| n > 0))
+    })
+}
+
 /// Whether process `pid` is in the cgroup `dir`.
 pub fn in_cgroup(dir: &Path, pid: u32) -> bool {
     std::fs::read_to_string(dir.join("cgroup.procs"))
@@ -496,6 +509,28 @@ mod tests {
         // This test process has at least its main thread.
         assert!(user_tasks(uid) >= 1);
         assert_eq!(user_tasks(u32::MAX - 7), 0);
+    }
+
+    #[test]
+    fn an_oom_kill_is_read_from_either_cgroup_version() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        assert!(!oom_killed(d));
+        std::fs::write(
+            d.join("memory.events"),
+            "low 0\nhigh 0\nmax 3\noom 1\noom_kill 0\n",
+        )
+        .unwrap();
+        assert!(!oom_killed(d));
+        std::fs::write(d.join("memory.events"), "oom 1\noom_kill 1\n").unwrap();
+        assert!(oom_killed(d));
+        std::fs::remove_file(d.join("memory.events")).unwrap();
+        std::fs::write(
+            d.join("memory.oom_control"),
+            "oom_kill_disable 0\nunder_oom 0\noom_kill 2\n",
+        )
+        .unwrap();
+        assert!(oom_killed(d));
     }
 
     #[test]

@@ -1229,6 +1229,7 @@ impl Image {
 
         let (exit_tx, exit_rx) = watch::channel(None);
         let cgroups_at_exit = cgroups;
+        let memory_limit_mb = self.inner.config.memory_limit_mb;
         let (kill_tx, kill_rx) = oneshot::channel::<()>();
         tokio::spawn(async move {
             // Holding stdin keeps the image alive; it exits at EOF.
@@ -1250,7 +1251,22 @@ impl Image {
                 Ok(s) if killed && s.code().is_none() => {
                     "killed by the server (SIGKILL) once its Swank connection was gone".into()
                 }
-                Ok(s) => describe_exit(s),
+                Ok(s) => {
+                    use std::os::unix::process::ExitStatusExt;
+                    let mut text = describe_exit(s);
+                    // A SIGKILL from the memory cgroup's OOM killer is the
+                    // --memory-limit cap (ECL reports nothing itself).
+                    if s.signal() == Some(libc::SIGKILL)
+                        && cgroups_at_exit.iter().any(|d| limits::oom_killed(d))
+                    {
+                        text.push_str(&format!(
+                            ": the kernel's OOM killer, at the image's memory cap (--memory-limit \
+                             {} MB: the image and what it starts)",
+                            memory_limit_mb.unwrap_or_default()
+                        ));
+                    }
+                    text
+                }
                 Err(e) => format!("wait failed: {e}"),
             };
             // The Lisp's last words (SBCL's backtrace is flushed at exit)
