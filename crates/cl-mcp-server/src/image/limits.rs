@@ -287,11 +287,12 @@ fn own_nproc_limit() -> (u64, u64) {
     if unsafe { libc::getrlimit(libc::RLIMIT_NPROC, &mut lim) } != 0 {
         return (u64::MAX, u64::MAX);
     }
+    // rlim_t is u64 on Linux; RLIM_INFINITY is its maximum.
     let value = |v: libc::rlim_t| {
         if v == libc::RLIM_INFINITY {
             u64::MAX
         } else {
-            v as u64
+            v
         }
     };
     (value(lim.rlim_cur), value(lim.rlim_max))
