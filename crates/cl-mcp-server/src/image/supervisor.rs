@@ -132,10 +132,10 @@ struct Inner {
     /// Request ids of calls whose debugger entries are answered by their
     /// caller (see [`Image::eval_debuggable`]), not aborted.
     debuggable: Mutex<std::collections::HashSet<u64>>,
-    /// Swank threads waiting in a debugger one of our requests claimed (a
-    /// `debug: true` evaluation or a take-over, of any session sharing the
-    /// image): never taken over by another session.
-    claimed_threads: Mutex<std::collections::HashSet<i64>>,
+    /// (Swank thread, level) of the debugger levels one of our requests
+    /// claimed (a `debug: true` evaluation or a take-over, of any session
+    /// sharing the image): never taken over by another session.
+    claimed_threads: Mutex<std::collections::HashSet<(i64, i64)>>,
     /// When the last call began or ended (`--image-idle-secs`).
     last_used: Mutex<Instant>,
     /// Calls running now (an image with one is never idle: a long
@@ -490,7 +490,12 @@ impl Image {
     /// Whether Swank thread `thread` waits in a debugger claimed by one of
     /// our requests (an evaluation of some session sharing this image).
     pub fn debugger_claimed(&self, thread: i64) -> bool {
-        self.inner.claimed_threads.lock().unwrap().contains(&thread)
+        self.inner
+            .claimed_threads
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|(t, _)| *t == thread)
     }
 
     /// Claims the debugger entries of a thread the caller will make enter
@@ -1621,7 +1626,11 @@ fn handle_event(inner: &Inner, live: &Arc<Live>, event: &SwankEvent) {
             let users = inner.mode == ImageMode::Attached
                 && continuations.as_list().is_none_or(|l| l.is_empty());
             if claimed {
-                inner.claimed_threads.lock().unwrap().insert(*thread);
+                inner
+                    .claimed_threads
+                    .lock()
+                    .unwrap()
+                    .insert((*thread, *level));
             }
             if users {
                 tracing::info!(
@@ -1655,8 +1664,13 @@ fn handle_event(inner: &Inner, live: &Arc<Live>, event: &SwankEvent) {
                 });
             }
         }
-        SwankEvent::DebugReturn { thread, level } if *level <= 1 => {
-            inner.claimed_threads.lock().unwrap().remove(thread);
+        SwankEvent::DebugReturn { thread, level } => {
+            // Leaving a level leaves every level above it.
+            inner
+                .claimed_threads
+                .lock()
+                .unwrap()
+                .retain(|(t, l)| t != thread || l < level);
         }
         SwankEvent::ReadString { thread, tag } => {
             // No terminal behind us: reading standard input gets end-of-file
