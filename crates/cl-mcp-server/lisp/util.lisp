@@ -417,3 +417,39 @@ Returns (values symbol nil) or (values nil error-message)."
                                     (mapcar #'qualified-name found)))))))
         (values nil (format nil "Symbol ~S not found in package ~A."
                             name-part (package-name home)))))))
+
+;;; A request for a fresh Swank thread when no thread can be made.
+
+(defun rex-on-fresh-thread (connection event)
+  "Swank's *EVENT-HOOK*: serve (:EMACS-REX FORM PACKAGE T ID), a request
+for a fresh worker thread, as Swank's DISPATCH-EVENT would, except that a
+thread that cannot be made (the image at its process and thread limit:
+\"Could not create new OS thread\") answers this request with an abort
+that says so. Swank's own dispatch would signal the error in its control
+thread, whose panic handler closes the connection, and the image with it.
+Other events are left to Swank (NIL)."
+  (when (and (consp event)
+             (eq (first event) :emacs-rex)
+             (eq (fourth event) t))
+    (destructuring-bind (form package thread-id id) (rest event)
+      (declare (ignore thread-id))
+      (let ((thread (handler-case (swank::spawn-worker-thread connection)
+                      (error (e)
+                        (swank::encode-message
+                         (list :return
+                               (list :abort
+                                     (format nil "the image could not start a thread for ~
+                                                  this request (~A): it is at its limit of ~
+                                                  processes and threads (--max-processes, or ~
+                                                  the user's RLIMIT_NPROC); end threads or ~
+                                                  programs it started, or use image-restart"
+                                             (princ-to-string* e)))
+                               id)
+                         (swank::current-socket-io))
+                        (return-from rex-on-fresh-thread t)))))
+        (swank::add-active-thread connection thread)
+        (swank::send-event thread (list :emacs-rex form package id))
+        t))))
+
+(when (typep (swank/backend:preferred-communication-style) '(member :spawn))
+  (pushnew 'rex-on-fresh-thread swank::*event-hook*))

@@ -84,7 +84,9 @@ async fn check_core_cache(cache: CoreCache, dir: &std::path::Path) -> bool {
     let t = Instant::now();
     let outcome = tokio::task::spawn_blocking(move || {
         let broken = match cache.cached_plan() {
-            Some(plan) => match core_cache::check_plan(&plan, core_cache::CHECK_TIMEOUT) {
+            Err(why) => Some(why),
+            Ok(None) => None,
+            Ok(Some(plan)) => match core_cache::check_plan(&plan, core_cache::CHECK_TIMEOUT) {
                 Ok(took) => {
                     return Ok(format!(
                         "cached; starts and passes its check in {} ms",
@@ -96,10 +98,9 @@ async fn check_core_cache(cache: CoreCache, dir: &std::path::Path) -> bool {
                     Some(why)
                 }
             },
-            None => None,
         };
         let built = cache.build()?;
-        let repaired = broken.or(built.repaired);
+        let repaired = broken.or(built.tampered).or(built.repaired);
         Ok(match repaired {
             Some(why) => format!(
                 "was broken ({why}); discarded it and rebuilt it in {} ms",

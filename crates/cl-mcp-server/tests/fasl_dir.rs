@@ -1,6 +1,7 @@
 //! `lisp-compile-file` writes its fasls into a private directory of the
 //! server's cache (0700, ours), never into the shared temporary directory
-//! where another user could plant a symbolic link or swap a fasl (issue 10).
+//! where another user could plant a symbolic link or swap a fasl (issue 10),
+//! and a directory of its project's own (an image may write no other).
 
 mod common;
 mod eval_support;
@@ -44,10 +45,24 @@ fn compiled_fasls_go_to_a_private_directory_and_never_follow_planted_links() {
 
     assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious");
     let _ = std::fs::remove_file(&planted);
+    // The project's own directory there (`project-<hash of the root>`),
+    // the one an image of this project may write.
     let fasl_dir = cache.join("fasl");
     let mode = std::fs::metadata(&fasl_dir).unwrap().permissions().mode();
     assert_eq!(mode & 0o777, 0o700, "{mode:o}");
-    let fasl = fasl_dir
+    let project = std::fs::read_dir(&fasl_dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| {
+            p.file_name()
+                .unwrap()
+                .to_string_lossy()
+                .starts_with("project-")
+        })
+        .expect("the project's fasl dir");
+    let mode = std::fs::metadata(&project).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o700, "{mode:o}");
+    let fasl = project
         .join(src.parent().unwrap().strip_prefix("/").unwrap())
         .join("fasl-target.fasl");
     assert!(fasl.is_file(), "no fasl at {}", fasl.display());

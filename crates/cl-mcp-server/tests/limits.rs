@@ -357,6 +357,55 @@ fn clisp_memory_limit_turns_a_runaway_allocation_into_a_recovered_death() {
     );
 }
 
+/// `(ext:exit 3)` on CLISP ends the image with code 3, reported as such
+/// (it unwinds Swank's loop like a stack overflow's reset, and was reported
+/// as "killed by signal 9, control stack exhausted").
+#[test]
+fn clisp_exit_is_reported_with_its_code() {
+    if program_missing("clisp") {
+        return;
+    }
+    let mut s = lisp_server(&["--lisp", "clisp"]);
+    let r = eval(&mut s, 1, "(+ 1 2)");
+    assert!(!r.is_error && r.text.contains("=> 3"), "{}", r.text);
+    let started = Instant::now();
+    let r = eval(&mut s, 2, "(ext:exit 3)");
+    assert!(r.is_error, "{}", r.text);
+    assert!(r.text.contains("exit status 3"), "{}", r.text);
+    assert!(!r.text.contains("signal 9"), "{}", r.text);
+    assert!(!r.text.contains("control stack"), "{}", r.text);
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        started.elapsed()
+    );
+    let r = eval(&mut s, 3, "(+ 2 2)");
+    assert!(!r.is_error && r.text.contains("=> 4"), "{}", r.text);
+}
+
+/// Printing megabytes on CLISP is capped as cheaply as on SBCL: CLISP
+/// handed the capture stream one character per call (1 MB took 5.6 s,
+/// 100 MB more than 120 s); whole strings now (100 MB: ~9 s here).
+#[test]
+fn clisp_prints_megabytes_in_seconds() {
+    if program_missing("clisp") {
+        return;
+    }
+    let mut s = lisp_server(&["--lisp", "clisp"]);
+    let r = eval(&mut s, 1, "(+ 1 2)");
+    assert!(!r.is_error && r.text.contains("=> 3"), "{}", r.text);
+    let started = Instant::now();
+    let r = eval(
+        &mut s,
+        2,
+        "(let ((s (make-string 1000 :initial-element #\\x))) (dotimes (i 20000) (write-line s)) :done)",
+    );
+    let took = started.elapsed();
+    assert!(!r.is_error && r.text.contains("=> :DONE"), "{}", r.text);
+    assert!(r.text.contains("[truncated"), "{}", r.text);
+    assert!(took < Duration::from_secs(40), "20 MB took {took:?}");
+}
+
 /// Whether the program `name` is missing from `PATH` (the test is then skipped).
 fn program_missing(name: &str) -> bool {
     let found = std::env::var_os("PATH")
@@ -387,6 +436,7 @@ fn without_a_cgroup_a_user_gets_rlimit_nproc_and_the_bomb_still_fails() {
     if program_missing("setpriv") {
         return;
     }
+    let _one_at_a_time = AS_NOBODY.lock().unwrap_or_else(|e| e.into_inner());
     let home = tempfile::tempdir().unwrap();
     std::os::unix::fs::chown(home.path(), Some(65534), Some(65534)).unwrap();
     let home_s = home.path().to_str().unwrap();
@@ -458,4 +508,158 @@ fn memory_limit_also_caps_what_the_image_starts_where_a_memory_cgroup_exists() {
     assert!(!r.is_error && r.text.contains("=> 9"), "{}", r.text);
     let r = eval(&mut s, 3, "(+ 1 2)");
     assert!(!r.is_error && r.text.contains("=> 3"), "{}", r.text);
+}
+
+/// The tests that run as `nobody` share that user's task count (what
+/// `RLIMIT_NPROC` counts): one at a time.
+static AS_NOBODY: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// A stdio server run as `nobody` under a hard `RLIMIT_NPROC` (through
+/// `prlimit` and `setpriv`), driven one JSON line at a time.
+struct NobodyServer {
+    child: std::process::Child,
+    out: std::io::BufReader<std::process::ChildStdout>,
+    _home: tempfile::TempDir,
+}
+
+impl NobodyServer {
+    fn start(hard_nproc: u32, args: &[&str]) -> Option<NobodyServer> {
+        // SAFETY: getuid has no preconditions.
+        if unsafe { libc::getuid() } != 0
+            || program_missing("setpriv")
+            || program_missing("prlimit")
+        {
+            return None;
+        }
+        let home = tempfile::tempdir().unwrap();
+        std::os::unix::fs::chown(home.path(), Some(65534), Some(65534)).unwrap();
+        let mut child = std::process::Command::new("prlimit")
+            .arg(format!("--nproc={hard_nproc}:{hard_nproc}"))
+            .args([
+                "setpriv",
+                "--reuid=65534",
+                "--regid=65534",
+                "--clear-groups",
+                "env",
+            ])
+            .arg(format!("HOME={}", home.path().display()))
+            .arg(env!("CARGO_BIN_EXE_cl-mcp-server"))
+            .arg("--cache-dir")
+            .arg(home.path().join("cache"))
+            .arg("--project-root")
+            .arg(home.path())
+            .args(args)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let out = std::io::BufReader::new(child.stdout.take().unwrap());
+        let mut s = NobodyServer {
+            child,
+            out,
+            _home: home,
+        };
+        s.send(json!({"jsonrpc":"2.0","id":0,"method":"initialize","params":{
+            "protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}));
+        s.answer(0);
+        s.send(json!({"jsonrpc":"2.0","method":"notifications/initialized"}));
+        Some(s)
+    }
+
+    fn send(&mut self, v: Value) {
+        use std::io::Write;
+        let stdin = self.child.stdin.as_mut().unwrap();
+        writeln!(stdin, "{v}").unwrap();
+        stdin.flush().unwrap();
+    }
+
+    fn answer(&mut self, id: i64) -> Value {
+        use std::io::BufRead;
+        loop {
+            let mut line = String::new();
+            assert!(
+                self.out.read_line(&mut line).unwrap() > 0,
+                "the server ended"
+            );
+            let v: Value = serde_json::from_str(&line).unwrap();
+            if v["id"] == id {
+                return v;
+            }
+        }
+    }
+
+    /// A tool's text, whether it failed, and how long the answer took.
+    fn tool(&mut self, id: i64, name: &str, args: Value) -> (String, bool, Duration) {
+        let t = Instant::now();
+        self.send(json!({"jsonrpc":"2.0","id":id,"method":"tools/call",
+                         "params":{"name":name,"arguments":args}}));
+        let v = self.answer(id);
+        let r = &v["result"];
+        let text = r["content"]
+            .as_array()
+            .map(|c| {
+                c.iter()
+                    .filter_map(|i| i["text"].as_str())
+                    .collect::<String>()
+            })
+            .unwrap_or_else(|| v.to_string());
+        (text, r["isError"] == true, t.elapsed())
+    }
+}
+
+impl Drop for NobodyServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Under a hard `RLIMIT_NPROC` below our cap (a non-root user with 80), the
+/// image still starts: the cap is clamped to the hard limit, and
+/// `image-info` says so (every start failed with "Operation not permitted").
+/// With the image's threads exhausted, a call that needs a fresh Swank
+/// thread is answered at once with the cause, and the image lives on
+/// (Swank's control thread used to close the connection; a call went
+/// unanswered for 400 s).
+#[test]
+fn a_hard_process_limit_below_the_cap_is_clamped_and_exhaustion_is_answered() {
+    let _one_at_a_time = AS_NOBODY.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(mut s) = NobodyServer::start(80, &[]) else {
+        common::skip_missing(
+            "the process limits as nobody",
+            "root, setpriv and prlimit (util-linux)",
+        );
+        return;
+    };
+    let (text, err, _) = s.tool(1, "image-info", json!({}));
+    assert!(!err, "{text}");
+    assert!(
+        text.contains("RLIMIT_NPROC 80") && text.contains("hard 80"),
+        "{text}"
+    );
+    let bomb = "(progn (defvar *bomb* nil) (handler-case (loop (push (sb-thread:make-thread (lambda () (sleep 60))) *bomb*)) (error (e) (format nil \"~D threads; ~A\" (length *bomb*) e))))";
+    let (text, err, _) = s.tool(2, "evaluate-lisp", json!({"code": bomb}));
+    assert!(
+        !err && text.contains("Could not create new OS thread"),
+        "{text}"
+    );
+    let (text, err, took) = s.tool(3, "code-describe", json!({"symbol": "car"}));
+    assert!(err, "{text}");
+    assert!(
+        text.contains("could not start a thread") && text.contains("--max-processes"),
+        "{text}"
+    );
+    assert!(took < Duration::from_secs(10), "answered in {took:?}");
+    // The evaluation thread still serves, and the image lives on.
+    let (text, err, _) = s.tool(
+        4,
+        "evaluate-lisp",
+        json!({"code": "(progn (mapc #'sb-thread:terminate-thread *bomb*) (sleep 1) :freed)"}),
+    );
+    assert!(!err && text.contains(":FREED"), "{text}");
+    let (text, err, _) = s.tool(5, "code-describe", json!({"symbol": "car"}));
+    assert!(!err, "{text}");
+    let (text, _, _) = s.tool(6, "image-info", json!({}));
+    assert!(text.contains("generation 1"), "{text}");
 }

@@ -48,17 +48,21 @@ fn require_landlock() {
 }
 
 fn server(d: &Dirs, extra: &[&str]) -> common::Server {
-    require_landlock();
     let cache = std::env::temp_dir().join("cl-mcp-server-test-cache");
+    server_with(d, extra, &cache, &[])
+}
+
+/// [`server`] with its own cache dir and more environment.
+fn server_with(d: &Dirs, extra: &[&str], cache: &Path, env: &[(&str, &str)]) -> common::Server {
+    require_landlock();
     let mut args = vec!["--project-root", d.root.to_str().unwrap()];
     args.extend_from_slice(extra);
-    let mut s = common::Server::start_with_env(
-        &args,
-        &[
-            ("CL_MCP_CACHE_DIR", cache.to_str().unwrap()),
-            ("TMPDIR", d.server_tmp.to_str().unwrap()),
-        ],
-    );
+    let mut all_env = vec![
+        ("CL_MCP_CACHE_DIR", cache.to_str().unwrap()),
+        ("TMPDIR", d.server_tmp.to_str().unwrap()),
+    ];
+    all_env.extend_from_slice(env);
+    let mut s = common::Server::start_with_env(&args, &all_env);
     let r = s.request(json!({"jsonrpc":"2.0","id":0,"method":"initialize","params":{
         "protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"test","version":"1"}}}));
     assert!(r.get("result").is_some(), "initialize failed: {r}");
@@ -407,4 +411,160 @@ fn a_confined_image_holds_no_capabilities_and_makes_no_device_nodes() {
         );
         assert_eq!(r.text, "=> :WRITTEN", "{mode}");
     }
+}
+
+/// The server's caches are read-only to a confined image, and what an
+/// unconfined one changes there is found before the next start: an image
+/// once saved its own core over the cached one (and could plant fasls in
+/// ASDF's shared cache), and a later session of another project, under
+/// `--sandbox off`, started from it.
+#[test]
+fn a_confined_image_cannot_change_what_later_images_load() {
+    let d = dirs();
+    let cache = d.outside.join("cache");
+    let xdg = d.outside.join("xdg-cache");
+    std::fs::create_dir_all(xdg.join("common-lisp")).unwrap();
+    let env = [("XDG_CACHE_HOME", xdg.to_str().unwrap())];
+    let mut s = server_with(&d, &["--sandbox", "workspace"], &cache, &env);
+    let r = eval(&mut s, 1, "(+ 1 2)");
+    assert_eq!(r.text, "=> 3");
+    let find = |prefix: &str, suffix: &str| {
+        std::fs::read_dir(&cache)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .find(|p| {
+                let n = p.file_name().unwrap().to_string_lossy().into_owned();
+                n.starts_with(prefix) && n.ends_with(suffix)
+            })
+            .unwrap_or_else(|| panic!("no {prefix}*{suffix} in {}", cache.display()))
+    };
+    let core = find("sbcl-", ".core");
+    let before = std::fs::read(&core).unwrap();
+    // Appending to the core, replacing it by rename, a new file beside it,
+    // a fasl among Swank's, one in ASDF's shared cache: all refused.
+    let append = format!(
+        "(with-open-file (s {} :direction :output :if-exists :append) (write-string \"planted\" s) :written)",
+        lisp_path(&core)
+    );
+    let r = eval(&mut s, 2, &append);
+    assert!(
+        r.is_error && r.text.contains("Permission denied"),
+        "{}",
+        r.text
+    );
+    let fake = d.root.join("fake.core");
+    std::fs::write(&fake, "planted").unwrap();
+    let r = eval(
+        &mut s,
+        3,
+        &format!("(rename-file {} {})", lisp_path(&fake), lisp_path(&core)),
+    );
+    assert!(r.is_error, "{}", r.text);
+    let swank_fasls = find("swank-fasl-", "");
+    for (id, target) in [
+        (4, cache.join("planted.lisp")),
+        (5, swank_fasls.join("swank.fasl")),
+        (6, xdg.join("common-lisp").join("planted.fasl")),
+    ] {
+        let r = eval(&mut s, id, &write_form(&target));
+        assert!(
+            r.is_error && r.text.contains("Permission denied"),
+            "{}: {}",
+            target.display(),
+            r.text
+        );
+    }
+    assert_eq!(std::fs::read(&core).unwrap(), before, "the core changed");
+    // ASDF compiles into the project's own fasl dir in the cache.
+    let r = eval(
+        &mut s,
+        7,
+        "(namestring (asdf:apply-output-translations \"/somewhere/else/x.fasl\"))",
+    );
+    assert!(
+        r.text.contains(&format!("{}/fasl/root-", cache.display()))
+            && r.text.contains("/asdf/")
+            && r.text.contains("/somewhere/else/x.fasl"),
+        "{}",
+        r.text
+    );
+    drop(s);
+
+    // Unconfined, the image can change the core; the next start finds it
+    // changed, discards it, builds it again and says so.
+    let mut s = server_with(&d, &["--sandbox", "off"], &cache, &env);
+    let r = eval(&mut s, 1, &append);
+    assert_eq!(r.text, "=> :WRITTEN");
+    let r = call(&mut s, 2, "image-restart", json!({}));
+    assert!(!r.is_error, "{}", r.text);
+    let r = eval(&mut s, 3, "(+ 1 2)");
+    assert!(r.text.contains("=> 3"), "{}", r.text);
+    let all = format!(
+        "{}{}",
+        r.text,
+        call(&mut s, 4, "image-info", json!({})).text
+    );
+    assert!(
+        (r.text.contains("[NOTICE]") || all.contains("changed after the server built it")),
+        "{all}"
+    );
+    assert!(
+        !std::fs::read(&core).unwrap().ends_with(b"planted"),
+        "the planted core is still in place"
+    );
+}
+
+/// Under `strict` the image reads no other process's `/proc` entries (the
+/// server's environment, maps, command line) and gets only a short list of
+/// the server's environment variables: a secret planted in the server's
+/// environment does not come back.
+#[test]
+fn strict_keeps_the_servers_environment_and_proc_from_the_image() {
+    let d = dirs();
+    let cache = std::env::temp_dir().join("cl-mcp-server-test-cache");
+    let env = [("CL_MCP_PLANTED_SECRET", "s3cret-in-env")];
+    let mut s = server_with(&d, &["--sandbox", "strict"], &cache, &env);
+    for (id, file) in [(1, "environ"), (2, "maps"), (3, "cmdline"), (4, "status")] {
+        let r = eval(
+            &mut s,
+            id,
+            &format!(
+                "(progn (require :sb-posix)
+                   (with-open-file (s (format nil \"/proc/~D/{file}\" (sb-posix:getppid))
+                                      :element-type '(unsigned-byte 8))
+                     (let ((v (make-array 100000 :element-type '(unsigned-byte 8))))
+                       (map 'string 'code-char (subseq v 0 (read-sequence v s))))))"
+            ),
+        );
+        assert!(
+            r.is_error && r.text.contains("Permission denied"),
+            "{file}: {}",
+            r.text
+        );
+        assert!(!r.text.contains("s3cret"), "{file}: {}", r.text);
+    }
+    let r = eval(
+        &mut s,
+        5,
+        "(with-open-file (s \"/proc/1/cmdline\") (read-line s))",
+    );
+    assert!(r.is_error, "{}", r.text);
+    let r = eval(
+        &mut s,
+        6,
+        "(list (sb-ext:posix-getenv \"CL_MCP_PLANTED_SECRET\")
+               (with-open-file (s \"/proc/self/environ\") (search \"s3cret\" (read-line s nil \"\")))
+               (with-open-file (s \"/proc/self/status\") (read-line s))
+               (with-open-file (s \"/proc/meminfo\") (subseq (read-line s) 0 9)))",
+    );
+    assert!(!r.is_error, "{}", r.text);
+    assert!(
+        r.text.contains("(NIL NIL \"Name:\tsbcl\" \"MemTotal:\")"),
+        "{}",
+        r.text
+    );
+    // Workspace keeps the environment (reads are not confined there).
+    let mut s = server_with(&d, &["--sandbox", "workspace"], &cache, &env);
+    let r = eval(&mut s, 1, "(sb-ext:posix-getenv \"CL_MCP_PLANTED_SECRET\")");
+    assert_eq!(r.text, "=> \"s3cret-in-env\"");
 }

@@ -176,3 +176,58 @@ async fn ending_a_session_untraces_its_functions() {
     assert!(status.is_success(), "{status}");
     assert_eq!(http.eval(&b, "(trace)").await, "=> NIL");
 }
+
+/// In a shared image every session sees every thread, but a suspended
+/// evaluation is its own session's: another session cannot take its
+/// debugger over (`list-threads` + `takeOver` once let it), only read it.
+#[tokio::test]
+async fn a_session_cannot_take_over_another_sessions_debugger() {
+    let http = Http {
+        server: Listening::start(&["http", "--bind", "127.0.0.1:0", "--shared-image"]),
+    };
+    let a = http.session().await;
+    let b = http.session().await;
+    let tool = |session: String, id: i64, name: &'static str, args: Value| {
+        let http = &http;
+        async move {
+            let (_, v) = http
+                .post(
+                    Some(&session),
+                    json!({"jsonrpc":"2.0","id":id,"method":"tools/call",
+                           "params":{"name":name,"arguments":args}}),
+                )
+                .await;
+            v["result"].clone()
+        }
+    };
+    let r = tool(
+        a.clone(),
+        1,
+        "evaluate-lisp",
+        json!({"code":"(error \"mine\")","debug":true}),
+    )
+    .await;
+    let text = r["content"][0]["text"].as_str().unwrap();
+    assert!(text.starts_with("[DEBUGGER level 1]"), "{text}");
+    // B finds it through list-threads.
+    let r = tool(b.clone(), 2, "list-threads", json!({})).await;
+    let thread = r["structuredContent"]["threads"]
+        .as_array()
+        .and_then(|ts| ts.iter().find(|t| t["inDebugger"] == true))
+        .and_then(|t| t["id"].as_i64())
+        .unwrap_or_else(|| panic!("{r}"));
+    let r = tool(
+        b.clone(),
+        3,
+        "debugger-backtrace",
+        json!({"thread": thread, "takeOver": true}),
+    )
+    .await;
+    let text = r["content"][0]["text"].as_str().unwrap();
+    assert_eq!(r["isError"], true, "{text}");
+    assert!(text.contains("another session"), "{text}");
+    // Still A's: it continues there.
+    let r = tool(a.clone(), 4, "debugger-restart", json!({"action": "abort"})).await;
+    assert!(r.to_string().contains("evaluation was abandoned"), "{r}");
+    assert_eq!(http.eval(&b, "(+ 1 2)").await, "=> 3");
+}

@@ -16,6 +16,9 @@
 ;;;;   exits (even by kill -9) stdin reaches end-of-file and the image exits.
 ;;;;   A Lisp without threads (CLISP) serves Swank on its one thread instead
 ;;;;   and exits when the server's connection closes.
+;;;; - CL_MCP_FASL_DIR (environment): the project's fasl directory in the
+;;;;   server's cache; ASDF's output goes under its asdf/ (see
+;;;;   USE-PROJECT-FASL-DIRECTORY).
 ;;;; - CL_MCP_CACHE_CHECK=1 (environment): the server checking a cache it
 ;;;;   has just built; MAIN checks that Swank, the helpers and itself are in
 ;;;;   place, prints "CL-MCP-CACHE-OK" and exits, starting nothing.
@@ -107,6 +110,45 @@ so, exit. The boot guard still stands, so a failure says why and exits 3."
     (finish-output out))
   (exit-now 0))
 
+(defvar *exit-code* nil
+  "The code an evaluation passed to EXT:EXIT (or QUIT, BYE) on CLISP, whose
+exit unwinds Swank's loop as a reset does: MAIN's cleanup then lets the
+exit go on instead of reporting a stack overflow.")
+
+#+clisp
+(defun note-exit-calls ()
+  "Wrap CLISP's EXIT, QUIT and BYE (one function) so MAIN can tell an exit
+asked for from a reset past Swank."
+  (let ((exit (fdefinition 'ext:exit)))
+    (unless (get 'ext:exit 'exit-noted)
+      (ext:without-package-lock ("EXT")
+        (dolist (name '(ext:exit ext:quit ext:bye))
+          (setf (fdefinition name)
+                (lambda (&optional (code 0 code-p))
+                  (setf *exit-code* (if code-p code 0))
+                  (if code-p (funcall exit code) (funcall exit))))))
+      ;; C's _exit, for MAIN's cleanup: CLISP's own exit, once Swank's
+      ;; loop is unwound, does not finish (the image would wait until the
+      ;; server kills it, and its code would be lost).
+      (eval '(ffi:def-call-out c-exit (:name "_exit") (:arguments (code ffi:int))
+              (:return-type nil) (:language :stdc) (:library :default)))
+      (setf (get 'ext:exit 'exit-noted) t))))
+
+(defun use-project-fasl-directory ()
+  "ASDF's compiled files go to CL_MCP_FASL_DIR's asdf/ (the project's fasl
+directory in the server's cache, the one place there the image may write)
+instead of the user's shared ~/.cache/common-lisp/, which every Lisp of the
+user loads from: what an image compiles can then only reach later images of
+its own project. Ahead of the user's own translations."
+  (let ((dir (getenv "CL_MCP_FASL_DIR"))
+        (init (and (find-package "ASDF")
+                   (find-symbol "INITIALIZE-OUTPUT-TRANSLATIONS" "ASDF"))))
+    (when (and dir (plusp (length dir)) init (fboundp init))
+      (let ((base (concatenate 'string (string-right-trim "/" dir) "/asdf/")))
+        (funcall init `(:output-translations
+                        (t (,base :implementation :**/ :*.*.*))
+                        :inherit-configuration))))))
+
 (defun main ()
   (utf-8-defaults)
   (when (equal (getenv "CL_MCP_CACHE_CHECK") "1")
@@ -131,6 +173,7 @@ so, exit. The boot guard still stands, so a failure says why and exits 3."
                             (find-symbol "CLEAR-CONFIGURATION" "ASDF"))))
             (when (and clear (fboundp clear))
               (funcall clear)))
+          (use-project-fasl-directory)
           (setf threads (threads-p))
           ;; The process's stdin is the server's lifeline (see above), not
           ;; input for programs: code reading the default streams gets
@@ -159,11 +202,20 @@ so, exit. The boot guard still stands, so a failure says why and exits 3."
         ;; reports the death (a fresh image follows) instead of a wedged one.
         (let ((swank::*loopback-interface* "127.0.0.1")
               (done nil))
+          #+clisp (note-exit-calls)
           (unwind-protect
                (progn (swank::setup-server 0 #'announce nil nil nil)
                       (setf done t))
-            (unless done
-              (format (process-stderr) "~&cl-mcp-boot: the Lisp reset past Swank (stack overflow)~%")
-              (finish-output (process-stderr))
-              (exit-now 70)))))
+            (cond (done)
+                  (*exit-code*
+                   ;; An evaluation called EXIT: it goes on with its code.
+                   (format (process-stderr) "~&cl-mcp-boot: the image exits with code ~A (EXIT called)~%"
+                           *exit-code*)
+                   (finish-output (process-stderr))
+                   (ignore-errors (finish-output (process-stdout)))
+                   #+clisp (funcall 'c-exit (if (integerp *exit-code*) *exit-code* 0)))
+                  (t
+                   (format (process-stderr) "~&cl-mcp-boot: the Lisp reset past Swank (stack overflow)~%")
+                   (finish-output (process-stderr))
+                   (exit-now 70))))))
     (exit-now 0)))

@@ -15,6 +15,12 @@
 //! - `sbcl-<key>.core` (+ `.home`, the `SBCL_HOME` it needs),
 //!   `clisp-<key>.mem`, `ccl-<key>.image`, or `ecl-<key>/` / `abcl-<key>/`
 //!   (fasls and the start script);
+//! - `<entry>.manifest`: the SHA-256 of every file an image started from
+//!   the entry loads (see `cache_manifest`), written by the build before
+//!   the entry is renamed into place and checked before every start; an
+//!   entry that does not match is discarded and built again;
+//! - `fasl/<project>/`: the one place an image may write (its project's
+//!   `lisp-compile-file` and ASDF fasls), one directory per project root;
 //! - `build.lock`: held while building, so concurrent servers build once.
 //!
 //! `<key>` hashes the implementation, the Lisp binary (path, size, mtime), Swank (path, version,
@@ -27,13 +33,14 @@ use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
+use super::cache_manifest;
 use super::helpers::{self, fnv1a};
 use super::implementation::LispKind;
 use super::locate::{file_stamp, SwankSource};
 use lisp_syntax::data::lisp_string;
 
 /// Bumped when the shape of the scripts below changes.
-const SCRIPT_VERSION: &str = "3";
+const SCRIPT_VERSION: &str = "4";
 
 /// The cache directory for this user.
 pub fn default_cache_dir() -> PathBuf {
@@ -43,6 +50,28 @@ pub fn default_cache_dir() -> PathBuf {
         .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
         .unwrap_or_else(std::env::temp_dir);
     base.join("cl-mcp-server")
+}
+
+/// The name of a project's fasl directory under `<cache>/fasl/`: the
+/// root's last component and a hash of its whole path. Each project's
+/// image may write its own directory and no other.
+pub fn project_key(root: &Path) -> String {
+    let name: String = root
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default()
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .take(40)
+        .collect();
+    let hash = fnv1a(0, root.as_os_str().as_encoded_bytes());
+    format!("{name}-{hash:016x}")
 }
 
 /// What to run to start an image.
@@ -135,6 +164,77 @@ impl CoreCache {
         self.dir.join(format!("swank-fasl-{}/", self.swank_key))
     }
 
+    /// The manifest of Swank's compiled files for starts from source.
+    fn swank_manifest_path(&self) -> PathBuf {
+        self.dir
+            .join(format!("swank-fasl-{}.manifest", self.swank_key))
+    }
+
+    /// Before a start from source: Swank's compiled files, compiled by the
+    /// server itself (an image may not write the cache) and checked against
+    /// the hashes recorded then; compiled again when they do not match.
+    fn prepare_swank_fasls(&self) -> Result<(), String> {
+        if !matches!(self.swank, SwankSource::Loader(_)) {
+            return Ok(());
+        }
+        let manifest = self.swank_manifest_path();
+        if cache_manifest::verify(&manifest, &self.dir).is_ok() {
+            return Ok(());
+        }
+        let lock = std::fs::File::create(self.dir.join("build.lock"))
+            .map_err(|e| format!("cannot create lock file: {e}"))?;
+        let _ = lock.lock();
+        let why = match cache_manifest::verify(&manifest, &self.dir) {
+            Ok(()) => return Ok(()),
+            Err(why) => why,
+        };
+        if manifest.exists() {
+            tracing::warn!("Swank's compiled files in the cache do not match what the server compiled ({why}); compiling them again");
+        }
+        remove_entry(&manifest);
+        remove_entry(&self.swank_fasl_dir());
+        private_dir(&self.swank_fasl_dir())
+            .map_err(|e| format!("cannot create the Swank fasl dir: {e}"))?;
+        let fasl = self.swank_fasl_dir();
+        let script = self
+            .src_dir()
+            .join(format!("swank-{}.lisp", std::process::id()));
+        let text = format!(
+            "{}{}\n",
+            prelude(&self.start(&fasl)),
+            self.kind.exit_form(0)
+        );
+        write_if_changed(&script, &text)
+            .map_err(|e| format!("cannot write {}: {e}", script.display()))?;
+        let mut cmd = std::process::Command::new(&self.lisp);
+        cmd.args(self.kind.start_args(None))
+            .args(entry_args(
+                self.kind,
+                &self.src_dir().join(helpers::PRELUDE.0),
+                &script,
+            ))
+            .stdin(std::process::Stdio::null());
+        dies_with_parent(&mut cmd);
+        let out = cmd
+            .output()
+            .map_err(|e| format!("cannot run {}: {e}", self.lisp.display()))?;
+        let _ = std::fs::remove_file(&script);
+        if !out.status.success() {
+            return Err(format!(
+                "compiling Swank exited with {}: {}",
+                out.status,
+                last_words(
+                    &String::from_utf8_lossy(&out.stderr),
+                    &String::from_utf8_lossy(&out.stdout)
+                )
+            ));
+        }
+        let mut files = Vec::new();
+        self.push_swank_fasls(&mut files);
+        cache_manifest::write(&manifest, &files)
+            .map_err(|e| format!("cannot record Swank's hashes: {e}"))
+    }
+
     fn home_path(&self) -> PathBuf {
         self.dir.join(format!("sbcl-{}.home", self.key))
     }
@@ -148,12 +248,76 @@ impl CoreCache {
         self.kind
     }
 
-    /// The plan to start from the cached core, if it exists.
-    pub fn cached_plan(&self) -> Option<LaunchPlan> {
+    /// The manifest of the entry: the hashes of what an image loads from it.
+    fn manifest_path(&self) -> PathBuf {
+        let mut name = self
+            .core_path()
+            .file_name()
+            .unwrap_or_default()
+            .to_os_string();
+        name.push(".manifest");
+        self.dir.join(name)
+    }
+
+    /// The plan to start from the cached core, if it exists and every file
+    /// of it is as the build recorded. `Err`: it exists but does not match
+    /// (changed after the build: by an image under `--sandbox off`, say),
+    /// in words; the caller discards it by building again ([`Self::build`]).
+    pub fn cached_plan(&self) -> Result<Option<LaunchPlan>, String> {
         if !self.cached() {
-            return None;
+            return Ok(None);
         }
-        Some(self.plan_from(&self.core_path()))
+        self.verify()?;
+        Ok(Some(self.plan_from(&self.core_path())))
+    }
+
+    /// Checks the entry against its manifest.
+    pub fn verify(&self) -> Result<(), String> {
+        let started = Instant::now();
+        let cpu = thread_cpu_us();
+        let result = cache_manifest::verify(&self.manifest_path(), &self.dir);
+        tracing::debug!(
+            core = %self.core_path().display(),
+            elapsed_us = started.elapsed().as_micros() as u64,
+            cpu_us = thread_cpu_us().saturating_sub(cpu),
+            ok = result.is_ok(),
+            "checked the cache entry against its manifest"
+        );
+        result
+    }
+
+    /// The files of a finished build in `tmp` that an image loads, each
+    /// with the name it will have in the cache: the saved image (and
+    /// SBCL's home file), or every file of the fasl directory and Swank's
+    /// compiled files.
+    fn manifest_files(&self, tmp: &Path) -> Vec<(PathBuf, PathBuf)> {
+        let entry = PathBuf::from(self.core_path().file_name().unwrap_or_default());
+        let mut files = Vec::new();
+        if self.kind.saves_images() {
+            files.push((tmp.to_path_buf(), entry));
+            let home = self.home_path();
+            if home.is_file() {
+                files.push((
+                    home.clone(),
+                    home.strip_prefix(&self.dir).unwrap_or(&home).into(),
+                ));
+            }
+            return files;
+        }
+        for f in cache_manifest::files_under(tmp) {
+            let rel = f.strip_prefix(tmp).unwrap_or(&f).to_path_buf();
+            files.push((f, entry.join(rel)));
+        }
+        self.push_swank_fasls(&mut files);
+        files
+    }
+
+    /// Swank's compiled files (in this cache's Swank fasl directory).
+    fn push_swank_fasls(&self, files: &mut Vec<(PathBuf, PathBuf)>) {
+        for f in cache_manifest::files_under(&self.swank_fasl_dir()) {
+            let rel = f.strip_prefix(&self.dir).unwrap_or(&f).to_path_buf();
+            files.push((f, rel));
+        }
     }
 
     /// The plan to start from the saved image or fasl directory `core`
@@ -240,6 +404,7 @@ impl CoreCache {
     /// The plan to start by loading Swank and the helpers from source.
     pub fn source_plan(&self) -> std::io::Result<LaunchPlan> {
         let script = self.write_sources(None)?;
+        self.prepare_swank_fasls().map_err(std::io::Error::other)?;
         let mut args = self.kind.start_args(None);
         args.extend(entry_args(
             self.kind,
@@ -271,11 +436,22 @@ impl CoreCache {
         // Without the lock (e.g. a filesystem without locks) we only risk
         // duplicate work: the rename below is atomic either way.
         let locked = lock.lock().is_ok();
+        let mut tampered = None;
         if self.cached() {
-            return Ok(Built {
-                core,
-                repaired: None,
-            });
+            match self.verify() {
+                Ok(()) => {
+                    return Ok(Built {
+                        core,
+                        repaired: None,
+                        tampered: None,
+                    })
+                }
+                Err(why) => {
+                    tracing::warn!(core = %core.display(), "the cached core does not match what the server built ({why}); discarding it and building it again");
+                    self.discard();
+                    tampered = Some(why);
+                }
+            }
         }
         if locked {
             // Holding the lock, any temporary entry is a killed build's.
@@ -303,7 +479,11 @@ impl CoreCache {
             repaired = repaired.is_some(),
             "built the Lisp core cache"
         );
-        Ok(Built { core, repaired })
+        Ok(Built {
+            core,
+            repaired,
+            tampered,
+        })
     }
 
     /// Whether a build's error names a file of this cache (the boot guard
@@ -319,6 +499,8 @@ impl CoreCache {
     /// sources and scripts, and Swank's compiled files.
     pub fn discard(&self) {
         for p in [
+            self.manifest_path(),
+            self.swank_manifest_path(),
             self.core_path(),
             self.home_path(),
             self.src_dir(),
@@ -340,7 +522,12 @@ impl CoreCache {
             std::fs::create_dir_all(&tmp)
                 .map_err(|e| format!("cannot create {}: {e}", tmp.display()))?;
         }
-        let result = self.build_into(&tmp);
+        // The hashes are recorded before the entry is in place, so whoever
+        // finds the entry finds its manifest.
+        let result = self.build_into(&tmp).and_then(|()| {
+            cache_manifest::write(&self.manifest_path(), &self.manifest_files(&tmp))
+                .map_err(|e| format!("cannot record the cache's hashes: {e}"))
+        });
         if result.is_err() {
             remove_entry(&tmp);
         }
@@ -418,6 +605,9 @@ pub struct Built {
     /// When the first build failed on a damaged file of the cache, which
     /// was then discarded and built again: that first failure.
     pub repaired: Option<String>,
+    /// When the entry in place did not match the hashes its build recorded
+    /// (it was changed after the build), so was discarded: what differed.
+    pub tampered: Option<String>,
 }
 
 /// How long a cache check may take (ABCL's JVM and ECL's fasl loading
@@ -677,6 +867,18 @@ impl CoreCache {
             }
         }
     }
+}
+
+/// The calling thread's CPU time in µs (what the hash check costs, apart
+/// from waiting for a core on a busy machine).
+fn thread_cpu_us() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime(2) fills the struct it is given.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000 + ts.tv_nsec as u64 / 1000
 }
 
 fn write_if_changed(path: &Path, text: &str) -> std::io::Result<()> {

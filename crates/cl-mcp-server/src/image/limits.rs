@@ -218,12 +218,34 @@ pub fn prepare_caps(max_processes: Option<u32>, memory_bytes: Option<u64>) -> Pr
                 warning = Some(w);
             } else {
                 let now = user_tasks(uid);
-                let limit = now + u64::from(max);
+                let wanted = now + u64::from(max);
+                let (soft, hard) = own_nproc_limit();
+                // A process may not raise its hard limit: asking for more
+                // than ours would make every start fail (EPERM between
+                // fork and exec). Nor is our own soft limit loosened.
+                let limit = wanted.min(soft).min(hard);
                 nproc = Some(limit);
-                lines.push(format!(
-                    "processes: RLIMIT_NPROC {limit} (your {now} tasks at start + {max}; no \
-                     writable pids cgroup: {why})"
-                ));
+                if limit < wanted {
+                    let w = format!(
+                        "--max-processes {max}: the image gets RLIMIT_NPROC {limit}, the server's \
+                         own limit (soft {}, hard {}), below your {now} tasks + {max}{}",
+                        rlim_text(soft),
+                        rlim_text(hard),
+                        if limit <= now {
+                            ": your user already runs that many tasks, so the image may fail to \
+                             start threads or programs"
+                        } else {
+                            ""
+                        }
+                    );
+                    lines.push(format!("processes: {w}"));
+                    warning = Some(w);
+                } else {
+                    lines.push(format!(
+                        "processes: RLIMIT_NPROC {limit} (your {now} tasks at start + {max}; no \
+                         writable pids cgroup: {why})"
+                    ));
+                }
             }
         }
     }
@@ -252,6 +274,35 @@ pub fn prepare_caps(max_processes: Option<u32>, memory_bytes: Option<u64>) -> Pr
         nproc,
         lines,
         warning,
+    }
+}
+
+/// This process's `RLIMIT_NPROC` (soft, hard); `u64::MAX` for unlimited.
+fn own_nproc_limit() -> (u64, u64) {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit(2) fills the struct it is given.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NPROC, &mut lim) } != 0 {
+        return (u64::MAX, u64::MAX);
+    }
+    // rlim_t is u64 on Linux; RLIM_INFINITY is its maximum.
+    let value = |v: libc::rlim_t| {
+        if v == libc::RLIM_INFINITY {
+            u64::MAX
+        } else {
+            v
+        }
+    };
+    (value(lim.rlim_cur), value(lim.rlim_max))
+}
+
+fn rlim_text(v: u64) -> String {
+    if v == u64::MAX {
+        "unlimited".into()
+    } else {
+        v.to_string()
     }
 }
 
@@ -405,6 +456,19 @@ pub async fn release_cgroup(dir: PathBuf) {
     tracing::warn!(cgroup = %dir.display(), "could not remove the image's cgroup");
 }
 
+/// Whether the kernel's OOM killer killed a process of the cgroup `dir`
+/// at its memory cap (`oom_kill` in cgroup v2's `memory.events`, or v1's
+/// `memory.oom_control`).
+pub fn oom_killed(dir: &Path) -> bool {
+    ["memory.events", "memory.oom_control"].iter().any(|f| {
+        std::fs::read_to_string(dir.join(f))
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| l.strip_prefix("oom_kill "))
+            .any(|n| n.trim().parse::<u64>().is_ok_and(|n| n > 0))
+    })
+}
+
 /// Whether process `pid` is in the cgroup `dir`.
 pub fn in_cgroup(dir: &Path, pid: u32) -> bool {
     std::fs::read_to_string(dir.join("cgroup.procs"))
@@ -446,6 +510,28 @@ mod tests {
         // This test process has at least its main thread.
         assert!(user_tasks(uid) >= 1);
         assert_eq!(user_tasks(u32::MAX - 7), 0);
+    }
+
+    #[test]
+    fn an_oom_kill_is_read_from_either_cgroup_version() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        assert!(!oom_killed(d));
+        std::fs::write(
+            d.join("memory.events"),
+            "low 0\nhigh 0\nmax 3\noom 1\noom_kill 0\n",
+        )
+        .unwrap();
+        assert!(!oom_killed(d));
+        std::fs::write(d.join("memory.events"), "oom 1\noom_kill 1\n").unwrap();
+        assert!(oom_killed(d));
+        std::fs::remove_file(d.join("memory.events")).unwrap();
+        std::fs::write(
+            d.join("memory.oom_control"),
+            "oom_kill_disable 0\nunder_oom 0\noom_kill 2\n",
+        )
+        .unwrap();
+        assert!(oom_killed(d));
     }
 
     #[test]

@@ -18,6 +18,7 @@
 //! 4. the supervisor connects with the secret and starts a persistent worker
 //!    thread that serves evaluations ([`Image::eval`]).
 
+mod cache_manifest;
 pub mod core_cache;
 mod direct;
 pub mod helpers;

@@ -6,9 +6,11 @@
 //! system calls. Everything the image runs (`run-program` children too)
 //! inherits the domain.
 //!
-//! - `workspace`: reads anywhere; writes under the project root, our cache
-//!   dir, ASDF's fasl cache, Quicklisp's dir, the temp dir and
-//!   `--allow-write` dirs; TCP: bind only (Swank's port-0 listener), connect
+//! - `workspace`: reads anywhere; writes under the project root, the
+//!   project's fasl dir in our cache (ASDF's output and `lisp-compile-file`'s
+//!   go there), the temp dir and `--allow-write` dirs. Never our cache
+//!   itself, ASDF's shared fasl cache or Quicklisp's dir: what a later image
+//!   (of any session and sandbox mode) or the user's own Lisp loads; TCP: bind only (Swank's port-0 listener), connect
 //!   only with `--allow-net` / `--allow-connect`.
 //! - `strict`: as `workspace`, and reads limited to those dirs, the system
 //!   dirs (`/usr`, `/lib*`, `/bin`, `/sbin`), the Lisp's install dir, a few
@@ -163,7 +165,10 @@ impl SandboxReport {
 /// Where the image's files live, for the rules.
 pub struct Places<'a> {
     pub root: &'a Path,
+    /// The server's cache: readable, never writable.
     pub cache: &'a Path,
+    /// The project's fasl directory inside the cache: writable.
+    pub fasl: &'a Path,
     pub lisp: &'a Path,
     pub swank_loader: Option<&'a Path>,
 }
@@ -179,6 +184,54 @@ impl Confinement {
     pub fn raw_fd(&self) -> Option<RawFd> {
         self.fd.as_ref().map(|f| f.as_raw_fd())
     }
+
+    /// Whether reads are confined, so the child must grant itself its own
+    /// `/proc/<pid>` (see [`restrict_in_child`]).
+    pub fn own_proc(&self) -> bool {
+        self.report.read.is_some()
+    }
+}
+
+/// The environment a `strict` image gets: only these variables of the
+/// server's (and the `LC_*` ones), so a secret in the server's environment
+/// (a token, a key) does not reach code the image runs. `None`: the whole
+/// environment (`workspace`, `off`).
+pub fn image_environment(
+    mode: SandboxMode,
+) -> Option<Vec<(std::ffi::OsString, std::ffi::OsString)>> {
+    const KEPT: &[&str] = &[
+        "PATH",
+        "HOME",
+        "USER",
+        "LOGNAME",
+        "SHELL",
+        "LANG",
+        "LANGUAGE",
+        "TZ",
+        "TERM",
+        "TMPDIR",
+        "SBCL_HOME",
+        "CL_SOURCE_REGISTRY",
+        "ASDF_OUTPUT_TRANSLATIONS",
+        "JAVA_HOME",
+        "JDK_JAVA_OPTIONS",
+        "LD_LIBRARY_PATH",
+        "XDG_CACHE_HOME",
+        "XDG_CONFIG_HOME",
+        "XDG_DATA_HOME",
+        "XDG_DATA_DIRS",
+        "XDG_CONFIG_DIRS",
+        "XDG_RUNTIME_DIR",
+        "ECLDIR",
+    ];
+    (mode == SandboxMode::Strict).then(|| {
+        std::env::vars_os()
+            .filter(|(k, _)| {
+                let k = k.to_string_lossy();
+                KEPT.contains(&k.as_ref()) || k.starts_with("LC_")
+            })
+            .collect()
+    })
 }
 
 fn home() -> Option<PathBuf> {
@@ -194,58 +247,14 @@ fn xdg(var: &str, fallback: &str) -> Option<PathBuf> {
         .or_else(|| home().map(|h| h.join(fallback)))
 }
 
-/// ASDF's default fasl cache (`$XDG_CACHE_HOME/common-lisp`).
-pub fn asdf_fasl_cache() -> Option<PathBuf> {
-    xdg("XDG_CACHE_HOME", ".cache").map(|c| c.join("common-lisp"))
-}
-
-/// The user's home directory as the password database has it. A JVM
-/// (ABCL) takes its `user.home` from there, not from `$HOME`.
-fn passwd_home() -> Option<PathBuf> {
-    use std::ffi::CStr;
-    use std::os::unix::ffi::OsStrExt;
-    let mut buf = vec![0u8; 4096];
-    let mut pw: libc::passwd = unsafe { std::mem::zeroed() };
-    let mut found: *mut libc::passwd = std::ptr::null_mut();
-    // SAFETY: every pointer is to a live local of the size given.
-    let rc = unsafe {
-        libc::getpwuid_r(
-            libc::getuid(),
-            &mut pw,
-            buf.as_mut_ptr().cast(),
-            buf.len(),
-            &mut found,
-        )
-    };
-    if rc != 0 || found.is_null() || pw.pw_dir.is_null() {
-        return None;
-    }
-    // SAFETY: getpwuid_r succeeded, so pw_dir points into `buf`, NUL-ended.
-    let dir = unsafe { CStr::from_ptr(pw.pw_dir) };
-    Some(PathBuf::from(std::ffi::OsStr::from_bytes(dir.to_bytes()))).filter(|d| d.is_absolute())
-}
-
 /// The directories the image may write to in `workspace` and `strict`
-/// (existing ones, canonical, deduplicated).
+/// (existing ones, canonical, deduplicated). Not the server's cache (its
+/// cores, Swank's fasls and their manifests: what every later image loads)
+/// nor ASDF's shared fasl cache or Quicklisp's directory (what every Lisp
+/// of the user loads): only the project's own fasl directory there, where
+/// the image's ASDF and `lisp-compile-file` put their output.
 pub fn write_dirs(cfg: &SandboxConfig, places: &Places) -> Vec<PathBuf> {
-    let mut dirs = vec![places.root.to_path_buf(), places.cache.to_path_buf()];
-    let mut fasl_caches: Vec<PathBuf> = asdf_fasl_cache().into_iter().collect();
-    // Where `$HOME` is not the password database's home, a JVM's ASDF
-    // (ABCL's `user-homedir-pathname` is the JVM's `user.home`) writes
-    // under the latter.
-    if std::env::var_os("XDG_CACHE_HOME").is_none_or(|v| v.is_empty()) {
-        if let Some(h) = passwd_home().filter(|h| Some(h) != home().as_ref()) {
-            fasl_caches.push(h.join(".cache").join("common-lisp"));
-        }
-    }
-    for fasl in fasl_caches {
-        // ASDF creates it at the first compile; Landlock needs it to exist.
-        let _ = std::fs::create_dir_all(&fasl);
-        dirs.push(fasl);
-    }
-    if let Some(h) = home() {
-        dirs.push(h.join("quicklisp"));
-    }
+    let mut dirs = vec![places.root.to_path_buf(), places.fasl.to_path_buf()];
     dirs.push(std::env::temp_dir());
     dirs.push(PathBuf::from("/dev/shm"));
     dirs.extend(cfg.allow_write.iter().cloned());
@@ -267,7 +276,6 @@ pub fn read_dirs(cfg: &SandboxConfig, places: &Places) -> Vec<PathBuf> {
         "/sbin",
         "/dev/urandom",
         "/dev/random",
-        "/proc",
         "/sys/devices/system/cpu",
         "/etc/ld.so.cache",
         "/etc/ld.so.conf",
@@ -283,6 +291,10 @@ pub fn read_dirs(cfg: &SandboxConfig, places: &Places) -> Vec<PathBuf> {
     .iter()
     .map(PathBuf::from)
     .collect();
+    // /proc, but no process's directory: the image's own is granted in the
+    // child (`restrict_in_child`), so it reads neither the server's
+    // environment, maps or command line nor any other process's.
+    dirs.extend(proc_entries_of_no_process());
     // The Lisp's install dir (`.../bin/sbcl` → `...`), and SBCL_HOME.
     if let Ok(real) = places.lisp.canonicalize() {
         if let Some(prefix) = real.parent().and_then(Path::parent) {
@@ -307,8 +319,29 @@ pub fn read_dirs(cfg: &SandboxConfig, places: &Places) -> Vec<PathBuf> {
     if let Some(h) = home() {
         dirs.push(h.join("common-lisp"));
     }
+    // The cores and fasls the image starts from (read-only: see write_dirs).
+    dirs.push(places.cache.to_path_buf());
     dirs.extend(cfg.allow_read.iter().cloned());
     canonical_existing(dirs)
+}
+
+/// The entries of `/proc` that belong to no process: not the numbered
+/// directories, and not the symbolic links (`self`, `mounts`, `net`, …),
+/// which lead into the directory of whoever opens them (the server, here).
+fn proc_entries_of_no_process() -> Vec<PathBuf> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter(|e| {
+            let name = e.file_name();
+            let name = name.to_string_lossy();
+            !name.bytes().all(|b| b.is_ascii_digit())
+                && e.file_type().is_ok_and(|t| !t.is_symlink())
+        })
+        .map(|e| e.path())
+        .collect()
 }
 
 fn canonical_existing(dirs: Vec<PathBuf>) -> Vec<PathBuf> {
@@ -527,16 +560,66 @@ fn drop_capabilities() -> std::io::Result<()> {
     Ok(())
 }
 
+/// `struct landlock_path_beneath_attr` (packed, as the kernel declares it).
+#[repr(C, packed)]
+struct PathBeneathAttr {
+    allowed_access: u64,
+    parent_fd: i32,
+}
+
+/// LANDLOCK_ACCESS_FS_EXECUTE | READ_FILE | READ_DIR (ABI 1).
+const READ_ACCESS_BITS: u64 = 1 | (1 << 2) | (1 << 3);
+/// LANDLOCK_RULE_PATH_BENEATH.
+const RULE_PATH_BENEATH: libc::c_int = 1;
+
+/// Grants the calling process reading its own `/proc/<pid>` in the
+/// ruleset `fd` (`/proc/self` opened here, in the child, is the child's:
+/// in the server it would be the server's). Only system calls.
+fn grant_own_proc(fd: RawFd) -> std::io::Result<()> {
+    // SAFETY: open(2) of a static NUL-terminated path; landlock_add_rule(2)
+    // with a pointer to a live attribute struct; close(2) of our own fd.
+    unsafe {
+        let own = libc::open(
+            c"/proc/self".as_ptr(),
+            libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC,
+        );
+        if own < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        let attr = PathBeneathAttr {
+            allowed_access: READ_ACCESS_BITS,
+            parent_fd: own,
+        };
+        let rc = libc::syscall(
+            libc::SYS_landlock_add_rule,
+            fd,
+            RULE_PATH_BENEATH,
+            &attr as *const PathBeneathAttr,
+            0u32,
+        );
+        let err = std::io::Error::last_os_error();
+        libc::close(own);
+        if rc != 0 {
+            return Err(err);
+        }
+    }
+    Ok(())
+}
+
 /// Applies the ruleset `fd` to the calling process, after dropping every
 /// capability (a root server's image would otherwise run with all of
-/// them). Called in the child between fork and exec: only
+/// them); with `own_proc` (reads confined), first grants reading its own
+/// `/proc/<pid>`. Called in the child between fork and exec: only
 /// async-signal-safe system calls.
-pub fn restrict_in_child(fd: RawFd) -> std::io::Result<()> {
+pub fn restrict_in_child(fd: RawFd, own_proc: bool) -> std::io::Result<()> {
     // SAFETY: plain system calls with integer arguments.
     unsafe {
         if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 {
             return Err(std::io::Error::last_os_error());
         }
+    }
+    if own_proc {
+        grant_own_proc(fd)?;
     }
     drop_capabilities()?;
     // SAFETY: as above.
@@ -578,13 +661,6 @@ pub fn refusal_hint(report: &SandboxReport, text: &str) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn passwd_home_is_an_existing_directory() {
-        // Where a JVM's ASDF writes when `$HOME` says otherwise.
-        let h = passwd_home().expect("the user has a passwd entry");
-        assert!(h.is_absolute() && h.is_dir(), "{}", h.display());
-    }
 
     fn report(mode: SandboxMode, enforced: bool) -> SandboxReport {
         SandboxReport {

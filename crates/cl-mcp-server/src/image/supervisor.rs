@@ -132,6 +132,10 @@ struct Inner {
     /// Request ids of calls whose debugger entries are answered by their
     /// caller (see [`Image::eval_debuggable`]), not aborted.
     debuggable: Mutex<std::collections::HashSet<u64>>,
+    /// (Swank thread, level) of the debugger levels one of our requests
+    /// claimed (a `debug: true` evaluation or a take-over, of any session
+    /// sharing the image): never taken over by another session.
+    claimed_threads: Mutex<std::collections::HashSet<(i64, i64)>>,
     /// When the last call began or ended (`--image-idle-secs`).
     last_used: Mutex<Instant>,
     /// Calls running now (an image with one is never idle: a long
@@ -334,6 +338,7 @@ impl Image {
                 core_build_failed: AtomicBool::new(false),
                 cache_discarded: AtomicBool::new(false),
                 debuggable: Mutex::new(Default::default()),
+                claimed_threads: Mutex::new(Default::default()),
                 last_used: Mutex::new(Instant::now()),
                 in_flight: AtomicUsize::new(0),
             }),
@@ -480,6 +485,17 @@ impl Image {
         let _forget = Forget(&self.inner, id);
         let r = live.client.rex_with_id(id, form, package, Thread::T).await;
         self.reply(&live, r).await
+    }
+
+    /// Whether Swank thread `thread` waits in a debugger claimed by one of
+    /// our requests (an evaluation of some session sharing this image).
+    pub fn debugger_claimed(&self, thread: i64) -> bool {
+        self.inner
+            .claimed_threads
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|(t, _)| *t == thread)
     }
 
     /// Claims the debugger entries of a thread the caller will make enter
@@ -956,12 +972,25 @@ impl Image {
             let mut build_error = None;
             let mut repaired = None;
             if try_core {
-                if let Some(plan) = cache.cached_plan() {
-                    return Ok((plan, None, None));
+                match cache.cached_plan() {
+                    Ok(Some(plan)) => return Ok((plan, None, None)),
+                    Ok(None) => {}
+                    // Discarded and built again below, under the build lock.
+                    Err(why) => tracing::warn!(core = %cache.core_path().display(), "the cached core does not match what the server built: {why}"),
                 }
                 let building = Instant::now();
                 match cache.build() {
                     Ok(built) => {
+                        if let Some(why) = &built.tampered {
+                            let text = format!(
+                                "the cached core {} was changed after the server built it \
+                                 ({why}); discarded it and built it again in {} s",
+                                built.core.display(),
+                                building.elapsed().as_secs()
+                            );
+                            send_note(&notes, NoteLevel::Warning, text.clone());
+                            repaired = Some(text);
+                        }
                         if let Some(first) = &built.repaired {
                             let text = format!(
                                 "a file of the Lisp cache failed to load ({first}); discarded \
@@ -980,8 +1009,10 @@ impl Image {
                                 building.elapsed().as_millis()
                             ),
                         );
-                        if let Some(plan) = cache.cached_plan() {
-                            return Ok((plan, None, repaired));
+                        match cache.cached_plan() {
+                            Ok(Some(plan)) => return Ok((plan, None, repaired)),
+                            Ok(None) => {}
+                            Err(e) => build_error = Some(e),
                         }
                     }
                     Err(e) => build_error = Some(e),
@@ -1053,20 +1084,23 @@ impl Image {
             .cache_dir
             .clone()
             .unwrap_or_else(default_cache_dir);
-        let fasl_dir = core_cache::private_dir(&cache.join("fasl")).map_err(|e| {
-            ImageError::StartFailed(format!(
-                "cannot prepare the private fasl directory under {}: {e}",
-                cache.display()
-            ))
-        })?;
         let root = match &self.inner.config.project_root {
             Some(r) => r.read().unwrap().clone(),
             None => std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/")),
         };
+        let fasl_dir = core_cache::private_dir(&cache.join("fasl"))
+            .and_then(|dir| core_cache::private_dir(&dir.join(core_cache::project_key(&root))))
+            .map_err(|e| {
+                ImageError::StartFailed(format!(
+                    "cannot prepare the private fasl directory under {}: {e}",
+                    cache.display()
+                ))
+            })?;
         let debian_loader = std::path::Path::new(super::locate::DEBIAN_SWANK_LOADER);
         let places = sandbox::Places {
             root: &root,
             cache: &cache,
+            fasl: &fasl_dir,
             lisp: &plan.lisp,
             swank_loader: self
                 .inner
@@ -1106,11 +1140,15 @@ impl Image {
             }
         }
         if let Some(fd) = confinement.raw_fd() {
-            // SAFETY: the closure makes two system calls and allocates
+            let own_proc = confinement.own_proc();
+            // SAFETY: the closure makes only system calls and allocates
             // nothing (async-signal-safe, as required after fork).
             unsafe {
-                cmd.pre_exec(move || sandbox::restrict_in_child(fd));
+                cmd.pre_exec(move || sandbox::restrict_in_child(fd, own_proc));
             }
+        }
+        if let Some(env) = sandbox::image_environment(confinement.report.mode) {
+            cmd.env_clear().envs(env);
         }
         if let Some(mb) = self.inner.config.memory_limit_mb {
             cmd.args(plan.kind.memory_args(mb));
@@ -1196,6 +1234,7 @@ impl Image {
 
         let (exit_tx, exit_rx) = watch::channel(None);
         let cgroups_at_exit = cgroups;
+        let memory_limit_mb = self.inner.config.memory_limit_mb;
         let (kill_tx, kill_rx) = oneshot::channel::<()>();
         tokio::spawn(async move {
             // Holding stdin keeps the image alive; it exits at EOF.
@@ -1217,7 +1256,22 @@ impl Image {
                 Ok(s) if killed && s.code().is_none() => {
                     "killed by the server (SIGKILL) once its Swank connection was gone".into()
                 }
-                Ok(s) => describe_exit(s),
+                Ok(s) => {
+                    use std::os::unix::process::ExitStatusExt;
+                    let mut text = describe_exit(s);
+                    // A SIGKILL from the memory cgroup's OOM killer is the
+                    // --memory-limit cap (ECL reports nothing itself).
+                    if s.signal() == Some(libc::SIGKILL)
+                        && cgroups_at_exit.iter().any(|d| limits::oom_killed(d))
+                    {
+                        text.push_str(&format!(
+                            ": the kernel's OOM killer, at the image's memory cap (--memory-limit \
+                             {} MB: the image and what it starts)",
+                            memory_limit_mb.unwrap_or_default()
+                        ));
+                    }
+                    text
+                }
                 Err(e) => format!("wait failed: {e}"),
             };
             // The Lisp's last words (SBCL's backtrace is flushed at exit)
@@ -1571,6 +1625,13 @@ fn handle_event(inner: &Inner, live: &Arc<Live>, event: &SwankEvent) {
             // for the agent to take it over), never aborted by us.
             let users = inner.mode == ImageMode::Attached
                 && continuations.as_list().is_none_or(|l| l.is_empty());
+            if claimed {
+                inner
+                    .claimed_threads
+                    .lock()
+                    .unwrap()
+                    .insert((*thread, *level));
+            }
             if users {
                 tracing::info!(
                     thread,
@@ -1602,6 +1663,14 @@ fn handle_event(inner: &Inner, live: &Arc<Live>, event: &SwankEvent) {
                         .await;
                 });
             }
+        }
+        SwankEvent::DebugReturn { thread, level } => {
+            // Leaving a level leaves every level above it.
+            inner
+                .claimed_threads
+                .lock()
+                .unwrap()
+                .retain(|(t, l)| t != thread || l < level);
         }
         SwankEvent::ReadString { thread, tag } => {
             // No terminal behind us: reading standard input gets end-of-file

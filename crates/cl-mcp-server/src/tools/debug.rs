@@ -279,6 +279,16 @@ async fn monitor(
 /// [`Pending`]; `abort` there hands the thread back to the level it was in.
 async fn take_over(ctx: &ToolContext, thread: i64) -> Result<Arc<Pending>, String> {
     let image = ctx.session.image();
+    if image.debugger_claimed(thread) {
+        // Sessions sharing an image (--shared-image) see each other's
+        // threads; a suspended evaluation is its own session's to act on.
+        return Err(format!(
+            "Thread {thread} waits in the debugger of another session's evaluation (this \
+             server's sessions share one image, --shared-image): only that session may act \
+             on it. It is read-only here: debugger-backtrace with thread {thread} and no \
+             takeOver shows it."
+        ));
+    }
     let claim = image.claim_debugger().await.map_err(|e| e.to_string())?;
     let id = super::eval::NEXT_EVAL_ID.fetch_add(1, Ordering::Relaxed);
     let (state, _) = watch::channel(PendState::default());

@@ -234,6 +234,7 @@ async fn drive_evaluation(
     let mut ticker = tokio::time::interval_at(tokio::time::Instant::now() + STATUS_DELAY, poll);
     let mut cause: Option<StopCause> = None;
     let mut gave_up_at: Option<tokio::time::Instant> = None;
+    let mut interrupt_failed: Option<String> = None;
     // Without threads (CLISP) a status poll would only queue behind the
     // evaluation: the status line then just counts the seconds.
     let threads = image.has_threads();
@@ -259,12 +260,12 @@ async fn drive_evaluation(
             }
             _ = &mut deadline, if cause.is_none() => {
                 cause = Some(StopCause::Timeout);
-                interrupt_evaluation(ctx, Some(id)).await;
+                interrupt_failed = interrupt_evaluation_or_why(ctx, Some(id)).await.err();
                 gave_up_at = Some(tokio::time::Instant::now() + grace);
             }
             _ = ctx.cancel.cancelled(), if cause.is_none() => {
                 cause = Some(StopCause::Cancelled);
-                interrupt_evaluation(ctx, Some(id)).await;
+                interrupt_failed = interrupt_evaluation_or_why(ctx, Some(id)).await.err();
                 gave_up_at = Some(tokio::time::Instant::now() + grace);
             }
             _ = ticker.tick(), if cause.is_none() => {
@@ -295,6 +296,18 @@ async fn drive_evaluation(
                     ));
                 }
                 let old = image.abandon_eval_thread();
+                if let Some(why) = interrupt_failed {
+                    return Err(format!(
+                        "The evaluation ran past its {} and could not be interrupted: the \
+                         interrupt itself failed ({why}). It is left running on its thread{}. \
+                         Use image-restart to stop it (this loses the image's state).",
+                        match cause {
+                            Some(StopCause::Cancelled) => "cancellation".to_string(),
+                            _ => format!("timeout ({} s)", timeout.as_secs()),
+                        },
+                        old.map(|t| format!(" (Swank thread {t})")).unwrap_or_default()
+                    ));
+                }
                 let cpu = match image.busiest_thread(Duration::from_millis(300)).await {
                     Some((tid, pct)) if pct >= 5.0 => format!(
                         "; the image's busiest thread (OS thread {tid}) is using {pct:.0}% of a core"
@@ -326,27 +339,42 @@ async fn sleep_until_opt(at: Option<tokio::time::Instant>) {
 /// Interrupts the evaluation `id` (every evaluation of the image when
 /// `None`); returns the ids the image interrupted.
 pub async fn interrupt_evaluation(ctx: &ToolContext, id: Option<u64>) -> Vec<i64> {
+    interrupt_evaluation_or_why(ctx, id)
+        .await
+        .unwrap_or_default()
+}
+
+/// [`interrupt_evaluation`], or why the interrupt could not be sent (the
+/// image at its thread limit cannot start the thread that sends it).
+async fn interrupt_evaluation_or_why(
+    ctx: &ToolContext,
+    id: Option<u64>,
+) -> Result<Vec<i64>, String> {
     let image = ctx.session.image();
     if !image.has_threads() {
         // One thread runs everything (CLISP): no other thread can call
         // the helper while the evaluation runs; a signal breaks into it.
-        return if image.interrupt_process() {
+        return Ok(if image.interrupt_process() {
             id.map(|n| vec![n as i64]).unwrap_or_default()
         } else {
             Vec::new()
-        };
+        });
     }
     let args = id
         .map(|n| vec![Value::Integer(n as i64)])
         .unwrap_or_default();
     let form = helper_form("interrupt-evaluation", args, vec![]);
     match tokio::time::timeout(INTERRUPT_CALL_LIMIT, call_running(ctx, &form)).await {
-        Ok(Ok(v)) => plist_list(&v, "interrupted")
+        Ok(Ok(v)) => Ok(plist_list(&v, "interrupted")
             .unwrap_or(&[])
             .iter()
             .filter_map(Value::as_i64)
-            .collect(),
-        _ => Vec::new(),
+            .collect()),
+        Ok(Err(e)) => Err(e),
+        Err(_) => Err(format!(
+            "the image did not take the interrupt request within {} s",
+            INTERRUPT_CALL_LIMIT.as_secs()
+        )),
     }
 }
 
