@@ -680,16 +680,31 @@ fn test_runs_report_each_failure_and_run_single_tests() {
     );
     let r = call(&mut s, 6, "asdf-test-system", json!({"system": "shop"}));
     assert!(r.is_error, "{}", r.text);
-    assert!(
-        r.text
-            .contains("Failed: compiling shop/shop (shop.lisp): compile-file reported failure"),
-        "{}",
-        r.text
-    );
+    if common::lisp() == "clisp" {
+        // ASDF on CLISP goes on after a compile-file failure (its
+        // *compile-file-failure-behaviour* is :ignore there): the tests run
+        // on the broken code and fail, the warning reported with them. (At
+        // times FiveAM then finds its suite empty, "Didn't run
+        // anything...huh?": reported as an unknown outcome, never success.)
+        assert_eq!(r.structured["success"], false, "{}", r.text);
+        let outcome = r.structured["outcome"].as_str().unwrap();
+        assert!(outcome == "failed" || outcome == "unknown", "{}", r.text);
+        if outcome == "failed" {
+            assert_eq!(r.structured["summary"]["failed"], 3, "{}", r.text);
+        }
+    } else {
+        assert!(
+            r.text
+                .contains("Failed: compiling shop/shop (shop.lisp): compile-file reported failure"),
+            "{}",
+            r.text
+        );
+    }
     // ECL's compiler makes the wrong argument count an error, located at
-    // the top-level form.
+    // the top-level form (CLISP's warning too).
     let located = match common::lisp() {
         "ecl" => "\nshop.lisp:3:1: error:",
+        "clisp" => "\nshop.lisp:3:1: warning:",
         _ => "\nshop.lisp:3:21: warning:",
     };
     assert!(r.text.contains(located), "{}", r.text);
