@@ -1,4 +1,4 @@
-//! Resource limits of the image (CONTRACT §10, issue 13) against a real
+//! Resource limits of the image against a real
 //! SBCL: `--max-images` over HTTP, `--image-idle-secs`, and a bounded fork
 //! bomb under `--max-processes`.
 

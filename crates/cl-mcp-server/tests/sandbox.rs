@@ -1,4 +1,4 @@
-//! `--sandbox workspace|strict` (CONTRACT §10, issue 13) with a real SBCL on
+//! `--sandbox workspace|strict` with a real SBCL on
 //! this kernel: evaluated code, and the processes it starts, cannot write
 //! outside the project root and the allowed dirs, cannot connect anywhere
 //! unless allowed, cannot reach the server through `/proc/<pid>/fd`, and in

@@ -1,4 +1,4 @@
-//! Resource limits of local images (CONTRACT §10): how many images may run
+//! Resource limits of local images: how many images may run
 //! at once (`--max-images`), and how many processes and threads one image
 //! and everything it starts may have (`--max-processes`).
 //!

@@ -1,4 +1,4 @@
-//! Confining a local image with Landlock (CONTRACT §10).
+//! Confining a local image with Landlock.
 //!
 //! The ruleset is built in the server before the fork (opening the paths,
 //! which allocates and may fail); the child only calls `prctl` and
