@@ -431,7 +431,15 @@ async fn a_lisp_that_cannot_start_is_reported_and_not_retried_forever() {
     for _ in 0..3 {
         let err = image.ready().await.unwrap_err();
         assert!(matches!(err, ImageError::StartFailed(_)), "{err:?}");
-        assert!(err.to_string().contains("exited while starting"), "{err}");
+        // Without a core the server compiles Swank first (the image may
+        // not write the cache): that step is the one that fails here.
+        assert!(
+            err.to_string().contains("exited while starting")
+                || err
+                    .to_string()
+                    .contains("compiling Swank exited with exit status: 1"),
+            "{err}"
+        );
     }
     let err = image.ready().await.unwrap_err();
     assert!(matches!(err, ImageError::CrashLoop(_)), "{err:?}");

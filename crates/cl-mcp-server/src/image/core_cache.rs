@@ -21,7 +21,9 @@
 //!   entry that does not match is discarded and built again;
 //! - `fasl/<project>/`: the one place an image may write (its project's
 //!   `lisp-compile-file` and ASDF fasls), one directory per project root;
-//! - `build.lock`: held while building, so concurrent servers build once.
+//! - `build.lock`: held while building, so concurrent servers build once
+//!   (waited for at most `BUILD_LOCK_WAIT`: anyone who can read the cache
+//!   can hold it, a confined image too).
 //!
 //! `<key>` hashes the implementation, the Lisp binary (path, size, mtime), Swank (path, version,
 //! size, mtime), the helper sources and the boot code; any change makes a
@@ -31,7 +33,7 @@
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use super::cache_manifest;
 use super::helpers::{self, fnv1a};
@@ -181,9 +183,7 @@ impl CoreCache {
         if cache_manifest::verify(&manifest, &self.dir).is_ok() {
             return Ok(());
         }
-        let lock = std::fs::File::create(self.dir.join("build.lock"))
-            .map_err(|e| format!("cannot create lock file: {e}"))?;
-        let _ = lock.lock();
+        let _lock = take_build_lock(&self.dir, BUILD_LOCK_WAIT)?;
         let why = match cache_manifest::verify(&manifest, &self.dir) {
             Ok(()) => return Ok(()),
             Err(why) => why,
@@ -431,11 +431,10 @@ impl CoreCache {
         let core = self.core_path();
         private_dir(&self.dir)
             .map_err(|e| format!("cannot create cache dir {}: {e}", self.dir.display()))?;
-        let lock = std::fs::File::create(self.dir.join("build.lock"))
-            .map_err(|e| format!("cannot create lock file: {e}"))?;
-        // Without the lock (e.g. a filesystem without locks) we only risk
-        // duplicate work: the rename below is atomic either way.
-        let locked = lock.lock().is_ok();
+        // Without the lock (a filesystem without locks, or a holder that
+        // never lets go) we only risk duplicate work: the rename below is
+        // atomic either way.
+        let (_lock, locked) = take_build_lock(&self.dir, BUILD_LOCK_WAIT)?;
         let mut tampered = None;
         if self.cached() {
             match self.verify() {
@@ -788,6 +787,39 @@ pub fn remove_entry(p: &Path) {
     };
 }
 
+/// How long a build waits for another's `build.lock` before it builds
+/// without it: longer than any build takes (ECL compiles Swank through gcc
+/// in minutes), short of forever — anyone who can open the file can hold
+/// the lock (a confined image can read the cache).
+const BUILD_LOCK_WAIT: Duration = Duration::from_secs(600);
+
+/// The cache's build lock, taken within `wait`: the open file (the lock
+/// lives as long as it) and whether it is held. Past `wait`, or where the
+/// filesystem has no locks, the build goes on without it, said in the log.
+fn take_build_lock(dir: &Path, wait: Duration) -> Result<(std::fs::File, bool), String> {
+    let lock = std::fs::File::create(dir.join("build.lock"))
+        .map_err(|e| format!("cannot create lock file: {e}"))?;
+    let since = Instant::now();
+    let mut said = false;
+    loop {
+        match lock.try_lock() {
+            Ok(()) => return Ok((lock, true)),
+            Err(std::fs::TryLockError::WouldBlock) if since.elapsed() < wait => {
+                if !said && since.elapsed() > Duration::from_secs(5) {
+                    tracing::info!(dir = %dir.display(), "waiting for another build of the Lisp cache to finish");
+                    said = true;
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            Err(std::fs::TryLockError::WouldBlock) => {
+                tracing::warn!(dir = %dir.display(), waited_s = since.elapsed().as_secs(), "the cache's build lock is still held; building without it");
+                return Ok((lock, false));
+            }
+            Err(std::fs::TryLockError::Error(_)) => return Ok((lock, false)),
+        }
+    }
+}
+
 /// A build or check process must not outlive the server that waits for it
 /// (a killed server would leave it writing into the cache unlocked).
 fn dies_with_parent(cmd: &mut std::process::Command) {
@@ -1080,6 +1112,28 @@ fn fasl_start_script(start: &ScriptStart, names: &[&str]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A holder of `build.lock` that never lets go (anyone who can open the
+    /// file can hold it, a confined image too) delays a build by the wait,
+    /// not forever; a free lock is taken at once.
+    #[test]
+    fn a_held_build_lock_is_waited_for_within_a_bound() {
+        let dir = tempfile::tempdir().unwrap();
+        let (first, held) = take_build_lock(dir.path(), Duration::from_secs(1)).unwrap();
+        assert!(held);
+        let t = Instant::now();
+        let (_second, held) = take_build_lock(dir.path(), Duration::from_millis(300)).unwrap();
+        assert!(!held, "the lock was taken twice");
+        assert!(
+            t.elapsed() >= Duration::from_millis(300),
+            "{:?}",
+            t.elapsed()
+        );
+        assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
+        drop(first);
+        let (_third, held) = take_build_lock(dir.path(), Duration::from_millis(300)).unwrap();
+        assert!(held);
+    }
 
     #[test]
     fn key_changes_with_inputs() {

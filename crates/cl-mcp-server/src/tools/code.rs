@@ -70,6 +70,34 @@ pub struct Diagnostic {
 
 /// Reads the `:diagnostics` of a build helper's result.
 pub fn diagnostics_from(v: &Value, root: &Path) -> Vec<Diagnostic> {
+    let mut diagnostics = compiler_diagnostics(v, root);
+    // A reader error some Lisps (CLISP) signal out of the build instead of
+    // reporting it as the compiler's: a diagnostic of the failed file, so
+    // it too names the form that does not close.
+    if !diagnostics.iter().any(|d| d.severity == "error") {
+        let failed = v.plist_get("failed").filter(|f| !f.is_nil());
+        if let Some((file, reason)) =
+            failed.and_then(|f| Some((plist_str(f, "path")?, plist_str(f, "reason")?)))
+        {
+            let mut diagnostic = Diagnostic {
+                severity: "error".into(),
+                message: reason,
+                location: Location {
+                    path: Some(fs_paths::display_path(root, Path::new(&file))),
+                    line: None,
+                    column: None,
+                },
+            };
+            name_the_broken_form(&mut diagnostic, Path::new(&file));
+            if diagnostic.location.line.is_some() {
+                diagnostics.insert(0, diagnostic);
+            }
+        }
+    }
+    diagnostics
+}
+
+fn compiler_diagnostics(v: &Value, root: &Path) -> Vec<Diagnostic> {
     plist_items(v, "diagnostics", |d| {
         let mut diagnostic = Diagnostic {
             severity: plist_str(d, "severity").unwrap_or_else(|| "note".into()),
