@@ -206,19 +206,7 @@ impl CoreCache {
         );
         write_if_changed(&script, &text)
             .map_err(|e| format!("cannot write {}: {e}", script.display()))?;
-        let mut cmd = std::process::Command::new(&self.lisp);
-        cmd.args(self.kind.start_args(None))
-            .args(entry_args(
-                self.kind,
-                &self.src_dir().join(helpers::PRELUDE.0),
-                &script,
-            ))
-            .stdin(std::process::Stdio::null());
-        dies_with_parent(&mut cmd);
-        let out = cmd
-            .output()
-            .map_err(|e| format!("cannot run {}: {e}", self.lisp.display()))?;
-        let _ = std::fs::remove_file(&script);
+        let out = self.run_script(&script)?;
         if !out.status.success() {
             return Err(format!(
                 "compiling Swank exited with {}: {}",
@@ -539,23 +527,30 @@ impl CoreCache {
         std::fs::rename(&tmp, &core).map_err(|e| format!("cannot move the core into place: {e}"))
     }
 
-    fn build_into(&self, tmp: &Path) -> Result<(), String> {
-        let script = self
-            .write_sources(Some(tmp))
-            .map_err(|e| format!("cannot write build files: {e}"))?;
+    /// Runs the generated `script` with the Lisp (after the prelude, no
+    /// input, dying with the server), removes it, and returns what it did.
+    fn run_script(&self, script: &Path) -> Result<std::process::Output, String> {
         let mut cmd = std::process::Command::new(&self.lisp);
         cmd.args(self.kind.start_args(None))
             .args(entry_args(
                 self.kind,
                 &self.src_dir().join(helpers::PRELUDE.0),
-                &script,
+                script,
             ))
             .stdin(std::process::Stdio::null());
         dies_with_parent(&mut cmd);
         let out = cmd
             .output()
-            .map_err(|e| format!("cannot run {}: {e}", self.lisp.display()))?;
-        let _ = std::fs::remove_file(&script);
+            .map_err(|e| format!("cannot run {}: {e}", self.lisp.display()));
+        let _ = std::fs::remove_file(script);
+        out
+    }
+
+    fn build_into(&self, tmp: &Path) -> Result<(), String> {
+        let script = self
+            .write_sources(Some(tmp))
+            .map_err(|e| format!("cannot write build files: {e}"))?;
+        let out = self.run_script(&script)?;
         let stdout = String::from_utf8_lossy(&out.stdout);
         let stderr = String::from_utf8_lossy(&out.stderr);
         for line in stderr.lines().chain(stdout.lines()) {
