@@ -789,7 +789,8 @@ fn an_evaluation_task_past_its_ttl_stays_cancellable_and_frees_the_turn() {
     let r = eval(&mut s, 5, "(+ 2 3)");
     let took = t0.elapsed();
     eprintln!("evaluate-lisp after cancelling the task answered in {took:?}");
-    assert_eq!(r.text, "=> 5");
+    // (CLISP's interrupt, a signal, may leave it a moment's [QUEUED] wait.)
+    assert!(r.text.starts_with("=> 5"), "{}", r.text);
     assert!(
         took < Duration::from_millis(1500),
         "answered after {took:?}"

@@ -1241,10 +1241,17 @@ impl Image {
             let _stdin = stdin;
             let (status, killed) = tokio::select! {
                 s = child.wait() => (s, false),
-                _ = kill_rx => match child.try_wait() {
-                    // It had ended on its own (killed from outside, say).
-                    Ok(Some(s)) => (Ok(s), false),
-                    _ => {
+                // It may be ending on its own (killed from outside, say):
+                // a dying process's socket closes before its exit status
+                // can be collected, so give it a moment before killing it.
+                _ = kill_rx => match tokio::time::timeout(
+                    Duration::from_millis(250),
+                    child.wait(),
+                )
+                .await
+                {
+                    Ok(s) => (s, false),
+                    Err(_) => {
                         let _ = child.start_kill();
                         (child.wait().await, true)
                     }
