@@ -13,5 +13,6 @@ pub mod prompts;
 pub mod protocol;
 pub mod resources;
 pub mod session;
+pub mod sync;
 pub mod tools;
 pub mod transport;

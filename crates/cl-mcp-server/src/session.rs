@@ -6,6 +6,7 @@ use std::sync::{Arc, OnceLock, RwLock};
 
 use crate::config::ServerConfig;
 use crate::image::Image;
+use crate::sync::MutexExt;
 
 /// State shared by every request of one MCP session.
 pub struct Session {
@@ -29,7 +30,13 @@ pub struct Session {
     /// Evaluations suspended in the debugger (`evaluate-lisp` with
     /// `debug: true`); aborted when the session ends.
     pub debuggers: crate::tools::debug::Debuggers,
+    /// What the owners of per-session state want done when the session ends
+    /// (`Session::on_end`), run once by `Session::end`.
+    end_hooks: std::sync::Mutex<Vec<EndHook>>,
 }
+
+/// Work to do when a session ends: gets the session, returns the work.
+pub type EndHook = Box<dyn FnOnce(Arc<Session>) -> futures::future::BoxFuture<'static, ()> + Send>;
 
 /// Where a session's image lives: its own, or the one all sessions share
 /// (`--shared-image`), with the turn its evaluations queue on. The image is
@@ -130,7 +137,25 @@ impl Session {
             },
             tasks: Default::default(),
             debuggers: Default::default(),
+            end_hooks: Default::default(),
         })
+    }
+
+    /// Registers work for when the session ends (its owner's per-session
+    /// state: suspended debuggers, traces). Hooks run in the order they were
+    /// registered.
+    pub fn on_end(&self, hook: EndHook) {
+        self.end_hooks.guard().push(hook);
+    }
+
+    /// Ends the session: runs every hook once (the transports call this when
+    /// the client is gone: stdin's end, a TCP close, an HTTP `DELETE` or
+    /// expiry). A second call finds nothing left to run.
+    pub async fn end(self: &Arc<Self>) {
+        let hooks = std::mem::take(&mut *self.end_hooks.guard());
+        for hook in hooks {
+            hook(self.clone()).await;
+        }
     }
 
     /// The session's Lisp image (from `config.image`): created on first use

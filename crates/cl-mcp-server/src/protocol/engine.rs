@@ -84,7 +84,11 @@ impl Engine {
         } else {
             ImageSlot::Own(std::sync::OnceLock::new())
         };
-        Session::with_image(self.config.clone(), slot)
+        let session = Session::with_image(self.config.clone(), slot);
+        session.on_end(Box::new(|s| {
+            Box::pin(async move { crate::tools::debug::end_session(&s).await })
+        }));
+        session
     }
 
     /// Opens a connection on an existing session (stateless HTTP requests

@@ -151,7 +151,7 @@ pub async fn serve(
                     tracing::info!(session = %id, "http session expired");
                     conn.cancel_all();
                     let session = conn.session().clone();
-                    tokio::spawn(async move { crate::tools::debug::end_session(&session).await });
+                    tokio::spawn(async move { session.end().await });
                 }
                 keep
             });
@@ -382,7 +382,7 @@ async fn handle(State(state): State<Arc<HttpState>>, request: Request) -> Respon
             match removed {
                 Some((conn, _)) => {
                     conn.cancel_all();
-                    crate::tools::debug::end_session(conn.session()).await;
+                    conn.session().end().await;
                     StatusCode::NO_CONTENT.into_response()
                 }
                 None => session_not_found(None, id),

@@ -72,7 +72,7 @@ pub async fn serve(engine: Arc<Engine>, stdout: std::fs::File) {
             conn.drain().await;
         }
     }
-    crate::tools::debug::end_session(conn.session()).await;
+    conn.session().end().await;
     drop(conn);
     drop(tx);
     match writer {

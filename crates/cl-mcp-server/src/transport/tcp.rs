@@ -42,7 +42,7 @@ pub async fn serve(engine: Arc<Engine>, listener: TcpListener) -> std::io::Resul
             // The peer hung up: nobody will read answers, so stop the work.
             conn.cancel_all();
             conn.drain().await;
-            crate::tools::debug::end_session(conn.session()).await;
+            conn.session().end().await;
             drop(conn);
             drop(tx);
             let _ = writer.await;
