@@ -32,7 +32,11 @@
 //!   removals both), or is weak evidence (a line the repair moves into a
 //!   list it does not line up with, an operator such as `(defun f (x)`
 //!   closed on its own first line, closers on a line of their own next to
-//!   the change), it refuses, naming the form, the line, and the likely fix.
+//!   the change), it refuses, naming the form, the line, and the likely fix;
+//! - except where one form is one closer short or over and the end of the
+//!   form is the one place that leaves the fewest lines lined up with
+//!   nothing (`by_least_disagreement`): a form whose indentation is off in
+//!   a line but whose last line was miscounted.
 
 use std::fmt;
 
@@ -118,6 +122,17 @@ impl fmt::Display for Refusal {
 /// Repairs the closing parentheses of `text` from its indentation; see the
 /// module documentation.
 pub fn repair_parens(text: &str) -> Repair {
+    match by_indentation(text) {
+        Repair::Refused(r) => match by_least_disagreement(text) {
+            Some((text, changes)) => Repair::Repaired { text, changes },
+            None => Repair::Refused(r),
+        },
+        done => done,
+    }
+}
+
+/// The indentation rule (the module documentation's first part).
+fn by_indentation(text: &str) -> Repair {
     let parse = cst::parse(text);
     let paren_trouble = parse.errors.iter().any(|e| {
         matches!(
@@ -296,7 +311,7 @@ pub fn repair_parens(text: &str) -> Repair {
             "fix that error; the parentheses may then balance".into(),
         ));
     }
-    if let Some(r) = implausible_form(&repaired, &after, &changes, &broken_lines) {
+    if let Some(r) = implausible_form(&repaired, &after, &changes, &broken_lines, true) {
         return Repair::Refused(r);
     }
     if let Some((line, form_at)) = indented_at_top_level(&repaired, &after, &broken_lines) {
@@ -333,11 +348,17 @@ pub fn repair_parens(text: &str) -> Repair {
 /// indentation, not the closers, is off. Only the top-level forms holding a
 /// change are looked at; quoted data is not code. So is a string or symbol
 /// that the repair leaves alone at top level (a docstring at column 0).
+///
+/// `emptied`: also refuse a list an added closer leaves empty before a
+/// comment (evidence against an inferred closer; not against the one place
+/// `by_least_disagreement` weighs, where `()` and a comment is as the text
+/// may have been written).
 fn implausible_form(
     text: &str,
     parse: &cst::Parse,
     changes: &[Change],
     broken: &[(std::ops::RangeInclusive<usize>, usize)],
+    emptied: bool,
 ) -> Option<Refusal> {
     let mut shift = 0isize;
     let mut points = Vec::with_capacity(changes.len());
@@ -359,8 +380,10 @@ fn implausible_form(
         .filter(|(_, c)| c.added)
         .map(|(&p, c)| p..p + c.count)
         .collect();
-    if let Some(empty) = parse
-        .top_level_forms()
+    if let Some(empty) = (emptied)
+        .then(|| parse.top_level_forms())
+        .into_iter()
+        .flatten()
         .flat_map(|f| empty_lists(f))
         .find(|l| {
             added.iter().any(|r| r.contains(&(l.span.end - 1)))
@@ -1326,6 +1349,21 @@ fn takes_a_body(ctx: &Ctx, open: usize) -> bool {
     ) || name.starts_with("with-")
 }
 
+/// Whether the list opened by token `open` is a form whose body is made of
+/// top-level forms, which some code writes flush left (`progn`,
+/// `eval-when`, `macrolet`, ...).
+fn wraps_top_level_forms(ctx: &Ctx, open: usize) -> bool {
+    let Some(head) = ctx.toks.get(open + 1).filter(|h| h.kind == TokKind::Code) else {
+        return false;
+    };
+    let name = ctx.text[head.start..head.end].to_ascii_lowercase();
+    let name = name.rsplit(':').next().unwrap_or(&name);
+    matches!(
+        name,
+        "progn" | "eval-when" | "macrolet" | "symbol-macrolet" | "locally" | "let" | "let*"
+    )
+}
+
 /// Whether a line indented at visual column `x` lines up as an element of
 /// the list opened by token `open` whose elements so far are the tokens
 /// `elements`: one or two columns right of its `(`, or under one of its
@@ -1425,6 +1463,309 @@ fn apply(ctx: &Ctx, edits: &[(usize, Edit)]) -> (String, Vec<Change>) {
     }
     out.push_str(&text[pos..]);
     (out, changes)
+}
+
+/// The second way, where the indentation rule refuses: one form whose
+/// parentheses are one short or one too many, in a text whose other forms
+/// read. Every place where one `)` could go (the end of each line of the
+/// form) or come off (the last `)` of each line) is tried, but for places
+/// that would hold lines against the indentation rule
+/// (`moves_against_indentation`). The end of the form (its last line) is
+/// taken when the text then reads and has fewer lines that line up with
+/// nothing in their list (`misaligned_lines`) than with the `)` at any
+/// other place; otherwise the refusal stands. This restores the closer a
+/// writer dropped or doubled at the end of a form whose own indentation is
+/// off in a line (code indented by hand): the rule above refuses it, since
+/// that line says nothing, while every other line still points at the end.
+/// Inside the form, one line is as likely as another where the indentation
+/// cannot tell, so no other place is ever chosen.
+fn by_least_disagreement(text: &str) -> Option<(String, Vec<Change>)> {
+    let parse = cst::parse(text);
+    let lines = LineIndex::new(text);
+    let toks = tokens(text, &parse);
+    let groups = line_groups(text, &toks, false);
+    let ctx = Ctx {
+        text,
+        lines: &lines,
+        toks: &toks,
+        groups: &groups,
+        strict: false,
+    };
+    let segs = segments(&groups);
+    let mut broken = units(&ctx, &segs).into_iter().filter(|u| !u.balanced);
+    let unit = broken.next()?;
+    if broken.next().is_some() {
+        return None;
+    }
+    let unit_groups =
+        segs[unit.segments.start].groups.start..segs[unit.segments.end - 1].groups.end;
+    let (net, low) = seg_balance(
+        &ctx,
+        &Segment {
+            groups: unit_groups.clone(),
+        },
+    );
+    if !((net == 1 && low == 0) || (net == -1 && low == -1)) {
+        return None;
+    }
+    // A list opened after a string that spans lines stands at a column of
+    // the string's text: its elements' columns say nothing.
+    if unit_groups.clone().any(|g| {
+        let first_line = lines.line_col(toks[groups[g].toks.start].start).0;
+        groups[g]
+            .toks
+            .clone()
+            .any(|t| toks[t].kind == TokKind::Open && lines.line_col(toks[t].start).0 != first_line)
+    }) {
+        return None;
+    }
+    let line_start = |at: usize| text[..at].rfind('\n').map_or(0, |i| i + 1);
+    let start = line_start(toks[groups[unit_groups.start].toks.start].start);
+    let end = groups
+        .get(unit_groups.end)
+        .map_or(text.len(), |g| line_start(toks[g.toks.start].start));
+    // Each place costs a reading of the form: a long run (an unclosed form
+    // near the top of a long file) is left to the rule above.
+    if (end - start) * unit_groups.len() > 4 << 20 {
+        return None;
+    }
+    let form = &text[start..end];
+    let form_parse = cst::parse(form);
+    let form_toks = tokens(form, &form_parse);
+    let form_groups = line_groups(form, &form_toks, false);
+    // Where a closer could go in (after each line's code and closers) or
+    // come off (each line's last closer), as offsets in `form`.
+    let places: Vec<usize> = form_groups
+        .iter()
+        .filter(|g| g.code)
+        .filter_map(|g| {
+            if net == 1 {
+                Some(g.insert_at)
+            } else {
+                (!g.trail.is_empty()).then(|| form_toks[g.trail.end - 1].start)
+            }
+        })
+        .collect();
+    let last_place = *places.last()?;
+    let mut scored: Vec<(usize, usize, String)> = Vec::new();
+    for at in places {
+        let candidate = if net == 1 {
+            format!("{}){}", &form[..at], &form[at..])
+        } else {
+            format!("{}{}", &form[..at], &form[at + 1..])
+        };
+        let p = cst::parse(&candidate);
+        if !p.is_ok() {
+            continue;
+        }
+        if scored.iter().any(|(_, _, t)| *t == candidate)
+            || moves_against_indentation(&candidate, &p, at, net == 1)
+            || holds_what_no_one_writes(&candidate, &p, at, net == 1)
+        {
+            continue;
+        }
+        scored.push((misaligned_lines(&candidate, &p), at, candidate));
+    }
+    scored.sort_by_key(|(n, _, _)| *n);
+    let (best, at, repaired_form) = scored.first()?;
+    if *best == usize::MAX || scored.get(1).is_some_and(|(n, _, _)| n == best) {
+        return None;
+    }
+    // Only the end: where the indentation cannot say, a closer dropped or
+    // doubled inside the form is as likely at one line as at another, but
+    // the last line is where a writer most often miscounts.
+    if *at < last_place {
+        return None;
+    }
+    let offset = start + at;
+    let (line, column) = lines.line_col(offset);
+    let change = Change {
+        added: net == 1,
+        count: 1,
+        offset,
+        line,
+        column,
+    };
+    let repaired = format!("{}{}{}", &text[..start], repaired_form, &text[end..]);
+    let after = cst::parse(&repaired);
+    if !after.is_ok() {
+        return None;
+    }
+    let span = lines.line_col(start).0..=lines.line_col(end.saturating_sub(1).max(start)).0;
+    let broken = [(span, start)];
+    let changes = vec![change];
+    if implausible_form(&repaired, &after, &changes, &broken, false).is_some()
+        || indented_at_top_level(&repaired, &after, &broken).is_some()
+    {
+        return None;
+    }
+    Some((repaired, changes))
+}
+
+/// Whether the list a closer placed at `at` closes (`added`), or the list
+/// whose closer came off at `at`, then holds its lines against the
+/// indentation rule: a list closed at a line's end while the next code line
+/// is indented right of its opener (`(loop for x in l)` /
+/// `      collect x`), or a list kept open over a line at or left of its
+/// opener.
+fn moves_against_indentation(text: &str, parse: &cst::Parse, at: usize, added: bool) -> bool {
+    let toks = tokens(text, parse);
+    let mut stack = Vec::new();
+    // The list in question, by its opener, and where it closes.
+    let mut list: Option<(usize, usize)> = None;
+    for (i, t) in toks.iter().enumerate() {
+        if !added && list.is_none() && t.start >= at {
+            if let Some(&o) = stack.last() {
+                list = Some((o, usize::MAX));
+            }
+        }
+        match t.kind {
+            TokKind::Open => stack.push(i),
+            TokKind::Close => {
+                let o = stack.pop();
+                match (&mut list, o) {
+                    (Some((lo, end)), Some(o)) if *lo == o => *end = i,
+                    (None, Some(o)) if added && t.start == at => list = Some((o, i)),
+                    _ => {}
+                }
+            }
+            _ => {}
+        }
+    }
+    let Some((open, close)) = list else {
+        return false;
+    };
+    let col = toks[open].col;
+    let line_starts = |range: std::ops::Range<usize>| {
+        toks[range]
+            .iter()
+            .filter(|t| t.first_on_line && matches!(t.kind, TokKind::Open | TokKind::Code))
+            .map(|t| t.col)
+            .collect::<Vec<_>>()
+    };
+    if added {
+        // The next line's start, if it is code.
+        let next = toks[close + 1..]
+            .iter()
+            .find(|t| t.first_on_line && t.kind != TokKind::Comment);
+        next.is_some_and(|t| {
+            t.kind != TokKind::Close
+                && t.col > col
+                && lines_up_inside(text, &toks, open, close, t.col)
+        })
+    } else {
+        let from = toks.partition_point(|t| t.start < at);
+        line_starts(from..close.min(toks.len()))
+            .iter()
+            .any(|&x| x <= col)
+    }
+}
+
+/// Whether `text`, a form with one `)` added or removed at `at`, holds a
+/// form no one writes (`implausible_form`: an operator without its body, a
+/// form with too many arguments) or a line indented where nothing is open.
+fn holds_what_no_one_writes(text: &str, parse: &cst::Parse, at: usize, added: bool) -> bool {
+    let lines = LineIndex::new(text);
+    let (line, column) = lines.line_col(at);
+    let change = Change {
+        added,
+        count: 1,
+        offset: at,
+        line,
+        column,
+    };
+    let all = [(1..=lines.line_count(), 0)];
+    implausible_form(text, parse, &[change], &all, false).is_some()
+        || indented_at_top_level(text, parse, &all).is_some()
+}
+
+/// Whether a line at visual column `x` lines up as an element of the list
+/// opened by token `open` and closed by token `close` (strictly, as an
+/// editor indents: see `lines_up`).
+fn lines_up_inside(text: &str, toks: &[Tok], open: usize, close: usize, x: usize) -> bool {
+    let lines = LineIndex::new(text);
+    let groups = line_groups(text, toks, false);
+    let ctx = Ctx {
+        text,
+        lines: &lines,
+        toks,
+        groups: &groups,
+        strict: true,
+    };
+    let mut elements = Vec::new();
+    let mut depth = 0usize;
+    for (i, t) in toks.iter().enumerate().take(close).skip(open + 1) {
+        match t.kind {
+            TokKind::Open => {
+                if depth == 0 {
+                    elements.push(i);
+                }
+                depth += 1;
+            }
+            TokKind::Close => depth = depth.saturating_sub(1),
+            TokKind::Code if depth == 0 => elements.push(i),
+            _ => {}
+        }
+    }
+    lines_up(&ctx, open, &elements, x, true)
+}
+
+/// How many code lines of `text` (which reads) start at a column that
+/// lines up with nothing in the list they stand in (`lines_up`), or, at top
+/// level, right of the base column. A line at the base column in a
+/// wrapper of top-level forms opened there (`(eval-when (...)` /
+/// `(defun f ...)`, a body written flush left) counts as lined up; in any
+/// other list it disqualifies the text (`usize::MAX`).
+fn misaligned_lines(text: &str, parse: &cst::Parse) -> usize {
+    let lines = LineIndex::new(text);
+    let toks = tokens(text, parse);
+    let groups = line_groups(text, &toks, false);
+    let ctx = Ctx {
+        text,
+        lines: &lines,
+        toks: &toks,
+        groups: &groups,
+        strict: false,
+    };
+    let base = groups.iter().find_map(|g| g.indent).unwrap_or(0);
+    let mut stack: Vec<(usize, Vec<usize>)> = Vec::new();
+    let mut count = 0;
+    for g in groups.iter().filter(|g| g.code) {
+        if let Some(x) = g.indent {
+            let off = match stack.last() {
+                Some((o, elements)) => {
+                    if x == base && !(toks[*o].col == base && wraps_top_level_forms(&ctx, *o)) {
+                        // A line at the base column inside a form starts the
+                        // next form: no count makes up for that.
+                        return usize::MAX;
+                    }
+                    !lines_up(&ctx, *o, elements, x, false) && x != base
+                }
+                None => x != base,
+            };
+            count += usize::from(off);
+        }
+        for t in g.toks.clone() {
+            match toks[t].kind {
+                TokKind::Open => {
+                    if let Some((_, elements)) = stack.last_mut() {
+                        elements.push(t);
+                    }
+                    stack.push((t, Vec::new()));
+                }
+                TokKind::Code => {
+                    if let Some((_, elements)) = stack.last_mut() {
+                        elements.push(t);
+                    }
+                }
+                TokKind::Close => {
+                    stack.pop();
+                }
+                TokKind::Comment => {}
+            }
+        }
+    }
+    count
 }
 
 #[cfg(test)]
@@ -1540,7 +1881,9 @@ mod tests {
     #[test]
     fn indentation_that_contradicts_the_structure_is_refused() {
         // A closer inside a line that the indentation would move.
-        let r = refused("(defun foo (a\n  b) c\n  (d)\n");
+        // (With a second form left open after it: alone, the one closer it
+        // lacks would go at its end, see `by_least_disagreement`.)
+        let r = refused("(defun foo (a\n  b) c\n  (d)\n(defun bar ()\n  (baz)\n");
         assert!(r.reason.contains("inside the line"), "{r}");
         // Dedented to where no list is open, yet indented.
         let r = refused("(setq foo\n#+sbcl (bar)\n  (baz)\n");
@@ -1563,10 +1906,20 @@ mod tests {
         // line 2 closes itself, and the extra closer comes off the end.
         let (text, _) = repaired("(defun f (x)\n  (declare (fixnum x))\n    (g x)))\n");
         assert_eq!(text, "(defun f (x)\n  (declare (fixnum x))\n    (g x))\n");
-        // Would need both an addition and a removal.
-        let r = refused("(defun foo ()\n  (bar)\n    (baz)\n  (qux)\n");
+        // Would need both an addition and a removal by the indentation
+        // rule; one closer short is placed at the end instead, where it
+        // leaves only the line indented by hand lined up with nothing.
+        let (text, changes) = repaired("(defun foo ()\n  (bar)\n    (baz)\n  (qux)\n");
+        assert_eq!(text, "(defun foo ()\n  (bar)\n    (baz)\n  (qux))\n");
+        assert_eq!(changes, ["added \")\" at line 4, column 8"]);
+        // One too many at the end of the same form comes off the end.
+        let (text, changes) = repaired("(defun foo ()\n  (bar)\n    (baz)\n  (qux)))\n");
+        assert_eq!(text, "(defun foo ()\n  (bar)\n    (baz)\n  (qux))\n");
+        assert_eq!(changes, ["removed \")\" at line 4, column 9"]);
+        // Where the end is not the one place that leaves the fewest lines
+        // lined up with nothing, the refusal stands.
+        let r = refused("(defun foo (x)\n  (let ((a (f x))\n    (g a))\n   (h a)\n");
         assert!(r.reason.contains("both add and remove"), "{r}");
-        assert!(r.fix.contains("removed \")\" at line 2"), "{r}");
         // Where the indentation is the only evidence, it wins: `(baz)` is
         // indented under `(bar`, so the extra closer goes at line 2.
         let (text, _) = repaired("(defun foo ()\n  (bar)\n    (baz)))\n");
@@ -1608,15 +1961,26 @@ mod tests {
     fn forms_no_one_writes_are_refused() {
         // `(let` at the column of `(multiple-value-bind`, though inside it:
         // by the indentation the binding would have no body.
+        // (A second form left open after it keeps the end from being the
+        // one place a closer could go.)
         let r = refused(
-            "(defun f (x)\n  (multiple-value-bind (a b)\n      (floor x)\n  (let ((c a))\n    (+ b c)))\n",
+            "(defun f (x)\n  (multiple-value-bind (a b)\n      (floor x)\n  (let ((c a))\n    (+ b c)))\n(defun g ()\n  (h)\n",
         );
         assert!(r.reason.contains("would have no body"), "{r}");
         assert_eq!(r.line, 2, "{r}");
-        let r = refused("(locally\n  (declare (optimize speed))\n(defun g ()\n  1)\n");
+        let r = refused(
+            "(locally\n  (declare (optimize speed))\n(defun g ()\n  1)\n(defun h ()\n  (i)\n",
+        );
         assert!(
             r.reason.contains("`(locally` at line 1 would have no body"),
             "{r}"
+        );
+        // Alone, a wrapper whose body is written flush left gets its
+        // closer at the end.
+        let (text, _) = repaired("(locally\n  (declare (optimize speed))\n(defun g ()\n  1)\n");
+        assert_eq!(
+            text,
+            "(locally\n  (declare (optimize speed))\n(defun g ()\n  1))\n"
         );
         // A clause moved out of its `cond` is not code.
         let r = refused(
