@@ -1,0 +1,242 @@
+//! The parenthesis repair as a client meets it: every case of the
+//! held-out corpus (lisp-syntax's `paren_repair` benchmark: Debian's Lisp
+//! libraries the repair was not tuned on, each top-level form broken the
+//! three ways models break it) sent to the built server over stdio, once
+//! as a whole file through `fs-write-file` and once as the new content of a
+//! form through `lisp-edit-form`, and the file on disk compared byte for
+//! byte with the intended text.
+//!
+//! Run: `scripts/paren-corpus.sh` (unpacks the held-out libraries under
+//! the target directory), then `cargo bench -p cl-mcp-server --bench
+//! paren_tools`. `CORPUS=tuning` takes the tuning corpus instead; `LIMIT=N`
+//! only the first N cases. Prints per tool and way: restored (the file is
+//! the original byte for byte), relaid (the same forms, closers placed
+//! elsewhere on their lines), refused (an error result, the file as it
+//! was), wrong (other forms written), and unreadable: a file written that
+//! does not read, which must stay 0.
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::Path;
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::time::Instant;
+
+use serde_json::{json, Value};
+
+#[path = "../../lisp-syntax/benches/support/corpus.rs"]
+mod corpus;
+use corpus::*;
+
+/// The file `lisp-edit-form` edits: the broken form replaces `placeholder`.
+const BEFORE: &str = "(in-package :cl-user)\n\n(defvar *before* 1)\n\n";
+const PLACEHOLDER: &str = "(defun placeholder ()\n  nil)";
+const AFTER: &str = "\n\n(defvar *after* 2)\n";
+
+struct Server {
+    child: Child,
+    stdin: ChildStdin,
+    stdout: BufReader<ChildStdout>,
+    next_id: u64,
+}
+
+impl Server {
+    fn start(root: &Path) -> Server {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_cl-mcp-server"))
+            .args(["--tools", "fs,source", "--log-level", "error"])
+            .arg("--project-root")
+            .arg(root)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start the server");
+        let stdin = child.stdin.take().unwrap();
+        let stdout = BufReader::new(child.stdout.take().unwrap());
+        let mut s = Server {
+            child,
+            stdin,
+            stdout,
+            next_id: 1,
+        };
+        s.request(
+            "initialize",
+            json!({"protocolVersion": "2025-06-18", "capabilities": {},
+                   "clientInfo": {"name": "paren_tools", "version": "0"}}),
+        );
+        writeln!(
+            s.stdin,
+            "{}",
+            json!({"jsonrpc": "2.0", "method": "notifications/initialized"})
+        )
+        .unwrap();
+        s
+    }
+
+    fn request(&mut self, method: &str, params: Value) -> Value {
+        let id = self.next_id;
+        self.next_id += 1;
+        writeln!(
+            self.stdin,
+            "{}",
+            json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params})
+        )
+        .unwrap();
+        let mut line = String::new();
+        loop {
+            line.clear();
+            if self.stdout.read_line(&mut line).unwrap() == 0 {
+                panic!("the server closed its output");
+            }
+            let v: Value = serde_json::from_str(&line).expect("a JSON line");
+            if v.get("id") == Some(&json!(id)) {
+                return v;
+            }
+        }
+    }
+
+    /// Whether the tool answered with an error result.
+    fn call(&mut self, tool: &str, arguments: Value) -> bool {
+        let r = self.request("tools/call", json!({"name": tool, "arguments": arguments}));
+        let result = r
+            .get("result")
+            .unwrap_or_else(|| panic!("{tool}: no result: {r}"));
+        result["isError"] == json!(true)
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[derive(Default, Clone, Copy)]
+struct Tally {
+    restored: usize,
+    relaid: usize,
+    refused: usize,
+    wrong: usize,
+    unreadable: usize,
+}
+
+impl Tally {
+    fn total(&self) -> usize {
+        self.restored + self.relaid + self.refused + self.wrong + self.unreadable
+    }
+    fn add(&mut self, o: &Tally) {
+        self.restored += o.restored;
+        self.relaid += o.relaid;
+        self.refused += o.refused;
+        self.wrong += o.wrong;
+        self.unreadable += o.unreadable;
+    }
+    /// Counts one case: `written` is the file's text when the tool wrote
+    /// one, `intended` what it should be.
+    fn count(&mut self, written: Option<&str>, intended: &str) {
+        match written {
+            None => self.refused += 1,
+            Some(t) if t == intended => self.restored += 1,
+            Some(t) if !lisp_syntax::cst::parse(t).is_ok() => self.unreadable += 1,
+            Some(t) if tokens(t) == tokens(intended) => self.relaid += 1,
+            Some(_) => self.wrong += 1,
+        }
+    }
+    fn cell(&self) -> String {
+        let pct = |n: usize| 100.0 * n as f64 / self.total().max(1) as f64;
+        format!(
+            "{:>5} {:>5.1}% | {:>3} | {:>4} {:>4.1}% | {:>4} | {:>3}",
+            self.restored,
+            pct(self.restored),
+            self.relaid,
+            self.refused,
+            pct(self.refused),
+            self.wrong,
+            self.unreadable
+        )
+    }
+}
+
+fn main() {
+    let which = std::env::var("CORPUS").unwrap_or_default();
+    let c = if which == "tuning" {
+        corpus("tuning corpus", &tuning_libraries())
+    } else {
+        corpus("held-out corpus", &held_out_libraries())
+    };
+    if c.cases.is_empty() {
+        println!("{}: no Lisp sources found (run scripts/paren-corpus.sh)", c.name);
+        return;
+    }
+    let limit = std::env::var("LIMIT")
+        .ok()
+        .and_then(|l| l.parse().ok())
+        .unwrap_or(usize::MAX)
+        .min(c.cases.len());
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().canonicalize().unwrap();
+    let mut server = Server::start(&root);
+    let file = root.join("case.lisp");
+    let edited = root.join("edited.lisp");
+    let mut write = vec![Tally::default(); WAYS.len()];
+    let mut edit = vec![Tally::default(); WAYS.len()];
+    let started = Instant::now();
+    for i in 0..limit {
+        let (case, intended, way) = (&c.cases[i], &c.originals[i], c.ways[i]);
+        // fs-write-file: a whole file of one broken form.
+        let _ = std::fs::remove_file(&file);
+        let refused = server.call(
+            "fs-write-file",
+            json!({"path": "case.lisp", "content": format!("{case}\n")}),
+        );
+        let written = std::fs::read_to_string(&file).ok();
+        assert!(
+            !(refused && written.is_some()),
+            "fs-write-file refused yet wrote case {i}"
+        );
+        write[way].count(written.as_deref(), &format!("{intended}\n"));
+        // lisp-edit-form: the broken form as the new content of a form in
+        // the middle of a file.
+        let original = format!("{BEFORE}{PLACEHOLDER}{AFTER}");
+        std::fs::write(&edited, &original).unwrap();
+        let refused = server.call(
+            "lisp-edit-form",
+            json!({"path": "edited.lisp", "formType": "defun", "formName": "placeholder",
+                   "operation": "replace", "content": case}),
+        );
+        let now = std::fs::read_to_string(&edited).unwrap();
+        assert!(
+            !(refused && now != original),
+            "lisp-edit-form refused yet changed the file for case {i}"
+        );
+        edit[way].count(
+            (!refused).then_some(now.as_str()),
+            &format!("{BEFORE}{intended}{AFTER}"),
+        );
+    }
+    let elapsed = started.elapsed();
+    println!(
+        "{}: {} cases of {} ({} forms of {} files), each through both tools in {:.1?}\n",
+        c.name,
+        limit,
+        c.cases.len(),
+        c.forms,
+        c.files,
+        elapsed
+    );
+    println!(
+        "{:<16} {:<30} | {:^7} | restored | relaid | refused | wrong | unreadable",
+        "tool", "", "cases"
+    );
+    for (tool, tallies) in [("fs-write-file", &write), ("lisp-edit-form", &edit)] {
+        let mut all = Tally::default();
+        for (w, name) in WAYS.iter().enumerate() {
+            all.add(&tallies[w]);
+            println!(
+                "{tool:<16} {name:<30} | {:>7} | {}",
+                tallies[w].total(),
+                tallies[w].cell()
+            );
+        }
+        println!("{tool:<16} {:<30} | {:>7} | {}", "all", all.total(), all.cell());
+    }
+}
