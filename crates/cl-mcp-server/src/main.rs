@@ -130,6 +130,7 @@ fn protocol_stdout() -> std::io::Result<std::fs::File> {
     if private < 0 {
         return Err(std::io::Error::last_os_error());
     }
+    // SAFETY: fcntl(2) and dup2(2) on descriptors this process owns.
     unsafe {
         libc::fcntl(private, libc::F_SETFD, libc::FD_CLOEXEC);
         if libc::dup2(2, 1) < 0 {

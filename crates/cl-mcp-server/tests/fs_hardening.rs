@@ -41,8 +41,8 @@ fn exchange(a: &Path, b: &Path) -> std::io::Result<()> {
 
 fn mkfifo(p: &Path) {
     let c = CString::new(p.as_os_str().as_bytes()).unwrap();
-    // SAFETY: a valid NUL-terminated path.
     assert_eq!(
+        // SAFETY: a valid NUL-terminated path.
         unsafe { libc::mkfifo(c.as_ptr(), 0o644) },
         0,
         "mkfifo {p:?}"

@@ -221,6 +221,7 @@ fn a_bounded_fork_bomb_fails_inside_the_image_which_lives_on() {
     let mut s = lisp_server(&["--max-processes", "64"]);
     let r = call(&mut s, 1, "image-info", json!({}));
     assert!(!r.is_error, "{}", r.text);
+    // SAFETY: geteuid has no preconditions.
     if r.text.contains("NOT enforced") && unsafe { libc::geteuid() } == 0 {
         // Root without a writable pids cgroup: the kernel ignores
         // RLIMIT_NPROC for root, and image-info said so (checked here).

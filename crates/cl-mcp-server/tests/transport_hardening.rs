@@ -115,6 +115,7 @@ struct KillOnDrop(u32);
 
 impl Drop for KillOnDrop {
     fn drop(&mut self) {
+        // SAFETY: kill(2) of the server process this test started.
         unsafe {
             libc::kill(self.0 as i32, libc::SIGKILL);
         }

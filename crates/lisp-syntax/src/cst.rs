@@ -82,7 +82,6 @@ mod line_index;
 mod reader;
 mod symbol;
 
-use std::fmt;
 use std::ops::Range;
 
 pub use line_index::LineIndex;
@@ -352,8 +351,9 @@ impl<'a> Iterator for Leaves<'a> {
 }
 
 /// What went wrong, with where; see [`SyntaxError::message`] for a text
-/// with line and column.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// with line and column (its `Display` gives byte offsets instead).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{}", self.render(&|o| format!("offset {o}")))]
 pub struct SyntaxError {
     /// The kind of problem.
     pub kind: SyntaxErrorKind,
@@ -471,11 +471,21 @@ impl SyntaxError {
     }
 }
 
-impl fmt::Display for SyntaxError {
-    /// Like [`SyntaxError::message`] but with byte offsets.
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.render(&|o| format!("offset {o}")))
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_error_displays_with_byte_offsets_and_reads_with_lines() {
+        let src = "(a)\n)";
+        let p = parse(src);
+        assert_eq!(
+            p.errors[0].to_string(),
+            "extra close parenthesis at offset 4: no list is open there (delete it, or add the missing \"(\" earlier)"
+        );
+        assert_eq!(
+            p.errors[0].message(&LineIndex::new(src)),
+            "extra close parenthesis at line 2, column 1: no list is open there (delete it, or add the missing \"(\" earlier)"
+        );
     }
 }
-
-impl std::error::Error for SyntaxError {}

@@ -66,26 +66,71 @@ pub enum Value {
     Unreadable(String),
 }
 
-/// Why a text could not be read as Lisp data.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// Why a text could not be read as Lisp data, and where.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("cannot read Lisp data at byte {offset}: {problem}")]
 pub struct DataError {
     /// Byte offset in the input where the problem was found.
     pub offset: usize,
     /// What was wrong.
-    pub message: String,
+    pub problem: DataProblem,
 }
 
-impl fmt::Display for DataError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "cannot read Lisp data at byte {}: {}",
-            self.offset, self.message
-        )
-    }
+/// What was wrong with a text read as Lisp data.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DataProblem {
+    /// More text after the one datum [`read`] takes.
+    #[error("trailing text after the datum")]
+    TrailingText,
+    /// The input ended where a datum should start.
+    #[error("unexpected end of input")]
+    UnexpectedEnd,
+    /// A `)` where a datum should start.
+    #[error("unexpected ')'")]
+    UnexpectedClose,
+    /// A `(` never closed.
+    #[error("unclosed list")]
+    UnclosedList,
+    /// More than one datum after a consing dot.
+    #[error("expected ')' after dotted tail")]
+    DottedTail,
+    /// A `"` never closed.
+    #[error("unclosed string")]
+    UnclosedString,
+    /// `#(a . b)`.
+    #[error("dotted list in a vector")]
+    DottedVector,
+    /// `#P` not followed by a string.
+    #[error("expected a string after #P")]
+    PathnameWithoutString,
+    /// A dispatch macro this reader does not know.
+    #[error("unsupported reader macro #{0}")]
+    UnsupportedDispatch(char),
+    /// The input ended right after `#`.
+    #[error("unexpected end of input after #")]
+    EndAfterHash,
+    /// A `#<` never closed.
+    #[error("unclosed #<")]
+    UnclosedUnreadable,
+    /// The input ended right after `#\`.
+    #[error("unexpected end of input after #\\")]
+    EndAfterCharacterPrefix,
+    /// The input ended right after a `\` in a token.
+    #[error("end of input after \\")]
+    EndAfterEscape,
+    /// A `|` in a token never closed.
+    #[error("unclosed |")]
+    UnclosedMultipleEscape,
+    /// A token with no characters.
+    #[error("empty token")]
+    EmptyToken,
+    /// A token of dots only outside a consing dot.
+    #[error("a token of dots only")]
+    DotsOnly,
+    /// `a:b:c`.
+    #[error("too many package markers in symbol")]
+    TooManyPackageMarkers,
 }
-
-impl std::error::Error for DataError {}
 
 /// Reads exactly one datum from `text` (surrounding whitespace allowed).
 pub fn read(text: &str) -> Result<Value, DataError> {
@@ -93,7 +138,7 @@ pub fn read(text: &str) -> Result<Value, DataError> {
     let v = r.datum()?;
     r.skip_ws();
     if r.pos != text.len() {
-        return Err(r.err("trailing text after the datum"));
+        return Err(r.err(DataProblem::TrailingText));
     }
     Ok(v)
 }
@@ -136,10 +181,10 @@ fn is_terminator(c: char) -> bool {
 }
 
 impl<'a> Reader<'a> {
-    fn err(&self, msg: impl Into<String>) -> DataError {
+    fn err(&self, problem: DataProblem) -> DataError {
         DataError {
             offset: self.pos,
-            message: msg.into(),
+            problem,
         }
     }
 
@@ -173,13 +218,13 @@ impl<'a> Reader<'a> {
         self.skip_ws();
         let c = self
             .peek()
-            .ok_or_else(|| self.err("unexpected end of input"))?;
+            .ok_or_else(|| self.err(DataProblem::UnexpectedEnd))?;
         match c {
             '(' => {
                 self.bump();
                 self.list()
             }
-            ')' => Err(self.err("unexpected ')'")),
+            ')' => Err(self.err(DataProblem::UnexpectedClose)),
             '"' => {
                 self.bump();
                 Ok(Value::String(self.string_body()?))
@@ -211,7 +256,7 @@ impl<'a> Reader<'a> {
         loop {
             self.skip_ws();
             match self.peek() {
-                None => return Err(self.err("unclosed list")),
+                None => return Err(self.err(DataProblem::UnclosedList)),
                 Some(')') => {
                     self.bump();
                     return Ok(Value::List(items, None));
@@ -221,7 +266,7 @@ impl<'a> Reader<'a> {
                     let tail = self.datum()?;
                     self.skip_ws();
                     if self.bump() != Some(')') {
-                        return Err(self.err("expected ')' after dotted tail"));
+                        return Err(self.err(DataProblem::DottedTail));
                     }
                     // `(a . (b c))` is the proper list `(a b c)`.
                     return Ok(match tail {
@@ -242,10 +287,10 @@ impl<'a> Reader<'a> {
         let mut s = String::new();
         loop {
             match self.bump() {
-                None => return Err(self.err("unclosed string")),
+                None => return Err(self.err(DataProblem::UnclosedString)),
                 Some('"') => return Ok(s),
                 Some('\\') => match self.bump() {
-                    None => return Err(self.err("unclosed string")),
+                    None => return Err(self.err(DataProblem::UnclosedString)),
                     Some(c) => s.push(c),
                 },
                 Some(c) => s.push(c),
@@ -261,14 +306,14 @@ impl<'a> Reader<'a> {
                 Value::List(items, None) => Ok(Value::Vector(items)),
                 _ => Err(DataError {
                     offset: start,
-                    message: "dotted list in a vector".into(),
+                    problem: DataProblem::DottedVector,
                 }),
             },
             Some('\\') => self.character(),
             Some('\'') => Ok(Value::wrap("FUNCTION", self.datum()?)),
             Some('P') | Some('p') => {
                 if self.bump() != Some('"') {
-                    return Err(self.err("expected a string after #P"));
+                    return Err(self.err(DataProblem::PathnameWithoutString));
                 }
                 Ok(Value::Pathname(self.string_body()?))
             }
@@ -295,9 +340,9 @@ impl<'a> Reader<'a> {
             }
             Some(c) => Err(DataError {
                 offset: start,
-                message: format!("unsupported reader macro #{c}"),
+                problem: DataProblem::UnsupportedDispatch(c),
             }),
-            None => Err(self.err("unexpected end of input after #")),
+            None => Err(self.err(DataProblem::EndAfterHash)),
         }
     }
 
@@ -310,7 +355,7 @@ impl<'a> Reader<'a> {
                 None => {
                     return Err(DataError {
                         offset: start,
-                        message: "unclosed #<".into(),
+                        problem: DataProblem::UnclosedUnreadable,
                     })
                 }
                 Some('#') if self.peek() == Some('<') => {
@@ -331,7 +376,7 @@ impl<'a> Reader<'a> {
         let start = self.pos;
         let first = self
             .bump()
-            .ok_or_else(|| self.err("unexpected end of input after #\\"))?;
+            .ok_or_else(|| self.err(DataProblem::EndAfterCharacterPrefix))?;
         while let Some(c) = self.peek() {
             if is_terminator(c) {
                 break;
@@ -365,19 +410,19 @@ impl<'a> Reader<'a> {
                     escaped = true;
                     let e = self
                         .bump()
-                        .ok_or_else(|| self.err("end of input after \\"))?;
+                        .ok_or_else(|| self.err(DataProblem::EndAfterEscape))?;
                     out.push(e);
                 }
                 '|' => {
                     escaped = true;
                     loop {
                         match self.bump() {
-                            None => return Err(self.err("unclosed |")),
+                            None => return Err(self.err(DataProblem::UnclosedMultipleEscape)),
                             Some('|') => break,
                             Some('\\') => {
                                 let e = self
                                     .bump()
-                                    .ok_or_else(|| self.err("end of input after \\"))?;
+                                    .ok_or_else(|| self.err(DataProblem::EndAfterEscape))?;
                                 out.push(e);
                             }
                             Some(e) => out.push(e),
@@ -397,7 +442,7 @@ impl<'a> Reader<'a> {
         let start = self.pos;
         let (text, escaped) = self.token_text()?;
         if text.is_empty() {
-            return Err(self.err("empty token"));
+            return Err(self.err(DataProblem::EmptyToken));
         }
         if !escaped && !text.contains('\u{0}') {
             if let Some(n) = parse_number(&text) {
@@ -406,7 +451,7 @@ impl<'a> Reader<'a> {
             if text.chars().all(|c| c == '.') {
                 return Err(DataError {
                     offset: start,
-                    message: "a token of dots only".into(),
+                    problem: DataProblem::DotsOnly,
                 });
             }
         }
@@ -427,7 +472,7 @@ impl<'a> Reader<'a> {
             _ => {
                 return Err(DataError {
                     offset: start,
-                    message: "too many package markers in symbol".into(),
+                    problem: DataProblem::TooManyPackageMarkers,
                 })
             }
         };
@@ -968,5 +1013,67 @@ mod tests {
     fn read_all_reads_sequence() {
         let vs = read_all(" 1 (a) \"s\" ").unwrap();
         assert_eq!(vs.len(), 3);
+    }
+
+    #[test]
+    fn errors_keep_their_words() {
+        let cases = [
+            (
+                "a b",
+                "cannot read Lisp data at byte 2: trailing text after the datum",
+            ),
+            (
+                "",
+                "cannot read Lisp data at byte 0: unexpected end of input",
+            ),
+            (")", "cannot read Lisp data at byte 0: unexpected ')'"),
+            ("(a", "cannot read Lisp data at byte 2: unclosed list"),
+            (
+                "(a . b c)",
+                "cannot read Lisp data at byte 8: expected ')' after dotted tail",
+            ),
+            ("\"ab", "cannot read Lisp data at byte 3: unclosed string"),
+            (
+                "#(a . b)",
+                "cannot read Lisp data at byte 0: dotted list in a vector",
+            ),
+            (
+                "#Px",
+                "cannot read Lisp data at byte 3: expected a string after #P",
+            ),
+            (
+                "#!",
+                "cannot read Lisp data at byte 0: unsupported reader macro #!",
+            ),
+            (
+                "#",
+                "cannot read Lisp data at byte 1: unexpected end of input after #",
+            ),
+            ("#<a", "cannot read Lisp data at byte 0: unclosed #<"),
+            (
+                "#\\",
+                "cannot read Lisp data at byte 2: unexpected end of input after #\\",
+            ),
+            (
+                "a\\",
+                "cannot read Lisp data at byte 2: end of input after \\",
+            ),
+            ("|a", "cannot read Lisp data at byte 2: unclosed |"),
+            (
+                "..",
+                "cannot read Lisp data at byte 0: a token of dots only",
+            ),
+            (
+                "a:b:c",
+                "cannot read Lisp data at byte 0: too many package markers in symbol",
+            ),
+        ];
+        let wrong: Vec<String> = cases
+            .iter()
+            .map(|(text, words)| (text, words, read(text).unwrap_err().to_string()))
+            .filter(|(_, words, got)| got != *words)
+            .map(|(text, words, got)| format!("{text:?}: {got:?}, not {words:?}"))
+            .collect();
+        assert!(wrong.is_empty(), "{wrong:#?}");
     }
 }

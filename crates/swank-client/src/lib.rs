@@ -20,7 +20,7 @@
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use lisp_syntax::data::{self, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader};
@@ -69,40 +69,28 @@ pub enum RexOutcome {
 }
 
 /// Errors of the client itself (not of the evaluated Lisp code).
-#[derive(Debug, Clone)]
+///
+/// `Clone`, because one connection failure ends every pending request with
+/// the same error.
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum SwankError {
     /// Could not connect, or an I/O error on the socket.
+    #[error("Swank connection I/O error: {0}")]
     Io(String),
     /// The connection is closed; pending and later requests fail with this.
+    #[error("Swank connection closed: {0}")]
     Disconnected(String),
     /// Swank sent something this client cannot understand, or refused a
     /// request (`:invalid-rpc`, `:reader-error`).
+    #[error("Swank protocol error: {0}")]
     Protocol(String),
     /// The message would not fit in Swank's 24-bit length header.
+    #[error("message of {0} bytes exceeds Swank's limit of {MAX_MESSAGE_BYTES} bytes")]
     MessageTooLarge(usize),
     /// The worker thread with this id has exited; its requests end here.
+    #[error("Swank worker thread {0} has exited; its requests cannot be answered")]
     ThreadGone(i64),
 }
-
-impl fmt::Display for SwankError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            SwankError::Io(e) => write!(f, "Swank connection I/O error: {e}"),
-            SwankError::Disconnected(why) => write!(f, "Swank connection closed: {why}"),
-            SwankError::Protocol(e) => write!(f, "Swank protocol error: {e}"),
-            SwankError::ThreadGone(n) => write!(
-                f,
-                "Swank worker thread {n} has exited; its requests cannot be answered"
-            ),
-            SwankError::MessageTooLarge(n) => write!(
-                f,
-                "message of {n} bytes exceeds Swank's limit of {MAX_MESSAGE_BYTES} bytes"
-            ),
-        }
-    }
-}
-
-impl std::error::Error for SwankError {}
 
 /// Result type of this crate.
 pub type Result<T> = std::result::Result<T, SwankError>;
@@ -212,6 +200,19 @@ struct Pending {
     closed: Option<String>,
 }
 
+/// `Mutex::lock` that takes a poisoned lock as it is: the guarded state
+/// (the pending map, the reader's handle) is replaced or appended to whole,
+/// so a panic elsewhere leaves nothing half-updated to trip on.
+trait MutexExt<T> {
+    fn guard(&self) -> MutexGuard<'_, T>;
+}
+
+impl<T> MutexExt<T> for Mutex<T> {
+    fn guard(&self) -> MutexGuard<'_, T> {
+        self.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
 struct Shared {
     writer: tokio::sync::Mutex<OwnedWriteHalf>,
     pending: Mutex<Pending>,
@@ -222,7 +223,7 @@ struct Shared {
 impl Drop for Shared {
     fn drop(&mut self) {
         // The last client handle is gone: stop reading so the socket closes.
-        if let Some(h) = self.reader.lock().unwrap().take() {
+        if let Some(h) = self.reader.guard().take() {
             h.abort();
         }
     }
@@ -297,7 +298,7 @@ impl SwankClient {
         // client closes the connection.
         let weak = Arc::downgrade(&shared);
         let handle = tokio::spawn(read_loop(rd, weak, tx));
-        *shared.reader.lock().unwrap() = Some(handle);
+        *shared.reader.guard() = Some(handle);
         Ok((SwankClient { shared }, rx))
     }
 
@@ -328,7 +329,7 @@ impl SwankClient {
     ) -> Result<RexOutcome> {
         let (tx, rx) = oneshot::channel();
         {
-            let mut p = self.shared.pending.lock().unwrap();
+            let mut p = self.shared.pending.guard();
             if let Some(why) = &p.closed {
                 return Err(SwankError::Disconnected(why.clone()));
             }
@@ -341,7 +342,7 @@ impl SwankClient {
         }
         let msg = format!("(:emacs-rex {form} {} {thread} {id})", lisp_string(package));
         if let Err(e) = self.send_raw(&msg).await {
-            self.shared.pending.lock().unwrap().calls.remove(&id);
+            self.shared.pending.guard().calls.remove(&id);
             return Err(e);
         }
         // If the caller drops this future, remove its entry so the map does not grow.
@@ -366,7 +367,7 @@ impl SwankClient {
     /// Sends one message as given, e.g. `(:emacs-return 3 1 nil)` or
     /// `(:emacs-return-string 3 1 "text")`.
     pub async fn send_raw(&self, message: &str) -> Result<()> {
-        if let Some(why) = &self.shared.pending.lock().unwrap().closed {
+        if let Some(why) = &self.shared.pending.guard().closed {
             return Err(SwankError::Disconnected(why.clone()));
         }
         write_frame(&self.shared, message).await
@@ -409,12 +410,12 @@ impl SwankClient {
 
     /// True once the connection has ended.
     pub fn is_closed(&self) -> bool {
-        self.shared.pending.lock().unwrap().closed.is_some()
+        self.shared.pending.guard().closed.is_some()
     }
 
     /// Number of requests waiting for their `:return`.
     pub fn pending_requests(&self) -> usize {
-        self.shared.pending.lock().unwrap().calls.len()
+        self.shared.pending.guard().calls.len()
     }
 }
 
@@ -425,7 +426,7 @@ struct RemoveOnDrop<'a> {
 
 impl Drop for RemoveOnDrop<'_> {
     fn drop(&mut self) {
-        self.shared.pending.lock().unwrap().calls.remove(&self.id);
+        self.shared.pending.guard().calls.remove(&self.id);
     }
 }
 
@@ -503,7 +504,7 @@ async fn read_loop(
     tracing::debug!(reason = %why, "Swank connection ended");
     if let Some(shared) = shared.upgrade() {
         let calls = {
-            let mut p = shared.pending.lock().unwrap();
+            let mut p = shared.pending.guard();
             p.closed = Some(why.clone());
             std::mem::take(&mut p.calls)
         };
@@ -515,13 +516,7 @@ async fn read_loop(
 }
 
 fn complete(shared: &Shared, id: u64, r: Result<RexOutcome>) {
-    let tx = shared
-        .pending
-        .lock()
-        .unwrap()
-        .calls
-        .remove(&id)
-        .map(|(_, tx)| tx);
+    let tx = shared.pending.guard().calls.remove(&id).map(|(_, tx)| tx);
     match tx {
         Some(tx) => {
             let _ = tx.send(r);
@@ -650,7 +645,7 @@ async fn handle_message(shared: &Shared, msg: Value, events: &mpsc::UnboundedSen
                 return;
             };
             let failed: Vec<_> = {
-                let mut p = shared.pending.lock().unwrap();
+                let mut p = shared.pending.guard();
                 p.gone_threads.insert(thread);
                 let ids: Vec<u64> = p
                     .calls
@@ -722,5 +717,34 @@ mod tests {
         assert_eq!(trailing_request_id("(:emacs-rex (#<) \"X\" t 7)"), Some(7));
         assert_eq!(trailing_request_id("(:emacs-pong 1 2)"), None);
         assert_eq!(trailing_id("(:return (:ok #<weird) 9)"), Some(9));
+    }
+
+    #[test]
+    fn errors_keep_their_words() {
+        let cases = [
+            (
+                SwankError::Io("connect: refused".into()),
+                "Swank connection I/O error: connect: refused",
+            ),
+            (
+                SwankError::Disconnected("EOF".into()),
+                "Swank connection closed: EOF",
+            ),
+            (
+                SwankError::Protocol("bad".into()),
+                "Swank protocol error: bad",
+            ),
+            (
+                SwankError::ThreadGone(7),
+                "Swank worker thread 7 has exited; its requests cannot be answered",
+            ),
+            (
+                SwankError::MessageTooLarge(16777216),
+                "message of 16777216 bytes exceeds Swank's limit of 16777215 bytes",
+            ),
+        ];
+        for (e, words) in cases {
+            assert_eq!(e.to_string(), words);
+        }
     }
 }

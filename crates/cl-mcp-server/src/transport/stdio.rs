@@ -107,6 +107,7 @@ impl PipeEnd {
     fn open(fd: RawFd, access: libc::c_int) -> Option<PipeEnd> {
         // SAFETY: fstat on a descriptor number into a zeroed stat buffer.
         let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        // SAFETY: fstat(2) fills the live stat buffer it is given.
         if unsafe { libc::fstat(fd, &mut st) } != 0 {
             return None;
         }
@@ -127,10 +128,13 @@ impl PipeEnd {
                 if new < 0 {
                     return None;
                 }
+                // SAFETY: fcntl(2) on the descriptor just duplicated.
                 let flags = unsafe { libc::fcntl(new, libc::F_GETFL) };
                 if flags < 0
+                    // SAFETY: as above; only the status flags change.
                     || unsafe { libc::fcntl(new, libc::F_SETFL, flags | libc::O_NONBLOCK) } < 0
                 {
+                    // SAFETY: close(2) of our own duplicate, used nowhere else.
                     unsafe { libc::close(new) };
                     return None;
                 }
