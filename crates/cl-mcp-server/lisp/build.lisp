@@ -195,7 +195,7 @@ diagnostic too), capped."
 ~150 MB), so the nursery is left part full and the collection it is due
 would otherwise land in one of the next evaluations (a 4-20 ms stall);
 inside the build it is a small part of the build's time."
-  #+sbcl (sb-ext:gc)
+  (collect-young-garbage)
   nil)
 
 (defun call-building (thunk &key (backtrace-limit 20) (box (list nil)))
@@ -258,8 +258,7 @@ the captured stderr)."
                        ;; A read error COMPILE-FILE lets through (CLISP's,
                        ;; and CLISP's syntax errors, e.g. (LET ((1 X)))): a
                        ;; located diagnostic too, as SBCL's compiler makes it.
-                       (when (typep condition '(or reader-error package-error
-                                                #+clisp program-error))
+                       (when (read-error-of-compile-p condition)
                          (multiple-value-bind (file offset) (compiling-form-position)
                            (when offset
                              (push (cons nil

@@ -12,7 +12,7 @@
   "The thread whose end ends the image: SBCL's main thread, else the one
 that runs boot.lisp's MAIN in an image the server started (NIL attached to
 a Lisp other than SBCL)."
-  (or #+sbcl (sb-thread:main-thread)
+  (or (implementation-main-thread)
       (let ((s (find-symbol "*MAIN-THREAD*" "CL-MCP-BOOT")))
         (and s (boundp s) (symbol-value s)))))
 
@@ -92,10 +92,7 @@ names are printed there: an interrupt handler must not run user code
 (defun in-thread-value (symbol-name thread)
   "The value of Swank's special SYMBOL-NAME in THREAD, or NIL."
   (let ((s (find-symbol symbol-name "SWANK")))
-    (and s #+sbcl (multiple-value-bind (v ok)
-                      (ignore-errors (sb-thread:symbol-value-in-thread s thread nil))
-                    (and ok v))
-         #-sbcl nil)))
+    (and s (symbol-value-in-thread s thread))))
 
 (defun thread-debugger-view (thread-id &key (count 20))
   "Thread THREAD-ID sitting in a debugger, seen without touching it:

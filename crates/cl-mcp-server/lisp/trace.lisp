@@ -194,7 +194,7 @@ trace records and inspections, forget its current package. Returns
              (spec (read-from-string string)))
         (cond ((not (trace-spec-supported-p spec))
                (values nil (format nil "~A is not a function name this image can trace (a symbol, (setf name)~A)."
-                                   string #+sbcl " or (method name qualifiers... (specializers...))" #-sbcl "")))
+                                   string (trace-spec-syntax-hint))))
               ((not (trace-spec-defined-p spec))
                (values nil (format nil "~A names no function~A in the image."
                                    (short-print spec)
@@ -247,7 +247,7 @@ calls so far. Returns (:traced (S...) :changes ((:name :action :ok
                           (handler-bind ((error (lambda (e)
                                                   (declare (ignore e))
                                                   (disown-trace spec session))))
-                            (install-trace spec #+sbcl 'trace-report-sbcl #-sbcl 'trace-report))
+                            (install-trace spec (trace-reporter)))
                           (let ((notes (append (reverse warnings)
                                                (let ((c (trace-caveat spec))) (and c (list c))))))
                             (change (short-print spec) "trace" t
@@ -259,9 +259,3 @@ calls so far. Returns (:traced (S...) :changes ((:name :action :ok
               ;; At most 500 records: a reply stays far below Swank's
               ;; message limit (each holds 40 strings of 300 characters).
               (take-trace-records session (max 0 (min 500 (or limit 200))) clear)))))
-
-#+sbcl
-(defun trace-report-sbcl (depth name event frame values)
-  "SBCL's TRACE calls its :REPORT function with a frame too."
-  (declare (ignore frame))
-  (trace-report depth name event values))
