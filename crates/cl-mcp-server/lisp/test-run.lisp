@@ -68,7 +68,7 @@ lies in or under its directory (its test systems)."
 
 (defun project-source-files (name)
   "The Lisp source files of the systems SYSTEMS-UNDER NAME (NAME and its
-test systems), for finding test forms by name."
+test systems), where the server finds the failed tests' forms by name."
   (let ((files '()))
     (labels ((walk (c)
                (cond ((typep c 'asdf:cl-source-file)
@@ -202,29 +202,75 @@ S naming each framework that recorded checks (\"fiveam, fiasco\")."
         :failed (count :failed records :key (lambda (r) (getf r :status)))
         :skipped (count :skipped records :key (lambda (r) (getf r :status)))))
 
-(defun test-failures (records system)
+(defun form-shape (form)
+  "FORM (a failed check's expression) as plain data the server matches
+against its own reading of the source (src/tools/asdf/test_locations.rs):
+a symbol or number is its name (a number's printed text), a string is
+(:STRING TEXT), a list the list of its elements' shapes (a dotted tail
+dropped), anything else :OTHER. Bounded: at most 2000 conses, 100 deep."
+  (let ((budget 2000))
+    (labels ((shape (x depth)
+               (cond ((or (null x) (symbolp x)) (symbol-name x))
+                     ((stringp x) (list :string x))
+                     ((numberp x)
+                      (with-standard-io-syntax
+                        (let ((*read-default-float-format* 'single-float))
+                          (string-upcase (prin1-to-string x)))))
+                     ((and (consp x) (< depth 100) (plusp budget))
+                      (loop for tail on x
+                            while (and (consp tail) (plusp budget))
+                            do (decf budget)
+                            collect (shape (car tail) (1+ depth))))
+                     (t :other))))
+      (shape form 0))))
+
+(defun user-macro-names (package)
+  "The names of the macros accessible in PACKAGE that are neither Common
+Lisp's nor FiveAM's (a user's macro may define a test), at most 2000."
+  (let ((excluded (list (find-package "COMMON-LISP") (find-package "IT.BESE.FIVEAM")))
+        (names '()))
+    (block collect
+      (do-symbols (s package)
+        (when (and (fboundp s) (macro-function s)
+                   (not (member (symbol-package s) excluded)))
+          (pushnew (symbol-name s) names :test #'string=)
+          (when (>= (length names) 2000) (return-from collect)))))
+    names))
+
+(defun test-failures (records)
   "The failed checks of RECORDS, in the order they ran, as (:test S :suite S
-:message S :form S :path P :line N :column N :at S), located in SYSTEM's
-(or its test systems') source files by TEST-SOURCE-LOCATOR: at the failed
-check, else the test's form or the macro call that made it."
-  (let ((locate nil) (seen (make-hash-table :test 'equal)))
-    (with-file-cache ()
-      (loop for r in records
-            when (eq (getf r :status) :failed)
-              collect (append (list :test (getf r :test) :suite (getf r :suite)
-                                    :message (getf r :message) :form (getf r :form))
-                              (let ((name (or (getf r :name)
-                                               (and (getf r :test) (unqualified (getf r :test))))))
-                                (when name
-                                  (unless locate
-                                    (setf locate (test-source-locator
-                                                  (ignore-errors (project-source-files system)))))
-                                  ;; The same expression failing again in one
-                                  ;; test is its next check of that form.
-                                  (let ((key (list (getf r :test) (getf r :form))))
-                                    (ignore-errors
-                                     (funcall locate name (getf r :expr)
-                                              (1- (incf (gethash key seen 0)))))))))))))
+:message S :form S :name S :package S :nicknames (S...) :macros (S...)
+:expr SHAPE :nth N): what the server needs to find where each is written
+in the source files (the reply's :source-files). NAME is the test's
+symbol name (PACKAGE, NICKNAMES its package's; MACROS the user macros
+accessible there, one of which may have made the test); EXPR the failed
+expression's FORM-SHAPE; NTH counts the earlier failures of the same
+expression in the same test (the next check of that form)."
+  (let ((seen (make-hash-table :test 'equal))
+        (macros (make-hash-table :test 'eq)))
+    (loop for r in records
+          when (eq (getf r :status) :failed)
+            collect (append (list :test (getf r :test) :suite (getf r :suite)
+                                  :message (getf r :message) :form (getf r :form))
+                            (let ((name (getf r :name))
+                                  (key (list (getf r :test) (getf r :form))))
+                              (append
+                               (cond ((and name (symbolp name))
+                                      (let ((package (symbol-package name)))
+                                        (append
+                                         (list :name (symbol-name name))
+                                         (when package
+                                           (list :package (package-name package)
+                                                 :nicknames (package-nicknames package)
+                                                 :macros (or (gethash package macros)
+                                                             (setf (gethash package macros)
+                                                                   (ignore-errors
+                                                                    (user-macro-names package)))))))))
+                                     ((getf r :test)
+                                      (list :name (unqualified (getf r :test)))))
+                               (when (getf r :expr)
+                                 (list :expr (ignore-errors (form-shape (getf r :expr)))))
+                               (list :nth (1- (incf (gethash key seen 0))))))))))
 
 (defun test-system (name &key test force id (max-output 50000))
   "Run (ASDF:TEST-SYSTEM NAME) with output captured (standard input is at
@@ -235,8 +281,7 @@ and only that test runs (a TEST that names none gives the :error
 rebuilds the system and its test systems (SYSTEMS-UNDER). Returns (:system
 S :success T-or-NIL :outcome \"passed\"|\"failed\"|\"error\"|\"unknown\"
 :summary NIL-or-(:framework S :passed N :failed N :skipped N) :failures
-((:test S :suite S :message S :form S :path P :line N :column N :at S) ...)
-:diagnostics (...) :warnings-p :failure-p :failed :stdout S :stderr S
+(TEST-FAILURES' plists) :source-files (P...) :diagnostics (...) :warnings-p :failure-p :failed :stdout S :stderr S
 :elapsed-ms N :error ...). The summary and failures come from FiveAM's or
 Fiasco's results when they ran (counts are checks), else the summary is
 read from the tail of the output (frameworks.lisp). :success is T only for
@@ -284,13 +329,15 @@ output no reader recognises is \"unknown\"."
       (setf (getf result :error)
             (list :type "UNKNOWN-TEST" :message unknown :restarts nil :backtrace nil)))
     (let ((outcome (test-outcome summary :error (or build-error (getf result :error)
-                                                    (getf result :interrupted)))))
+                                                    (getf result :interrupted))))
+          (failures (test-failures records)))
       (append
        (list :system name
              :success (eq outcome :passed)
              :outcome (string-downcase outcome)
              :summary summary
-             :failures (test-failures records name))
+             :failures failures
+             :source-files (and failures (ignore-errors (project-source-files name))))
        (build-status notes build-error failed flags)
        (list :diagnostics notes)
        (build-result-fields result build-error)))))

@@ -26,10 +26,6 @@ const EMBEDDED: &[(&str, &str)] = &[
     ),
     ("project.lisp", include_str!("../../lisp/project.lisp")),
     (
-        "test-locations.lisp",
-        include_str!("../../lisp/test-locations.lisp"),
-    ),
-    (
         "frameworks.lisp",
         include_str!("../../lisp/frameworks.lisp"),
     ),
