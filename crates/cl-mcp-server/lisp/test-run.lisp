@@ -213,9 +213,10 @@ dropped), anything else :OTHER. Bounded: at most 2000 conses, 100 deep."
                (cond ((or (null x) (symbolp x)) (symbol-name x))
                      ((stringp x) (list :string x))
                      ((numberp x)
-                      (with-standard-io-syntax
-                        (let ((*read-default-float-format* 'single-float))
-                          (string-upcase (prin1-to-string x)))))
+                      ;; Not WITH-STANDARD-IO-SYNTAX: readably, CLISP prints 5 as "5.".
+                      (let ((*print-base* 10) (*print-radix* nil) (*print-readably* nil)
+                            (*read-default-float-format* 'single-float))
+                        (string-upcase (prin1-to-string x))))
                      ((and (consp x) (< depth 100) (plusp budget))
                       (loop for tail on x
                             while (and (consp tail) (plusp budget))
