@@ -205,3 +205,18 @@ fn guard_never_below_cst_lists_on_real_text() {
     }
     assert!(checked >= 10, "only {checked} files");
 }
+
+/// Found by the cross-check: a label reference `#1#` right before a
+/// closing parenthesis is scanned as two prefixes, the second one (`#)`)
+/// swallowing the `)`, so the guard counts the list as still open and
+/// overcounts every list after it (safe, but text of many such lists is
+/// refused as too deep). Kept as the guard answers today (behaviour
+/// unchanged in the renovation); fixing it is a change of its own.
+#[test]
+#[ignore = "known gap of the guard: `#1#)` swallows the closing parenthesis"]
+fn guard_reads_label_references_before_a_closer() {
+    let src = "(list #1=(a) #1#)\n".repeat(50);
+    let p = parse(&src);
+    assert!(p.errors.is_empty());
+    assert_eq!(nesting_depth(&src), cst_depth(&p.forms, &quoting));
+}
