@@ -536,6 +536,7 @@ nested levels."
      #'hook
      (lambda () (swank::swank-debugger-hook condition nil)))))
 
+;; Long: one user evaluation's dynamic context (streams, hooks, handlers, catch) in the order it is set up.
 (defun run-captured (thunk &key id (max-output 50000) stdin
                              (backtrace-limit 20) (warnings :collect)
                              (on-warning nil) debug)

@@ -74,6 +74,7 @@ reply stays within *REPLY-BYTE-BUDGET* bytes. Returns them as 5 values."
             (nthcdr (+ 3 (length values)) fitted)
             error)))
 
+;; Long: reading, evaluating and REPL variables of one request inside one compilation unit and its handlers.
 (defun eval-request (code &key package session id print-level print-length
                             print-readably safe-read stdin (max-output 50000)
                             (backtrace-limit 20) debug)

@@ -69,6 +69,7 @@ slot's value is *UNBOUND-SLOT*."
                          (let ((plist (location-plist location :octets t)))
                            (and (getf plist :path) plist))))))
 
+;; Long: one short case per kind of object, read best side by side.
 (defun inspect-view (object start count)
   "What the inspector shows of OBJECT: (values KIND ATTRIBUTES PARTS TOTAL
 LOCATION), ATTRIBUTES a list of (NAME . STRING), PARTS the page
