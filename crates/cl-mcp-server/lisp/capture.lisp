@@ -93,6 +93,8 @@ loop per character (which made printing megabytes slow on CLISP)."
 ;; CLISP's WRITE-STRING, WRITE-LINE and FORMAT hand a Gray stream whole
 ;; strings only through its own STREAM-WRITE-CHAR-SEQUENCE, whose default
 ;; calls STREAM-WRITE-CHAR per character: 1 MB of output took 5.6 s.
+;; Stays here, not in impl-clisp.lisp: a method on CAPTURE-STREAM, a class
+;; this file defines after the impl files are loaded.
 #+clisp
 (defmethod gray:stream-write-char-sequence ((stream capture-stream) sequence
                                             &optional (start 0) end)
@@ -534,6 +536,7 @@ nested levels."
      #'hook
      (lambda () (swank::swank-debugger-hook condition nil)))))
 
+;; Long: one user evaluation's dynamic context (streams, hooks, handlers, catch) in the order it is set up.
 (defun run-captured (thunk &key id (max-output 50000) stdin
                              (backtrace-limit 20) (warnings :collect)
                              (on-warning nil) debug)

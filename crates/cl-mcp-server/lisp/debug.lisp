@@ -57,75 +57,6 @@ CL-USER), or NIL; never interns."
          (name (string-upcase (string-left-trim ":" (if colon (subseq text colon) text)))))
     (and package (plusp (length name)) (find-symbol name package))))
 
-#+clisp
-(defun clisp-frame-view (frame)
-  "(values NAME TEXT) of a CLISP frame, read from its description: an
-APPLY frame is a call of an interpreted function (TEXT \"(F '1)\"), a
-compiled function's frame is named by it; every other frame (EVAL forms,
-bindings, blocks, catch tags) is :SKIP."
-  (flet ((first-line (package)
-           ;; Described with *PACKAGE* as given: the names a frame shows
-           ;; depend on it (a build loads with the system's package current).
-           (let ((all (frame-description frame package)))
-             (subseq all 0 (or (position #\Newline all) (length all))))))
-    (let ((line (first-line *package*))
-          ;; Every symbol with its package, to find the function by name.
-          (qualified (first-line (find-package "KEYWORD"))))
-    (flet ((after (marker &optional (line line))
-             (let ((p (search marker line)))
-               (and p (subseq line (+ p (length marker))))))
-           (head-name (call)
-             (symbol-from-text
-              (string-trim "(" (subseq call 0 (or (position-if (lambda (c) (member c '(#\Space #\))))
-                                                               call)
-                                                  (length call)))))))
-      (let ((call (after "APPLY frame for call "))
-            (compiled (or (after "#<COMPILED-FUNCTION " qualified)
-                          (after "#<SYSTEM-FUNCTION " qualified))))
-        (cond (call
-               (let ((name (let ((q (after "APPLY frame for call " qualified)))
-                             (and q (head-name q)))))
-                 (values (or name :skip) (truncate-string call 400))))
-              (compiled
-               (let* ((end (or (position #\> compiled) (length compiled)))
-                      (name (symbol-from-text (subseq compiled 0 end))))
-                 (values (or name :skip)
-                         (and name (format nil "(~A ...)" (type-name-of-symbol name))))))
-              (t (values :skip nil))))))))
-
-(defun frame-env-index (index)
-  "The frame whose variables are those of frame INDEX's function: INDEX
-itself, except on CLISP, where an interpreted function's APPLY frame has
-none and the innermost EVAL frame of its body (below it, before the next
-call) holds its lexical environment."
-  #+clisp (let ((frames (swank/backend:compute-backtrace 0 (1+ index)))
-                (found index))
-            (loop for j from (1- index) downto 0
-                  for text = (frame-description (nth j frames))
-                  until (search "APPLY frame" text)
-                  when (and (search "EVAL frame" text)
-                            (ignore-errors (swank/backend:frame-locals j)))
-                    do (setf found j))
-            found)
-  #-clisp index)
-
-(defun frame-view (frame)
-  "(values NAME TEXT) for deciding whether FRAME is the user's and showing
-it: NAME as FRAME-FUNCTION-NAME gives it, or :SKIP for frames that are
-nobody's call (CLISP's EVAL and binding frames, ECL's anonymous compiled
-lambdas of Swank and the server); TEXT replaces the printed frame, or NIL."
-  #+clisp (clisp-frame-view frame)
-  #+ecl (let ((name (frame-function-name frame)))
-          (if (or (null name)
-                  (and (symbolp name)
-                       (or (null (symbol-package name))
-                           ;; The bytecode interpreter running a form.
-                           (string= (symbol-name name) "BYTECODES"))))
-              (values :skip nil)
-              (values name (format nil "(~A ...)"
-                                   (if (symbolp name) (type-name-of-symbol name) name)))))
-  #-(or clisp ecl) (values (frame-function-name frame) nil))
-
 (defun frame-text (frame &optional call)
   "FRAME printed; CALL, when given, is shown instead: a string, or a list
 printed (a traced call whose wrapper frame stands for it,
@@ -585,10 +516,10 @@ in the frame). Returns (:error MESSAGE) when the implementation cannot."
 calls), :NEXT (over calls) or :OUT (until the current function returns).
 At a stepped form it steps on; elsewhere (a BREAK) it starts stepping and
 continues. Does not return when it steps; (:error MESSAGE) when it cannot."
-  #-sbcl (progn kind frame
-                (return-from debugger-step
-                  (list :error (format nil "Single-stepping (step, next, out) needs SBCL's stepper; ~A has none the server can drive. Look at frames with debugger-frame and pick a restart instead."
-                                       (lisp-implementation-type)))))
+  (unless (stepper-available-p)
+    (return-from debugger-step
+      (list :error (format nil "Single-stepping (step, next, out) needs SBCL's stepper; ~A has none the server can drive. Look at frames with debugger-frame and pick a restart instead."
+                           (lisp-implementation-type)))))
   (handler-case
       (ecase kind
         (:into (swank:sldb-step frame))

@@ -1,4 +1,5 @@
-;;;; eval.lisp --- evaluate-lisp: read and evaluate code like a REPL would.
+;;;; eval.lisp --- evaluate-lisp: read and evaluate code like a REPL would;
+;;;; the code arguments of the inspector and the profiler, read and run alike.
 
 (in-package #:cl-mcp-server)
 
@@ -73,6 +74,7 @@ reply stays within *REPLY-BYTE-BUDGET* bytes. Returns them as 5 values."
             (nthcdr (+ 3 (length values)) fitted)
             error)))
 
+;; Long: reading, evaluating and REPL variables of one request inside one compilation unit and its handlers.
 (defun eval-request (code &key package session id print-level print-length
                             print-readably safe-read stdin (max-output 50000)
                             (backtrace-limit 20) debug)
@@ -226,3 +228,62 @@ Returns (:values (STRING...) :stdout S :stderr S :warnings (S...)
                                  (and f (fboundp f) (length (funcall f)))))
           :machine (format nil "~A ~A" (machine-type) (software-type))
           :memory (gc-and-heap-info))))
+
+;;; Reading and running user forms.
+
+(defun run-user-forms (code &key session package id max-output compile
+                                 (around #'funcall))
+  "Read and evaluate CODE's forms in SESSION's package (or PACKAGE) as user
+code through RUN-CAPTURED (interruptible by ID). With COMPILE, the forms
+are compiled into one function first (what a profile should measure).
+AROUND is called with a function that runs the forms (to profile them).
+Returns RUN-CAPTURED's plist; :value holds the last form's values. Code
+that does not read is an error said as evaluate-lisp says it, without the
+reader's backtrace."
+  (multiple-value-bind (start-package package-error) (resolve-package package)
+    (if package-error
+        (list :error (list :type "PACKAGE-ERROR" :message package-error
+                           :restarts nil :backtrace nil)
+              :stdout "" :stderr "" :warnings nil :elapsed-ms 0)
+        (let* ((package (or start-package (session-package session)))
+               (unreadable nil)
+               (result
+                 (run-captured
+                  (lambda ()
+                    (let ((*package* package))
+                      (flet ((read-noting (thunk)
+                               (handler-bind ((error (lambda (e)
+                                                       (setf unreadable
+                                                             (reader-problem-message e)))))
+                                 (prog1 (funcall thunk) (setf unreadable nil)))))
+                        (if compile
+                            (funcall around
+                                     (compile nil `(lambda ()
+                                                     ,@(read-noting
+                                                        (lambda () (read-forms code package))))))
+                            ;; Read one form at a time, like evaluate-lisp, so an
+                            ;; IN-PACKAGE among them affects the forms after it.
+                            (funcall around
+                                     (lambda ()
+                                       (let ((values '())
+                                             (eof (list :eof)))
+                                         (with-input-from-string (in code)
+                                           (loop for form = (read-noting (lambda () (read in nil eof)))
+                                                 until (eq form eof)
+                                                 do (setf values (multiple-value-list (eval form)))))
+                                         (values-list values))))))))
+                  :id id :max-output (or max-output 50000))))
+          (when (and unreadable (getf result :error))
+            (setf (getf (getf result :error) :message) unreadable
+                  (getf (getf result :error) :backtrace) nil))
+          result))))
+
+(defun run-failure (result)
+  "The :error or interruption of a RUN-USER-FORMS result as a reply
+fragment, or NIL when it returned normally."
+  (cond ((getf result :interrupted)
+         (list :interrupted t :where (getf result :where)
+               :stdout (getf result :stdout) :stderr (getf result :stderr)))
+        ((getf result :error)
+         (list :error (getf result :error)
+               :stdout (getf result :stdout) :stderr (getf result :stderr)))))

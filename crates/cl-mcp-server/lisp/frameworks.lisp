@@ -1,7 +1,7 @@
 ;;;; frameworks.lisp --- what a test run's outcome was, per test framework.
 ;;;;
-;;;; TEST-SYSTEM (build.lisp) asks here how a run ended. The framework's own
-;;;; result objects come first (FiveAM's, recorded by build.lisp's hook;
+;;;; TEST-SYSTEM (test-run.lisp) asks here how a run ended. The framework's own
+;;;; result objects come first (FiveAM's, recorded by test-run.lisp's hook;
 ;;;; Fiasco's test-run contexts, read below); otherwise the summary the
 ;;;; framework printed is read, by one reader per framework, each written
 ;;;; against that framework's real output (the transcripts under
@@ -210,7 +210,7 @@ Fiasco is not loaded)."
 
 (defun fiasco-records (history-before)
   "One record per check of the Fiasco runs since the history was
-HISTORY-BEFORE, oldest first, in the shape of build.lisp's FiveAM records:
+HISTORY-BEFORE, oldest first, in the shape of test-run.lisp's FiveAM records:
 (:framework \"fiasco\" :status :passed|:failed|:skipped :test S :message S
 :form S). Expected failures are neither passed nor failed."
   (let ((new (ldiff (fiasco-history) history-before))

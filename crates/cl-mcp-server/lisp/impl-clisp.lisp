@@ -195,6 +195,59 @@ macro's expansion) or a method at its defining form."
                     entry)))
             (documentation symbol 'sys::file)))
 
+  (defun frame-view (frame)
+    "(values NAME TEXT) of a CLISP frame, read from its description: an
+APPLY frame is a call of an interpreted function (TEXT \"(F '1)\"), a
+compiled function's frame is named by it; every other frame (EVAL forms,
+bindings, blocks, catch tags) is :SKIP."
+    (flet ((first-line (package)
+             ;; Described with *PACKAGE* as given: the names a frame shows
+             ;; depend on it (a build loads with the system's package current).
+             (let ((all (frame-description frame package)))
+               (subseq all 0 (or (position #\Newline all) (length all))))))
+      (let ((line (first-line *package*))
+            ;; Every symbol with its package, to find the function by name.
+            (qualified (first-line (find-package "KEYWORD"))))
+      (flet ((after (marker &optional (line line))
+               (let ((p (search marker line)))
+                 (and p (subseq line (+ p (length marker))))))
+             (head-name (call)
+               (symbol-from-text
+                (string-trim "(" (subseq call 0 (or (position-if (lambda (c) (member c '(#\Space #\))))
+                                                                 call)
+                                                    (length call)))))))
+        (let ((call (after "APPLY frame for call "))
+              (compiled (or (after "#<COMPILED-FUNCTION " qualified)
+                            (after "#<SYSTEM-FUNCTION " qualified))))
+          (cond (call
+                 (let ((name (let ((q (after "APPLY frame for call " qualified)))
+                               (and q (head-name q)))))
+                   (values (or name :skip) (truncate-string call 400))))
+                (compiled
+                 (let* ((end (or (position #\> compiled) (length compiled)))
+                        (name (symbol-from-text (subseq compiled 0 end))))
+                   (values (or name :skip)
+                           (and name (format nil "(~A ...)" (type-name-of-symbol name))))))
+                (t (values :skip nil))))))))
+
+  (defun frame-env-index (index)
+    "An interpreted function's APPLY frame has no variables: the innermost
+EVAL frame of its body (below it, before the next call) holds its lexical
+environment."
+    (let ((frames (swank/backend:compute-backtrace 0 (1+ index)))
+          (found index))
+      (loop for j from (1- index) downto 0
+            for text = (frame-description (nth j frames))
+            until (search "APPLY frame" text)
+            when (and (search "EVAL frame" text)
+                      (ignore-errors (swank/backend:frame-locals j)))
+              do (setf found j))
+      found))
+
+  (defun read-error-of-compile-p (condition)
+    "CLISP's syntax errors (e.g. (LET ((1 X)))) are program errors."
+    (typep condition '(or reader-error package-error program-error)))
+
   (defun special-variable-p (symbol)
     (ext:special-variable-p symbol))
 

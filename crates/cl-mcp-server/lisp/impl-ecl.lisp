@@ -62,6 +62,20 @@ WHEN unexpanded at the top: expand the form itself first, then walk it."
   (defun gc-and-heap-info ()
     (list :heap-size (ignore-errors (ext:get-limit 'ext:heap-size))))
 
+  (defun frame-view (frame)
+    "ECL's anonymous compiled lambdas (Swank's, the server's) and the
+bytecode interpreter's frames are nobody's call; a named frame shows as
+(NAME ...)."
+    (let ((name (frame-function-name frame)))
+      (if (or (null name)
+              (and (symbolp name)
+                   (or (null (symbol-package name))
+                       ;; The bytecode interpreter running a form.
+                       (string= (symbol-name name) "BYTECODES"))))
+          (values :skip nil)
+          (values name (format nil "(~A ...)"
+                               (if (symbolp name) (type-name-of-symbol name) name))))))
+
   (defun call-without-outer-handlers (thunk on-error)
     "As on SBCL: ECL keeps its handler stack in SI::*HANDLER-CLUSTERS*, so
 rebinding it empty hides the outer handlers from THUNK's conditions."

@@ -58,6 +58,26 @@ such as (SETF FOO) or (LAMBDA () :IN FOO), a string, or NIL if unknown."
   "Prints FRAME (a backend frame) as backtraces show it: Swank's text."
   (swank/backend:print-frame frame stream))
 
+(defun frame-view (frame)
+  "(values NAME TEXT) for deciding whether FRAME is the user's and showing
+it: NAME as FRAME-FUNCTION-NAME gives it, or :SKIP for frames that are
+nobody's call (CLISP's EVAL and binding frames, ECL's anonymous compiled
+lambdas of Swank and the server); TEXT replaces the printed frame, or NIL."
+  (values (frame-function-name frame) nil))
+
+(defun frame-env-index (index)
+  "The frame whose variables are those of frame INDEX's function: INDEX
+itself, except on CLISP, where an interpreted function's APPLY frame has
+none and the innermost EVAL frame of its body (below it, before the next
+call) holds its lexical environment."
+  index)
+
+(defun stepper-available-p ()
+  "Whether the debugger can single-step (debug.lisp's DEBUGGER-STEP):
+SBCL's stepper, driven through Swank."
+  #+sbcl t
+  #-sbcl nil)
+
 (defun implementation-internal-package-p (package)
   "True for the implementation's own internal packages, whose frames are
 machinery around user code (signalling, evaluation, interrupts)."
@@ -336,6 +356,11 @@ where the implementation cannot tell."
   #+sbcl (sb-ext:gc :full t)
   #-sbcl nil)
 
+(defun collect-young-garbage ()
+  "A collection of the young generation (build.lisp, after a build)."
+  #+sbcl (sb-ext:gc)
+  #-sbcl nil)
+
 (defun call-after-each-gc (symbol)
   "Makes the function named SYMBOL run after each garbage collection, in
 the thread that triggered it (SBCL runs its after-GC hooks synchronously
@@ -395,6 +420,12 @@ handlers, and the debugger hook sees it first anyway."
   #+(or sbcl ecl) (progn on-error (funcall thunk))
   #-(or sbcl ecl) (handler-bind ((error on-error)) (funcall thunk)))
 
+(defun read-error-of-compile-p (condition)
+  "Whether CONDITION, signalled out of COMPILE-FILE, is a read error of the
+source (build.lisp's CALL-BUILDING makes it a located diagnostic): a
+reader or package error (CLISP's impl file adds its syntax errors)."
+  (typep condition '(or reader-error package-error)))
+
 (defun compiling-form-position ()
   "While COMPILE-FILE processes a top-level form: (values PATH OFFSET), the
 file and the 0-based character offset where that form starts; NIL when
@@ -422,6 +453,23 @@ elsewhere only symbols (through Swank's WRAP)."
   #+sbcl (or (symbolp spec)
              (and (consp spec) (member (first spec) '(setf method))))
   #-sbcl (symbolp spec))
+
+(defun trace-spec-syntax-hint ()
+  "What a trace spec may be besides a symbol or (SETF NAME), for a message."
+  #+sbcl " or (method name qualifiers... (specializers...))"
+  #-sbcl "")
+
+(defun trace-reporter ()
+  "The reporter INSTALL-TRACE hands calls to: TRACE-REPORT (trace.lisp),
+through TRACE-REPORT-SBCL on SBCL."
+  #+sbcl 'trace-report-sbcl
+  #-sbcl 'trace-report)
+
+#+sbcl
+(defun trace-report-sbcl (depth name event frame values)
+  "SBCL's TRACE calls its :REPORT function with a frame too."
+  (declare (ignore frame))
+  (trace-report depth name event values))
 
 (defun trace-spec-defined-p (spec)
   "Whether SPEC names an existing function or method."
@@ -494,6 +542,19 @@ symbol naming a function of DEPTH NAME EVENT ARGS-OR-VALUES, EVENT being
 (defun remove-trace (spec)
   #+sbcl (eval `(untrace ,spec))
   #-sbcl (swank/backend:unwrap spec 'cl-mcp-trace))
+
+(defun implementation-main-thread ()
+  "SBCL's main thread (threads.lisp's IMAGE-MAIN-THREAD), else NIL."
+  #+sbcl (sb-thread:main-thread)
+  #-sbcl nil)
+
+(defun symbol-value-in-thread (symbol thread)
+  "The value of the special SYMBOL in THREAD, or NIL when unbound there or
+where the implementation cannot read another thread's bindings."
+  #+sbcl (multiple-value-bind (v ok)
+             (ignore-errors (sb-thread:symbol-value-in-thread symbol thread nil))
+           (and ok v))
+  #-sbcl (progn symbol thread nil))
 
 (defun thread-waiting-on (thread)
   "What THREAD is blocked on (a string), or NIL when running or unknown."

@@ -22,7 +22,7 @@
    #:xref
    #:apropos-symbols
    #:macroexpand-form
-   ;; build.lisp
+   ;; build.lisp, systems.lisp, test-run.lisp
    #:compile-file-with-diagnostics
    #:load-asd-with-diagnostics
    #:load-system

@@ -26,15 +26,16 @@ const EMBEDDED: &[(&str, &str)] = &[
     ),
     ("project.lisp", include_str!("../../lisp/project.lisp")),
     (
-        "test-locations.lisp",
-        include_str!("../../lisp/test-locations.lisp"),
-    ),
-    (
         "frameworks.lisp",
         include_str!("../../lisp/frameworks.lisp"),
     ),
     ("build.lisp", include_str!("../../lisp/build.lisp")),
-    ("inspect.lisp", include_str!("../../lisp/inspect.lisp")),
+    ("systems.lisp", include_str!("../../lisp/systems.lisp")),
+    ("test-run.lisp", include_str!("../../lisp/test-run.lisp")),
+    ("inspector.lisp", include_str!("../../lisp/inspector.lisp")),
+    ("trace.lisp", include_str!("../../lisp/trace.lisp")),
+    ("profiler.lisp", include_str!("../../lisp/profiler.lisp")),
+    ("threads.lisp", include_str!("../../lisp/threads.lisp")),
     ("direct.lisp", include_str!("../../lisp/direct.lisp")),
 ];
 

@@ -1,6 +1,7 @@
 //! The `asdf` tools: load and test systems, list them, describe one. The
-//! Lisp half is `lisp/build.lisp`; diagnostics are rendered like
-//! `lisp-compile-file`'s (shared in `code.rs`).
+//! Lisp halves are `lisp/build.lisp`, `lisp/test-run.lisp` and
+//! `lisp/systems.lisp`; diagnostics are rendered like `lisp-compile-file`'s
+//! (shared in `code.rs`).
 
 use std::path::Path;
 use std::time::Duration;
@@ -13,11 +14,16 @@ use super::code::{
     build_result, build_timeout, render_build_error, render_diagnostics, render_interruption,
     BuildOutput, Diagnostic, FailedAction,
 };
+use super::fs_paths;
 use super::lisp_call::{
     self, helper_form, plist_bool, plist_i64, plist_items, plist_str, plist_strings,
 };
 use super::output::DEFAULT_MAX_OUTPUT;
 use super::{cap_output, tool, Annotations, ToolContext, ToolDef, ToolGroup, ToolOutput};
+
+mod test_locations;
+
+use test_locations::{FailedCheck, TestSources};
 
 #[derive(Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
@@ -193,13 +199,24 @@ async fn asdf_test_system(a: TestArgs, ctx: ToolContext) -> ToolOutput {
             failed: plist_i64(s, "failed"),
             skipped: plist_i64(s, "skipped"),
         });
-    let failures = plist_items(&v, "failures", |f| TestFailure {
-        test: plist_str(f, "test").unwrap_or_default(),
-        suite: plist_str(f, "suite"),
-        message: plist_str(f, "message").unwrap_or_default(),
-        form: plist_str(f, "form"),
-        location: super::code::Location::from_plist(f, &root),
-        at: plist_str(f, "at"),
+    // The failures are located in the source files the image names.
+    let sources = TestSources::read(&plist_strings(&v, "source-files"));
+    let failures = plist_items(&v, "failures", |f| {
+        let found = sources.locate(&FailedCheck::from_plist(f));
+        TestFailure {
+            test: plist_str(f, "test").unwrap_or_default(),
+            suite: plist_str(f, "suite"),
+            message: plist_str(f, "message").unwrap_or_default(),
+            form: plist_str(f, "form"),
+            location: super::code::Location {
+                path: found
+                    .as_ref()
+                    .map(|l| fs_paths::display_path(&root, Path::new(&l.path))),
+                line: found.as_ref().map(|l| l.line as i64),
+                column: found.as_ref().map(|l| l.column as i64),
+            },
+            at: found.map(|l| l.at.to_string()),
+        }
     });
     let out = TestOutput {
         success: build.success,

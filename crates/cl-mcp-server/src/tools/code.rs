@@ -1,7 +1,7 @@
 //! The `code` tools: introspection of the live image through Swank
 //! (`code-find`, `code-describe`, `code-find-references`, `code-apropos`,
 //! `code-macroexpand`) and `lisp-compile-file`. The Lisp halves are in
-//! `lisp/introspect.lisp` and `lisp/build.lisp`; the image computes lines and
+//! `lisp/introspect.lisp`, `lisp/build.lisp` and `lisp/systems.lisp`; the image computes lines and
 //! columns (1-based, characters), this side makes paths relative to the
 //! project root and renders text and `structuredContent`.
 

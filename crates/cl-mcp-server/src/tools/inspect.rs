@@ -1,6 +1,6 @@
 //! The `debug` tools that look into the live image: `inspect-object`,
 //! `trace-functions`, `profile-code` and `list-threads`. The Lisp halves are
-//! in `lisp/inspect.lisp` (SBCL specifics in `lisp/impl-sbcl.lisp`).
+//! in `lisp/inspector.lisp`, `trace.lisp`, `profiler.lisp`, `threads.lisp` (SBCL specifics in `lisp/impl-sbcl.lisp`).
 //!
 //! Tools that run user code (`inspect-object`, `profile-code`) run it as an
 //! evaluation of the session (its turn, timeout, cancellation, interrupt);
