@@ -164,7 +164,10 @@ fn main() {
         corpus("held-out corpus", &held_out_libraries())
     };
     if c.cases.is_empty() {
-        println!("{}: no Lisp sources found (run scripts/paren-corpus.sh)", c.name);
+        println!(
+            "{}: no Lisp sources found (run scripts/paren-corpus.sh)",
+            c.name
+        );
         return;
     }
     let limit = std::env::var("LIMIT")
@@ -237,6 +240,11 @@ fn main() {
                 tallies[w].cell()
             );
         }
-        println!("{tool:<16} {:<30} | {:>7} | {}", "all", all.total(), all.cell());
+        println!(
+            "{tool:<16} {:<30} | {:>7} | {}",
+            "all",
+            all.total(),
+            all.cell()
+        );
     }
 }

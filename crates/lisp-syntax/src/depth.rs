@@ -86,6 +86,27 @@ pub fn nesting_depth(text: &str) -> usize {
                     prefixes = 0;
                 }
                 Some(b'(') => i += 1, // a vector: the `(` counts as a list
+                Some(d) if d.is_ascii_digit() => {
+                    let mut j = i + 1;
+                    while j < b.len() && b[j].is_ascii_digit() {
+                        j += 1;
+                    }
+                    match b.get(j) {
+                        // `#1#`: a reference to a labelled datum, itself a datum.
+                        Some(b'#') => {
+                            prefixes = 0;
+                            i = j + 1;
+                        }
+                        // `#3(`: a vector with its length; the `(` counts next.
+                        Some(b'(') => i = j,
+                        // `#1=`, `#2A`, `#36r`: a prefix to the next datum.
+                        _ => {
+                            prefixes += 1;
+                            max = max.max(total + prefixes);
+                            i = j + 1;
+                        }
+                    }
+                }
                 Some(_) => {
                     // `#'`, `#.`, `#+x`, `#1=`, `#S`…: a prefix to the next datum.
                     prefixes += 1;
@@ -135,6 +156,9 @@ mod tests {
         assert_eq!(nesting_depth("#'(lambda (x) x)"), 3);
         assert_eq!(nesting_depth("(a) (b) (c)"), 1);
         assert_eq!(nesting_depth("#(1 (2))"), 2);
+        assert_eq!(nesting_depth(&"(list #1=(a) #1#)\n".repeat(50)), 3);
+        assert_eq!(nesting_depth("#3(1 2 3)"), 1);
+        assert_eq!(nesting_depth("#2A((1 2) (3 4))"), 3);
         assert_eq!(nesting_depth(&"(progn ".repeat(20_000)), 20_000);
     }
 

@@ -229,7 +229,6 @@ pub fn corpus(name: &'static str, libraries: &[PathBuf]) -> Corpus {
     c
 }
 
-
 /// The tuning libraries found here (installed ones and unpacked ones).
 pub fn tuning_libraries() -> Vec<PathBuf> {
     let unpacked = target_dir().join("paren-corpus/usr/share/common-lisp/source");
