@@ -20,6 +20,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
+use crate::sync::MutexExt;
 use sha2::{Digest, Sha256};
 
 /// A file's identity as the kernel keeps it: any change to the file, or
@@ -120,7 +121,7 @@ pub fn verify(manifest: &Path, base: &Path) -> Result<(), String> {
 fn verify_file(path: &Path, want: &str) -> Result<(), String> {
     let id = identity(path).map_err(|e| format!("{}: {e}", path.display()))?;
     {
-        let verified = VERIFIED.lock().unwrap();
+        let verified = VERIFIED.guard();
         if let Some((seen, sum)) = verified.as_ref().and_then(|m| m.get(path)) {
             if *seen == id && sum == want {
                 return Ok(());
@@ -139,8 +140,7 @@ fn verify_file(path: &Path, want: &str) -> Result<(), String> {
     // Identity read again after hashing: a change while hashing shows.
     if identity(path).ok() == Some(id) {
         VERIFIED
-            .lock()
-            .unwrap()
+            .guard()
             .get_or_insert_with(HashMap::new)
             .insert(path.to_path_buf(), (id, got));
     }

@@ -10,6 +10,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use super::locate::file_stamp;
+use crate::sync::MutexExt;
 
 /// A Common Lisp implementation the server knows how to start.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -320,12 +321,7 @@ static DETECTED: Mutex<Option<HashMap<String, LispKind>>> = Mutex::new(None);
 /// seconds at most, a JVM takes a while). Remembered per path and stamp.
 pub fn detect(lisp: &Path) -> Result<LispKind, String> {
     let key = format!("{}:{}", lisp.display(), file_stamp(lisp));
-    if let Some(k) = DETECTED
-        .lock()
-        .unwrap()
-        .as_ref()
-        .and_then(|m| m.get(&key).copied())
-    {
+    if let Some(k) = DETECTED.guard().as_ref().and_then(|m| m.get(&key).copied()) {
         return Ok(k);
     }
     let text = version_text(lisp, Duration::from_secs(30))?;
@@ -339,8 +335,7 @@ pub fn detect(lisp: &Path) -> Result<LispKind, String> {
         )
     })?;
     DETECTED
-        .lock()
-        .unwrap()
+        .guard()
         .get_or_insert_with(HashMap::new)
         .insert(key, kind);
     Ok(kind)
