@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::Duration;
 
-use super::locate::file_stamp;
+use super::stamp::file_stamp;
 use crate::sync::MutexExt;
 
 /// A Common Lisp implementation the server knows how to start.

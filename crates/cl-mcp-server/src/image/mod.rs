@@ -27,6 +27,7 @@ mod last_words;
 pub mod limits;
 pub mod locate;
 pub mod sandbox;
+mod stamp;
 mod supervisor;
 
 use std::fmt;
