@@ -28,6 +28,26 @@ pub enum LispKind {
     Ccl,
 }
 
+/// A capability of the image some implementations lack (see
+/// [`LispKind::missing_features`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Feature {
+    /// Who calls, references, sets or binds a name (Swank's `xref`).
+    CrossReferences,
+    /// A statistical profiler.
+    Profiler,
+}
+
+impl Feature {
+    /// What is missing, in a few words ("no profiler").
+    pub fn lack(self) -> &'static str {
+        match self {
+            Feature::CrossReferences => "no cross-references",
+            Feature::Profiler => "no profiler",
+        }
+    }
+}
+
 impl LispKind {
     /// Every implementation, for error messages and name lookup.
     pub const ALL: [LispKind; 5] = [
@@ -270,28 +290,19 @@ impl LispKind {
         }
     }
 
-    /// What a tool cannot do on this implementation: (tool, clause) pairs
-    /// whose clause `tools/list` appends to the tool's description, so no
-    /// description promises what the running Lisp lacks.
-    pub fn missing_features(self) -> &'static [(&'static str, &'static str)] {
+    /// What this implementation's Swank backend cannot do, so that no
+    /// description promises what the running Lisp lacks (the caller says
+    /// which tools that concerns).
+    pub fn missing_features(self) -> &'static [Feature] {
         match self {
             LispKind::Sbcl => &[],
             // swank/ecl implements no who-calls family.
-            LispKind::Ecl => &[
-                ("code-find-references", " Not on ECL (no cross-references)."),
-                ("profile-code", " Not on ECL (no profiler)."),
-            ],
+            LispKind::Ecl => &[Feature::CrossReferences, Feature::Profiler],
             // swank/clisp's portable xref sees only files compiled through
             // XREF:XREF-FILE.
-            LispKind::Clisp => &[
-                (
-                    "code-find-references",
-                    " Not on CLISP (no cross-references).",
-                ),
-                ("profile-code", " Not on CLISP (no profiler)."),
-            ],
-            LispKind::Abcl => &[("profile-code", " Not on ABCL (no profiler).")],
-            LispKind::Ccl => &[("profile-code", " Not on CCL (no profiler).")],
+            LispKind::Clisp => &[Feature::CrossReferences, Feature::Profiler],
+            LispKind::Abcl => &[Feature::Profiler],
+            LispKind::Ccl => &[Feature::Profiler],
         }
     }
 
