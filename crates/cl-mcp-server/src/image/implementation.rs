@@ -10,6 +10,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use super::stamp::file_stamp;
+use super::ImageError;
 use crate::sync::MutexExt;
 
 /// A Common Lisp implementation the server knows how to start.
@@ -330,20 +331,20 @@ static DETECTED: Mutex<Option<HashMap<String, LispKind>>> = Mutex::new(None);
 
 /// Asks the binary which implementation it is (`--version`; a few
 /// seconds at most, a JVM takes a while). Remembered per path and stamp.
-pub fn detect(lisp: &Path) -> Result<LispKind, String> {
+pub fn detect(lisp: &Path) -> Result<LispKind, ImageError> {
     let key = format!("{}:{}", lisp.display(), file_stamp(lisp));
     if let Some(k) = DETECTED.guard().as_ref().and_then(|m| m.get(&key).copied()) {
         return Ok(k);
     }
     let text = version_text(lisp, Duration::from_secs(30))?;
     let kind = LispKind::classify(&text).ok_or_else(|| {
-        format!(
+        ImageError::Implementation(format!(
             "{} is not a Lisp this server knows how to start (its --version said {:?}); \
              supported: {}",
             lisp.display(),
             text.lines().next().unwrap_or(""),
             LispKind::ALL.map(|k| k.name()).join(", ")
-        )
+        ))
     })?;
     DETECTED
         .guard()
@@ -354,7 +355,7 @@ pub fn detect(lisp: &Path) -> Result<LispKind, String> {
 
 /// What `lisp --version` prints (stdout, else stderr), waiting at most
 /// `wait`; its stdin is closed so a Lisp that starts a REPL instead ends.
-pub fn version_text(lisp: &Path, wait: Duration) -> Result<String, String> {
+pub fn version_text(lisp: &Path, wait: Duration) -> Result<String, ImageError> {
     use std::process::{Command, Stdio};
     let mut child = Command::new(lisp)
         .arg("--version")
@@ -362,7 +363,7 @@ pub fn version_text(lisp: &Path, wait: Duration) -> Result<String, String> {
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .map_err(|e| format!("cannot run {}: {e}", lisp.display()))?;
+        .map_err(|e| ImageError::Implementation(format!("cannot run {}: {e}", lisp.display())))?;
     let deadline = std::time::Instant::now() + wait;
     loop {
         match child.try_wait() {
@@ -373,17 +374,17 @@ pub fn version_text(lisp: &Path, wait: Duration) -> Result<String, String> {
             _ => {
                 let _ = child.kill();
                 let _ = child.wait();
-                return Err(format!(
+                return Err(ImageError::Implementation(format!(
                     "{} --version did not answer within {} s",
                     lisp.display(),
                     wait.as_secs()
-                ));
+                )));
             }
         }
     }
-    let out = child
-        .wait_with_output()
-        .map_err(|e| format!("cannot read {} --version: {e}", lisp.display()))?;
+    let out = child.wait_with_output().map_err(|e| {
+        ImageError::Implementation(format!("cannot read {} --version: {e}", lisp.display()))
+    })?;
     let stdout = String::from_utf8_lossy(&out.stdout).trim().to_string();
     Ok(if stdout.is_empty() {
         String::from_utf8_lossy(&out.stderr).trim().to_string()

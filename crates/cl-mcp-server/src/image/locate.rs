@@ -89,7 +89,7 @@ pub fn find_lisp(config: &ImageConfig) -> Result<PathBuf, ImageError> {
 /// binary).
 pub fn find_lisp_kind(config: &ImageConfig) -> Result<(PathBuf, LispKind), ImageError> {
     let lisp = find_lisp(config)?;
-    let kind = implementation::detect(&lisp).map_err(ImageError::NotFound)?;
+    let kind = implementation::detect(&lisp).map_err(|e| ImageError::NotFound(e.to_string()))?;
     Ok((lisp, kind))
 }
 

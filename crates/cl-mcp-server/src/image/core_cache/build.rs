@@ -13,6 +13,7 @@ use super::scripts::{entry_args, fasl_start_script, load_script};
 use super::CoreCache;
 use crate::image::cache_manifest;
 use crate::image::helpers;
+use crate::image::ImageError;
 
 impl CoreCache {
     /// Builds the cache entry (blocking: run it off the async runtime).
@@ -22,10 +23,14 @@ impl CoreCache {
     /// cache is discarded and built once more; only a second failure is an
     /// error. A saved image or fasl directory is moved into place only after
     /// an image started from it has passed the cache check.
-    pub fn build(&self) -> Result<Built, String> {
+    pub fn build(&self) -> Result<Built, ImageError> {
         let core = self.core_path();
-        private_dir(&self.dir)
-            .map_err(|e| format!("cannot create cache dir {}: {e}", self.dir.display()))?;
+        private_dir(&self.dir).map_err(|e| {
+            ImageError::Cache(format!(
+                "cannot create cache dir {}: {e}",
+                self.dir.display()
+            ))
+        })?;
         // Without the lock (a filesystem without locks, or a holder that
         // never lets go) we only risk duplicate work: the rename below is
         // atomic either way.
@@ -54,13 +59,13 @@ impl CoreCache {
         let started = Instant::now();
         let repaired = match self.build_once() {
             Ok(()) => None,
-            Err(first) if self.blames_cache(&first) => {
+            Err(first) if self.blames_cache(&first.to_string()) => {
                 tracing::warn!(error = %first, "a file of the Lisp cache failed to load; discarding the cache and building it again");
                 self.discard();
                 self.build_once().map_err(|again| {
-                    format!(
+                    ImageError::Cache(format!(
                         "{again}\n(the same build failed before the cache was discarded: {first})"
-                    )
+                    ))
                 })?;
                 Some(first)
             }
@@ -91,7 +96,7 @@ impl CoreCache {
 
     /// One build: compile and save into a temporary entry, check an image
     /// started from it, then rename it into place.
-    pub(super) fn build_once(&self) -> Result<(), String> {
+    pub(super) fn build_once(&self) -> Result<(), ImageError> {
         let core = self.core_path();
         let mut tmp_name = core.file_name().unwrap_or_default().to_os_string();
         tmp_name.push(format!(".tmp-{}", std::process::id()));
@@ -99,13 +104,13 @@ impl CoreCache {
         remove_entry(&tmp);
         if !self.kind.saves_images() {
             std::fs::create_dir_all(&tmp)
-                .map_err(|e| format!("cannot create {}: {e}", tmp.display()))?;
+                .map_err(|e| ImageError::Cache(format!("cannot create {}: {e}", tmp.display())))?;
         }
         // The hashes are recorded before the entry is in place, so whoever
         // finds the entry finds its manifest.
         let result = self.build_into(&tmp).and_then(|()| {
             cache_manifest::write(&self.manifest_path(), &self.manifest_files(&tmp))
-                .map_err(|e| format!("cannot record the cache's hashes: {e}"))
+                .map_err(|e| ImageError::Cache(format!("cannot record the cache's hashes: {e}")))
         });
         if result.is_err() {
             remove_entry(&tmp);
@@ -116,12 +121,13 @@ impl CoreCache {
             // half-built one a killed build may have left.
             remove_entry(&core);
         }
-        std::fs::rename(&tmp, &core).map_err(|e| format!("cannot move the core into place: {e}"))
+        std::fs::rename(&tmp, &core)
+            .map_err(|e| ImageError::Cache(format!("cannot move the core into place: {e}")))
     }
 
     /// Runs the generated `script` with the Lisp (after the prelude, no
     /// input, dying with the server), removes it, and returns what it did.
-    pub(super) fn run_script(&self, script: &Path) -> Result<std::process::Output, String> {
+    pub(super) fn run_script(&self, script: &Path) -> Result<std::process::Output, ImageError> {
         let mut cmd = std::process::Command::new(&self.lisp);
         cmd.args(self.kind.start_args(None))
             .args(entry_args(
@@ -133,15 +139,15 @@ impl CoreCache {
         dies_with_parent(&mut cmd);
         let out = cmd
             .output()
-            .map_err(|e| format!("cannot run {}: {e}", self.lisp.display()));
+            .map_err(|e| ImageError::Cache(format!("cannot run {}: {e}", self.lisp.display())));
         let _ = std::fs::remove_file(script);
         out
     }
 
-    pub(super) fn build_into(&self, tmp: &Path) -> Result<(), String> {
+    pub(super) fn build_into(&self, tmp: &Path) -> Result<(), ImageError> {
         let script = self
             .write_sources(Some(tmp))
-            .map_err(|e| format!("cannot write build files: {e}"))?;
+            .map_err(|e| ImageError::Cache(format!("cannot write build files: {e}")))?;
         let out = self.run_script(&script)?;
         let stdout = String::from_utf8_lossy(&out.stdout);
         let stderr = String::from_utf8_lossy(&out.stderr);
@@ -164,11 +170,11 @@ impl CoreCache {
                 && std::fs::write(tmp.join("start.lisp"), text).is_ok()
         };
         if !out.status.success() || !built {
-            return Err(format!(
+            return Err(ImageError::Cache(format!(
                 "core build exited with {}: {}",
                 out.status,
                 last_words(&stderr, &stdout)
-            ));
+            )));
         }
         if let Some(home) = stdout
             .lines()
@@ -179,7 +185,7 @@ impl CoreCache {
         let plan = self.plan_from(tmp);
         check_plan(&plan, CHECK_TIMEOUT)
             .map(|_| ())
-            .map_err(|e| format!("the freshly built cache does not start: {e}"))
+            .map_err(|e| ImageError::Cache(format!("the freshly built cache does not start: {e}")))
     }
 
     /// Writes the helper sources, boot code and scripts; returns the script
@@ -255,10 +261,10 @@ pub struct Built {
     pub core: PathBuf,
     /// When the first build failed on a damaged file of the cache, which
     /// was then discarded and built again: that first failure.
-    pub repaired: Option<String>,
+    pub repaired: Option<ImageError>,
     /// When the entry in place did not match the hashes its build recorded
     /// (it was changed after the build), so was discarded: what differed.
-    pub tampered: Option<String>,
+    pub tampered: Option<ImageError>,
 }
 
 /// A build or check process must not outlive the server that waits for it

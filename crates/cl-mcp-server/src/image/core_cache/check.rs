@@ -6,13 +6,14 @@ use std::time::Instant;
 use super::build::dies_with_parent;
 use super::{CoreCache, LaunchPlan};
 use crate::image::cache_manifest;
+use crate::image::ImageError;
 
 impl CoreCache {
     /// The plan to start from the cached core, if it exists and every file
     /// of it is as the build recorded. `Err`: it exists but does not match
     /// (changed after the build: by an image under `--sandbox off`, say),
     /// in words; the caller discards it by building again ([`Self::build`]).
-    pub fn cached_plan(&self) -> Result<Option<LaunchPlan>, String> {
+    pub fn cached_plan(&self) -> Result<Option<LaunchPlan>, ImageError> {
         if !self.cached() {
             return Ok(None);
         }
@@ -21,7 +22,7 @@ impl CoreCache {
     }
 
     /// Checks the entry against its manifest.
-    pub fn verify(&self) -> Result<(), String> {
+    pub fn verify(&self) -> Result<(), ImageError> {
         let started = Instant::now();
         let cpu = thread_cpu_us();
         let result = cache_manifest::verify(&self.manifest_path(), &self.dir);
@@ -47,7 +48,7 @@ pub const CHECK_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60
 pub fn check_plan(
     plan: &LaunchPlan,
     timeout: std::time::Duration,
-) -> Result<std::time::Duration, String> {
+) -> Result<std::time::Duration, ImageError> {
     let started = Instant::now();
     let mut cmd = std::process::Command::new(&plan.lisp);
     cmd.args(&plan.args)
@@ -59,7 +60,7 @@ pub fn check_plan(
     dies_with_parent(&mut cmd);
     let mut child = cmd
         .spawn()
-        .map_err(|e| format!("cannot run {}: {e}", plan.lisp.display()))?;
+        .map_err(|e| ImageError::Cache(format!("cannot run {}: {e}", plan.lisp.display())))?;
     // Read both pipes on their own threads, so a chatty Lisp never blocks.
     let stdout = child.stdout.take().map(read_capped);
     let stderr = child.stderr.take().map(read_capped);
@@ -82,17 +83,17 @@ pub fn check_plan(
         Some(s) if s.success() && stdout.lines().any(|l| l.trim() == "CL-MCP-CACHE-OK") => {
             Ok(started.elapsed())
         }
-        Some(s) => Err(format!(
+        Some(s) => Err(ImageError::Cache(format!(
             "{} exited with {s}: {}",
             plan.lisp.display(),
             last_words(&stderr, &stdout)
-        )),
-        None => Err(format!(
+        ))),
+        None => Err(ImageError::Cache(format!(
             "{} did not finish its start within {} s: {}",
             plan.lisp.display(),
             timeout.as_secs(),
             last_words(&stderr, &stdout)
-        )),
+        ))),
     }
 }
 

@@ -3,6 +3,8 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use crate::image::ImageError;
+
 /// How long a build waits for another's `build.lock` before it builds
 /// without it: longer than any build takes (ECL compiles Swank through gcc
 /// in minutes), short of forever — anyone who can open the file can hold
@@ -12,9 +14,12 @@ pub(super) const BUILD_LOCK_WAIT: Duration = Duration::from_secs(600);
 /// The cache's build lock, taken within `wait`: the open file (the lock
 /// lives as long as it) and whether it is held. Past `wait`, or where the
 /// filesystem has no locks, the build goes on without it, said in the log.
-pub(super) fn take_build_lock(dir: &Path, wait: Duration) -> Result<(std::fs::File, bool), String> {
+pub(super) fn take_build_lock(
+    dir: &Path,
+    wait: Duration,
+) -> Result<(std::fs::File, bool), ImageError> {
     let lock = std::fs::File::create(dir.join("build.lock"))
-        .map_err(|e| format!("cannot create lock file: {e}"))?;
+        .map_err(|e| ImageError::Cache(format!("cannot create lock file: {e}")))?;
     let since = Instant::now();
     let mut said = false;
     loop {

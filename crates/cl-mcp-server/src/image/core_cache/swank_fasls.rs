@@ -9,12 +9,13 @@ use super::scripts::prelude;
 use super::CoreCache;
 use crate::image::cache_manifest;
 use crate::image::locate::SwankSource;
+use crate::image::ImageError;
 
 impl CoreCache {
     /// Before a start from source: Swank's compiled files, compiled by the
     /// server itself (an image may not write the cache) and checked against
     /// the hashes recorded then; compiled again when they do not match.
-    pub(super) fn prepare_swank_fasls(&self) -> Result<(), String> {
+    pub(super) fn prepare_swank_fasls(&self) -> Result<(), ImageError> {
         if !matches!(self.swank, SwankSource::Loader(_)) {
             return Ok(());
         }
@@ -33,7 +34,7 @@ impl CoreCache {
         remove_entry(&manifest);
         remove_entry(&self.swank_fasl_dir());
         private_dir(&self.swank_fasl_dir())
-            .map_err(|e| format!("cannot create the Swank fasl dir: {e}"))?;
+            .map_err(|e| ImageError::Cache(format!("cannot create the Swank fasl dir: {e}")))?;
         let fasl = self.swank_fasl_dir();
         let script = self
             .src_dir()
@@ -44,21 +45,21 @@ impl CoreCache {
             self.kind.exit_form(0)
         );
         write_if_changed(&script, &text)
-            .map_err(|e| format!("cannot write {}: {e}", script.display()))?;
+            .map_err(|e| ImageError::Cache(format!("cannot write {}: {e}", script.display())))?;
         let out = self.run_script(&script)?;
         if !out.status.success() {
-            return Err(format!(
+            return Err(ImageError::Cache(format!(
                 "compiling Swank exited with {}: {}",
                 out.status,
                 last_words(
                     &String::from_utf8_lossy(&out.stderr),
                     &String::from_utf8_lossy(&out.stdout)
                 )
-            ));
+            )));
         }
         let mut files = Vec::new();
         self.push_swank_fasls(&mut files);
         cache_manifest::write(&manifest, &files)
-            .map_err(|e| format!("cannot record Swank's hashes: {e}"))
+            .map_err(|e| ImageError::Cache(format!("cannot record Swank's hashes: {e}")))
     }
 }
