@@ -208,47 +208,10 @@ pub fn prepare_caps(max_processes: Option<u32>, memory_bytes: Option<u64>) -> Pr
             dir.display()
         )),
         (Some(max), None) => {
-            let why = error_for("pids");
-            // SAFETY: getuid has no preconditions.
-            let uid = unsafe { libc::getuid() };
-            if uid == 0 {
-                let w = format!(
-                    "--max-processes {max} is NOT enforced: no writable cgroup with the pids \
-                     controller ({why}), and root ignores RLIMIT_NPROC"
-                );
-                lines.push(format!("processes: {w}"));
-                warning = Some(w);
-            } else {
-                let now = user_tasks(uid);
-                let wanted = now + u64::from(max);
-                let (soft, hard) = own_nproc_limit();
-                // A process may not raise its hard limit: asking for more
-                // than ours would make every start fail (EPERM between
-                // fork and exec). Nor is our own soft limit loosened.
-                let limit = wanted.min(soft).min(hard);
-                nproc = Some(limit);
-                if limit < wanted {
-                    let w = format!(
-                        "--max-processes {max}: the image gets RLIMIT_NPROC {limit}, the server's \
-                         own limit (soft {}, hard {}), below your {now} tasks + {max}{}",
-                        rlim_text(soft),
-                        rlim_text(hard),
-                        if limit <= now {
-                            ": your user already runs that many tasks, so the image may fail to \
-                             start threads or programs"
-                        } else {
-                            ""
-                        }
-                    );
-                    lines.push(format!("processes: {w}"));
-                    warning = Some(w);
-                } else {
-                    lines.push(format!(
-                        "processes: RLIMIT_NPROC {limit} (your {now} tasks at start + {max}; no \
-                         writable pids cgroup: {why})"
-                    ));
-                }
-            }
+            let (line, w, limit) = nproc_fallback(max, &error_for("pids"));
+            lines.push(line);
+            warning = w;
+            nproc = limit;
         }
     }
     if let Some(bytes) = memory_bytes {
@@ -276,6 +239,52 @@ pub fn prepare_caps(max_processes: Option<u32>, memory_bytes: Option<u64>) -> Pr
         nproc,
         lines,
         warning,
+    }
+}
+
+/// `--max-processes max` without a pids cgroup (`why`): `RLIMIT_NPROC` at
+/// the user's tasks now plus `max`, within the server's own limit (root
+/// ignores it). The `limits:` line, the warning if any, and the limit.
+fn nproc_fallback(max: u32, why: &str) -> (String, Option<String>, Option<u64>) {
+    // SAFETY: getuid has no preconditions.
+    let uid = unsafe { libc::getuid() };
+    if uid == 0 {
+        let w = format!(
+            "--max-processes {max} is NOT enforced: no writable cgroup with the pids \
+             controller ({why}), and root ignores RLIMIT_NPROC"
+        );
+        return (format!("processes: {w}"), Some(w), None);
+    }
+    let now = user_tasks(uid);
+    let wanted = now + u64::from(max);
+    let (soft, hard) = own_nproc_limit();
+    // A process may not raise its hard limit: asking for more
+    // than ours would make every start fail (EPERM between
+    // fork and exec). Nor is our own soft limit loosened.
+    let limit = wanted.min(soft).min(hard);
+    if limit < wanted {
+        let w = format!(
+            "--max-processes {max}: the image gets RLIMIT_NPROC {limit}, the server's \
+             own limit (soft {}, hard {}), below your {now} tasks + {max}{}",
+            rlim_text(soft),
+            rlim_text(hard),
+            if limit <= now {
+                ": your user already runs that many tasks, so the image may fail to \
+                 start threads or programs"
+            } else {
+                ""
+            }
+        );
+        (format!("processes: {w}"), Some(w), Some(limit))
+    } else {
+        (
+            format!(
+                "processes: RLIMIT_NPROC {limit} (your {now} tasks at start + {max}; no \
+                 writable pids cgroup: {why})"
+            ),
+            None,
+            Some(limit),
+        )
     }
 }
 

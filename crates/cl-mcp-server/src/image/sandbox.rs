@@ -628,7 +628,8 @@ pub fn restrict_in_child(fd: RawFd, own_proc: bool) -> std::io::Result<()> {
         grant_own_proc(fd)?;
     }
     drop_capabilities()?;
-    // SAFETY: as above.
+    // SAFETY: landlock_restrict_self(2) with integer arguments only: the
+    // ruleset descriptor the parent keeps open until the spawn, no flags.
     unsafe {
         if libc::syscall(libc::SYS_landlock_restrict_self, fd, 0u32) != 0 {
             return Err(std::io::Error::last_os_error());

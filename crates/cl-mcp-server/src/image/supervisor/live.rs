@@ -9,11 +9,11 @@ use std::time::{Duration, SystemTime};
 use swank_client::SwankClient;
 use tokio::sync::{oneshot, watch};
 
-use super::super::direct::DirectChannel;
-use super::super::implementation::LispKind;
-use super::super::last_words::LastWords;
-use super::super::sandbox::SandboxReport;
 use super::ImageMode;
+use crate::image::direct::DirectChannel;
+use crate::image::implementation::LispKind;
+use crate::image::last_words::LastWords;
+use crate::image::sandbox::SandboxReport;
 use crate::sync::MutexExt;
 
 /// One running image (or one connection to an attached Swank): replaced
