@@ -305,7 +305,7 @@ impl ServerOptions {
                 .allow_connect
                 .iter()
                 .filter(|c| !c.trim().is_empty())
-                .map(|c| parse_connect(c))
+                .map(|c| parse_connect(c).map_err(|e| e.to_string()))
                 .collect::<Result<_, _>>()?,
         };
         let image = crate::image::ImageConfig {

@@ -99,7 +99,7 @@ async fn check_core_cache(cache: CoreCache, dir: &std::path::Path) -> bool {
                 }
             },
         };
-        let built = cache.build()?;
+        let built = cache.build().map_err(|e| e.to_string())?;
         let repaired = broken.or(built.tampered).or(built.repaired);
         Ok(match repaired {
             Some(why) => format!(

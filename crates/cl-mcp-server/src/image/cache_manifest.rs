@@ -20,6 +20,8 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
+use crate::image::ImageError;
+use crate::sync::MutexExt;
 use sha2::{Digest, Sha256};
 
 /// A file's identity as the kernel keeps it: any change to the file, or
@@ -93,54 +95,61 @@ pub fn write(manifest: &Path, files: &[(PathBuf, PathBuf)]) -> std::io::Result<(
 
 /// Checks every file the manifest names (relative to `base`) against its
 /// recorded hash. `Err`: what does not match, in words.
-pub fn verify(manifest: &Path, base: &Path) -> Result<(), String> {
-    let text = std::fs::read_to_string(manifest)
-        .map_err(|e| format!("its manifest {} is unreadable ({e})", manifest.display()))?;
+pub fn verify(manifest: &Path, base: &Path) -> Result<(), ImageError> {
+    let text = std::fs::read_to_string(manifest).map_err(|e| {
+        ImageError::Cache(format!(
+            "its manifest {} is unreadable ({e})",
+            manifest.display()
+        ))
+    })?;
     let mut lines = 0;
     for line in text.lines().filter(|l| !l.trim().is_empty()) {
-        let (sum, name) = line
-            .split_once("  ")
-            .ok_or_else(|| format!("its manifest {} is damaged", manifest.display()))?;
+        let (sum, name) = line.split_once("  ").ok_or_else(|| {
+            ImageError::Cache(format!("its manifest {} is damaged", manifest.display()))
+        })?;
         let path = base.join(name);
         if Path::new(name).is_absolute() || name.split('/').any(|c| c == "..") {
-            return Err(format!(
+            return Err(ImageError::Cache(format!(
                 "its manifest {} names a file outside the cache",
                 manifest.display()
-            ));
+            )));
         }
         verify_file(&path, sum)?;
         lines += 1;
     }
     if lines == 0 {
-        return Err(format!("its manifest {} is empty", manifest.display()));
+        return Err(ImageError::Cache(format!(
+            "its manifest {} is empty",
+            manifest.display()
+        )));
     }
     Ok(())
 }
 
-fn verify_file(path: &Path, want: &str) -> Result<(), String> {
-    let id = identity(path).map_err(|e| format!("{}: {e}", path.display()))?;
+fn verify_file(path: &Path, want: &str) -> Result<(), ImageError> {
+    let id = identity(path).map_err(|e| ImageError::Cache(format!("{}: {e}", path.display())))?;
     {
-        let verified = VERIFIED.lock().unwrap();
+        let verified = VERIFIED.guard();
         if let Some((seen, sum)) = verified.as_ref().and_then(|m| m.get(path)) {
             if *seen == id && sum == want {
                 return Ok(());
             }
         }
     }
-    let got = file_sha256(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let got =
+        file_sha256(path).map_err(|e| ImageError::Cache(format!("{}: {e}", path.display())))?;
     if got != want {
-        return Err(format!(
+        return Err(ImageError::Cache(format!(
             "{} is not the file the server built (SHA-256 {} where {} was recorded)",
             path.display(),
             &got[..16],
             &want[..want.len().min(16)]
-        ));
+        )));
     }
     // Identity read again after hashing: a change while hashing shows.
     if identity(path).ok() == Some(id) {
         VERIFIED
-            .lock()
-            .unwrap()
+            .guard()
             .get_or_insert_with(HashMap::new)
             .insert(path.to_path_buf(), (id, got));
     }
@@ -192,16 +201,16 @@ mod tests {
         verify(&m, d).unwrap();
         // Same size, new contents (the change time moves, so it is hashed).
         std::fs::write(d.join("e/a.fasl"), "two").unwrap();
-        let e = verify(&m, d).unwrap_err();
+        let e = verify(&m, d).unwrap_err().to_string();
         assert!(e.contains("a.fasl") && e.contains("not the file"), "{e}");
         std::fs::write(d.join("e/a.fasl"), "one").unwrap();
         verify(&m, d).unwrap();
         std::fs::remove_file(d.join("core")).unwrap();
         assert!(verify(&m, d).is_err());
         std::fs::write(&m, "").unwrap();
-        assert!(verify(&m, d).unwrap_err().contains("empty"));
+        assert!(verify(&m, d).unwrap_err().to_string().contains("empty"));
         std::fs::write(&m, "00  ../x\n").unwrap();
-        assert!(verify(&m, d).unwrap_err().contains("outside"));
+        assert!(verify(&m, d).unwrap_err().to_string().contains("outside"));
         assert!(verify(&d.join("none"), d).is_err());
     }
 

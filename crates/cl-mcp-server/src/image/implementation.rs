@@ -9,7 +9,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::Duration;
 
-use super::locate::file_stamp;
+use super::stamp::file_stamp;
+use super::ImageError;
+use crate::sync::MutexExt;
 
 /// A Common Lisp implementation the server knows how to start.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -25,6 +27,26 @@ pub enum LispKind {
     Abcl,
     /// Clozure CL: cached image (`save-application`).
     Ccl,
+}
+
+/// A capability of the image some implementations lack (see
+/// [`LispKind::missing_features`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Feature {
+    /// Who calls, references, sets or binds a name (Swank's `xref`).
+    CrossReferences,
+    /// A statistical profiler.
+    Profiler,
+}
+
+impl Feature {
+    /// What is missing, in a few words ("no profiler").
+    pub fn lack(self) -> &'static str {
+        match self {
+            Feature::CrossReferences => "no cross-references",
+            Feature::Profiler => "no profiler",
+        }
+    }
 }
 
 impl LispKind {
@@ -269,28 +291,19 @@ impl LispKind {
         }
     }
 
-    /// What a tool cannot do on this implementation: (tool, clause) pairs
-    /// whose clause `tools/list` appends to the tool's description, so no
-    /// description promises what the running Lisp lacks.
-    pub fn missing_features(self) -> &'static [(&'static str, &'static str)] {
+    /// What this implementation's Swank backend cannot do, so that no
+    /// description promises what the running Lisp lacks (the caller says
+    /// which tools that concerns).
+    pub fn missing_features(self) -> &'static [Feature] {
         match self {
             LispKind::Sbcl => &[],
             // swank/ecl implements no who-calls family.
-            LispKind::Ecl => &[
-                ("code-find-references", " Not on ECL (no cross-references)."),
-                ("profile-code", " Not on ECL (no profiler)."),
-            ],
+            LispKind::Ecl => &[Feature::CrossReferences, Feature::Profiler],
             // swank/clisp's portable xref sees only files compiled through
             // XREF:XREF-FILE.
-            LispKind::Clisp => &[
-                (
-                    "code-find-references",
-                    " Not on CLISP (no cross-references).",
-                ),
-                ("profile-code", " Not on CLISP (no profiler)."),
-            ],
-            LispKind::Abcl => &[("profile-code", " Not on ABCL (no profiler).")],
-            LispKind::Ccl => &[("profile-code", " Not on CCL (no profiler).")],
+            LispKind::Clisp => &[Feature::CrossReferences, Feature::Profiler],
+            LispKind::Abcl => &[Feature::Profiler],
+            LispKind::Ccl => &[Feature::Profiler],
         }
     }
 
@@ -318,29 +331,23 @@ static DETECTED: Mutex<Option<HashMap<String, LispKind>>> = Mutex::new(None);
 
 /// Asks the binary which implementation it is (`--version`; a few
 /// seconds at most, a JVM takes a while). Remembered per path and stamp.
-pub fn detect(lisp: &Path) -> Result<LispKind, String> {
+pub fn detect(lisp: &Path) -> Result<LispKind, ImageError> {
     let key = format!("{}:{}", lisp.display(), file_stamp(lisp));
-    if let Some(k) = DETECTED
-        .lock()
-        .unwrap()
-        .as_ref()
-        .and_then(|m| m.get(&key).copied())
-    {
+    if let Some(k) = DETECTED.guard().as_ref().and_then(|m| m.get(&key).copied()) {
         return Ok(k);
     }
     let text = version_text(lisp, Duration::from_secs(30))?;
     let kind = LispKind::classify(&text).ok_or_else(|| {
-        format!(
+        ImageError::Implementation(format!(
             "{} is not a Lisp this server knows how to start (its --version said {:?}); \
              supported: {}",
             lisp.display(),
             text.lines().next().unwrap_or(""),
             LispKind::ALL.map(|k| k.name()).join(", ")
-        )
+        ))
     })?;
     DETECTED
-        .lock()
-        .unwrap()
+        .guard()
         .get_or_insert_with(HashMap::new)
         .insert(key, kind);
     Ok(kind)
@@ -348,7 +355,7 @@ pub fn detect(lisp: &Path) -> Result<LispKind, String> {
 
 /// What `lisp --version` prints (stdout, else stderr), waiting at most
 /// `wait`; its stdin is closed so a Lisp that starts a REPL instead ends.
-pub fn version_text(lisp: &Path, wait: Duration) -> Result<String, String> {
+pub fn version_text(lisp: &Path, wait: Duration) -> Result<String, ImageError> {
     use std::process::{Command, Stdio};
     let mut child = Command::new(lisp)
         .arg("--version")
@@ -356,7 +363,7 @@ pub fn version_text(lisp: &Path, wait: Duration) -> Result<String, String> {
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .map_err(|e| format!("cannot run {}: {e}", lisp.display()))?;
+        .map_err(|e| ImageError::Implementation(format!("cannot run {}: {e}", lisp.display())))?;
     let deadline = std::time::Instant::now() + wait;
     loop {
         match child.try_wait() {
@@ -367,17 +374,17 @@ pub fn version_text(lisp: &Path, wait: Duration) -> Result<String, String> {
             _ => {
                 let _ = child.kill();
                 let _ = child.wait();
-                return Err(format!(
+                return Err(ImageError::Implementation(format!(
                     "{} --version did not answer within {} s",
                     lisp.display(),
                     wait.as_secs()
-                ));
+                )));
             }
         }
     }
-    let out = child
-        .wait_with_output()
-        .map_err(|e| format!("cannot read {} --version: {e}", lisp.display()))?;
+    let out = child.wait_with_output().map_err(|e| {
+        ImageError::Implementation(format!("cannot read {} --version: {e}", lisp.display()))
+    })?;
     let stdout = String::from_utf8_lossy(&out.stdout).trim().to_string();
     Ok(if stdout.is_empty() {
         String::from_utf8_lossy(&out.stderr).trim().to_string()

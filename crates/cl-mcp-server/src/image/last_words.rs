@@ -9,6 +9,7 @@
 //! the supervisor makes of them when the process ends: a short cause for
 //! the headline, the fatal lines and the first frames of the user's code.
 
+use crate::sync::MutexExt;
 use std::collections::VecDeque;
 use std::sync::{Mutex, MutexGuard};
 
@@ -43,13 +44,13 @@ impl LastWords {
 
     /// The stderr tail (start failures quote it).
     pub(super) fn stderr(&self) -> MutexGuard<'_, VecDeque<String>> {
-        self.stderr.lock().unwrap()
+        self.stderr.guard()
     }
 
     /// What the tails say about how the process died.
     pub(super) fn death(&self) -> Death {
-        let stderr = self.stderr.lock().unwrap();
-        let stdout = self.stdout.lock().unwrap();
+        let stderr = self.stderr.guard();
+        let stdout = self.stdout.guard();
         let fatal = fatal_lines(&stderr);
         let frames = if fatal.sbcl {
             user_frames(&stdout)
@@ -69,7 +70,7 @@ fn push(tail: &Mutex<VecDeque<String>>, line: &str, max: usize) {
         Some((cut, _)) => format!("{} [cut]", &line[..cut]),
         None => line.to_string(),
     };
-    let mut t = tail.lock().unwrap();
+    let mut t = tail.guard();
     if t.len() == max {
         t.pop_front();
     }

@@ -25,6 +25,8 @@ use std::sync::Arc;
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
+use super::ImageError;
+
 /// `--max-images`: the local images that may run at once, server-wide.
 /// Each running image holds a permit until its process has exited.
 #[derive(Debug)]
@@ -157,7 +159,7 @@ pub fn prepare_caps(max_processes: Option<u32>, memory_bytes: Option<u64>) -> Pr
     // (file, value) and the controllers they serve.
     type Group<'a> = (PathBuf, Vec<(&'a str, String)>, Vec<&'a str>);
     let mut groups: Vec<Group> = Vec::new();
-    let mut errors: Vec<(&str, String)> = Vec::new();
+    let mut errors: Vec<(&str, ImageError)> = Vec::new();
     for (ctrl, v1, v2, value) in &wants {
         match controller_base(ctrl) {
             Ok((base, is_v2)) => {
@@ -193,7 +195,7 @@ pub fn prepare_caps(max_processes: Option<u32>, memory_bytes: Option<u64>) -> Pr
         errors
             .iter()
             .find(|(c, _)| *c == ctrl)
-            .map(|(_, e)| e.clone())
+            .map(|(_, e)| e.to_string())
             .unwrap_or_default()
     };
     let mut lines = Vec::new();
@@ -206,47 +208,10 @@ pub fn prepare_caps(max_processes: Option<u32>, memory_bytes: Option<u64>) -> Pr
             dir.display()
         )),
         (Some(max), None) => {
-            let why = error_for("pids");
-            // SAFETY: getuid has no preconditions.
-            let uid = unsafe { libc::getuid() };
-            if uid == 0 {
-                let w = format!(
-                    "--max-processes {max} is NOT enforced: no writable cgroup with the pids \
-                     controller ({why}), and root ignores RLIMIT_NPROC"
-                );
-                lines.push(format!("processes: {w}"));
-                warning = Some(w);
-            } else {
-                let now = user_tasks(uid);
-                let wanted = now + u64::from(max);
-                let (soft, hard) = own_nproc_limit();
-                // A process may not raise its hard limit: asking for more
-                // than ours would make every start fail (EPERM between
-                // fork and exec). Nor is our own soft limit loosened.
-                let limit = wanted.min(soft).min(hard);
-                nproc = Some(limit);
-                if limit < wanted {
-                    let w = format!(
-                        "--max-processes {max}: the image gets RLIMIT_NPROC {limit}, the server's \
-                         own limit (soft {}, hard {}), below your {now} tasks + {max}{}",
-                        rlim_text(soft),
-                        rlim_text(hard),
-                        if limit <= now {
-                            ": your user already runs that many tasks, so the image may fail to \
-                             start threads or programs"
-                        } else {
-                            ""
-                        }
-                    );
-                    lines.push(format!("processes: {w}"));
-                    warning = Some(w);
-                } else {
-                    lines.push(format!(
-                        "processes: RLIMIT_NPROC {limit} (your {now} tasks at start + {max}; no \
-                         writable pids cgroup: {why})"
-                    ));
-                }
-            }
+            let (line, w, limit) = nproc_fallback(max, &error_for("pids"));
+            lines.push(line);
+            warning = w;
+            nproc = limit;
         }
     }
     if let Some(bytes) = memory_bytes {
@@ -274,6 +239,52 @@ pub fn prepare_caps(max_processes: Option<u32>, memory_bytes: Option<u64>) -> Pr
         nproc,
         lines,
         warning,
+    }
+}
+
+/// `--max-processes max` without a pids cgroup (`why`): `RLIMIT_NPROC` at
+/// the user's tasks now plus `max`, within the server's own limit (root
+/// ignores it). The `limits:` line, the warning if any, and the limit.
+fn nproc_fallback(max: u32, why: &str) -> (String, Option<String>, Option<u64>) {
+    // SAFETY: getuid has no preconditions.
+    let uid = unsafe { libc::getuid() };
+    if uid == 0 {
+        let w = format!(
+            "--max-processes {max} is NOT enforced: no writable cgroup with the pids \
+             controller ({why}), and root ignores RLIMIT_NPROC"
+        );
+        return (format!("processes: {w}"), Some(w), None);
+    }
+    let now = user_tasks(uid);
+    let wanted = now + u64::from(max);
+    let (soft, hard) = own_nproc_limit();
+    // A process may not raise its hard limit: asking for more
+    // than ours would make every start fail (EPERM between
+    // fork and exec). Nor is our own soft limit loosened.
+    let limit = wanted.min(soft).min(hard);
+    if limit < wanted {
+        let w = format!(
+            "--max-processes {max}: the image gets RLIMIT_NPROC {limit}, the server's \
+             own limit (soft {}, hard {}), below your {now} tasks + {max}{}",
+            rlim_text(soft),
+            rlim_text(hard),
+            if limit <= now {
+                ": your user already runs that many tasks, so the image may fail to \
+                 start threads or programs"
+            } else {
+                ""
+            }
+        );
+        (format!("processes: {w}"), Some(w), Some(limit))
+    } else {
+        (
+            format!(
+                "processes: RLIMIT_NPROC {limit} (your {now} tasks at start + {max}; no \
+                 writable pids cgroup: {why})"
+            ),
+            None,
+            Some(limit),
+        )
     }
 }
 
@@ -331,9 +342,11 @@ pub fn user_tasks(uid: u32) -> u64 {
 /// The directory of our own cgroup in a hierarchy with `ctrl` (`pids`,
 /// `memory`), from `/proc/self/mountinfo` and `/proc/self/cgroup`, and
 /// whether it is cgroup v2.
-fn controller_base(ctrl: &str) -> Result<(PathBuf, bool), String> {
-    let cgroups = std::fs::read_to_string("/proc/self/cgroup").map_err(|e| e.to_string())?;
-    let mounts = std::fs::read_to_string("/proc/self/mountinfo").map_err(|e| e.to_string())?;
+fn controller_base(ctrl: &str) -> Result<(PathBuf, bool), ImageError> {
+    let cgroups = std::fs::read_to_string("/proc/self/cgroup")
+        .map_err(|e| ImageError::Cgroup(e.to_string()))?;
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo")
+        .map_err(|e| ImageError::Cgroup(e.to_string()))?;
     // mountinfo: id parent major:minor root mountpoint options - fstype source superoptions
     let mount_of = |v2: bool| {
         mounts.lines().find_map(|l| {
@@ -370,40 +383,49 @@ fn controller_base(ctrl: &str) -> Result<(PathBuf, bool), String> {
             if enabled.split_whitespace().any(|c| c == ctrl) {
                 return Ok((dir, true));
             }
-            return Err(format!(
+            return Err(ImageError::Cgroup(format!(
                 "the {ctrl} controller is not enabled for children of {}",
                 dir.display()
-            ));
+            )));
         }
     }
-    Err(format!(
+    Err(ImageError::Cgroup(format!(
         "no cgroup hierarchy with the {ctrl} controller is mounted"
-    ))
+    )))
 }
 
 /// Creates the image's cgroup `cl-mcp-server/<server pid>-<n>` under
 /// `base` with `settings` (file, value), removing the ones left by servers
 /// that are gone.
-fn make_cgroup(base: &Path, settings: &[(&str, String)]) -> Result<ImageCgroup, String> {
+fn make_cgroup(base: &Path, settings: &[(&str, String)]) -> Result<ImageCgroup, ImageError> {
     let base = base.join("cl-mcp-server");
     match std::fs::create_dir(&base) {
         Ok(()) => {}
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-        Err(e) => return Err(format!("cannot create {}: {e}", base.display())),
+        Err(e) => {
+            return Err(ImageError::Cgroup(format!(
+                "cannot create {}: {e}",
+                base.display()
+            )))
+        }
     }
     remove_stale(&base);
     let n = CGROUP_SEQ.fetch_add(1, Ordering::Relaxed);
     let dir = base.join(format!("{}-{n}", std::process::id()));
-    std::fs::create_dir(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
-    let setup = || -> Result<OwnedFd, String> {
+    std::fs::create_dir(&dir)
+        .map_err(|e| ImageError::Cgroup(format!("cannot create {}: {e}", dir.display())))?;
+    let setup = || -> Result<OwnedFd, ImageError> {
         for (file, value) in settings {
-            std::fs::write(dir.join(file), value)
-                .map_err(|e| format!("cannot set {}/{file}: {e}", dir.display()))?;
+            std::fs::write(dir.join(file), value).map_err(|e| {
+                ImageError::Cgroup(format!("cannot set {}/{file}: {e}", dir.display()))
+            })?;
         }
         let procs = std::fs::OpenOptions::new()
             .write(true)
             .open(dir.join("cgroup.procs"))
-            .map_err(|e| format!("cannot open {}/cgroup.procs: {e}", dir.display()))?;
+            .map_err(|e| {
+                ImageError::Cgroup(format!("cannot open {}/cgroup.procs: {e}", dir.display()))
+            })?;
         Ok(procs.into())
     };
     match setup() {

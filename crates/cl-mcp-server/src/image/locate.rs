@@ -6,6 +6,7 @@
 use std::path::{Path, PathBuf};
 
 use super::implementation::{self, LispKind};
+use super::stamp::file_stamp;
 use super::{ImageConfig, ImageError};
 
 /// Debian's `cl-swank` package puts the loader here.
@@ -42,22 +43,6 @@ impl SwankSource {
             SwankSource::Asdf => "asdf".into(),
             SwankSource::Quicklisp(p) => format!("quicklisp:{}:{}", p.display(), file_stamp(p)),
         }
-    }
-}
-
-/// `size:mtime` of a file, or empty when it cannot be read.
-pub fn file_stamp(p: &Path) -> String {
-    match std::fs::metadata(p) {
-        Ok(m) => {
-            let mtime = m
-                .modified()
-                .ok()
-                .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
-                .map(|d| d.as_secs())
-                .unwrap_or(0);
-            format!("{}:{}", m.len(), mtime)
-        }
-        Err(_) => String::new(),
     }
 }
 
@@ -104,7 +89,7 @@ pub fn find_lisp(config: &ImageConfig) -> Result<PathBuf, ImageError> {
 /// binary).
 pub fn find_lisp_kind(config: &ImageConfig) -> Result<(PathBuf, LispKind), ImageError> {
     let lisp = find_lisp(config)?;
-    let kind = implementation::detect(&lisp).map_err(ImageError::NotFound)?;
+    let kind = implementation::detect(&lisp).map_err(|e| ImageError::NotFound(e.to_string()))?;
     Ok((lisp, kind))
 }
 

@@ -21,12 +21,14 @@
 mod cache_manifest;
 pub mod core_cache;
 mod direct;
+mod error;
 pub mod helpers;
 pub mod implementation;
 mod last_words;
 pub mod limits;
 pub mod locate;
 pub mod sandbox;
+mod stamp;
 mod supervisor;
 
 use std::fmt;
@@ -34,6 +36,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
+pub use error::ImageError;
 pub use supervisor::{
     DebuggerClaim, Image, ImageEvent, ImageInfo, ImageNote, ImageReply, NoteLevel,
 };
@@ -151,38 +154,3 @@ impl fmt::Display for ImageMode {
         })
     }
 }
-
-/// Why an image call failed (not a Lisp error: those come back as data).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ImageError {
-    /// The Lisp or Swank could not be found.
-    NotFound(String),
-    /// The image could not be started or connected to.
-    StartFailed(String),
-    /// The image died (or the attached connection dropped) during the call.
-    Died(String),
-    /// Too many deaths in a short time: not restarting automatically.
-    CrashLoop(String),
-    /// The operation is not allowed on an attached image.
-    Attached(String),
-    /// A Swank protocol problem on a live connection.
-    Protocol(String),
-    /// A limit of the server (`--max-images`) refuses a new image now.
-    Limit(String),
-}
-
-impl fmt::Display for ImageError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            ImageError::NotFound(m)
-            | ImageError::StartFailed(m)
-            | ImageError::Died(m)
-            | ImageError::CrashLoop(m)
-            | ImageError::Attached(m)
-            | ImageError::Protocol(m)
-            | ImageError::Limit(m) => f.write_str(m),
-        }
-    }
-}
-
-impl std::error::Error for ImageError {}

@@ -24,6 +24,8 @@ use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
+use super::ImageError;
+
 use landlock::{
     path_beneath_rules, Access, AccessFs, AccessNet, NetPort, Ruleset, RulesetAttr,
     RulesetCreatedAttr, Scope, ABI,
@@ -79,10 +81,12 @@ pub struct SandboxConfig {
 
 /// Parses `HOST:PORT` or `PORT` for `--allow-connect`: the port (Landlock
 /// filters TCP by port only).
-pub fn parse_connect(s: &str) -> Result<u16, String> {
+pub fn parse_connect(s: &str) -> Result<u16, ImageError> {
     let port = s.rsplit_once(':').map_or(s, |(_, p)| p);
     port.trim().parse::<u16>().map_err(|_| {
-        format!("--allow-connect {s}: expected HOST:PORT or PORT, e.g. 127.0.0.1:5432")
+        ImageError::Sandbox(format!(
+            "--allow-connect {s}: expected HOST:PORT or PORT, e.g. 127.0.0.1:5432"
+        ))
     })
 }
 
@@ -358,7 +362,7 @@ fn canonical_existing(dirs: Vec<PathBuf>) -> Vec<PathBuf> {
 
 /// Builds the ruleset for `cfg` (in the server, before the fork). `Err`:
 /// the image must not start (strict without Landlock, or a ruleset error).
-pub fn prepare(cfg: &SandboxConfig, places: &Places) -> Result<Confinement, String> {
+pub fn prepare(cfg: &SandboxConfig, places: &Places) -> Result<Confinement, ImageError> {
     let abi = kernel_abi();
     if cfg.mode == SandboxMode::Off {
         return Ok(Confinement {
@@ -417,13 +421,13 @@ pub fn prepare(cfg: &SandboxConfig, places: &Places) -> Result<Confinement, Stri
     };
     if abi < 1 {
         if cfg.mode == SandboxMode::Strict {
-            return Err(
+            return Err(ImageError::Sandbox(
                 "--sandbox strict: this kernel has no Landlock (it is too old or Landlock is \
                  not enabled at boot: add `lsm=...,landlock` to the kernel command line), so \
                  the image would run unconfined; refusing to start it. Use --sandbox workspace \
                  or off to run without confinement."
                     .into(),
-            );
+            ));
         }
         report.warning = Some(
             "this kernel has no Landlock: the image runs UNCONFINED (a kernel of Linux 6.7 or \
@@ -434,11 +438,11 @@ pub fn prepare(cfg: &SandboxConfig, places: &Places) -> Result<Confinement, Stri
     }
     if abi < 4 && !cfg.allow_net {
         if cfg.mode == SandboxMode::Strict {
-            return Err(format!(
+            return Err(ImageError::Sandbox(format!(
                 "--sandbox strict: this kernel's Landlock (ABI {abi}) cannot confine the \
                  network (ABI 4, Linux 6.7, can); refusing to start the image. Add --allow-net \
                  to run strict with the network open, or use --sandbox workspace."
-            ));
+            )));
         }
         report.warning = Some(format!(
             "this kernel's Landlock (ABI {abi}) confines files but not the network (ABI 4, \
@@ -451,7 +455,9 @@ pub fn prepare(cfg: &SandboxConfig, places: &Places) -> Result<Confinement, Stri
             fd: Some(fd),
             report,
         })
-        .map_err(|e: String| format!("cannot build the image's Landlock sandbox: {e}"))
+        .map_err(|e: ImageError| {
+            ImageError::Sandbox(format!("cannot build the image's Landlock sandbox: {e}"))
+        })
 }
 
 fn build(
@@ -459,10 +465,10 @@ fn build(
     write: &[PathBuf],
     read: Option<&[PathBuf]>,
     abi: i32,
-) -> Result<OwnedFd, String> {
+) -> Result<OwnedFd, ImageError> {
     build_ruleset(cfg, write, read, abi)
-        .map_err(|e| e.to_string())?
-        .ok_or_else(|| "Landlock gave no ruleset".to_string())
+        .map_err(|e| ImageError::Sandbox(e.to_string()))?
+        .ok_or_else(|| ImageError::Sandbox("Landlock gave no ruleset".to_string()))
 }
 
 fn build_ruleset(
@@ -622,7 +628,8 @@ pub fn restrict_in_child(fd: RawFd, own_proc: bool) -> std::io::Result<()> {
         grant_own_proc(fd)?;
     }
     drop_capabilities()?;
-    // SAFETY: as above.
+    // SAFETY: landlock_restrict_self(2) with integer arguments only: the
+    // ruleset descriptor the parent keeps open until the spawn, no flags.
     unsafe {
         if libc::syscall(libc::SYS_landlock_restrict_self, fd, 0u32) != 0 {
             return Err(std::io::Error::last_os_error());

@@ -793,12 +793,13 @@ fn note_missing_features(tools_list: &mut Value, image: &crate::image::ImageConf
     let Ok((_, kind)) = crate::image::locate::find_lisp_kind(image) else {
         return;
     };
-    for (tool, clause) in kind.missing_features() {
+    for &feature in kind.missing_features() {
+        let (tool, clause) = crate::tools::missing_feature_clause(kind, feature);
         if let Some(d) = tools_list
             .as_array_mut()
             .into_iter()
             .flatten()
-            .find(|t| t["name"] == *tool)
+            .find(|t| t["name"] == tool)
         {
             if let Some(text) = d["description"].as_str() {
                 d["description"] = Value::String(format!("{text}{clause}"));

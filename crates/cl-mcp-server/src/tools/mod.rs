@@ -1076,6 +1076,21 @@ impl ToolRegistry {
     }
 }
 
+/// The tool a feature the Lisp lacks disables, and the clause `tools/list`
+/// appends to that tool's description (" Not on ECL (no profiler).").
+pub fn missing_feature_clause(
+    kind: crate::image::implementation::LispKind,
+    feature: crate::image::implementation::Feature,
+) -> (&'static str, String) {
+    use crate::image::implementation::Feature;
+    let tool = match feature {
+        Feature::CrossReferences => "code-find-references",
+        Feature::Profiler => "profile-code",
+    };
+    let lisp = kind.name().to_uppercase();
+    (tool, format!(" Not on {lisp} ({}).", feature.lack()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,0 +1,102 @@
+//! How the next local image starts: from the cached core (built when
+//! missing or damaged) or from source, with the notes that say which.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Instant;
+
+use crate::image::core_cache::{default_cache_dir, CoreCache, LaunchPlan};
+use crate::image::{locate, ImageError};
+
+use super::{send_note, Image, NoteLevel};
+use crate::sync::MutexExt;
+
+static SOURCE_FALLBACK_LOGGED: AtomicBool = AtomicBool::new(false);
+
+impl Image {
+    pub(super) async fn launch_plan(&self) -> Result<LaunchPlan, ImageError> {
+        let config = self.inner.config.clone();
+        let try_core =
+            config.use_core_cache && !self.inner.core_build_failed.load(Ordering::SeqCst);
+        let notes = self.inner.notes.clone();
+        let (plan, build_error, repaired) = tokio::task::spawn_blocking(move || {
+            let (lisp, kind) = locate::find_lisp_kind(&config)?;
+            let swank = locate::find_swank(&config, || locate::asdf_finds_swank(&lisp, kind))?;
+            let dir = config.cache_dir.clone().unwrap_or_else(default_cache_dir);
+            let quicklisp = config.load_quicklisp.then(locate::find_quicklisp).flatten();
+            let cache = CoreCache::new(dir, lisp, kind, swank, quicklisp);
+            let mut build_error = None;
+            let mut repaired = None;
+            if try_core {
+                match cache.cached_plan() {
+                    Ok(Some(plan)) => return Ok((plan, None, None)),
+                    Ok(None) => {}
+                    // Discarded and built again below, under the build lock.
+                    Err(why) => tracing::warn!(core = %cache.core_path().display(), "the cached core does not match what the server built: {why}"),
+                }
+                let building = Instant::now();
+                match cache.build() {
+                    Ok(built) => {
+                        if let Some(why) = &built.tampered {
+                            let text = format!(
+                                "the cached core {} was changed after the server built it \
+                                 ({why}); discarded it and built it again in {} s",
+                                built.core.display(),
+                                building.elapsed().as_secs()
+                            );
+                            send_note(&notes, NoteLevel::Warning, text.clone());
+                            repaired = Some(text);
+                        }
+                        if let Some(first) = &built.repaired {
+                            let text = format!(
+                                "a file of the Lisp cache failed to load ({first}); discarded \
+                                 the cache and built it again in {} s",
+                                building.elapsed().as_secs()
+                            );
+                            send_note(&notes, NoteLevel::Warning, text.clone());
+                            repaired = Some(text);
+                        }
+                        send_note(
+                            &notes,
+                            NoteLevel::Info,
+                            format!(
+                                "built the Lisp core cache {} in {} ms (later starts take it)",
+                                built.core.display(),
+                                building.elapsed().as_millis()
+                            ),
+                        );
+                        match cache.cached_plan() {
+                            Ok(Some(plan)) => return Ok((plan, None, repaired)),
+                            Ok(None) => {}
+                            Err(e) => build_error = Some(e),
+                        }
+                    }
+                    Err(e) => build_error = Some(e),
+                }
+            }
+            let plan = cache.source_plan().map_err(|e| {
+                ImageError::StartFailed(format!("cannot write the image's start files: {e}"))
+            })?;
+            Ok::<_, ImageError>((plan, build_error, repaired))
+        })
+        .await
+        .map_err(|e| ImageError::StartFailed(format!("start task failed: {e}")))??;
+        if let Some(text) = repaired {
+            *self.inner.start_notice.guard() = Some(text);
+        }
+        if let Some(e) = build_error {
+            self.inner.core_build_failed.store(true, Ordering::SeqCst);
+            self.inner.note(
+                NoteLevel::Warning,
+                format!("could not build the Lisp core cache ({e}); loading from source (slower)"),
+            );
+            if !SOURCE_FALLBACK_LOGGED.swap(true, Ordering::SeqCst) {
+                tracing::warn!(
+                    error = %e,
+                    "could not build the Lisp core cache; loading Swank and the helpers from \
+                     source at each start (slower)"
+                );
+            }
+        }
+        Ok(plan)
+    }
+}

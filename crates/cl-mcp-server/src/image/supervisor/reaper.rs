@@ -1,0 +1,113 @@
+//! The reaper of a local image's process: waits for it to end (or kills
+//! it when asked), then says how it ended.
+
+use std::os::unix::process::ExitStatusExt;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use tokio::sync::{oneshot, watch};
+use tokio::task::JoinHandle;
+
+use crate::image::last_words::describe_exit;
+use crate::image::limits;
+
+/// Waits for the image's process to end (or kills it when asked), then
+/// reports how it ended, after its last words are read, its cgroups
+/// released and its `--max-images` place freed.
+pub(super) struct Reaper {
+    pub(super) child: tokio::process::Child,
+    /// Holding stdin keeps the image alive; it exits at EOF.
+    pub(super) stdin: Option<tokio::process::ChildStdin>,
+    pub(super) pid: Option<u32>,
+    pub(super) cgroups: Vec<PathBuf>,
+    pub(super) memory_limit_mb: Option<u64>,
+    pub(super) permit: Option<tokio::sync::OwnedSemaphorePermit>,
+    /// The stdout and stderr readers.
+    pub(super) pumps: [JoinHandle<()>; 2],
+}
+
+impl Reaper {
+    /// Starts watching: the exit's description arrives on the receiver; the
+    /// sender asks for the process to be killed.
+    pub(super) fn spawn(self) -> (watch::Receiver<Option<String>>, oneshot::Sender<()>) {
+        let (exit_tx, exit_rx) = watch::channel(None);
+        let (kill_tx, kill_rx) = oneshot::channel::<()>();
+        tokio::spawn(self.watch(kill_rx, exit_tx));
+        (exit_rx, kill_tx)
+    }
+
+    async fn watch(self, kill_rx: oneshot::Receiver<()>, exit_tx: watch::Sender<Option<String>>) {
+        let Reaper {
+            mut child,
+            stdin,
+            pid,
+            cgroups,
+            memory_limit_mb,
+            permit,
+            pumps,
+        } = self;
+        let _stdin = stdin;
+        let (status, killed) = tokio::select! {
+            s = child.wait() => (s, false),
+            // It may be ending on its own (killed from outside, say):
+            // a dying process's socket closes before its exit status
+            // can be collected, so give it a moment before killing it.
+            _ = kill_rx => match tokio::time::timeout(
+                Duration::from_millis(250),
+                child.wait(),
+            )
+            .await
+            {
+                Ok(s) => (s, false),
+                Err(_) => {
+                    let _ = child.start_kill();
+                    (child.wait().await, true)
+                }
+            },
+        };
+        let text = match status {
+            // Asked for when the image is stopped on purpose, or when
+            // its connection is gone (the process could still run).
+            Ok(s) if killed && s.code().is_none() => {
+                "killed by the server (SIGKILL) once its Swank connection was gone".into()
+            }
+            Ok(s) => exit_text(s, &cgroups, memory_limit_mb),
+            Err(e) => format!("wait failed: {e}"),
+        };
+        // The Lisp's last words (SBCL's backtrace is flushed at exit)
+        // are read before the death is reported; a child the image left
+        // running may hold the pipes open, so not for long.
+        let _ = tokio::time::timeout(Duration::from_secs(1), async {
+            for pump in pumps {
+                let _ = pump.await;
+            }
+        })
+        .await;
+        tracing::info!(pid, status = %text, "Lisp image exited");
+        // What it left running dies with it; its place (--max-images)
+        // is free once it is gone.
+        for dir in cgroups {
+            limits::release_cgroup(dir).await;
+        }
+        drop(permit);
+        let _ = exit_tx.send(Some(text));
+    }
+}
+
+/// How the process ended, in words; a SIGKILL from the memory cgroup's
+/// OOM killer is the `--memory-limit` cap (ECL reports nothing itself).
+fn exit_text(
+    s: std::process::ExitStatus,
+    cgroups: &[PathBuf],
+    memory_limit_mb: Option<u64>,
+) -> String {
+    let mut text = describe_exit(s);
+    if s.signal() == Some(libc::SIGKILL) && cgroups.iter().any(|d| limits::oom_killed(d)) {
+        text.push_str(&format!(
+            ": the kernel's OOM killer, at the image's memory cap (--memory-limit \
+             {} MB: the image and what it starts)",
+            memory_limit_mb.unwrap_or_default()
+        ));
+    }
+    text
+}
