@@ -533,6 +533,10 @@ fn text(v: Option<&Value>) -> String {
     v.and_then(Value::as_str).unwrap_or_default().to_string()
 }
 
+/// Dispatches one message from Swank by its family: a reply completes its
+/// request, a ping or output is answered, a failure of a request fails it,
+/// the exit of a worker thread fails its calls; everything becomes an event
+/// but replies and pings.
 async fn handle_message(shared: &Shared, msg: Value, events: &mpsc::UnboundedSender<SwankEvent>) {
     let Some(items) = msg.as_list().filter(|l| !l.is_empty()) else {
         let _ = events.send(SwankEvent::Raw(msg));
@@ -543,44 +547,128 @@ async fn handle_message(shared: &Shared, msg: Value, events: &mpsc::UnboundedSen
         return;
     };
     let event = match head.name.as_str() {
-        "RETURN" if items.len() == 3 => {
-            let Some(id) = items[2].as_i64().and_then(|n| u64::try_from(n).ok()) else {
-                tracing::warn!(message = %msg, "`:return` without an id");
-                return;
-            };
-            let outcome = match items[1].as_list() {
-                Some([k, v]) if k.is_keyword("ok") => Ok(RexOutcome::Ok(v.clone())),
-                Some([k, v]) if k.is_keyword("abort") => {
-                    Ok(RexOutcome::Abort(v.as_str().map(str::to_string)))
-                }
-                Some([k]) if k.is_keyword("abort") => Ok(RexOutcome::Abort(None)),
-                _ => Err(SwankError::Protocol(format!("unexpected :return {msg}"))),
-            };
-            complete(shared, id, outcome);
-            return;
-        }
-        "PING" if items.len() == 3 => {
-            // Swank blocks the pinging thread until this arrives.
-            let pong = format!("(:emacs-pong {} {})", items[1], items[2]);
-            if let Err(e) = write_frame(shared, &pong).await {
-                tracing::warn!(error = %e, "could not answer Swank's ping");
-            }
-            return;
-        }
-        "WRITE-STRING" => {
-            // Newer Swank (2.28+) names the writing thread and waits for
-            // `:write-done`; 2.27 sends no thread and expects nothing.
-            if let Some(thread) = items.get(3).filter(|t| t.as_i64().is_some()) {
-                let done = format!("(:write-done {thread})");
-                if let Err(e) = write_frame(shared, &done).await {
-                    tracing::warn!(error = %e, "could not acknowledge output");
-                }
-            }
-            SwankEvent::WriteString {
-                text: text(items.get(1)),
-                target: items.get(2).filter(|t| !t.is_nil()).cloned(),
+        "RETURN" if items.len() == 3 => return complete_return(shared, items, &msg),
+        "PING" if items.len() == 3 => return answer_ping(shared, items).await,
+        "WRITE-STRING" => write_string(shared, items).await,
+        "READER-ERROR" => reader_error(shared, items),
+        "INVALID-RPC" => invalid_rpc(shared, items),
+        "BACKGROUND-MESSAGE" if text(items.get(1)).starts_with(WORKER_EXIT) => {
+            match worker_exited(shared, items) {
+                Some(event) => event,
+                None => SwankEvent::Raw(msg.clone()),
             }
         }
+        name => plain_event(name, items).unwrap_or_else(|| SwankEvent::Raw(msg.clone())),
+    };
+    let _ = events.send(event);
+}
+
+/// `(:return (:ok value) id)`, `(:return (:abort [condition]) id)`: the
+/// reply to a request, which completes it.
+fn complete_return(shared: &Shared, items: &[Value], msg: &Value) {
+    let Some(id) = items[2].as_i64().and_then(|n| u64::try_from(n).ok()) else {
+        tracing::warn!(message = %msg, "`:return` without an id");
+        return;
+    };
+    let outcome = match items[1].as_list() {
+        Some([k, v]) if k.is_keyword("ok") => Ok(RexOutcome::Ok(v.clone())),
+        Some([k, v]) if k.is_keyword("abort") => {
+            Ok(RexOutcome::Abort(v.as_str().map(str::to_string)))
+        }
+        Some([k]) if k.is_keyword("abort") => Ok(RexOutcome::Abort(None)),
+        _ => Err(SwankError::Protocol(format!("unexpected :return {msg}"))),
+    };
+    complete(shared, id, outcome);
+}
+
+/// `(:ping thread tag)`: answered with `:emacs-pong`.
+async fn answer_ping(shared: &Shared, items: &[Value]) {
+    // Swank blocks the pinging thread until this arrives.
+    let pong = format!("(:emacs-pong {} {})", items[1], items[2]);
+    if let Err(e) = write_frame(shared, &pong).await {
+        tracing::warn!(error = %e, "could not answer Swank's ping");
+    }
+}
+
+/// `(:write-string text [target [thread]])`: output, acknowledged where
+/// Swank waits for it.
+async fn write_string(shared: &Shared, items: &[Value]) -> SwankEvent {
+    // Newer Swank (2.28+) names the writing thread and waits for
+    // `:write-done`; 2.27 sends no thread and expects nothing.
+    if let Some(thread) = items.get(3).filter(|t| t.as_i64().is_some()) {
+        let done = format!("(:write-done {thread})");
+        if let Err(e) = write_frame(shared, &done).await {
+            tracing::warn!(error = %e, "could not acknowledge output");
+        }
+    }
+    SwankEvent::WriteString {
+        text: text(items.get(1)),
+        target: items.get(2).filter(|t| !t.is_nil()).cloned(),
+    }
+}
+
+/// `(:reader-error packet message)`: Swank could not read a request we
+/// sent, which fails it.
+fn reader_error(shared: &Shared, items: &[Value]) -> SwankEvent {
+    let packet = text(items.get(1));
+    let message = text(items.get(2));
+    // The request that failed to read never gets a `:return`; its id
+    // is the last element of the packet we sent, so fail it here.
+    if let Some(id) = trailing_request_id(&packet) {
+        complete(
+            shared,
+            id,
+            Err(SwankError::Protocol(format!(
+                "Swank could not read the request: {message}"
+            ))),
+        );
+    }
+    SwankEvent::ReaderError { packet, message }
+}
+
+/// `(:invalid-rpc id message)`: a request Swank refused, which fails it.
+fn invalid_rpc(shared: &Shared, items: &[Value]) -> SwankEvent {
+    let id = int(items.get(1));
+    let message = text(items.get(2));
+    if let Ok(uid) = u64::try_from(id) {
+        complete(
+            shared,
+            uid,
+            Err(SwankError::Protocol(format!("invalid request: {message}"))),
+        );
+    }
+    SwankEvent::InvalidRpc { id, message }
+}
+
+/// A `:background-message` telling that a worker thread exited: the calls
+/// on that thread fail, and later ones on it fail at once. None when the
+/// thread's number does not read (the message is then passed on raw).
+fn worker_exited(shared: &Shared, items: &[Value]) -> Option<SwankEvent> {
+    let note = text(items.get(1));
+    let thread = note[WORKER_EXIT.len()..].trim().parse::<i64>().ok()?;
+    let failed: Vec<_> = {
+        let mut p = shared.pending.guard();
+        p.gone_threads.insert(thread);
+        let ids: Vec<u64> = p
+            .calls
+            .iter()
+            .filter(|(_, (t, _))| *t == Thread::Id(thread))
+            .map(|(id, _)| *id)
+            .collect();
+        ids.into_iter()
+            .filter_map(|id| p.calls.remove(&id))
+            .collect()
+    };
+    for (_, tx) in failed {
+        let _ = tx.send(Err(SwankError::ThreadGone(thread)));
+    }
+    Some(SwankEvent::WorkerExited { thread })
+}
+
+/// The messages that only become events (the debugger's, prompts, new
+/// packages and features); None for any other (passed on raw).
+fn plain_event(head: &str, items: &[Value]) -> Option<SwankEvent> {
+    Some(match head {
         "DEBUG" if items.len() >= 7 => SwankEvent::Debug {
             thread: int(items.get(1)),
             level: int(items.get(2)),
@@ -610,65 +698,12 @@ async fn handle_message(shared: &Shared, msg: Value, events: &mpsc::UnboundedSen
             tag: items.get(2).cloned().unwrap_or_else(Value::nil),
             question: text(items.get(3)),
         },
-        "READER-ERROR" => {
-            let packet = text(items.get(1));
-            let message = text(items.get(2));
-            // The request that failed to read never gets a `:return`; its id
-            // is the last element of the packet we sent, so fail it here.
-            if let Some(id) = trailing_request_id(&packet) {
-                complete(
-                    shared,
-                    id,
-                    Err(SwankError::Protocol(format!(
-                        "Swank could not read the request: {message}"
-                    ))),
-                );
-            }
-            SwankEvent::ReaderError { packet, message }
-        }
-        "INVALID-RPC" => {
-            let id = int(items.get(1));
-            let message = text(items.get(2));
-            if let Ok(uid) = u64::try_from(id) {
-                complete(
-                    shared,
-                    uid,
-                    Err(SwankError::Protocol(format!("invalid request: {message}"))),
-                );
-            }
-            SwankEvent::InvalidRpc { id, message }
-        }
-        "BACKGROUND-MESSAGE" if text(items.get(1)).starts_with(WORKER_EXIT) => {
-            let note = text(items.get(1));
-            let Ok(thread) = note[WORKER_EXIT.len()..].trim().parse::<i64>() else {
-                let _ = events.send(SwankEvent::Raw(msg.clone()));
-                return;
-            };
-            let failed: Vec<_> = {
-                let mut p = shared.pending.guard();
-                p.gone_threads.insert(thread);
-                let ids: Vec<u64> = p
-                    .calls
-                    .iter()
-                    .filter(|(_, (t, _))| *t == Thread::Id(thread))
-                    .map(|(id, _)| *id)
-                    .collect();
-                ids.into_iter()
-                    .filter_map(|id| p.calls.remove(&id))
-                    .collect()
-            };
-            for (_, tx) in failed {
-                let _ = tx.send(Err(SwankError::ThreadGone(thread)));
-            }
-            SwankEvent::WorkerExited { thread }
-        }
         "NEW-FEATURES" => SwankEvent::NewFeatures(items.get(1).cloned().unwrap_or_else(Value::nil)),
         "INDENTATION-UPDATE" => {
             SwankEvent::IndentationUpdate(items.get(1).cloned().unwrap_or_else(Value::nil))
         }
-        _ => SwankEvent::Raw(msg.clone()),
-    };
-    let _ = events.send(event);
+        _ => return None,
+    })
 }
 
 /// The id at the end of an `(:emacs-rex ... ID)` text, if it looks like one.
