@@ -439,7 +439,7 @@ async fn evaluate_debuggable(
     code: &str,
     timeout: Duration,
 ) -> ToolOutput {
-    let slot = &ctx.session.eval;
+    let slot = &ctx.state.eval;
     let (turn, left) = match lisp_call::take_turn(ctx, id, code, timeout).await {
         Ok(t) => t,
         Err(e) => return ToolOutput::error(e),

@@ -116,8 +116,8 @@ fn helper_error(v: &Value) -> Option<String> {
 
 /// The session's evaluation bookkeeping (its turn, running evaluation and
 /// pending notice).
-pub fn eval_slot(ctx: &ToolContext) -> &crate::session::EvalState {
-    &ctx.session.eval
+pub fn eval_slot(ctx: &ToolContext) -> &super::session_state::EvalState {
+    &ctx.state.eval
 }
 
 /// A name for the session inside the image (`:session` of

@@ -33,6 +33,7 @@ pub mod lisp_call;
 pub mod output;
 pub mod safe_walk;
 pub mod schema;
+pub mod session_state;
 pub mod source;
 #[cfg(feature = "test-tools")]
 pub mod testing;
@@ -42,6 +43,7 @@ pub use output::cap_output;
 pub(crate) use schema::camel_case_keys;
 use schema::parse_arguments;
 pub use schema::{output_schema_of, prune_nulls, schema_of};
+pub use session_state::attach_session;
 
 /// The groups `--tools` selects from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -337,6 +339,9 @@ pub enum Status {
 pub struct ToolContext {
     /// The MCP session this call belongs to (project root, image, settings).
     pub session: Arc<Session>,
+    /// What the tools keep for that session (evaluation bookkeeping,
+    /// pending debuggers).
+    pub state: Arc<session_state::SessionTools>,
     /// Cancelled when the client cancels the request (or the connection ends).
     /// Long-running handlers must watch it and stop (interrupting the image).
     pub cancel: CancellationToken,
@@ -354,6 +359,7 @@ pub struct ToolContext {
 impl ToolContext {
     pub fn new(session: Arc<Session>, cancel: CancellationToken) -> Self {
         ToolContext {
+            state: attach_session(&session),
             session,
             cancel,
             status: Arc::new(Mutex::new(None)),

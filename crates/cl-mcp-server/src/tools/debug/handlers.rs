@@ -38,7 +38,7 @@ pub(super) struct BacktraceArgs {
 pub(super) async fn debugger_backtrace(a: BacktraceArgs, ctx: ToolContext) -> ToolOutput {
     let count = a.count.unwrap_or(20).min(500);
     let held = a.thread.and_then(|t| {
-        ctx.session
+        ctx.state
             .debuggers
             .suspended()
             .into_iter()
@@ -57,7 +57,7 @@ pub(super) async fn debugger_backtrace(a: BacktraceArgs, ctx: ToolContext) -> To
         (None, Some(_)) => None, // the one just taken over: the newest
         (None, None) => a.debugger,
     };
-    let p = match ctx.session.debuggers.find(wanted) {
+    let p = match ctx.state.debuggers.find(wanted) {
         Ok(p) => p,
         Err(e) => return ToolOutput::error(e),
     };
@@ -205,7 +205,7 @@ fn render_frame(o: &FrameOutput) -> String {
 const MAX_FRAME_CODE_LEVEL: i64 = 8;
 
 pub(super) async fn debugger_frame(a: FrameArgs, ctx: ToolContext) -> ToolOutput {
-    let p = match ctx.session.debuggers.find(a.debugger) {
+    let p = match ctx.state.debuggers.find(a.debugger) {
         Ok(p) => p,
         Err(e) => return ToolOutput::error(e),
     };
@@ -410,7 +410,7 @@ pub(super) async fn debugger_restart(a: RestartArgs, ctx: ToolContext) -> ToolOu
         Ok(t) => t,
         Err(e) => return ToolOutput::error(e),
     };
-    let p = match ctx.session.debuggers.find(a.debugger) {
+    let p = match ctx.state.debuggers.find(a.debugger) {
         Ok(p) => p,
         Err(e) => return ToolOutput::error(e),
     };

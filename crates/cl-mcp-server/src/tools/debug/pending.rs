@@ -3,9 +3,9 @@
 //! `:debug`/`:debug-return` events, and the waits on its state.
 
 use crate::image::Image;
-use crate::session::Session;
 use crate::tools::eval::InterruptCause;
 use crate::tools::lisp_call::{call_fresh, helper_form, plist_str, reply_value, BUFFER_PACKAGE};
+use crate::tools::session_state::SessionTools;
 use crate::tools::ToolContext;
 use lisp_syntax::data::Value;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -95,7 +95,7 @@ pub fn start(ctx: &ToolContext, id: u64, form: String, code: &str) -> Arc<Pendin
         touched: Mutex::new(Instant::now()),
         touch: tokio::sync::Notify::new(),
     });
-    ctx.session
+    ctx.state
         .debuggers
         .list
         .lock()
@@ -104,18 +104,18 @@ pub fn start(ctx: &ToolContext, id: u64, form: String, code: &str) -> Arc<Pendin
     let idle = Duration::from_secs(ctx.session.config.debugger_idle_secs.max(1));
     tokio::spawn(monitor(
         ctx.session.image(),
-        Arc::downgrade(&ctx.session),
+        Arc::downgrade(&ctx.state),
         pending.clone(),
         form,
         idle,
-        ctx.session.debuggers.end.clone(),
+        ctx.state.debuggers.end.clone(),
     ));
     pending
 }
 
 async fn monitor(
     image: Image,
-    session: Weak<Session>,
+    tools: Weak<SessionTools>,
     p: Arc<Pending>,
     form: String,
     idle: Duration,
@@ -137,7 +137,7 @@ async fn monitor(
         tokio::select! {
             reply = &mut call => {
                 let (notice, value) = reply_value(reply);
-                if let (Some(n), Some(s)) = (notice, session.upgrade()) {
+                if let (Some(n), Some(s)) = (notice, tools.upgrade()) {
                     *s.eval.notice.lock().unwrap() = Some(n);
                 }
                 p.state.send_modify(|s| {
@@ -182,7 +182,7 @@ async fn monitor(
             }
         }
     }
-    if let Some(s) = session.upgrade() {
+    if let Some(s) = tools.upgrade() {
         s.debuggers.remove(p.id);
     }
 }

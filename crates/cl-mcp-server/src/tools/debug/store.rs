@@ -4,6 +4,7 @@
 use super::pending::{Pending, UNWIND_GRACE};
 use crate::session::Session;
 use crate::tools::lisp_call::{helper_form, BUFFER_PACKAGE};
+use crate::tools::session_state::SessionTools;
 use crate::tools::ToolContext;
 use lisp_syntax::data::Value;
 use std::sync::{Arc, Mutex};
@@ -35,7 +36,7 @@ pub(crate) fn debugger_thread(
     ctx: &ToolContext,
     id: Option<u64>,
 ) -> Result<(Arc<Pending>, i64), String> {
-    let p = ctx.session.debuggers.find(id)?;
+    let p = ctx.state.debuggers.find(id)?;
     p.touch();
     let thread = p
         .state()
@@ -85,13 +86,13 @@ impl Debuggers {
 /// there (`cl-mcp:end-session`: the traces only it asked for, its records,
 /// inspections and current package). Bounded in time; never starts an
 /// image.
-pub async fn end_session(session: &Session) {
-    session.debuggers.end.cancel();
+pub async fn end_session(session: &Session, state: &SessionTools) {
+    state.debuggers.end.cancel();
     let Some(image) = session.image_if_started() else {
         return;
     };
     let deadline = Instant::now() + UNWIND_GRACE;
-    while !session.debuggers.list.lock().unwrap().is_empty() && Instant::now() < deadline {
+    while !state.debuggers.list.lock().unwrap().is_empty() && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     if !session.config.shared_image && image.mode() != crate::image::ImageMode::Attached {
@@ -119,7 +120,7 @@ pub async fn end_session(session: &Session) {
 
 /// Pending debuggers of the session, one line each, for `image-info`.
 pub fn pending_lines(ctx: &ToolContext) -> Vec<String> {
-    ctx.session
+    ctx.state
         .debuggers
         .suspended()
         .iter()

@@ -4,8 +4,8 @@
 
 use super::pending::{continues, PendState, Pending, UNWIND_GRACE};
 use crate::image::Image;
-use crate::session::Session;
 use crate::tools::lisp_call::{call_fresh, helper_form, plist_str, BUFFER_PACKAGE};
+use crate::tools::session_state::SessionTools;
 use crate::tools::ToolContext;
 use lisp_syntax::data::Value;
 use std::sync::atomic::Ordering;
@@ -49,16 +49,16 @@ pub(super) async fn take_over(ctx: &ToolContext, thread: i64) -> Result<Arc<Pend
         vec![Value::Integer(thread), Value::Integer(claim.id as i64)],
         vec![],
     );
-    ctx.session.debuggers.list.lock().unwrap().push(p.clone());
+    ctx.state.debuggers.list.lock().unwrap().push(p.clone());
     let idle = Duration::from_secs(ctx.session.config.debugger_idle_secs.max(1));
     tokio::spawn(follow_taken_over(
         image,
-        Arc::downgrade(&ctx.session),
+        Arc::downgrade(&ctx.state),
         p.clone(),
         claim,
         events,
         idle,
-        ctx.session.debuggers.end.clone(),
+        ctx.state.debuggers.end.clone(),
     ));
     let failed = match call_fresh(ctx, &form).await {
         Ok(v) => plist_str(&v, "error"),
@@ -83,7 +83,7 @@ pub(super) async fn take_over(ctx: &ToolContext, thread: i64) -> Result<Arc<Pend
         None => Ok(p),
         Some(e) => {
             p.state.send_modify(|s| s.outcome = Some(Err(e.clone())));
-            ctx.session.debuggers.remove(p.id);
+            ctx.state.debuggers.remove(p.id);
             Err(e)
         }
     }
@@ -94,7 +94,7 @@ pub(super) async fn take_over(ctx: &ToolContext, thread: i64) -> Result<Arc<Pend
 /// hands it back when idle or at session end.
 async fn follow_taken_over(
     image: Image,
-    session: Weak<Session>,
+    tools: Weak<SessionTools>,
     p: Arc<Pending>,
     claim: crate::image::DebuggerClaim,
     mut events: tokio::sync::broadcast::Receiver<crate::image::ImageEvent>,
@@ -166,7 +166,7 @@ async fn follow_taken_over(
             }
         }
     }
-    if let Some(s) = session.upgrade() {
+    if let Some(s) = tools.upgrade() {
         s.debuggers.remove(p.id);
     }
 }
