@@ -95,8 +95,8 @@ impl Session {
     }
 
     /// Registers work for when the session ends (its owner's per-session
-    /// state: suspended debuggers, traces; see `tools::attach_session`). Hooks run in the order they were
-    /// registered.
+    /// state: suspended debuggers, traces; see `tools::attach_session`).
+    /// Hooks run in the order they were registered.
     pub fn on_end(&self, hook: EndHook) {
         self.end_hooks.guard().push(hook);
     }
@@ -136,7 +136,7 @@ impl Session {
 
     /// True when the session offers tools that need a Lisp image.
     fn needs_image(&self) -> bool {
-        use crate::tools::ToolGroup;
+        use crate::config::ToolGroup;
         self.config.tool_groups.iter().any(|g| {
             matches!(
                 g,

@@ -39,58 +39,12 @@ pub mod source;
 pub mod testing;
 pub mod turn;
 
+pub use crate::config::ToolGroup;
 pub use output::cap_output;
 pub(crate) use schema::camel_case_keys;
 use schema::parse_arguments;
 pub use schema::{output_schema_of, prune_nulls, schema_of};
 pub use session_state::attach_session;
-
-/// The groups `--tools` selects from.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum ToolGroup {
-    Eval,
-    Image,
-    Code,
-    Asdf,
-    Source,
-    Fs,
-    /// Looking into the live image: the debugger that waits, inspector,
-    /// trace, profiler, threads.
-    Debug,
-    /// Test-only tools (cargo feature `test-tools`); always listed when built in.
-    Testing,
-}
-
-impl ToolGroup {
-    pub const ALL: [ToolGroup; 7] = [
-        ToolGroup::Eval,
-        ToolGroup::Image,
-        ToolGroup::Code,
-        ToolGroup::Asdf,
-        ToolGroup::Source,
-        ToolGroup::Fs,
-        ToolGroup::Debug,
-    ];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            ToolGroup::Eval => "eval",
-            ToolGroup::Image => "image",
-            ToolGroup::Code => "code",
-            ToolGroup::Asdf => "asdf",
-            ToolGroup::Source => "source",
-            ToolGroup::Fs => "fs",
-            ToolGroup::Debug => "debug",
-            ToolGroup::Testing => "testing",
-        }
-    }
-
-    pub fn parse(name: &str) -> Option<ToolGroup> {
-        ToolGroup::ALL
-            .into_iter()
-            .find(|g| g.name().eq_ignore_ascii_case(name.trim()))
-    }
-}
 
 /// MCP tool annotations (hints for the client; never trusted for security).
 #[derive(Clone, Copy, Debug, Default)]
