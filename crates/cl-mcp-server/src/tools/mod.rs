@@ -24,6 +24,7 @@ use crate::session::Session;
 pub mod asdf;
 pub mod code;
 pub mod debug;
+pub mod error;
 pub mod eval;
 pub mod fs;
 pub mod fs_paths;
@@ -40,6 +41,8 @@ pub mod testing;
 pub mod turn;
 
 pub use crate::config::ToolGroup;
+use crate::sync::MutexExt;
+pub use error::ToolError;
 pub use output::cap_output;
 pub(crate) use schema::camel_case_keys;
 use schema::parse_arguments;
@@ -363,23 +366,23 @@ impl ToolContext {
     /// Sets the status line shown in progress notifications (e.g. the latest
     /// output line of a running evaluation).
     pub fn set_status(&self, line: impl Into<String>) {
-        *self.status.lock().unwrap() = Some(Status::Running(line.into()));
+        *self.status.guard() = Some(Status::Running(line.into()));
     }
 
     /// Says in progress notifications why the call has not started yet
     /// (e.g. what it waits behind); [`ToolContext::clear_status`] ends it.
     pub fn set_waiting(&self, line: impl Into<String>) {
-        *self.status.lock().unwrap() = Some(Status::Waiting(line.into()));
+        *self.status.guard() = Some(Status::Waiting(line.into()));
     }
 
     /// Forgets the status line.
     pub fn clear_status(&self) {
-        *self.status.lock().unwrap() = None;
+        *self.status.guard() = None;
     }
 
     /// The latest status line, if any.
     pub fn status(&self) -> Option<Status> {
-        self.status.lock().unwrap().clone()
+        self.status.guard().clone()
     }
 
     /// Sends a log message to the client (if it asked for logs at that level).

@@ -8,6 +8,7 @@ use crate::tools::fs_paths;
 use crate::tools::lisp_call::{
     self, plist_bool, plist_i64, plist_items, plist_list, plist_str, plist_strings,
 };
+use crate::tools::ToolError;
 use crate::tools::{ToolContext, ToolOutput};
 use lisp_syntax::data::Value;
 use schemars::JsonSchema;
@@ -142,7 +143,7 @@ pub fn render_build_error(v: &Value) -> Option<String> {
 pub const BUILD_TIMEOUT_SECONDS: f64 = 600.0;
 
 /// The validated timeout of a build tool call.
-pub fn build_timeout(seconds: Option<f64>) -> Result<std::time::Duration, String> {
+pub fn build_timeout(seconds: Option<f64>) -> Result<std::time::Duration, ToolError> {
     lisp_call::timeout_arg(seconds, BUILD_TIMEOUT_SECONDS)
 }
 

@@ -6,6 +6,7 @@ use crate::tools::lisp_call::{
     call_lookup, helper_form, plist_bool, plist_str, reply_value, BUFFER_PACKAGE,
 };
 use crate::tools::ToolContext;
+use crate::tools::ToolError;
 use lisp_syntax::data::Value;
 use std::time::Duration;
 
@@ -48,7 +49,7 @@ pub(crate) async fn run_in_frame(
     thread: i64,
     form: &str,
     limit: Duration,
-) -> Result<FrameRun, String> {
+) -> Result<FrameRun, ToolError> {
     let since = p.state().debug_seq;
     let mut rx = p.state.subscribe();
     let image = ctx.session.image();
@@ -113,9 +114,9 @@ pub(crate) async fn run_in_frame(
                 .unwrap_or_default();
             Ok(FrameRun::Stopped(stopped_text(&why, stdout)))
         }
-        Err(_) => Err(format!(
+        Err(_) => Err(ToolError::Image(format!(
             "`code` {why} and was asked to stop, but its thread did not answer within 5 s \
              (it blocks interrupts); debugger-restart with action abort ends the evaluation."
-        )),
+        ))),
     }
 }

@@ -12,6 +12,7 @@ use crate::tools::lisp_call::{
     call_lookup, call_on_thread, check_read_depth, helper_form, plist_i64, plist_items, plist_str,
     plist_strings, reply_value, BUFFER_PACKAGE,
 };
+use crate::tools::ToolError;
 use crate::tools::{ToolContext, ToolOutput};
 use lisp_syntax::data::Value;
 use schemars::JsonSchema;
@@ -337,24 +338,28 @@ pub(super) struct RestartArgs {
     timeout_seconds: Option<f64>,
 }
 
-fn restart_form(a: &RestartArgs) -> Result<String, String> {
+fn restart_form(a: &RestartArgs) -> Result<String, ToolError> {
     let values = a.values.clone().unwrap_or_default();
     for v in &values {
         check_read_depth(v, "`values`")?;
     }
     let frame = || {
-        a.frame
-            .map(|f| Value::Integer(f.into()))
-            .ok_or_else(|| "This action needs `frame` (a frame number).".to_string())
+        a.frame.map(|f| Value::Integer(f.into())).ok_or_else(|| {
+            ToolError::Argument("This action needs `frame` (a frame number).".into())
+        })
     };
     Ok(match (a.action, &a.restart) {
-        (Some(_), Some(_)) => return Err("Give `restart` or `action`, not both.".into()),
+        (Some(_), Some(_)) => {
+            return Err(ToolError::Argument(
+                "Give `restart` or `action`, not both.".into(),
+            ))
+        }
         (None, None) => {
-            return Err(
+            return Err(ToolError::Argument(
                 "Give `restart` (a number or name) or `action` (abort, continue, return, \
                  restart, step, next, out)."
                     .into(),
-            )
+            ))
         }
         (Some(Action::Abort), None) => helper_form("debugger-abort", vec![], vec![]),
         (Some(kind @ (Action::Step | Action::Next | Action::Out)), None) => {
@@ -377,7 +382,9 @@ fn restart_form(a: &RestartArgs) -> Result<String, String> {
         }
         (Some(Action::Return), None) => {
             let Some(v) = values.first() else {
-                return Err("`return` needs the value as a form in `values`.".into());
+                return Err(ToolError::Argument(
+                    "`return` needs the value as a form in `values`.".into(),
+                ));
             };
             helper_form(
                 "debugger-return-from-frame",

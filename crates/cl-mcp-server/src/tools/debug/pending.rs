@@ -3,10 +3,12 @@
 //! `:debug`/`:debug-return` events, and the waits on its state.
 
 use crate::image::Image;
+use crate::sync::MutexExt;
 use crate::tools::eval::InterruptCause;
 use crate::tools::lisp_call::{call_fresh, helper_form, plist_str, reply_value, BUFFER_PACKAGE};
 use crate::tools::session_state::SessionTools;
 use crate::tools::ToolContext;
+use crate::tools::ToolError;
 use lisp_syntax::data::Value;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
@@ -36,7 +38,7 @@ pub struct PendState {
     /// again after a nested one was left).
     pub debug_seq: u64,
     /// The evaluation's reply (`cl-mcp:eval-request`'s plist), once over.
-    pub outcome: Option<Result<Value, String>>,
+    pub outcome: Option<Result<Value, ToolError>>,
     /// Why the server aborted it, if it did (idle, session end).
     pub aborted: Option<String>,
 }
@@ -63,7 +65,7 @@ impl Pending {
     }
 
     pub(super) fn touch(&self) {
-        *self.touched.lock().unwrap() = Instant::now();
+        *self.touched.guard() = Instant::now();
         self.touch.notify_one();
     }
 
@@ -79,7 +81,7 @@ impl Pending {
 
     /// Seconds since a tool last touched it.
     pub fn idle_secs(&self) -> u64 {
-        self.touched.lock().unwrap().elapsed().as_secs()
+        self.touched.guard().elapsed().as_secs()
     }
 }
 
@@ -95,12 +97,7 @@ pub fn start(ctx: &ToolContext, id: u64, form: String, code: &str) -> Arc<Pendin
         touched: Mutex::new(Instant::now()),
         touch: tokio::sync::Notify::new(),
     });
-    ctx.state
-        .debuggers
-        .list
-        .lock()
-        .unwrap()
-        .push(pending.clone());
+    ctx.state.debuggers.list.guard().push(pending.clone());
     let idle = Duration::from_secs(ctx.session.config.debugger_idle_secs.max(1));
     tokio::spawn(monitor(
         ctx.session.image(),
@@ -133,12 +130,12 @@ async fn monitor(
     let mut events_open = true;
     loop {
         let level = p.state.borrow().level;
-        let idle_at = tokio::time::Instant::from_std(*p.touched.lock().unwrap() + idle);
+        let idle_at = tokio::time::Instant::from_std(*p.touched.guard() + idle);
         tokio::select! {
             reply = &mut call => {
                 let (notice, value) = reply_value(reply);
                 if let (Some(n), Some(s)) = (notice, tools.upgrade()) {
-                    *s.eval.notice.lock().unwrap() = Some(n);
+                    *s.eval.notice.guard() = Some(n);
                 }
                 p.state.send_modify(|s| {
                     s.level = 0;
@@ -205,7 +202,7 @@ async fn abort_in_image(image: &Image, id: u64) {
 /// How a wait on a pending evaluation ended.
 pub enum Waited {
     /// The evaluation is over: its reply.
-    Done(Result<Value, String>),
+    Done(Result<Value, ToolError>),
     /// It (re-)entered the debugger.
     Debugger,
 }
@@ -235,7 +232,10 @@ pub async fn wait(
                 r = &mut done => {
                     return match r {
                         Ok(w) => (w, None),
-                        Err(_) => (Waited::Done(Err("The evaluation's monitor ended.".into())), None),
+                        Err(_) => (
+                            Waited::Done(Err(ToolError::Image("The evaluation's monitor ended.".into()))),
+                            None,
+                        ),
                     };
                 }
                 _ = &mut deadline => break InterruptCause::Timeout(timeout.as_secs_f64()),
@@ -261,11 +261,11 @@ pub async fn wait(
     match tokio::time::timeout(UNWIND_GRACE, done).await {
         Ok(Ok(w)) => (w, Some(cause)),
         _ => (
-            Waited::Done(Err(format!(
+            Waited::Done(Err(ToolError::Image(format!(
                 "The evaluation did not stop within {} s of being interrupted; the image is \
                  still busy. Use image-restart to start a fresh one.",
                 UNWIND_GRACE.as_secs()
-            ))),
+            )))),
             Some(cause),
         ),
     }

@@ -3,9 +3,11 @@
 
 use super::pending::{Pending, UNWIND_GRACE};
 use crate::session::Session;
+use crate::sync::MutexExt;
 use crate::tools::lisp_call::{helper_form, BUFFER_PACKAGE};
 use crate::tools::session_state::SessionTools;
 use crate::tools::ToolContext;
+use crate::tools::ToolError;
 use lisp_syntax::data::Value;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -35,13 +37,13 @@ impl Default for Debuggers {
 pub(crate) fn debugger_thread(
     ctx: &ToolContext,
     id: Option<u64>,
-) -> Result<(Arc<Pending>, i64), String> {
+) -> Result<(Arc<Pending>, i64), ToolError> {
     let p = ctx.state.debuggers.find(id)?;
     p.touch();
     let thread = p
         .state()
         .thread
-        .ok_or_else(|| "The evaluation is not in the debugger.".to_string())?;
+        .ok_or_else(|| ToolError::Debugger("The evaluation is not in the debugger.".into()))?;
     Ok((p, thread))
 }
 
@@ -49,34 +51,35 @@ impl Debuggers {
     /// Evaluations of this session waiting in the debugger, oldest first.
     pub fn suspended(&self) -> Vec<Arc<Pending>> {
         self.list
-            .lock()
-            .unwrap()
+            .guard()
             .iter()
             .filter(|p| p.state().level > 0 && p.state().outcome.is_none())
             .cloned()
             .collect()
     }
 
-    pub(super) fn find(&self, id: Option<u64>) -> Result<Arc<Pending>, String> {
+    pub(super) fn find(&self, id: Option<u64>) -> Result<Arc<Pending>, ToolError> {
         let all = self.suspended();
         let found = match id {
             Some(id) => all.into_iter().find(|p| p.id == id),
             None => all.into_iter().last(),
         };
         found.ok_or_else(|| match id {
-            Some(id) => format!(
+            Some(id) => ToolError::Debugger(format!(
                 "There is no pending debugger {id} in this session (it was resolved or \
                  aborted). image-info lists the pending ones."
+            )),
+            None => ToolError::Debugger(
+                "There is no pending debugger in this session. evaluate-lisp with \
+                 `debug: true` leaves one when the code hits an error, break or \
+                 invoke-debugger."
+                    .into(),
             ),
-            None => "There is no pending debugger in this session. evaluate-lisp with \
-                     `debug: true` leaves one when the code hits an error, break or \
-                     invoke-debugger."
-                .into(),
         })
     }
 
     pub(super) fn remove(&self, id: u64) {
-        self.list.lock().unwrap().retain(|p| p.id != id);
+        self.list.guard().retain(|p| p.id != id);
     }
 }
 
@@ -92,7 +95,7 @@ pub async fn end_session(session: &Session, state: &SessionTools) {
         return;
     };
     let deadline = Instant::now() + UNWIND_GRACE;
-    while !state.debuggers.list.lock().unwrap().is_empty() && Instant::now() < deadline {
+    while !state.debuggers.list.guard().is_empty() && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     if !session.config.shared_image && image.mode() != crate::image::ImageMode::Attached {

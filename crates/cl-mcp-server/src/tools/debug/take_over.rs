@@ -4,9 +4,11 @@
 
 use super::pending::{continues, PendState, Pending, UNWIND_GRACE};
 use crate::image::Image;
+use crate::sync::MutexExt;
 use crate::tools::lisp_call::{call_fresh, helper_form, plist_str, BUFFER_PACKAGE};
 use crate::tools::session_state::SessionTools;
 use crate::tools::ToolContext;
+use crate::tools::ToolError;
 use lisp_syntax::data::Value;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, Weak};
@@ -19,19 +21,22 @@ use tokio_util::sync::CancellationToken;
 /// attach mode: the user's, in their SLIME): a nested level of its debugger
 /// is entered for this session (`cl-mcp:take-over-thread`) and followed as a
 /// [`Pending`]; `abort` there hands the thread back to the level it was in.
-pub(super) async fn take_over(ctx: &ToolContext, thread: i64) -> Result<Arc<Pending>, String> {
+pub(super) async fn take_over(ctx: &ToolContext, thread: i64) -> Result<Arc<Pending>, ToolError> {
     let image = ctx.session.image();
     if image.debugger_claimed(thread) {
         // Sessions sharing an image (--shared-image) see each other's
         // threads; a suspended evaluation is its own session's to act on.
-        return Err(format!(
+        return Err(ToolError::Debugger(format!(
             "Thread {thread} waits in the debugger of another session's evaluation (this \
              server's sessions share one image, --shared-image): only that session may act \
              on it. It is read-only here: debugger-backtrace with thread {thread} and no \
              takeOver shows it."
-        ));
+        )));
     }
-    let claim = image.claim_debugger().await.map_err(|e| e.to_string())?;
+    let claim = image
+        .claim_debugger()
+        .await
+        .map_err(|e| ToolError::Image(e.to_string()))?;
     let id = crate::tools::eval::NEXT_EVAL_ID.fetch_add(1, Ordering::Relaxed);
     let (state, _) = watch::channel(PendState::default());
     let p = Arc::new(Pending {
@@ -49,7 +54,7 @@ pub(super) async fn take_over(ctx: &ToolContext, thread: i64) -> Result<Arc<Pend
         vec![Value::Integer(thread), Value::Integer(claim.id as i64)],
         vec![],
     );
-    ctx.state.debuggers.list.lock().unwrap().push(p.clone());
+    ctx.state.debuggers.list.guard().push(p.clone());
     let idle = Duration::from_secs(ctx.session.config.debugger_idle_secs.max(1));
     tokio::spawn(follow_taken_over(
         image,
@@ -61,7 +66,7 @@ pub(super) async fn take_over(ctx: &ToolContext, thread: i64) -> Result<Arc<Pend
         ctx.state.debuggers.end.clone(),
     ));
     let failed = match call_fresh(ctx, &form).await {
-        Ok(v) => plist_str(&v, "error"),
+        Ok(v) => plist_str(&v, "error").map(ToolError::Lisp),
         Err(e) => Some(e),
     };
     let entered = async {
@@ -73,10 +78,10 @@ pub(super) async fn take_over(ctx: &ToolContext, thread: i64) -> Result<Arc<Pend
         Some(e) => Some(e),
         None => match tokio::time::timeout(UNWIND_GRACE, entered).await {
             Ok(true) => None,
-            _ => Some(format!(
+            _ => Some(ToolError::Debugger(format!(
                 "Thread {thread} did not enter the debugger within {} s of being asked.",
                 UNWIND_GRACE.as_secs()
-            )),
+            ))),
         },
     };
     match failed {
@@ -105,7 +110,7 @@ async fn follow_taken_over(
     let mut stop_sent = false;
     loop {
         let level = p.state.borrow().level;
-        let idle_at = tokio::time::Instant::from_std(*p.touched.lock().unwrap() + idle);
+        let idle_at = tokio::time::Instant::from_std(*p.touched.guard() + idle);
         let give_back = tokio::select! {
             ev = events.recv() => match ev {
                 Ok(ev) => {
@@ -136,7 +141,9 @@ async fn follow_taken_over(
                 Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => None,
                 Err(_) => {
                     p.state.send_modify(|s| {
-                        s.outcome = Some(Err("The connection to the image was lost.".into()))
+                        s.outcome = Some(Err(ToolError::Image(
+                            "The connection to the image was lost.".into(),
+                        )))
                     });
                     break;
                 }

@@ -5,6 +5,7 @@ use super::pending::{Pending, Waited};
 use crate::tools::eval::{render_text, EvalOutput, InterruptCause};
 use crate::tools::fs_paths::display_path;
 use crate::tools::lisp_call::{call_on_thread, helper_form, plist_i64, plist_items, plist_str};
+use crate::tools::ToolError;
 use crate::tools::{ToolContext, ToolOutput};
 use lisp_syntax::data::Value;
 use schemars::JsonSchema;
@@ -86,11 +87,11 @@ pub async fn read_debugger(
     p: &Pending,
     start: u32,
     count: u32,
-) -> Result<DebuggerInfo, String> {
+) -> Result<DebuggerInfo, ToolError> {
     let thread = p
         .state()
         .thread
-        .ok_or("The evaluation is not in the debugger.")?;
+        .ok_or_else(|| ToolError::Debugger("The evaluation is not in the debugger.".into()))?;
     let form = helper_form(
         "debugger-state",
         vec![],
@@ -101,7 +102,7 @@ pub async fn read_debugger(
     );
     let v = call_on_thread(ctx, &form, thread).await?;
     if let Some(e) = plist_str(&v, "error") {
-        return Err(e);
+        return Err(ToolError::Lisp(e));
     }
     let mut d = debugger_info(ctx, p.id, &v);
     d.thread = p.taken_over;

@@ -15,6 +15,7 @@ use serde::{Deserialize, Serialize};
 
 use super::defs::{self, Definition};
 use super::{parens, scan};
+use crate::sync::MutexExt;
 use crate::tools::fs::{read_text_capped, resolve_for, to_json};
 use crate::tools::fs_paths::{atomic_write, Access};
 use crate::tools::{off_workers, tool, Annotations, ToolContext, ToolDef, ToolGroup, ToolOutput};
@@ -108,7 +109,7 @@ pub fn tool_def() -> ToolDef {
 static EDIT_LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 fn edit(a: EditArgs, ctx: &ToolContext) -> ToolOutput {
-    let _serialized = EDIT_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    let _serialized = EDIT_LOCK.guard();
     let r = match resolve_for(&ctx.session, &a.path, Access::Write) {
         Ok(r) => r,
         Err(e) => return ToolOutput::error(e.0),

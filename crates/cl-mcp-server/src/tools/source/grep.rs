@@ -16,6 +16,7 @@ use serde::{Deserialize, Serialize};
 
 use super::defs::{self, Definition};
 use super::{is_lisp_path, scan};
+use crate::sync::MutexExt;
 use crate::tools::fs::{resolve_for, to_json, READ_CAP_BYTES};
 use crate::tools::fs_paths::{
     display_path, open_regular_in, read_capped, rel_under, Access, ReadCapError, ResolvedPath,
@@ -250,7 +251,7 @@ where
                         visit(p, &bytes);
                     }
                 }
-                Err(why) => skipped.lock().unwrap().push(why),
+                Err(why) => skipped.guard().push(why),
             }
             ignore::WalkState::Continue
         })
@@ -382,7 +383,7 @@ pub fn search(
         let found = search_bytes(bytes, re, types, types.is_some());
         if !found.is_empty() {
             let shown = display_path(root, p);
-            let mut all = hits.lock().unwrap();
+            let mut all = hits.guard();
             for mut h in found {
                 h.path = shown.clone();
                 h.file = p.to_path_buf();
@@ -718,7 +719,7 @@ pub fn signatures(root: &Path, r: &ResolvedPath) -> Result<(Vec<Signature>, Walk
             counted = d.span.start;
             out.push(signature_of(text, d, &shown, line));
         }
-        all.lock().unwrap().extend(out);
+        all.guard().extend(out);
     })?;
     let mut all = all.into_inner().unwrap();
     all.sort_by(|a, b| a.path.cmp(&b.path).then(a.line.cmp(&b.line)));
