@@ -3,8 +3,6 @@
 //! the tool's `isError` result, unchanged from what the tool answered when
 //! errors were plain strings.
 
-use super::fs_paths::PathError;
-
 /// Why a tool's work could not be done.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum ToolError {
@@ -30,12 +28,6 @@ pub enum ToolError {
     /// A file could not be resolved, opened, read or written.
     #[error("{0}")]
     File(String),
-}
-
-impl From<PathError> for ToolError {
-    fn from(e: PathError) -> Self {
-        ToolError::File(e.0)
-    }
 }
 
 /// A tool's result text (`ToolOutput::error`) is the error's words.

@@ -11,7 +11,9 @@ use serde_json::json;
 
 use super::fs_paths::{self, Access, ResolvedPath};
 use super::output::counted;
-use super::{off_workers, tool, Annotations, ToolContext, ToolDef, ToolGroup, ToolOutput};
+use super::{
+    off_workers, tool, Annotations, ToolContext, ToolDef, ToolError, ToolGroup, ToolOutput,
+};
 use crate::session::Session;
 
 /// Most bytes one read returns (`fs-read-file`, and the source tools' file
@@ -224,18 +226,21 @@ pub fn resolve_for(
 /// there. Open it with [`ResolvedPath::open_regular`] (or
 /// [`read_text_capped`]), which refuses anything but a regular file on the
 /// opened handle.
-pub fn resolve_existing_file(session: &Session, user_path: &str) -> Result<ResolvedPath, String> {
-    let r = resolve_for(session, user_path, Access::Read).map_err(|e| e.0)?;
+pub fn resolve_existing_file(
+    session: &Session,
+    user_path: &str,
+) -> Result<ResolvedPath, ToolError> {
+    let r = resolve_for(session, user_path, Access::Read)?;
     if !r.exists {
-        return Err(format!(
+        return Err(ToolError::File(format!(
             "File not found: '{user_path}' (looked at {}).",
             r.path.display()
-        ));
+        )));
     }
     if r.path.is_dir() {
-        return Err(format!(
+        return Err(ToolError::File(format!(
             "'{user_path}' is a directory; use fs-list-directory to see its entries."
-        ));
+        )));
     }
     Ok(r)
 }
@@ -243,9 +248,9 @@ pub fn resolve_existing_file(session: &Session, user_path: &str) -> Result<Resol
 /// Reads a whole text file of at most [`READ_CAP_BYTES`] for the source
 /// tools, with errors a model can act on. Never holds more than the cap
 /// (+1 byte) in memory.
-pub fn read_text_capped(r: &ResolvedPath) -> Result<String, String> {
+pub fn read_text_capped(r: &ResolvedPath) -> Result<String, ToolError> {
     let bytes = r.read_capped(READ_CAP_BYTES as u64).map_err(|e| match e {
-        fs_paths::ReadCapError::TooBig(n) => format!(
+        fs_paths::ReadCapError::TooBig(n) => ToolError::File(format!(
             "'{}' is {}{n} bytes, over the 2 MB limit of this tool; read parts of it with \
              fs-read-file (offset/limit).",
             r.display,
@@ -254,16 +259,16 @@ pub fn read_text_capped(r: &ResolvedPath) -> Result<String, String> {
             } else {
                 ""
             }
-        ),
+        )),
         fs_paths::ReadCapError::Other(m) => m,
     })?;
     String::from_utf8(bytes).map_err(|e| {
-        format!(
+        ToolError::File(format!(
             "'{}' is not UTF-8 text (invalid byte at offset {}); fs-read-file reads it as \
              Latin-1.",
             r.display,
             e.utf8_error().valid_up_to()
-        )
+        ))
     })
 }
 
@@ -831,7 +836,7 @@ mod tests {
         std::fs::write(&p, vec![b'a'; READ_CAP_BYTES + 1]).unwrap();
         let r = fs_paths::resolve(&dir, "big.lisp", Access::Read, &[]).unwrap();
         let e = read_text_capped(&r).unwrap_err();
-        assert!(e.contains("over the 2 MB limit"), "{e}");
+        assert!(e.to_string().contains("over the 2 MB limit"), "{e}");
         std::fs::write(&p, "(ok)").unwrap();
         assert_eq!(read_text_capped(&r).unwrap(), "(ok)");
         std::fs::remove_dir_all(&dir).unwrap();

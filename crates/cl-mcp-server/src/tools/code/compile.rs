@@ -6,7 +6,7 @@ use super::build::{build_result, build_timeout, note_build, BuildOutput};
 use crate::tools::fs_paths::{self, Access, ResolvedPath};
 use crate::tools::lisp_call::{self, helper_form, plist_bool, plist_strings};
 use crate::tools::output::DEFAULT_MAX_OUTPUT;
-use crate::tools::{ToolContext, ToolOutput};
+use crate::tools::{ToolContext, ToolError, ToolOutput};
 use std::path::Path;
 
 use lisp_syntax::data::Value;
@@ -102,21 +102,21 @@ async fn file_to_compile(
     ctx: &ToolContext,
     root: &Path,
     path: &str,
-) -> Result<(ResolvedPath, Value), String> {
+) -> Result<(ResolvedPath, Value), ToolError> {
     let extra = fs_paths::asdf_source_roots(&ctx.session);
-    let resolved = match fs_paths::resolve(root, path, Access::Read, &extra) {
-        Ok(r) => r,
-        Err(e) => return Err(e.to_string()),
-    };
+    let resolved = fs_paths::resolve(root, path, Access::Read, &extra)?;
     if !resolved.exists {
-        return Err(format!("No such file: {}", resolved.display));
+        return Err(ToolError::File(format!(
+            "No such file: {}",
+            resolved.display
+        )));
     }
     if resolved.path.is_dir() {
-        return Err(format!(
+        return Err(ToolError::File(format!(
             "{} is a directory: lisp-compile-file compiles one file (to build a system, use \
              asdf-load-system).",
             resolved.display
-        ));
+        )));
     }
     // The image opens the file by name, and opening a named pipe would wait
     // for a writer until the build timeout: check what is there on a
@@ -130,18 +130,21 @@ async fn file_to_compile(
         check.open_regular().map(|(_, m)| (m.dev(), m.ino()))
     })
     .await
-    .unwrap_or_else(|e| Err(format!("Cannot check '{}': {e}", resolved.display)));
-    let file_id = match checked {
-        Ok((dev, ino)) => match (i64::try_from(dev), i64::try_from(ino)) {
-            // `(list DEV INO)`: the form's arguments are evaluated.
-            (Ok(d), Ok(i)) => Value::list(vec![
-                Value::symbol_named(Some("COMMON-LISP"), "LIST"),
-                Value::Integer(d),
-                Value::Integer(i),
-            ]),
-            _ => Value::nil(),
-        },
-        Err(e) => return Err(e),
+    .unwrap_or_else(|e| {
+        Err(ToolError::File(format!(
+            "Cannot check '{}': {e}",
+            resolved.display
+        )))
+    });
+    let (dev, ino) = checked?;
+    let file_id = match (i64::try_from(dev), i64::try_from(ino)) {
+        // `(list DEV INO)`: the form's arguments are evaluated.
+        (Ok(d), Ok(i)) => Value::list(vec![
+            Value::symbol_named(Some("COMMON-LISP"), "LIST"),
+            Value::Integer(d),
+            Value::Integer(i),
+        ]),
+        _ => Value::nil(),
     };
     Ok((resolved, file_id))
 }

@@ -143,7 +143,7 @@ fn windowed_file(
         Err(ReadCapError::TooBig(n)) => {
             return Err(format!("'{}' is too big to check ({n} bytes).", r.display))
         }
-        Err(ReadCapError::Other(m)) => return Err(m),
+        Err(ReadCapError::Other(m)) => return Err(m.into()),
     };
     if offset.is_none() && limit.is_none() {
         return Ok(Windowed::Text(text, 0, 0, r.display));
