@@ -25,6 +25,11 @@ pub enum ToolError {
     /// The debugger a call names is not there, or not in a state to do it.
     #[error("{0}")]
     Debugger(String),
+    /// An edit was refused: its target is not there (or not one form),
+    /// or `content`, or the file after the edit, would not read as it
+    /// should. Nothing was written.
+    #[error("{0}")]
+    Edit(String),
     /// A file could not be resolved, opened, read or written.
     #[error("{0}")]
     File(String),

@@ -9,6 +9,8 @@ use schemars::JsonSchema;
 use serde::de::DeserializeOwned;
 use serde_json::{json, Map, Value};
 
+use super::ToolError;
+
 /// JSON Schema 2020-12 of a type as tool arguments (what deserialising
 /// accepts), inlined (no `$ref`s) so every client reads it.
 /// An optional argument is listed with its plain type (a client may still
@@ -338,28 +340,36 @@ fn strip_nonstandard_formats(v: &mut Value) {
 
 /// Deserializes tool arguments, accepting snake_case spellings of camelCase
 /// fields, and names the offending field on failure.
-pub(super) fn parse_arguments<A: DeserializeOwned>(tool: &str, args: Value) -> Result<A, String> {
+pub(super) fn parse_arguments<A: DeserializeOwned>(
+    tool: &str,
+    args: Value,
+) -> Result<A, ToolError> {
     let args = match args {
         Value::Null => Value::Object(Map::new()),
         Value::Object(m) => Value::Object(camel_case_keys(m)),
         other => {
-            return Err(format!(
+            return Err(ToolError::Argument(format!(
                 "Invalid arguments for tool '{tool}': `arguments` must be an object, got {}",
                 json_type_name(&other)
-            ))
+            )))
         }
     };
-    serde_path_to_error::deserialize::<_, A>(args).map_err(|e| {
-        let path = e.path().to_string();
-        let inner = e.into_inner().to_string();
-        if path == "." || path.is_empty() {
-            format!("Invalid arguments for tool '{tool}': {inner}. See the tool's inputSchema.")
-        } else {
-            format!(
-                "Invalid arguments for tool '{tool}': field `{path}`: {inner}. See the tool's inputSchema."
-            )
-        }
-    })
+    serde_path_to_error::deserialize::<_, A>(args)
+        .map_err(|e| ToolError::Argument(argument_error(tool, e)))
+}
+
+/// The words of a value that does not deserialize: the field, and what
+/// was wrong with it.
+fn argument_error(tool: &str, e: serde_path_to_error::Error<serde_json::Error>) -> String {
+    let path = e.path().to_string();
+    let inner = e.into_inner().to_string();
+    if path == "." || path.is_empty() {
+        format!("Invalid arguments for tool '{tool}': {inner}. See the tool's inputSchema.")
+    } else {
+        format!(
+            "Invalid arguments for tool '{tool}': field `{path}`: {inner}. See the tool's inputSchema."
+        )
+    }
 }
 
 /// Renames snake_case keys to camelCase (unless the camelCase key is there).
@@ -440,9 +450,9 @@ mod tests {
         let e = parse_arguments::<Args>("t", json!({"code": "x", "timeout_seconds": "soon"}))
             .err()
             .unwrap();
-        assert!(e.contains("timeoutSeconds"), "{e}");
+        assert!(e.to_string().contains("timeoutSeconds"), "{e}");
         let e = parse_arguments::<Args>("t", json!({})).err().unwrap();
-        assert!(e.contains("missing field `code`"), "{e}");
+        assert!(e.to_string().contains("missing field `code`"), "{e}");
         let ok = parse_arguments::<Args>("t", json!({"code": "x", "timeout_seconds": 3})).unwrap();
         assert_eq!((ok.code.as_str(), ok.timeout_seconds), ("x", Some(3)));
     }

@@ -8,7 +8,9 @@ use super::scan::{self, Opener, Problem};
 use super::{line_window, Position};
 use crate::tools::fs::{to_json, READ_CAP_BYTES};
 use crate::tools::fs_paths::{read_capped, ReadCapError};
-use crate::tools::{off_workers, tool, Annotations, ToolContext, ToolDef, ToolGroup, ToolOutput};
+use crate::tools::{
+    off_workers, tool, Annotations, ToolContext, ToolDef, ToolError, ToolGroup, ToolOutput,
+};
 
 #[derive(Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
@@ -107,7 +109,7 @@ fn windowed_file(
     path: &str,
     offset: Option<usize>,
     limit: Option<usize>,
-) -> Result<Windowed, String> {
+) -> Result<Windowed, ToolError> {
     let r = super::super::fs::resolve_existing_file(&ctx.session, path)?;
     // The size comes from the opened handle, which is also what is read.
     let (file, meta) = r.open_regular()?;
@@ -127,39 +129,44 @@ fn windowed_file(
         Ok(bytes) if size > READ_CAP_BYTES => String::from_utf8_lossy(&bytes).into_owned(),
         Ok(bytes) if bytes.len() > READ_CAP_BYTES => {
             // Grew past the cap since the size was taken.
-            return Err(format!(
+            return Err(ToolError::File(format!(
                 "'{}' grew past the 2 MB limit while it was read; check it in parts with \
                  `offset`/`limit`.",
                 r.display
-            ));
+            )));
         }
         Ok(bytes) => String::from_utf8(bytes).map_err(|e| {
-            format!(
+            ToolError::File(format!(
                 "'{}' is not UTF-8 text (invalid byte at offset {}).",
                 r.display,
                 e.utf8_error().valid_up_to()
-            )
+            ))
         })?,
         Err(ReadCapError::TooBig(n)) => {
-            return Err(format!("'{}' is too big to check ({n} bytes).", r.display))
+            return Err(ToolError::File(format!(
+                "'{}' is too big to check ({n} bytes).",
+                r.display
+            )))
         }
-        Err(ReadCapError::Other(m)) => return Err(m.into()),
+        Err(ReadCapError::Other(m)) => return Err(m),
     };
     if offset.is_none() && limit.is_none() {
         return Ok(Windowed::Text(text, 0, 0, r.display));
     }
     if limit == Some(0) {
-        return Err("`limit` must be at least 1 (lines).".into());
+        return Err(ToolError::Argument(
+            "`limit` must be at least 1 (lines).".into(),
+        ));
     }
     let lines = LineIndex::new(&text);
     let offset = offset.unwrap_or(0);
     let human = super::human_line_count(&text, &lines);
     if offset > 0 && offset >= human {
-        return Err(format!(
+        return Err(ToolError::Argument(format!(
             "`offset` {offset} is past the end of '{}', which has {human} lines (`offset` is \
              0-based).",
             r.display
-        ));
+        )));
     }
     let (start, end) = line_window(&text, &lines, offset, limit.unwrap_or(usize::MAX));
     let before = text[..start].chars().count();

@@ -18,7 +18,9 @@ use super::{parens, scan};
 use crate::sync::MutexExt;
 use crate::tools::fs::{read_text_capped, resolve_for, to_json};
 use crate::tools::fs_paths::{atomic_write, Access};
-use crate::tools::{off_workers, tool, Annotations, ToolContext, ToolDef, ToolGroup, ToolOutput};
+use crate::tools::{
+    off_workers, tool, Annotations, ToolContext, ToolDef, ToolError, ToolGroup, ToolOutput,
+};
 
 // What to do with the form.
 #[derive(Deserialize, JsonSchema, Clone, Copy, Debug, PartialEq, Eq)]
@@ -242,18 +244,20 @@ fn edit(a: EditArgs, ctx: &ToolContext) -> ToolOutput {
 }
 
 /// `content` must read cleanly and hold at least one form.
-fn check_content(content: &str) -> Result<(), String> {
+fn check_content(content: &str) -> Result<(), ToolError> {
     let parse = cst::parse(content);
     if let Some(e) = parse.errors.first() {
         let lines = LineIndex::new(content);
-        return Err(format!(
+        return Err(ToolError::Edit(format!(
             "`content` does not read as complete forms: {} (positions are within `content`). \
              Nothing was changed.",
             e.message(&lines)
-        ));
+        )));
     }
     if parse.top_level_forms().next().is_none() {
-        return Err("`content` holds only comments or whitespace; give at least one form.".into());
+        return Err(ToolError::Edit(
+            "`content` holds only comments or whitespace; give at least one form.".into(),
+        ));
     }
     Ok(())
 }
@@ -261,7 +265,7 @@ fn check_content(content: &str) -> Result<(), String> {
 /// A guarded target (`#+sbcl (defun ...)`) replaced by several forms
 /// without a guard of their own: the guard would cover only the first, so
 /// the others would be read on every implementation.
-fn check_guard(text: &str, d: &Definition, op: Operation, content: &str) -> Result<(), String> {
+fn check_guard(text: &str, d: &Definition, op: Operation, content: &str) -> Result<(), ToolError> {
     let content = content.trim_start();
     if op != Operation::Replace
         || d.unit_span.start == d.span.start
@@ -272,21 +276,24 @@ fn check_guard(text: &str, d: &Definition, op: Operation, content: &str) -> Resu
         return Ok(());
     }
     let guard = d.guard(text).unwrap_or_default();
-    Err(format!(
+    Err(ToolError::Edit(format!(
         "`{} {}` is guarded by `{guard}`, and `content` holds several forms: the guard would          cover only the first. Write the guard before each form in `content` (`{guard} (...)`),          or replace with one form.",
         d.kind,
         d.full_name()
-    ))
+    )))
 }
 
 /// The edited file must read with no more errors than the original.
-fn check_result(old: &str, new: &str) -> Result<(), String> {
+fn check_result(old: &str, new: &str) -> Result<(), ToolError> {
     let before = cst::parse(old).errors.len();
     let parse = cst::parse(new);
     if parse.errors.len() > before {
         let lines = LineIndex::new(new);
         let e = &parse.errors[0];
-        return Err(format!("{} (in the edited file)", e.message(&lines)));
+        return Err(ToolError::Edit(format!(
+            "{} (in the edited file)",
+            e.message(&lines)
+        )));
     }
     Ok(())
 }
@@ -294,7 +301,7 @@ fn check_result(old: &str, new: &str) -> Result<(), String> {
 /// The top-level item holding the target must close: an unclosed form
 /// runs to the end of the file, so editing "it" would rewrite (or insert
 /// into) everything after it.
-fn check_closed(text: &str, d: &Definition) -> Result<(), String> {
+fn check_closed(text: &str, d: &Definition) -> Result<(), ToolError> {
     let item = d.item_span.clone();
     let problem = match scan::Scanner::new(text).skip_form(item.start) {
         Ok(end) if end == item.end => return Ok(()),
@@ -334,7 +341,7 @@ fn check_closed(text: &str, d: &Definition) -> Result<(), String> {
         ". Nothing was changed: fix the parentheses first (lisp-check-parens shows where), \
          then edit.",
     );
-    Err(msg)
+    Err(ToolError::Edit(msg))
 }
 
 /// Every top-level form and comment outside the edited range must be
@@ -342,7 +349,12 @@ fn check_closed(text: &str, d: &Definition) -> Result<(), String> {
 /// range and (shifted by the size change) after it. This catches edits
 /// that read fine but re-nest the rest of the file (a comment swallowing
 /// the next form, a form absorbing what follows).
-fn check_outside(old: &str, new: &str, range: Range<usize>, inserted: usize) -> Result<(), String> {
+fn check_outside(
+    old: &str,
+    new: &str,
+    range: Range<usize>,
+    inserted: usize,
+) -> Result<(), ToolError> {
     let a = scan::scan_recovering(old);
     let b = scan::scan_recovering(new);
     let before = |s: &scan::Scan| -> Vec<scan::Item> {
@@ -370,11 +382,11 @@ fn check_outside(old: &str, new: &str, range: Range<usize>, inserted: usize) -> 
     if ba != bb {
         let i = ba.iter().zip(&bb).take_while(|(x, y)| x == y).count();
         let at = ba.get(i).map_or(range.start, |it| it.span.start);
-        return Err(format!(
+        return Err(ToolError::Edit(format!(
             "this edit would change the code before the edited form (the top-level item at \
              line {} would read differently)",
             lines.line_col(at).0
-        ));
+        )));
     }
     if after_old != after_new {
         let i = after_old
@@ -385,12 +397,12 @@ fn check_outside(old: &str, new: &str, range: Range<usize>, inserted: usize) -> 
         let at = after_old
             .get(i)
             .map_or(range.end, |(_, r)| r.start + range.end);
-        return Err(format!(
+        return Err(ToolError::Edit(format!(
             "this edit would change the code after the edited form (the top-level item at \
              line {} would no longer read as it does; a `;` comment or an unbalanced form in \
              `content` can do that)",
             lines.line_col(at).0
-        ));
+        )));
     }
     Ok(())
 }
@@ -402,16 +414,16 @@ struct Wanted {
     specializers: Option<Vec<String>>,
 }
 
-fn parse_form_name(form_name: &str) -> Result<Wanted, String> {
+fn parse_form_name(form_name: &str) -> Result<Wanted, ToolError> {
     let parse = cst::parse(form_name);
     if !parse.errors.is_empty() {
-        return Err(format!(
+        return Err(ToolError::Argument(format!(
             "`formName` '{form_name}' does not read (unbalanced parentheses?)."
-        ));
+        )));
     }
     let mut forms = parse.top_level_forms();
     let Some(name) = forms.next() else {
-        return Err("`formName` is empty.".into());
+        return Err(ToolError::Argument("`formName` is empty.".into()));
     };
     let mut qualifiers = Vec::new();
     let mut specializers = None;
@@ -461,7 +473,7 @@ fn find_target(
     form_type: &str,
     form_name: &str,
     line: Option<usize>,
-) -> Result<Definition, String> {
+) -> Result<Definition, ToolError> {
     let wanted = parse_form_name(form_name)?;
     let type_key = {
         let t = form_type.trim().to_lowercase();
@@ -520,16 +532,16 @@ fn find_target(
                      column {c}), so forms after it may be hidden; see lisp-check-parens."
                 );
             }
-            Err(msg)
+            Err(ToolError::Edit(msg))
         }
         _ => {
             let c: Vec<String> = found.iter().map(|d| describe(d)).collect();
-            Err(format!(
+            Err(ToolError::Edit(format!(
                 "'{form_name}' is ambiguous: {} forms match: {}. Add qualifiers/specializers to \
                  `formName` (e.g. `name :around (class t)`) or pass `line`.",
                 found.len(),
                 c.join("; ")
-            ))
+            )))
         }
     }
 }
@@ -762,11 +774,15 @@ mod tests {
         assert_eq!(d.qualifiers, vec![":around".to_string()]);
         let e = find_target(SRC, "defmethod", "p", None).unwrap_err();
         assert!(
-            e.contains("ambiguous") && e.contains("p :around (point t) (line 6)"),
+            e.to_string().contains("ambiguous")
+                && e.to_string().contains("p :around (point t) (line 6)"),
             "{e}"
         );
         let e = find_target(SRC, "defun", "c", None).unwrap_err();
-        assert!(e.contains("defun a (line 2); defun b (line 8)"), "{e}");
+        assert!(
+            e.to_string().contains("defun a (line 2); defun b (line 8)"),
+            "{e}"
+        );
     }
 
     #[test]
@@ -854,7 +870,7 @@ mod tests {
         let d = find_target(src, "defun", "b", None).unwrap();
         let e =
             check_guard(src, &d, Operation::Replace, "(defun b () 3) (defun c () 4)").unwrap_err();
-        assert!(e.contains("guarded by `#+sbcl`"), "{e}");
+        assert!(e.to_string().contains("guarded by `#+sbcl`"), "{e}");
         assert!(check_guard(src, &d, Operation::Replace, "(defun b () 3)").is_ok());
         assert!(check_guard(
             src,
@@ -874,7 +890,11 @@ mod tests {
         assert_eq!(find_target(src, "defun", "c", None).unwrap().span, 18..32);
         assert_eq!(find_target(src, "defun", "a", None).unwrap().span, 0..17);
         let e = find_target(src, "defun", "d", None).unwrap_err();
-        assert!(e.contains("a delimiter problem at line 1, column 1"), "{e}");
+        assert!(
+            e.to_string()
+                .contains("a delimiter problem at line 1, column 1"),
+            "{e}"
+        );
     }
 
     #[test]
@@ -886,13 +906,14 @@ mod tests {
         assert!(check_result(old, new).is_ok());
         let e = check_outside(old, new, 0..17, 27).unwrap_err();
         assert!(
-            e.contains("after the edited form (the top-level item at line 1"),
+            e.to_string()
+                .contains("after the edited form (the top-level item at line 1"),
             "{e}"
         );
         let fine = "(defun zeta () 22) (defun eta () 3)\n";
         assert!(check_outside(old, fine, 0..17, 18).is_ok());
         // Content that glues onto the token before the range is caught too.
         let e = check_outside("a (b)\n", "ac\n", 1..5, 1).unwrap_err();
-        assert!(e.contains("before the edited form"), "{e}");
+        assert!(e.to_string().contains("before the edited form"), "{e}");
     }
 }
