@@ -347,6 +347,63 @@ fn skip_in_line<R: BufRead>(reader: &mut R, n: usize) -> std::io::Result<Result<
     Ok(Ok(()))
 }
 
+/// A page of a file: at most `limit` lines and at most the 2 MB cap.
+struct Page {
+    content: Vec<u8>,
+    /// Whole lines taken.
+    taken: usize,
+    /// The cap stopped the page.
+    capped: bool,
+    /// Where the page stopped inside a line too long for one page.
+    stopped_in_line: Option<usize>,
+}
+
+/// Reads the next page from `reader`; `byte_offset` is where in its line
+/// the first line starts.
+fn read_page<R: BufRead>(
+    reader: &mut R,
+    limit: usize,
+    byte_offset: usize,
+) -> std::io::Result<Page> {
+    let mut content: Vec<u8> = Vec::new();
+    let mut line: Vec<u8> = Vec::new();
+    let mut taken = 0usize;
+    let mut capped = false;
+    let mut stopped_in_line: Option<usize> = None;
+    while taken < limit {
+        let line_start_byte = if taken == 0 { byte_offset } else { 0 };
+        line.clear();
+        // One byte more than fits tells a line that does not fit; nothing
+        // past the cap is ever held.
+        let room = READ_CAP_BYTES - content.len() + 1;
+        if read_line_bounded(reader, &mut line, room)? == 0 {
+            break;
+        }
+        if content.len() + line.len() > READ_CAP_BYTES {
+            capped = true;
+            if taken == 0 {
+                // One giant line: return its next 2 MB, cut at a character
+                // boundary; the next page goes on inside the same line.
+                let mut cut = READ_CAP_BYTES;
+                while cut > 0 && (line[cut] & 0xC0) == 0x80 {
+                    cut -= 1;
+                }
+                content.extend_from_slice(&line[..cut]);
+                stopped_in_line = Some(line_start_byte + cut);
+            }
+            break;
+        }
+        content.extend_from_slice(&line);
+        taken += 1;
+    }
+    Ok(Page {
+        content,
+        taken,
+        capped,
+        stopped_in_line,
+    })
+}
+
 fn read_file(a: ReadArgs, session: &Session) -> ToolOutput {
     let r = match resolve_existing_file(session, &a.path) {
         Ok(r) => r,
@@ -396,41 +453,15 @@ fn read_file(a: ReadArgs, session: &Session) -> ToolOutput {
             Err(e) => return fail(e),
         }
     }
-    let mut content: Vec<u8> = Vec::new();
-    let mut line: Vec<u8> = Vec::new();
-    let mut taken = 0usize;
-    let mut capped = false;
-    // Where the page stopped inside a line too long for one page.
-    let mut stopped_in_line: Option<usize> = None;
-    while taken < limit {
-        let line_start_byte = if taken == 0 { byte_offset } else { 0 };
-        line.clear();
-        // One byte more than fits tells a line that does not fit; nothing
-        // past the cap is ever held.
-        let room = READ_CAP_BYTES - content.len() + 1;
-        match read_line_bounded(&mut reader, &mut line, room) {
-            Ok(0) => break,
-            Ok(_) => {}
-            Err(e) => return fail(e),
-        }
-        if content.len() + line.len() > READ_CAP_BYTES {
-            capped = true;
-            if taken == 0 {
-                // One giant line: return its next 2 MB, cut at a character
-                // boundary; the next page goes on inside the same line.
-                let mut cut = READ_CAP_BYTES;
-                while cut > 0 && (line[cut] & 0xC0) == 0x80 {
-                    cut -= 1;
-                }
-                content.extend_from_slice(&line[..cut]);
-                stopped_in_line = Some(line_start_byte + cut);
-            }
-            break;
-        }
-        content.extend_from_slice(&line);
-        taken += 1;
-    }
-    drop(line);
+    let Page {
+        content,
+        taken,
+        capped,
+        stopped_in_line,
+    } = match read_page(&mut reader, limit, byte_offset) {
+        Ok(p) => p,
+        Err(e) => return fail(e),
+    };
     let has_more = capped || reader.fill_buf().map(|b| !b.is_empty()).unwrap_or(false);
     if content.iter().take(8192).any(|&b| b == 0) {
         return ToolOutput::error(format!(

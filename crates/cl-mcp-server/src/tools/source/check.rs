@@ -200,37 +200,30 @@ fn too_large(size: usize) -> CheckOutput {
 /// Checks `text`; `base_line`/`base_offset` (lines and characters before it
 /// in its file) shift the reported positions. Returns the structured result
 /// and a sentence for the model.
-pub fn check_text(text: &str, base_line: usize, base_offset: usize) -> (CheckOutput, String) {
-    let s = scan::scan(text);
-    let Some(problem) = s.problem.clone() else {
-        let n = s.forms().count();
-        return (
-            CheckOutput {
-                ok: true,
-                kind: None,
-                expected: None,
-                found: None,
-                position: None,
-                innermost_open: None,
-                hint: None,
-                forms: Some(n),
-            },
-            format!(
-                "ok: all delimiters balanced ({}).",
-                crate::tools::output::counted(n, "top-level form", "top-level forms")
-            ),
-        );
-    };
-    let lines = LineIndex::new(text);
-    let pos = |o: usize| {
-        let mut p = Position::of(text, &lines, o);
-        p.line += base_line;
-        p.offset += base_offset;
-        p
-    };
-    let at = |p: &Position| format!("line {}, column {}", p.line, p.column);
-    // Where indentation places the closers, when it can.
-    let by_indentation = match lisp_syntax::repair::repair_parens(text) {
+/// The answer for a text whose delimiters balance: its `n` forms.
+fn all_balanced(n: usize) -> (CheckOutput, String) {
+    (
+        CheckOutput {
+            ok: true,
+            kind: None,
+            expected: None,
+            found: None,
+            position: None,
+            innermost_open: None,
+            hint: None,
+            forms: Some(n),
+        },
+        format!(
+            "ok: all delimiters balanced ({}).",
+            crate::tools::output::counted(n, "top-level form", "top-level forms")
+        ),
+    )
+}
+
+/// Where indentation places the closers, when it can (" By the
+/// indentation: ..."), else nothing.
+fn closers_by_indentation(text: &str, base_line: usize) -> String {
+    match lisp_syntax::repair::repair_parens(text) {
         lisp_syntax::repair::Repair::Repaired { changes, .. } => {
             let said: Vec<String> = changes
                 .iter()
@@ -247,7 +240,23 @@ pub fn check_text(text: &str, base_line: usize, base_offset: usize) -> (CheckOut
             format!(" By the indentation: {}.", said.join("; "))
         }
         _ => String::new(),
+    }
+}
+
+pub fn check_text(text: &str, base_line: usize, base_offset: usize) -> (CheckOutput, String) {
+    let s = scan::scan(text);
+    let Some(problem) = s.problem.clone() else {
+        return all_balanced(s.forms().count());
     };
+    let lines = LineIndex::new(text);
+    let pos = |o: usize| {
+        let mut p = Position::of(text, &lines, o);
+        p.line += base_line;
+        p.offset += base_offset;
+        p
+    };
+    let at = |p: &Position| format!("line {}, column {}", p.line, p.column);
+    let by_indentation = closers_by_indentation(text, base_line);
     match problem {
         Problem::ExtraClose { offset } => {
             let p = pos(offset);

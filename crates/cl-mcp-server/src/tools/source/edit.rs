@@ -127,25 +127,10 @@ fn edit(a: EditArgs, ctx: &ToolContext) -> ToolOutput {
         Ok(t) => t,
         Err(e) => return ToolOutput::error(e),
     };
-    let mut content = a.content.as_deref().unwrap_or("").to_string();
-    let mut repairs = Vec::new();
-    let mut repair_diff = String::new();
-    if a.operation != Operation::Delete && a.repair_parens != Some(false) {
-        match parens::repair(&content) {
-            Ok(None) => {}
-            Ok(Some(r)) => {
-                content = r.text;
-                repairs = r.changes;
-                repair_diff = r.diff;
-            }
-            Err(e) => {
-                return ToolOutput::error(format!(
-                    "Not written: in `content`, {e} (Lines are lines of `content`; pass \
-                     `repairParens: false` to get the reader's own error instead.)"
-                ))
-            }
-        }
-    }
+    let (content, repairs, repair_diff) = match repaired_content(&a) {
+        Ok(c) => c,
+        Err(e) => return ToolOutput::error(e),
+    };
     let content = content.as_str();
     if a.operation != Operation::Delete {
         if content.trim().is_empty() {
@@ -241,6 +226,24 @@ fn edit(a: EditArgs, ctx: &ToolContext) -> ToolOutput {
         repairs,
     };
     ToolOutput::structured(msg, to_json(&out))
+}
+
+/// `content` with its parentheses repaired by its indentation (not for a
+/// delete, nor with `repairParens: false`): the text, the changes, and
+/// their before/after lines.
+fn repaired_content(a: &EditArgs) -> Result<(String, Vec<String>, String), ToolError> {
+    let content = a.content.as_deref().unwrap_or("").to_string();
+    if a.operation == Operation::Delete || a.repair_parens == Some(false) {
+        return Ok((content, Vec::new(), String::new()));
+    }
+    match parens::repair(&content) {
+        Ok(None) => Ok((content, Vec::new(), String::new())),
+        Ok(Some(r)) => Ok((r.text, r.changes, r.diff)),
+        Err(e) => Err(ToolError::Edit(format!(
+            "Not written: in `content`, {e} (Lines are lines of `content`; pass \
+             `repairParens: false` to get the reader's own error instead.)"
+        ))),
+    }
 }
 
 /// `content` must read cleanly and hold at least one form.
