@@ -638,6 +638,7 @@ fn newline_at(text: &str, unit: Range<usize>) -> &'static str {
 }
 
 /// The new text: `text` with the operation applied around `d`.
+// Long: the four operations share the layout of the target's lines read first.
 fn splice(text: &str, d: &Definition, op: Operation, content: &str) -> Spliced {
     let unit = d.unit_span.clone();
     let nl = newline_at(text, unit.clone());
