@@ -1,6 +1,6 @@
 //! The `asdf` tools: load and test systems, list them, describe one. The
 //! Lisp half is `lisp/build.lisp`; diagnostics are rendered like
-//! `lisp-compile-file`'s (shared in `code.rs`).
+//! `lisp-compile-file`'s (shared in `code/build.rs`).
 
 use std::path::Path;
 use std::time::Duration;
