@@ -104,9 +104,9 @@ pub fn read_file_uri(session: &Session, uri: &str) -> Result<Value, (i64, String
         )
     })?;
     let resolved = resolve_existing_file(session, &path.to_string_lossy())
-        .map_err(|e| (RESOURCE_NOT_FOUND, e))?;
-    let text =
-        read_text_capped(&resolved).map_err(|e| (crate::protocol::jsonrpc::INVALID_PARAMS, e))?;
+        .map_err(|e| (RESOURCE_NOT_FOUND, e.to_string()))?;
+    let text = read_text_capped(&resolved)
+        .map_err(|e| (crate::protocol::jsonrpc::INVALID_PARAMS, e.to_string()))?;
     Ok(json!({ "contents": [{ "uri": uri, "mimeType": mime_of(&resolved.path), "text": text }] }))
 }
 

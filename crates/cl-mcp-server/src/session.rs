@@ -23,13 +23,8 @@ pub struct Session {
     read_roots: RwLock<Vec<PathBuf>>,
     /// Unique in this process: names the session inside a (shared) image.
     pub id: u64,
-    /// Evaluation bookkeeping.
-    pub eval: EvalState,
     /// MCP tasks (tool calls run in the background, polled for results).
     pub tasks: crate::protocol::tasks::TaskStore,
-    /// Evaluations suspended in the debugger (`evaluate-lisp` with
-    /// `debug: true`); aborted when the session ends.
-    pub debuggers: crate::tools::debug::Debuggers,
     /// What the owners of per-session state want done when the session ends
     /// (`Session::on_end`), run once by `Session::end`.
     end_hooks: std::sync::Mutex<Vec<EndHook>>,
@@ -39,14 +34,21 @@ pub struct Session {
 pub type EndHook = Box<dyn FnOnce(Arc<Session>) -> futures::future::BoxFuture<'static, ()> + Send>;
 
 /// Where a session's image lives: its own, or the one all sessions share
-/// (`--shared-image`), with the turn its evaluations queue on. The image is
-/// created on first use.
+/// (`--shared-image`). The image is created on first use.
 pub enum ImageSlot {
     Own(OnceLock<Image>),
-    Shared {
-        image: Arc<OnceLock<Image>>,
-        turns: ImageTurns,
-    },
+    Shared { image: Arc<OnceLock<Image>> },
+}
+
+/// Which image a session uses, among the sessions of this process:
+/// sessions sharing one image (`--shared-image`) have the same key. Owners
+/// of per-image state (the tools' evaluation queues) key it by this.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ImageKey {
+    /// The image of its own of the session with this id.
+    Own(u64),
+    /// The shared image (its slot's address, stable while a session uses it).
+    Shared(usize),
 }
 
 impl ImageSlot {
@@ -66,43 +68,6 @@ impl ImageSlot {
     }
 }
 
-/// What calls into one image queue on: evaluations in arrival order, and
-/// builds (compiling, ASDF: not thread-safe) one at a time, in arrival
-/// order too.
-#[derive(Clone)]
-pub struct ImageTurns {
-    pub eval: Arc<crate::tools::turn::EvalTurn>,
-    pub build: Arc<crate::tools::turn::EvalTurn>,
-}
-
-impl Default for ImageTurns {
-    fn default() -> Self {
-        ImageTurns {
-            eval: Default::default(),
-            build: Arc::new(crate::tools::turn::EvalTurn::for_builds()),
-        }
-    }
-}
-
-/// A session's evaluation bookkeeping (see `tools::lisp_call`).
-pub struct EvalState {
-    /// Held while an evaluation runs; waiting evaluations run in arrival
-    /// order. Sessions sharing one image share the turn (one queue per
-    /// image); the time a call waits in it counts against its timeout.
-    pub turn: Arc<crate::tools::turn::EvalTurn>,
-    /// Held while a build (compile, load, test) runs in the image; the
-    /// time a build waits in it counts against its timeout too.
-    pub build_turn: Arc<crate::tools::turn::EvalTurn>,
-    /// The id of the evaluation running now, if any.
-    pub running: std::sync::Mutex<Option<u64>>,
-    /// The image's one-time "state was lost" notice, until a result shows it.
-    pub notice: std::sync::Mutex<Option<String>>,
-    /// The (image generation, project root) whose systems the image was
-    /// last told about, so the registration is repeated only after a
-    /// restart, a crash or a root change.
-    pub project_registered: std::sync::Mutex<Option<(u64, PathBuf)>>,
-}
-
 /// Sessions are numbered for the image (each keeps its own current package).
 static NEXT_SESSION: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
@@ -116,10 +81,6 @@ impl Session {
     pub fn with_image(config: Arc<ServerConfig>, image: ImageSlot) -> Arc<Self> {
         let root = config.initial_project_root();
         let explicit = config.project_root.is_some();
-        let turns = match &image {
-            ImageSlot::Shared { turns, .. } => turns.clone(),
-            ImageSlot::Own(_) => ImageTurns::default(),
-        };
         Arc::new(Session {
             config,
             allowed_roots: RwLock::new(vec![root.clone()]),
@@ -128,22 +89,14 @@ impl Session {
             image,
             read_roots: RwLock::new(Vec::new()),
             id: NEXT_SESSION.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
-            eval: EvalState {
-                turn: turns.eval,
-                build_turn: turns.build,
-                running: Default::default(),
-                notice: Default::default(),
-                project_registered: Default::default(),
-            },
             tasks: Default::default(),
-            debuggers: Default::default(),
             end_hooks: Default::default(),
         })
     }
 
     /// Registers work for when the session ends (its owner's per-session
-    /// state: suspended debuggers, traces). Hooks run in the order they were
-    /// registered.
+    /// state: suspended debuggers, traces; see `tools::attach_session`).
+    /// Hooks run in the order they were registered.
     pub fn on_end(&self, hook: EndHook) {
         self.end_hooks.guard().push(hook);
     }
@@ -165,6 +118,14 @@ impl Session {
         self.image.get_or_start(&self.config, &self.root)
     }
 
+    /// Which image the session uses (see [`ImageKey`]); never starts one.
+    pub fn image_key(&self) -> ImageKey {
+        match &self.image {
+            ImageSlot::Own(_) => ImageKey::Own(self.id),
+            ImageSlot::Shared { image } => ImageKey::Shared(Arc::as_ptr(image) as usize),
+        }
+    }
+
     /// The session's image if it was created already (never starts one).
     pub fn image_if_started(&self) -> Option<Image> {
         match &self.image {
@@ -175,7 +136,7 @@ impl Session {
 
     /// True when the session offers tools that need a Lisp image.
     fn needs_image(&self) -> bool {
-        use crate::tools::ToolGroup;
+        use crate::config::ToolGroup;
         self.config.tool_groups.iter().any(|g| {
             matches!(
                 g,

@@ -41,8 +41,6 @@ pub struct Engine {
     pub(crate) tools_list: Value,
     /// The image all sessions use with `--shared-image`.
     shared_image: Arc<std::sync::OnceLock<crate::image::Image>>,
-    /// The queues of the shared image.
-    shared_turns: crate::session::ImageTurns,
     /// `requestState`s handed to stateless clients (SEP-2322).
     pub(crate) input_states: super::input::StateStore,
 }
@@ -63,7 +61,6 @@ impl Engine {
             config: Arc::new(config),
             tools,
             shared_image: Arc::new(std::sync::OnceLock::new()),
-            shared_turns: Default::default(),
             input_states: Default::default(),
         })
     }
@@ -79,15 +76,12 @@ impl Engine {
         let slot = if self.config.shared_image {
             ImageSlot::Shared {
                 image: self.shared_image.clone(),
-                turns: self.shared_turns.clone(),
             }
         } else {
             ImageSlot::Own(std::sync::OnceLock::new())
         };
         let session = Session::with_image(self.config.clone(), slot);
-        session.on_end(Box::new(|s| {
-            Box::pin(async move { crate::tools::debug::end_session(&s).await })
-        }));
+        crate::tools::attach_session(&session);
         session
     }
 

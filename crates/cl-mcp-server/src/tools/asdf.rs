@@ -1,7 +1,7 @@
 //! The `asdf` tools: load and test systems, list them, describe one. The
 //! Lisp halves are `lisp/build.lisp`, `lisp/test-run.lisp` and
 //! `lisp/systems.lisp`; diagnostics are rendered like `lisp-compile-file`'s
-//! (shared in `code.rs`).
+//! (shared in `code/build.rs`).
 
 use std::path::Path;
 use std::time::Duration;

@@ -20,6 +20,7 @@ use super::lisp_call::{
 };
 use super::output::DEFAULT_MAX_OUTPUT;
 use super::{tool, Annotations, ToolContext, ToolDef, ToolGroup, ToolOutput};
+use crate::sync::MutexExt;
 
 /// Largest `maxOutputLength` honoured. Each stream, the values together and
 /// the warnings are capped at it; independently the image fits the whole
@@ -439,15 +440,15 @@ async fn evaluate_debuggable(
     code: &str,
     timeout: Duration,
 ) -> ToolOutput {
-    let slot = &ctx.session.eval;
+    let slot = &ctx.state.eval;
     let (turn, left) = match lisp_call::take_turn(ctx, id, code, timeout).await {
         Ok(t) => t,
         Err(e) => return ToolOutput::error(e),
     };
-    *slot.running.lock().unwrap() = Some(id);
+    *slot.running.guard() = Some(id);
     let p = debug::start(ctx, id, form, code);
     let (waited, cause) = debug::wait(ctx, &p, 0, left).await;
-    *slot.running.lock().unwrap() = None;
+    *slot.running.guard() = None;
     let queued = turn.queued.clone();
     drop(turn);
     let mut out = debug::outcome_output(ctx, &p, waited, cause).await;

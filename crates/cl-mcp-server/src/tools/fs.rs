@@ -11,7 +11,9 @@ use serde_json::json;
 
 use super::fs_paths::{self, Access, ResolvedPath};
 use super::output::counted;
-use super::{off_workers, tool, Annotations, ToolContext, ToolDef, ToolGroup, ToolOutput};
+use super::{
+    off_workers, tool, Annotations, ToolContext, ToolDef, ToolError, ToolGroup, ToolOutput,
+};
 use crate::session::Session;
 
 /// Most bytes one read returns (`fs-read-file`, and the source tools' file
@@ -224,18 +226,21 @@ pub fn resolve_for(
 /// there. Open it with [`ResolvedPath::open_regular`] (or
 /// [`read_text_capped`]), which refuses anything but a regular file on the
 /// opened handle.
-pub fn resolve_existing_file(session: &Session, user_path: &str) -> Result<ResolvedPath, String> {
-    let r = resolve_for(session, user_path, Access::Read).map_err(|e| e.0)?;
+pub fn resolve_existing_file(
+    session: &Session,
+    user_path: &str,
+) -> Result<ResolvedPath, ToolError> {
+    let r = resolve_for(session, user_path, Access::Read)?;
     if !r.exists {
-        return Err(format!(
+        return Err(ToolError::File(format!(
             "File not found: '{user_path}' (looked at {}).",
             r.path.display()
-        ));
+        )));
     }
     if r.path.is_dir() {
-        return Err(format!(
+        return Err(ToolError::File(format!(
             "'{user_path}' is a directory; use fs-list-directory to see its entries."
-        ));
+        )));
     }
     Ok(r)
 }
@@ -243,9 +248,9 @@ pub fn resolve_existing_file(session: &Session, user_path: &str) -> Result<Resol
 /// Reads a whole text file of at most [`READ_CAP_BYTES`] for the source
 /// tools, with errors a model can act on. Never holds more than the cap
 /// (+1 byte) in memory.
-pub fn read_text_capped(r: &ResolvedPath) -> Result<String, String> {
+pub fn read_text_capped(r: &ResolvedPath) -> Result<String, ToolError> {
     let bytes = r.read_capped(READ_CAP_BYTES as u64).map_err(|e| match e {
-        fs_paths::ReadCapError::TooBig(n) => format!(
+        fs_paths::ReadCapError::TooBig(n) => ToolError::File(format!(
             "'{}' is {}{n} bytes, over the 2 MB limit of this tool; read parts of it with \
              fs-read-file (offset/limit).",
             r.display,
@@ -254,16 +259,16 @@ pub fn read_text_capped(r: &ResolvedPath) -> Result<String, String> {
             } else {
                 ""
             }
-        ),
+        )),
         fs_paths::ReadCapError::Other(m) => m,
     })?;
     String::from_utf8(bytes).map_err(|e| {
-        format!(
+        ToolError::File(format!(
             "'{}' is not UTF-8 text (invalid byte at offset {}); fs-read-file reads it as \
              Latin-1.",
             r.display,
             e.utf8_error().valid_up_to()
-        )
+        ))
     })
 }
 
@@ -342,6 +347,63 @@ fn skip_in_line<R: BufRead>(reader: &mut R, n: usize) -> std::io::Result<Result<
     Ok(Ok(()))
 }
 
+/// A page of a file: at most `limit` lines and at most the 2 MB cap.
+struct Page {
+    content: Vec<u8>,
+    /// Whole lines taken.
+    taken: usize,
+    /// The cap stopped the page.
+    capped: bool,
+    /// Where the page stopped inside a line too long for one page.
+    stopped_in_line: Option<usize>,
+}
+
+/// Reads the next page from `reader`; `byte_offset` is where in its line
+/// the first line starts.
+fn read_page<R: BufRead>(
+    reader: &mut R,
+    limit: usize,
+    byte_offset: usize,
+) -> std::io::Result<Page> {
+    let mut content: Vec<u8> = Vec::new();
+    let mut line: Vec<u8> = Vec::new();
+    let mut taken = 0usize;
+    let mut capped = false;
+    let mut stopped_in_line: Option<usize> = None;
+    while taken < limit {
+        let line_start_byte = if taken == 0 { byte_offset } else { 0 };
+        line.clear();
+        // One byte more than fits tells a line that does not fit; nothing
+        // past the cap is ever held.
+        let room = READ_CAP_BYTES - content.len() + 1;
+        if read_line_bounded(reader, &mut line, room)? == 0 {
+            break;
+        }
+        if content.len() + line.len() > READ_CAP_BYTES {
+            capped = true;
+            if taken == 0 {
+                // One giant line: return its next 2 MB, cut at a character
+                // boundary; the next page goes on inside the same line.
+                let mut cut = READ_CAP_BYTES;
+                while cut > 0 && (line[cut] & 0xC0) == 0x80 {
+                    cut -= 1;
+                }
+                content.extend_from_slice(&line[..cut]);
+                stopped_in_line = Some(line_start_byte + cut);
+            }
+            break;
+        }
+        content.extend_from_slice(&line);
+        taken += 1;
+    }
+    Ok(Page {
+        content,
+        taken,
+        capped,
+        stopped_in_line,
+    })
+}
+
 fn read_file(a: ReadArgs, session: &Session) -> ToolOutput {
     let r = match resolve_existing_file(session, &a.path) {
         Ok(r) => r,
@@ -391,41 +453,15 @@ fn read_file(a: ReadArgs, session: &Session) -> ToolOutput {
             Err(e) => return fail(e),
         }
     }
-    let mut content: Vec<u8> = Vec::new();
-    let mut line: Vec<u8> = Vec::new();
-    let mut taken = 0usize;
-    let mut capped = false;
-    // Where the page stopped inside a line too long for one page.
-    let mut stopped_in_line: Option<usize> = None;
-    while taken < limit {
-        let line_start_byte = if taken == 0 { byte_offset } else { 0 };
-        line.clear();
-        // One byte more than fits tells a line that does not fit; nothing
-        // past the cap is ever held.
-        let room = READ_CAP_BYTES - content.len() + 1;
-        match read_line_bounded(&mut reader, &mut line, room) {
-            Ok(0) => break,
-            Ok(_) => {}
-            Err(e) => return fail(e),
-        }
-        if content.len() + line.len() > READ_CAP_BYTES {
-            capped = true;
-            if taken == 0 {
-                // One giant line: return its next 2 MB, cut at a character
-                // boundary; the next page goes on inside the same line.
-                let mut cut = READ_CAP_BYTES;
-                while cut > 0 && (line[cut] & 0xC0) == 0x80 {
-                    cut -= 1;
-                }
-                content.extend_from_slice(&line[..cut]);
-                stopped_in_line = Some(line_start_byte + cut);
-            }
-            break;
-        }
-        content.extend_from_slice(&line);
-        taken += 1;
-    }
-    drop(line);
+    let Page {
+        content,
+        taken,
+        capped,
+        stopped_in_line,
+    } = match read_page(&mut reader, limit, byte_offset) {
+        Ok(p) => p,
+        Err(e) => return fail(e),
+    };
     let has_more = capped || reader.fill_buf().map(|b| !b.is_empty()).unwrap_or(false);
     if content.iter().take(8192).any(|&b| b == 0) {
         return ToolOutput::error(format!(
@@ -831,7 +867,7 @@ mod tests {
         std::fs::write(&p, vec![b'a'; READ_CAP_BYTES + 1]).unwrap();
         let r = fs_paths::resolve(&dir, "big.lisp", Access::Read, &[]).unwrap();
         let e = read_text_capped(&r).unwrap_err();
-        assert!(e.contains("over the 2 MB limit"), "{e}");
+        assert!(e.to_string().contains("over the 2 MB limit"), "{e}");
         std::fs::write(&p, "(ok)").unwrap();
         assert_eq!(read_text_capped(&r).unwrap(), "(ok)");
         std::fs::remove_dir_all(&dir).unwrap();

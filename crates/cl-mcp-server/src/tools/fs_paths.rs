@@ -32,6 +32,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use cap_std::fs::{Dir, FileTypeExt, OpenOptions, OpenOptionsExt};
 
+use super::ToolError;
 use crate::session::Session;
 
 /// What the caller wants to do with a path.
@@ -70,6 +71,12 @@ impl fmt::Display for PathError {
 }
 
 impl std::error::Error for PathError {}
+
+impl From<PathError> for ToolError {
+    fn from(e: PathError) -> Self {
+        ToolError::File(e.0)
+    }
+}
 
 /// Extra directories reads may come from besides the project root: the
 /// source directories of the ASDF systems the session's image has
@@ -282,21 +289,21 @@ impl ResolvedPath {
     }
 
     /// Opens the directory at this path beneath its root (for listing).
-    pub fn open_dir(&self) -> Result<Dir, String> {
+    pub fn open_dir(&self) -> Result<Dir, ToolError> {
         let base = self
             .base_dir()
-            .map_err(|e| io_message("open", &self.display, &e))?;
+            .map_err(|e| ToolError::File(io_message("open", &self.display, &e)))?;
         base.open_dir(self.rel())
-            .map_err(|e| io_message("open", &self.display, &e))
+            .map_err(|e| ToolError::File(io_message("open", &self.display, &e)))
     }
 
     /// Opens the regular file at this path for reading, beneath its root,
     /// without blocking: a FIFO, socket or device (even one swapped in after
     /// the policy check) is refused on the opened handle.
-    pub fn open_regular(&self) -> Result<(std::fs::File, std::fs::Metadata), String> {
+    pub fn open_regular(&self) -> Result<(std::fs::File, std::fs::Metadata), ToolError> {
         let base = self
             .base_dir()
-            .map_err(|e| io_message("read", &self.display, &e))?;
+            .map_err(|e| ToolError::File(io_message("read", &self.display, &e)))?;
         open_regular_in(&base, &self.rel(), &self.display)
     }
 
@@ -314,7 +321,7 @@ pub enum ReadCapError {
     /// The file has more bytes than the cap (at least this many).
     TooBig(u64),
     /// Anything else, worded for the model.
-    Other(String),
+    Other(ToolError),
 }
 
 /// Reads at most `cap + 1` bytes of `file`: `TooBig` when there are more
@@ -331,7 +338,7 @@ pub fn read_capped(
     let mut bytes = Vec::with_capacity(size_hint as usize);
     file.take(cap + 1)
         .read_to_end(&mut bytes)
-        .map_err(|e| ReadCapError::Other(io_message("read", shown, &e)))?;
+        .map_err(|e| ReadCapError::Other(ToolError::File(io_message("read", shown, &e))))?;
     if bytes.len() as u64 > cap {
         return Err(ReadCapError::TooBig(bytes.len() as u64));
     }
@@ -357,25 +364,27 @@ pub fn open_regular_in(
     dir: &Dir,
     rel: &Path,
     shown: &str,
-) -> Result<(std::fs::File, std::fs::Metadata), String> {
+) -> Result<(std::fs::File, std::fs::Metadata), ToolError> {
     let mut opts = OpenOptions::new();
     opts.read(true)
         .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY | libc::O_CLOEXEC);
     let file = dir
         .open_with(rel, &opts)
-        .map_err(|e| io_message("read", shown, &e))?
+        .map_err(|e| ToolError::File(io_message("read", shown, &e)))?
         .into_std();
-    let meta = file.metadata().map_err(|e| io_message("read", shown, &e))?;
+    let meta = file
+        .metadata()
+        .map_err(|e| ToolError::File(io_message("read", shown, &e)))?;
     if !meta.is_file() {
         let t = meta.file_type();
-        return Err(if t.is_dir() {
+        return Err(ToolError::File(if t.is_dir() {
             format!("'{shown}' is a directory; use fs-list-directory to see its entries.")
         } else {
             format!(
                 "'{shown}' is {}; the file tools read and edit regular files only.",
                 kind_of_std(t)
             )
-        });
+        }));
     }
     // SAFETY: fcntl on a descriptor we own; only the status flags change.
     unsafe {
@@ -422,14 +431,18 @@ static TEMP_COUNTER: AtomicU64 = AtomicU64::new(0);
 /// regular file is replaced: a directory, FIFO, socket, device or a symlink
 /// that appeared since the check is refused. Returns whether a file was
 /// replaced (false: created).
-pub fn atomic_write(r: &ResolvedPath, content: &[u8]) -> Result<bool, String> {
+pub fn atomic_write(r: &ResolvedPath, content: &[u8]) -> Result<bool, ToolError> {
     let shown = r.display.as_str();
     let rel = r.rel();
     let name = match rel.file_name() {
         Some(n) if rel != Path::new(".") => n.to_os_string(),
-        _ => return Err(format!("'{shown}' is a directory; give a file path.")),
+        _ => {
+            return Err(ToolError::File(format!(
+                "'{shown}' is a directory; give a file path."
+            )))
+        }
     };
-    let fail = |e: std::io::Error| io_message("write", shown, &e);
+    let fail = |e: std::io::Error| ToolError::File(io_message("write", shown, &e));
     let base = r.base_dir().map_err(fail)?;
     let parent = rel.parent().unwrap_or(Path::new(""));
     let dir = if parent.as_os_str().is_empty() {
@@ -445,13 +458,17 @@ pub fn atomic_write(r: &ResolvedPath, content: &[u8]) -> Result<bool, String> {
     };
     let original_mode = match dir.symlink_metadata(&name) {
         Ok(m) if m.is_file() => Some(m.permissions()),
-        Ok(m) if m.is_dir() => return Err(format!("'{shown}' is a directory; give a file path.")),
+        Ok(m) if m.is_dir() => {
+            return Err(ToolError::File(format!(
+                "'{shown}' is a directory; give a file path."
+            )))
+        }
         Ok(m) => {
-            return Err(format!(
+            return Err(ToolError::File(format!(
                 "'{shown}' is {}; only a regular file is replaced. Remove it first if you \
                  mean to replace it.",
                 kind_of(m.file_type())
-            ))
+            )))
         }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
         Err(e) => return Err(fail(e)),
@@ -569,20 +586,20 @@ mod tests {
             base: root.clone(),
         };
         let e = at("sub/x").open_regular().unwrap_err();
-        assert!(e.contains("leads outside its root"), "{e}");
+        assert!(e.to_string().contains("leads outside its root"), "{e}");
         let e = atomic_write(&at("sub/y"), b"new").unwrap_err();
-        assert!(e.contains("leads outside its root"), "{e}");
+        assert!(e.to_string().contains("leads outside its root"), "{e}");
         let e = atomic_write(&at("l"), b"new").unwrap_err();
-        assert!(e.contains("is a symbolic link"), "{e}");
+        assert!(e.to_string().contains("is a symbolic link"), "{e}");
         assert_eq!(std::fs::read_to_string(out.join("x")).unwrap(), "outside");
         assert!(!out.join("y").exists());
         let fifo = std::ffi::CString::new(root.join("p").as_os_str().as_encoded_bytes()).unwrap();
         // SAFETY: a valid NUL-terminated path.
         assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
         let e = atomic_write(&at("p"), b"new").unwrap_err();
-        assert!(e.contains("named pipe (FIFO)"), "{e}");
+        assert!(e.to_string().contains("named pipe (FIFO)"), "{e}");
         let e = at("p").open_regular().unwrap_err();
-        assert!(e.contains("named pipe (FIFO)"), "{e}");
+        assert!(e.to_string().contains("named pipe (FIFO)"), "{e}");
         assert_eq!(atomic_write(&at("new/f"), b"ok"), Ok(false));
         assert_eq!(atomic_write(&at("new/f"), b"ok2"), Ok(true));
         assert_eq!(std::fs::read_to_string(root.join("new/f")).unwrap(), "ok2");

@@ -10,6 +10,7 @@ use super::lisp_call::{
 };
 use super::{tool, Annotations, ToolContext, ToolDef, ToolGroup, ToolOutput};
 use crate::image::{Image, ImageMode};
+use crate::sync::MutexExt;
 
 // ---------------------------------------------------------------------------
 // image-info, image-restart, image-interrupt
@@ -224,7 +225,7 @@ async fn image_restart(_a: NoArgs, ctx: ToolContext) -> ToolOutput {
     }
     // A stale notice about an earlier crash would only confuse: the
     // restart is explicit.
-    eval_slot(&ctx).notice.lock().unwrap().take();
+    eval_slot(&ctx).notice.guard().take();
     match image.restart().await {
         Ok(info) => {
             let text = format!(
@@ -244,7 +245,7 @@ async fn image_restart(_a: NoArgs, ctx: ToolContext) -> ToolOutput {
 }
 
 async fn image_interrupt(_a: NoArgs, ctx: ToolContext) -> ToolOutput {
-    let running = *eval_slot(&ctx).running.lock().unwrap();
+    let running = *eval_slot(&ctx).running.guard();
     let Some(id) = running else {
         return interrupt_output(
             "No evaluation of this session is running; nothing to interrupt.",

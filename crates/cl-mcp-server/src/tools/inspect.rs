@@ -22,7 +22,7 @@ use super::lisp_call::{
 };
 use super::output::DEFAULT_MAX_OUTPUT;
 use super::turn::Queued;
-use super::{tool, Annotations, ToolContext, ToolDef, ToolGroup, ToolOutput};
+use super::{tool, Annotations, ToolContext, ToolDef, ToolError, ToolGroup, ToolOutput};
 
 /// Evaluation ids of these tools (a range of their own, apart from
 /// `evaluate-lisp`'s and the builds').
@@ -41,7 +41,7 @@ async fn run_user_code(
     args: Vec<Value>,
     mut keys: Vec<(&str, Value)>,
     timeout: Duration,
-) -> Result<(Value, Option<Queued>), String> {
+) -> Result<(Value, Option<Queued>), ToolError> {
     let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
     keys.push(("id", Value::Integer(id as i64)));
     keys.push(("session", Value::string(image::session_key(ctx))));

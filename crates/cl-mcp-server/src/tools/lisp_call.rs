@@ -15,8 +15,9 @@ use std::time::{Duration, Instant};
 use lisp_syntax::data::Value;
 
 use super::turn::{self, Queued};
-use super::{ToolContext, ToolOutput};
+use super::{ToolContext, ToolError, ToolOutput};
 use crate::image::{ImageReply, RexOutcome, Thread};
+use crate::sync::MutexExt;
 
 // ---------------------------------------------------------------------------
 // Building helper calls and reading their results.
@@ -29,27 +30,29 @@ pub const MAX_READ_DEPTH: usize = 1000;
 
 /// Refuses text nested deeper than [`MAX_READ_DEPTH`] before the image
 /// reads it; `what` names the argument (e.g. "`code`").
-pub fn check_read_depth(text: &str, what: &str) -> Result<(), String> {
+pub fn check_read_depth(text: &str, what: &str) -> Result<(), ToolError> {
     let depth = lisp_syntax::nesting_depth(text);
     if depth > MAX_READ_DEPTH {
-        return Err(format!(
+        return Err(ToolError::Argument(format!(
             "{what} nests {depth} levels deep (lists and prefixes such as ' or #'); the server \
              hands the Lisp reader at most {MAX_READ_DEPTH} levels, because deeper text would \
              exhaust the image's control stack. Nothing was sent to the image. Build deeply \
              nested data with code (e.g. a loop) instead of writing it out."
-        ));
+        )));
     }
     Ok(())
 }
 
 /// The validated `timeoutSeconds` of a call (`default` when absent): a
 /// positive, finite number of seconds, capped at 10^7.
-pub fn timeout_arg(seconds: Option<f64>, default: f64) -> Result<Duration, String> {
+pub fn timeout_arg(seconds: Option<f64>, default: f64) -> Result<Duration, ToolError> {
     let s = seconds.unwrap_or(default);
     if s > 0.0 && s.is_finite() {
         Ok(Duration::from_secs_f64(s.min(1.0e7)))
     } else {
-        Err("timeoutSeconds must be a positive number of seconds.".into())
+        Err(ToolError::Argument(
+            "timeoutSeconds must be a positive number of seconds.".into(),
+        ))
     }
 }
 
@@ -116,8 +119,8 @@ fn helper_error(v: &Value) -> Option<String> {
 
 /// The session's evaluation bookkeeping (its turn, running evaluation and
 /// pending notice).
-pub fn eval_slot(ctx: &ToolContext) -> &crate::session::EvalState {
-    &ctx.session.eval
+pub fn eval_slot(ctx: &ToolContext) -> &super::session_state::EvalState {
+    &ctx.state.eval
 }
 
 /// A name for the session inside the image (`:session` of
@@ -172,12 +175,12 @@ pub async fn run_evaluation(
     timeout: Duration,
     poll: Duration,
     grace: Duration,
-) -> Result<EvalRun, String> {
+) -> Result<EvalRun, ToolError> {
     let slot = eval_slot(ctx);
     let (turn, left) = take_turn(ctx, id, code, timeout).await?;
-    *slot.running.lock().unwrap() = Some(id);
+    *slot.running.guard() = Some(id);
     let result = drive_evaluation(ctx, id, &form, left, poll, grace).await;
-    *slot.running.lock().unwrap() = None;
+    *slot.running.guard() = None;
     result.map(|(value, cause)| EvalRun {
         value,
         cause,
@@ -194,7 +197,7 @@ pub async fn take_turn<'a>(
     id: u64,
     code: &str,
     timeout: Duration,
-) -> Result<(turn::Taken<'a>, Duration), String> {
+) -> Result<(turn::Taken<'a>, Duration), ToolError> {
     // The timeout does not cover starting the image (a cold start may build
     // the core first): the wait counts from when the image is ready.
     let taken = eval_slot(ctx)
@@ -207,7 +210,7 @@ pub async fn take_turn<'a>(
             |line| ctx.set_waiting(line),
         )
         .await
-        .map_err(|e| e.message(timeout))?;
+        .map_err(|e| e.into_error(timeout))?;
     ctx.clear_status();
     // Started (or, after a restart or a crash while it waited, started again).
     ensure_ready(ctx).await?;
@@ -224,7 +227,7 @@ async fn drive_evaluation(
     timeout: Duration,
     poll: Duration,
     grace: Duration,
-) -> Result<(Value, Option<StopCause>), String> {
+) -> Result<(Value, Option<StopCause>), ToolError> {
     let started = Instant::now();
     let image = ctx.session.image();
     let eval = image.eval(form, BUFFER_PACKAGE);
@@ -234,7 +237,7 @@ async fn drive_evaluation(
     let mut ticker = tokio::time::interval_at(tokio::time::Instant::now() + STATUS_DELAY, poll);
     let mut cause: Option<StopCause> = None;
     let mut gave_up_at: Option<tokio::time::Instant> = None;
-    let mut interrupt_failed: Option<String> = None;
+    let mut interrupt_failed: Option<ToolError> = None;
     // Without threads (CLISP) a status poll would only queue behind the
     // evaluation: the status line then just counts the seconds.
     let threads = image.has_threads();
@@ -287,17 +290,17 @@ async fn drive_evaluation(
             _ = sleep_until_opt(gave_up_at) => {
                 let image = ctx.session.image();
                 if image.process_stopped() {
-                    return Err(format!(
+                    return Err(ToolError::Image(format!(
                         "The evaluation did not stop within {} s of being interrupted: the \
                          image's process (pid {}) is stopped (SIGSTOP or a debugger), so it \
                          runs nothing. Resume it (kill -CONT) or use image-restart.",
                         grace.as_secs(),
                         image.pid().map(|p| p.to_string()).unwrap_or_default()
-                    ));
+                    )));
                 }
                 let old = image.abandon_eval_thread();
                 if let Some(why) = interrupt_failed {
-                    return Err(format!(
+                    return Err(ToolError::Image(format!(
                         "The evaluation ran past its {} and could not be interrupted: the \
                          interrupt itself failed ({why}). It is left running on its thread{}. \
                          Use image-restart to stop it (this loses the image's state).",
@@ -306,7 +309,7 @@ async fn drive_evaluation(
                             _ => format!("timeout ({} s)", timeout.as_secs()),
                         },
                         old.map(|t| format!(" (Swank thread {t})")).unwrap_or_default()
-                    ));
+                    )));
                 }
                 let cpu = match image.busiest_thread(Duration::from_millis(300)).await {
                     Some((tid, pct)) if pct >= 5.0 => format!(
@@ -315,7 +318,7 @@ async fn drive_evaluation(
                     Some(_) => "; the image is using almost no CPU now".to_string(),
                     None => String::new(),
                 };
-                return Err(format!(
+                return Err(ToolError::Image(format!(
                     "The evaluation did not stop within {} s of being interrupted: it runs \
                      code that cannot be interrupted (e.g. inside WITHOUT-INTERRUPTS, an \
                      UNWIND-PROTECT cleanup, or foreign code). It is left running on its \
@@ -323,7 +326,7 @@ async fn drive_evaluation(
                      state intact. Use image-restart to stop it (this loses the image's state).",
                     grace.as_secs(),
                     old.map(|t| format!(" (Swank thread {t})")).unwrap_or_default()
-                ));
+                )));
             }
         }
     }
@@ -349,7 +352,7 @@ pub async fn interrupt_evaluation(ctx: &ToolContext, id: Option<u64>) -> Vec<i64
 async fn interrupt_evaluation_or_why(
     ctx: &ToolContext,
     id: Option<u64>,
-) -> Result<Vec<i64>, String> {
+) -> Result<Vec<i64>, ToolError> {
     let image = ctx.session.image();
     if !image.has_threads() {
         // One thread runs everything (CLISP): no other thread can call
@@ -371,19 +374,19 @@ async fn interrupt_evaluation_or_why(
             .filter_map(Value::as_i64)
             .collect()),
         Ok(Err(e)) => Err(e),
-        Err(_) => Err(format!(
+        Err(_) => Err(ToolError::Image(format!(
             "the image did not take the interrupt request within {} s",
             INTERRUPT_CALL_LIMIT.as_secs()
-        )),
+        ))),
     }
 }
 
 /// Calls a lookup helper on a fresh Swank thread; a name that did not
 /// resolve (the helper's `(:error "...")`) is an error too.
-pub async fn call_lookup(ctx: &ToolContext, form: &str) -> Result<Value, String> {
+pub async fn call_lookup(ctx: &ToolContext, form: &str) -> Result<Value, ToolError> {
     let v = call_fresh(ctx, form).await?;
     match helper_error(&v) {
-        Some(e) => Err(e),
+        Some(e) => Err(ToolError::Lisp(e)),
         None => Ok(v),
     }
 }
@@ -412,7 +415,7 @@ pub async fn call_build(
     what: &str,
     form: &str,
     timeout: Duration,
-) -> Result<Value, String> {
+) -> Result<Value, ToolError> {
     // Builds run on their own thread: they do not take the evaluation turn,
     // but they are interrupted like evaluations, through their id.
     static NEXT_BUILD_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1 << 40);
@@ -432,10 +435,10 @@ pub async fn call_build(
         )
         .await
         .map_err(|e| match e {
-            turn::NotTaken::Cancelled => {
-                "Cancelled while waiting for another build in this image to finish.".to_string()
-            }
-            e => e.message(timeout),
+            turn::NotTaken::Cancelled => ToolError::NotRun(
+                "Cancelled while waiting for another build in this image to finish.".to_string(),
+            ),
+            e => e.into_error(timeout),
         })?;
     ctx.clear_status();
     ensure_ready(ctx).await?;
@@ -452,11 +455,11 @@ pub async fn call_build(
     interrupt_evaluation(ctx, Some(id)).await;
     let grace = Duration::from_secs(10);
     let mut v = tokio::time::timeout(grace, call).await.map_err(|_| {
-        format!(
+        ToolError::Image(format!(
             "The operation did not stop within {} s of being interrupted; the image is still \
              busy. Use image-restart to start a fresh one.",
             grace.as_secs()
-        )
+        ))
     })??;
     if timed_out {
         if let Value::List(items, None) = &mut v {
@@ -485,10 +488,10 @@ pub const BUFFER_PACKAGE: &str = "COMMON-LISP-USER";
 fn unpack(
     ctx: &ToolContext,
     reply: Result<ImageReply, crate::image::ImageError>,
-) -> Result<Value, String> {
+) -> Result<Value, ToolError> {
     let (notice, value) = reply_value(reply);
     if let Some(n) = notice {
-        *eval_slot(ctx).notice.lock().unwrap() = Some(n);
+        *eval_slot(ctx).notice.guard() = Some(n);
     }
     value
 }
@@ -497,26 +500,26 @@ fn unpack(
 /// carried (for callers without a [`ToolContext`]).
 pub fn reply_value(
     reply: Result<ImageReply, crate::image::ImageError>,
-) -> (Option<String>, Result<Value, String>) {
+) -> (Option<String>, Result<Value, ToolError>) {
     let reply = match reply {
         Ok(r) => r,
-        Err(e) => return (None, Err(e.to_string())),
+        Err(e) => return (None, Err(ToolError::Image(e.to_string()))),
     };
     let value = match reply.outcome {
         RexOutcome::Ok(v) => Ok(v),
-        RexOutcome::Abort(reason) => Err(format!(
+        RexOutcome::Abort(reason) => Err(ToolError::Image(format!(
             "The image aborted the request{}. This is a problem in the server's Lisp helpers \
              or the image's state, not in your code; image-info shows the image, image-restart \
              starts a fresh one.",
             reason.map(|r| format!(" ({r})")).unwrap_or_default()
-        )),
+        ))),
     };
     (reply.state_lost, value)
 }
 
 /// Waits until the session's image is up (starting it if needed), unless
 /// the request is cancelled first.
-pub async fn ensure_ready(ctx: &ToolContext) -> Result<(), String> {
+pub async fn ensure_ready(ctx: &ToolContext) -> Result<(), ToolError> {
     let image = ctx.session.image();
     let ready = image.ready();
     tokio::pin!(ready);
@@ -535,14 +538,16 @@ pub async fn ensure_ready(ctx: &ToolContext) -> Result<(), String> {
                 r = &mut ready => r,
                 _ = ctx.cancel.cancelled() => {
                     ctx.clear_status();
-                    return Err("Cancelled while the Lisp image was starting.".into());
+                    return Err(ToolError::NotRun(
+                        "Cancelled while the Lisp image was starting.".into(),
+                    ));
                 }
             };
             ctx.clear_status();
             r
         }
     };
-    result.map_err(|e| e.to_string())?;
+    result.map_err(|e| ToolError::Image(e.to_string()))?;
     ensure_project_registered(ctx).await;
     Ok(())
 }
@@ -559,7 +564,7 @@ async fn ensure_project_registered(ctx: &ToolContext) {
     let generation = image.info().generation;
     let root = ctx.session.project_root();
     let want = Some((generation, root.clone()));
-    if *eval_slot(ctx).project_registered.lock().unwrap() == want {
+    if *eval_slot(ctx).project_registered.guard() == want {
         return;
     }
     let form = helper_form(
@@ -573,7 +578,7 @@ async fn ensure_project_registered(ctx: &ToolContext) {
         Ok(v) => {
             let systems = plist_strings(&v, "systems");
             tracing::debug!(root = %root.display(), ?systems, "project systems registered");
-            *eval_slot(ctx).project_registered.lock().unwrap() = want;
+            *eval_slot(ctx).project_registered.guard() = want;
             // The user's own image gains a search function: say so once.
             if image.mode() == crate::image::ImageMode::Attached {
                 let said = format!(
@@ -587,7 +592,7 @@ async fn ensure_project_registered(ctx: &ToolContext) {
                         systems.join(", ")
                     }
                 );
-                let mut notice = eval_slot(ctx).notice.lock().unwrap();
+                let mut notice = eval_slot(ctx).notice.guard();
                 *notice = Some(match notice.take() {
                     Some(n) => format!("{n}\n{said}"),
                     None => said,
@@ -601,7 +606,7 @@ async fn ensure_project_registered(ctx: &ToolContext) {
 }
 
 /// Runs `form` on a fresh Swank thread (never waits behind an evaluation).
-pub async fn call_fresh(ctx: &ToolContext, form: &str) -> Result<Value, String> {
+pub async fn call_fresh(ctx: &ToolContext, form: &str) -> Result<Value, ToolError> {
     ensure_project_registered(ctx).await;
     let image = ctx.session.image();
     // A request's thread re-arms its stack guard before it ends (see
@@ -613,7 +618,7 @@ pub async fn call_fresh(ctx: &ToolContext, form: &str) -> Result<Value, String> 
 
 /// [`call_fresh`] on the image that runs now, never starting one (for the
 /// status polls and interrupts of a running evaluation).
-async fn call_running(ctx: &ToolContext, form: &str) -> Result<Value, String> {
+async fn call_running(ctx: &ToolContext, form: &str) -> Result<Value, ToolError> {
     let image = ctx.session.image();
     let guarded = format!("(cl-mcp-server::with-stack-guard {form})");
     unpack(
@@ -624,7 +629,11 @@ async fn call_running(ctx: &ToolContext, form: &str) -> Result<Value, String> {
 
 /// Runs `form` on the Swank thread `thread` (a thread waiting in the
 /// debugger serves such requests inside its debugger's dynamic extent).
-pub async fn call_on_thread(ctx: &ToolContext, form: &str, thread: i64) -> Result<Value, String> {
+pub async fn call_on_thread(
+    ctx: &ToolContext,
+    form: &str,
+    thread: i64,
+) -> Result<Value, ToolError> {
     let image = ctx.session.image();
     unpack(
         ctx,
@@ -635,7 +644,7 @@ pub async fn call_on_thread(ctx: &ToolContext, form: &str, thread: i64) -> Resul
 /// Puts the image's one-time "state was lost" notice (if one is due) in
 /// front of a tool's result. Every Lisp-backed tool's result passes here.
 pub fn finish(ctx: &ToolContext, mut out: ToolOutput) -> ToolOutput {
-    if let Some(n) = eval_slot(ctx).notice.lock().unwrap().take() {
+    if let Some(n) = eval_slot(ctx).notice.guard().take() {
         out.text = format!("[NOTICE] {n}\n\n{}", out.text);
     }
     out

@@ -23,6 +23,7 @@ use ignore::gitignore::{Gitignore, GitignoreBuilder};
 use ignore::Match;
 
 use super::fs_paths::{open_regular_in, rel_under};
+use crate::sync::MutexExt;
 
 /// Largest ignore file read (bigger ones are left out).
 const MAX_IGNORE_FILE: u64 = 1024 * 1024;
@@ -93,17 +94,14 @@ impl Rules {
     }
 
     fn level(&self, d: &Path) -> Arc<Level> {
-        if let Some(l) = self.levels.lock().unwrap().get(d) {
+        if let Some(l) = self.levels.guard().get(d) {
             return l.clone();
         }
         let level = Arc::new(Level {
             ignore: self.read_rules(d, ".ignore"),
             git: self.read_rules(d, ".gitignore"),
         });
-        self.levels
-            .lock()
-            .unwrap()
-            .insert(d.to_path_buf(), level.clone());
+        self.levels.guard().insert(d.to_path_buf(), level.clone());
         level
     }
 

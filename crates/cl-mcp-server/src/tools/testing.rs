@@ -265,6 +265,7 @@ fn contact_schema() -> Value {
     })
 }
 
+// Long: a list, one short definition per fixture tool.
 pub fn conformance_tools() -> Vec<ToolDef> {
     let ro = Annotations::READ_ONLY;
     let g = ToolGroup::Testing;
@@ -582,6 +583,7 @@ fn ask_name() -> ToolOutput {
 
 /// Fixtures asking for client input (SEP-2322), in the shapes the suite's
 /// `input-required-result-*` scenarios expect.
+// Long: a list, one short definition per fixture tool.
 fn input_required_tools() -> Vec<ToolDef> {
     let ro = Annotations::READ_ONLY;
     let g = ToolGroup::Testing;

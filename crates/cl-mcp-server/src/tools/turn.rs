@@ -11,6 +11,9 @@ use std::time::{Duration, Instant};
 
 use tokio_util::sync::CancellationToken;
 
+use super::ToolError;
+use crate::sync::MutexExt;
+
 /// How often a waiting call's status line is refreshed.
 const WAITING_REFRESH: Duration = Duration::from_millis(500);
 /// A wait shorter than this is not worth a word in the result.
@@ -71,7 +74,7 @@ impl Drop for Turn<'_> {
     fn drop(&mut self) {
         // Cleared before the queue's guard is released (fields drop after
         // this), so the next holder's entry is never overwritten.
-        *self.turn.holder.lock().unwrap() = None;
+        *self.turn.holder.guard() = None;
     }
 }
 
@@ -122,8 +125,8 @@ pub enum NotTaken {
         build: bool,
     },
     Cancelled,
-    /// The image it waited for could not be made ready (the message).
-    NotReady(String),
+    /// The image it waited for could not be made ready.
+    NotReady(ToolError),
 }
 
 impl NotTaken {
@@ -158,7 +161,16 @@ impl NotTaken {
             NotTaken::Cancelled => "Cancelled before the evaluation started (an earlier \
                                     evaluation of this image was still running)."
                 .to_string(),
-            NotTaken::NotReady(why) => why.clone(),
+            NotTaken::NotReady(why) => why.to_string(),
+        }
+    }
+
+    /// The call's error: why the image was not ready, or that the call
+    /// never ran (see [`NotTaken::message`]).
+    pub fn into_error(self, limit: Duration) -> ToolError {
+        match self {
+            NotTaken::NotReady(why) => why,
+            other => ToolError::NotRun(other.message(limit)),
         }
     }
 }
@@ -174,7 +186,7 @@ impl EvalTurn {
 
     /// The evaluation holding the turn now, if any.
     pub fn holder(&self) -> Option<Holder> {
-        self.holder.lock().unwrap().clone()
+        self.holder.guard().clone()
     }
 
     /// Waits for the turn for evaluation `id` running `code`, unless
@@ -189,7 +201,7 @@ impl EvalTurn {
         (id, code): (u64, &str),
         limit: Duration,
         cancel: &CancellationToken,
-        ready: impl Future<Output = Result<(), String>>,
+        ready: impl Future<Output = Result<(), ToolError>>,
         waiting: impl Fn(String),
     ) -> Result<Taken<'_>, NotTaken> {
         let arrived = Instant::now();
@@ -246,7 +258,7 @@ impl EvalTurn {
     }
 
     fn hold<'a>(&'a self, guard: tokio::sync::MutexGuard<'a, ()>, id: u64, code: &str) -> Turn<'a> {
-        *self.holder.lock().unwrap() = Some(Holder {
+        *self.holder.guard() = Some(Holder {
             id,
             code: code_head(code),
             since: Instant::now(),
@@ -285,7 +297,7 @@ fn code_head(code: &str) -> String {
 mod tests {
     use super::*;
 
-    async fn ready() -> Result<(), String> {
+    async fn ready() -> Result<(), ToolError> {
         Ok(())
     }
 
@@ -325,7 +337,7 @@ mod tests {
                 Duration::from_millis(700),
                 &cancel,
                 ready(),
-                |l| heard.lock().unwrap().push(l),
+                |l| heard.guard().push(l),
             )
             .await;
         let Err(NotTaken::TimedOut {

@@ -8,7 +8,9 @@ use super::scan::{self, Opener, Problem};
 use super::{line_window, Position};
 use crate::tools::fs::{to_json, READ_CAP_BYTES};
 use crate::tools::fs_paths::{read_capped, ReadCapError};
-use crate::tools::{off_workers, tool, Annotations, ToolContext, ToolDef, ToolGroup, ToolOutput};
+use crate::tools::{
+    off_workers, tool, Annotations, ToolContext, ToolDef, ToolError, ToolGroup, ToolOutput,
+};
 
 #[derive(Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
@@ -107,7 +109,7 @@ fn windowed_file(
     path: &str,
     offset: Option<usize>,
     limit: Option<usize>,
-) -> Result<Windowed, String> {
+) -> Result<Windowed, ToolError> {
     let r = super::super::fs::resolve_existing_file(&ctx.session, path)?;
     // The size comes from the opened handle, which is also what is read.
     let (file, meta) = r.open_regular()?;
@@ -127,21 +129,24 @@ fn windowed_file(
         Ok(bytes) if size > READ_CAP_BYTES => String::from_utf8_lossy(&bytes).into_owned(),
         Ok(bytes) if bytes.len() > READ_CAP_BYTES => {
             // Grew past the cap since the size was taken.
-            return Err(format!(
+            return Err(ToolError::File(format!(
                 "'{}' grew past the 2 MB limit while it was read; check it in parts with \
                  `offset`/`limit`.",
                 r.display
-            ));
+            )));
         }
         Ok(bytes) => String::from_utf8(bytes).map_err(|e| {
-            format!(
+            ToolError::File(format!(
                 "'{}' is not UTF-8 text (invalid byte at offset {}).",
                 r.display,
                 e.utf8_error().valid_up_to()
-            )
+            ))
         })?,
         Err(ReadCapError::TooBig(n)) => {
-            return Err(format!("'{}' is too big to check ({n} bytes).", r.display))
+            return Err(ToolError::File(format!(
+                "'{}' is too big to check ({n} bytes).",
+                r.display
+            )))
         }
         Err(ReadCapError::Other(m)) => return Err(m),
     };
@@ -149,17 +154,19 @@ fn windowed_file(
         return Ok(Windowed::Text(text, 0, 0, r.display));
     }
     if limit == Some(0) {
-        return Err("`limit` must be at least 1 (lines).".into());
+        return Err(ToolError::Argument(
+            "`limit` must be at least 1 (lines).".into(),
+        ));
     }
     let lines = LineIndex::new(&text);
     let offset = offset.unwrap_or(0);
     let human = super::human_line_count(&text, &lines);
     if offset > 0 && offset >= human {
-        return Err(format!(
+        return Err(ToolError::Argument(format!(
             "`offset` {offset} is past the end of '{}', which has {human} lines (`offset` is \
              0-based).",
             r.display
-        ));
+        )));
     }
     let (start, end) = line_window(&text, &lines, offset, limit.unwrap_or(usize::MAX));
     let before = text[..start].chars().count();
@@ -193,37 +200,30 @@ fn too_large(size: usize) -> CheckOutput {
 /// Checks `text`; `base_line`/`base_offset` (lines and characters before it
 /// in its file) shift the reported positions. Returns the structured result
 /// and a sentence for the model.
-pub fn check_text(text: &str, base_line: usize, base_offset: usize) -> (CheckOutput, String) {
-    let s = scan::scan(text);
-    let Some(problem) = s.problem.clone() else {
-        let n = s.forms().count();
-        return (
-            CheckOutput {
-                ok: true,
-                kind: None,
-                expected: None,
-                found: None,
-                position: None,
-                innermost_open: None,
-                hint: None,
-                forms: Some(n),
-            },
-            format!(
-                "ok: all delimiters balanced ({}).",
-                crate::tools::output::counted(n, "top-level form", "top-level forms")
-            ),
-        );
-    };
-    let lines = LineIndex::new(text);
-    let pos = |o: usize| {
-        let mut p = Position::of(text, &lines, o);
-        p.line += base_line;
-        p.offset += base_offset;
-        p
-    };
-    let at = |p: &Position| format!("line {}, column {}", p.line, p.column);
-    // Where indentation places the closers, when it can.
-    let by_indentation = match lisp_syntax::repair::repair_parens(text) {
+/// The answer for a text whose delimiters balance: its `n` forms.
+fn all_balanced(n: usize) -> (CheckOutput, String) {
+    (
+        CheckOutput {
+            ok: true,
+            kind: None,
+            expected: None,
+            found: None,
+            position: None,
+            innermost_open: None,
+            hint: None,
+            forms: Some(n),
+        },
+        format!(
+            "ok: all delimiters balanced ({}).",
+            crate::tools::output::counted(n, "top-level form", "top-level forms")
+        ),
+    )
+}
+
+/// Where indentation places the closers, when it can (" By the
+/// indentation: ..."), else nothing.
+fn closers_by_indentation(text: &str, base_line: usize) -> String {
+    match lisp_syntax::repair::repair_parens(text) {
         lisp_syntax::repair::Repair::Repaired { changes, .. } => {
             let said: Vec<String> = changes
                 .iter()
@@ -240,7 +240,23 @@ pub fn check_text(text: &str, base_line: usize, base_offset: usize) -> (CheckOut
             format!(" By the indentation: {}.", said.join("; "))
         }
         _ => String::new(),
+    }
+}
+
+pub fn check_text(text: &str, base_line: usize, base_offset: usize) -> (CheckOutput, String) {
+    let s = scan::scan(text);
+    let Some(problem) = s.problem.clone() else {
+        return all_balanced(s.forms().count());
     };
+    let lines = LineIndex::new(text);
+    let pos = |o: usize| {
+        let mut p = Position::of(text, &lines, o);
+        p.line += base_line;
+        p.offset += base_offset;
+        p
+    };
+    let at = |p: &Position| format!("line {}, column {}", p.line, p.column);
+    let by_indentation = closers_by_indentation(text, base_line);
     match problem {
         Problem::ExtraClose { offset } => {
             let p = pos(offset);

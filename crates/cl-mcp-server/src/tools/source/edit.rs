@@ -15,9 +15,12 @@ use serde::{Deserialize, Serialize};
 
 use super::defs::{self, Definition};
 use super::{parens, scan};
+use crate::sync::MutexExt;
 use crate::tools::fs::{read_text_capped, resolve_for, to_json};
 use crate::tools::fs_paths::{atomic_write, Access};
-use crate::tools::{off_workers, tool, Annotations, ToolContext, ToolDef, ToolGroup, ToolOutput};
+use crate::tools::{
+    off_workers, tool, Annotations, ToolContext, ToolDef, ToolError, ToolGroup, ToolOutput,
+};
 
 // What to do with the form.
 #[derive(Deserialize, JsonSchema, Clone, Copy, Debug, PartialEq, Eq)]
@@ -108,7 +111,7 @@ pub fn tool_def() -> ToolDef {
 static EDIT_LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 fn edit(a: EditArgs, ctx: &ToolContext) -> ToolOutput {
-    let _serialized = EDIT_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    let _serialized = EDIT_LOCK.guard();
     let r = match resolve_for(&ctx.session, &a.path, Access::Write) {
         Ok(r) => r,
         Err(e) => return ToolOutput::error(e.0),
@@ -124,25 +127,10 @@ fn edit(a: EditArgs, ctx: &ToolContext) -> ToolOutput {
         Ok(t) => t,
         Err(e) => return ToolOutput::error(e),
     };
-    let mut content = a.content.as_deref().unwrap_or("").to_string();
-    let mut repairs = Vec::new();
-    let mut repair_diff = String::new();
-    if a.operation != Operation::Delete && a.repair_parens != Some(false) {
-        match parens::repair(&content) {
-            Ok(None) => {}
-            Ok(Some(r)) => {
-                content = r.text;
-                repairs = r.changes;
-                repair_diff = r.diff;
-            }
-            Err(e) => {
-                return ToolOutput::error(format!(
-                    "Not written: in `content`, {e} (Lines are lines of `content`; pass \
-                     `repairParens: false` to get the reader's own error instead.)"
-                ))
-            }
-        }
-    }
+    let (content, repairs, repair_diff) = match repaired_content(&a) {
+        Ok(c) => c,
+        Err(e) => return ToolOutput::error(e),
+    };
     let content = content.as_str();
     if a.operation != Operation::Delete {
         if content.trim().is_empty() {
@@ -240,19 +228,39 @@ fn edit(a: EditArgs, ctx: &ToolContext) -> ToolOutput {
     ToolOutput::structured(msg, to_json(&out))
 }
 
+/// `content` with its parentheses repaired by its indentation (not for a
+/// delete, nor with `repairParens: false`): the text, the changes, and
+/// their before/after lines.
+fn repaired_content(a: &EditArgs) -> Result<(String, Vec<String>, String), ToolError> {
+    let content = a.content.as_deref().unwrap_or("").to_string();
+    if a.operation == Operation::Delete || a.repair_parens == Some(false) {
+        return Ok((content, Vec::new(), String::new()));
+    }
+    match parens::repair(&content) {
+        Ok(None) => Ok((content, Vec::new(), String::new())),
+        Ok(Some(r)) => Ok((r.text, r.changes, r.diff)),
+        Err(e) => Err(ToolError::Edit(format!(
+            "Not written: in `content`, {e} (Lines are lines of `content`; pass \
+             `repairParens: false` to get the reader's own error instead.)"
+        ))),
+    }
+}
+
 /// `content` must read cleanly and hold at least one form.
-fn check_content(content: &str) -> Result<(), String> {
+fn check_content(content: &str) -> Result<(), ToolError> {
     let parse = cst::parse(content);
     if let Some(e) = parse.errors.first() {
         let lines = LineIndex::new(content);
-        return Err(format!(
+        return Err(ToolError::Edit(format!(
             "`content` does not read as complete forms: {} (positions are within `content`). \
              Nothing was changed.",
             e.message(&lines)
-        ));
+        )));
     }
     if parse.top_level_forms().next().is_none() {
-        return Err("`content` holds only comments or whitespace; give at least one form.".into());
+        return Err(ToolError::Edit(
+            "`content` holds only comments or whitespace; give at least one form.".into(),
+        ));
     }
     Ok(())
 }
@@ -260,7 +268,7 @@ fn check_content(content: &str) -> Result<(), String> {
 /// A guarded target (`#+sbcl (defun ...)`) replaced by several forms
 /// without a guard of their own: the guard would cover only the first, so
 /// the others would be read on every implementation.
-fn check_guard(text: &str, d: &Definition, op: Operation, content: &str) -> Result<(), String> {
+fn check_guard(text: &str, d: &Definition, op: Operation, content: &str) -> Result<(), ToolError> {
     let content = content.trim_start();
     if op != Operation::Replace
         || d.unit_span.start == d.span.start
@@ -271,21 +279,24 @@ fn check_guard(text: &str, d: &Definition, op: Operation, content: &str) -> Resu
         return Ok(());
     }
     let guard = d.guard(text).unwrap_or_default();
-    Err(format!(
+    Err(ToolError::Edit(format!(
         "`{} {}` is guarded by `{guard}`, and `content` holds several forms: the guard would          cover only the first. Write the guard before each form in `content` (`{guard} (...)`),          or replace with one form.",
         d.kind,
         d.full_name()
-    ))
+    )))
 }
 
 /// The edited file must read with no more errors than the original.
-fn check_result(old: &str, new: &str) -> Result<(), String> {
+fn check_result(old: &str, new: &str) -> Result<(), ToolError> {
     let before = cst::parse(old).errors.len();
     let parse = cst::parse(new);
     if parse.errors.len() > before {
         let lines = LineIndex::new(new);
         let e = &parse.errors[0];
-        return Err(format!("{} (in the edited file)", e.message(&lines)));
+        return Err(ToolError::Edit(format!(
+            "{} (in the edited file)",
+            e.message(&lines)
+        )));
     }
     Ok(())
 }
@@ -293,7 +304,7 @@ fn check_result(old: &str, new: &str) -> Result<(), String> {
 /// The top-level item holding the target must close: an unclosed form
 /// runs to the end of the file, so editing "it" would rewrite (or insert
 /// into) everything after it.
-fn check_closed(text: &str, d: &Definition) -> Result<(), String> {
+fn check_closed(text: &str, d: &Definition) -> Result<(), ToolError> {
     let item = d.item_span.clone();
     let problem = match scan::Scanner::new(text).skip_form(item.start) {
         Ok(end) if end == item.end => return Ok(()),
@@ -333,7 +344,7 @@ fn check_closed(text: &str, d: &Definition) -> Result<(), String> {
         ". Nothing was changed: fix the parentheses first (lisp-check-parens shows where), \
          then edit.",
     );
-    Err(msg)
+    Err(ToolError::Edit(msg))
 }
 
 /// Every top-level form and comment outside the edited range must be
@@ -341,7 +352,12 @@ fn check_closed(text: &str, d: &Definition) -> Result<(), String> {
 /// range and (shifted by the size change) after it. This catches edits
 /// that read fine but re-nest the rest of the file (a comment swallowing
 /// the next form, a form absorbing what follows).
-fn check_outside(old: &str, new: &str, range: Range<usize>, inserted: usize) -> Result<(), String> {
+fn check_outside(
+    old: &str,
+    new: &str,
+    range: Range<usize>,
+    inserted: usize,
+) -> Result<(), ToolError> {
     let a = scan::scan_recovering(old);
     let b = scan::scan_recovering(new);
     let before = |s: &scan::Scan| -> Vec<scan::Item> {
@@ -369,11 +385,11 @@ fn check_outside(old: &str, new: &str, range: Range<usize>, inserted: usize) -> 
     if ba != bb {
         let i = ba.iter().zip(&bb).take_while(|(x, y)| x == y).count();
         let at = ba.get(i).map_or(range.start, |it| it.span.start);
-        return Err(format!(
+        return Err(ToolError::Edit(format!(
             "this edit would change the code before the edited form (the top-level item at \
              line {} would read differently)",
             lines.line_col(at).0
-        ));
+        )));
     }
     if after_old != after_new {
         let i = after_old
@@ -384,12 +400,12 @@ fn check_outside(old: &str, new: &str, range: Range<usize>, inserted: usize) -> 
         let at = after_old
             .get(i)
             .map_or(range.end, |(_, r)| r.start + range.end);
-        return Err(format!(
+        return Err(ToolError::Edit(format!(
             "this edit would change the code after the edited form (the top-level item at \
              line {} would no longer read as it does; a `;` comment or an unbalanced form in \
              `content` can do that)",
             lines.line_col(at).0
-        ));
+        )));
     }
     Ok(())
 }
@@ -401,16 +417,16 @@ struct Wanted {
     specializers: Option<Vec<String>>,
 }
 
-fn parse_form_name(form_name: &str) -> Result<Wanted, String> {
+fn parse_form_name(form_name: &str) -> Result<Wanted, ToolError> {
     let parse = cst::parse(form_name);
     if !parse.errors.is_empty() {
-        return Err(format!(
+        return Err(ToolError::Argument(format!(
             "`formName` '{form_name}' does not read (unbalanced parentheses?)."
-        ));
+        )));
     }
     let mut forms = parse.top_level_forms();
     let Some(name) = forms.next() else {
-        return Err("`formName` is empty.".into());
+        return Err(ToolError::Argument("`formName` is empty.".into()));
     };
     let mut qualifiers = Vec::new();
     let mut specializers = None;
@@ -460,7 +476,7 @@ fn find_target(
     form_type: &str,
     form_name: &str,
     line: Option<usize>,
-) -> Result<Definition, String> {
+) -> Result<Definition, ToolError> {
     let wanted = parse_form_name(form_name)?;
     let type_key = {
         let t = form_type.trim().to_lowercase();
@@ -519,16 +535,16 @@ fn find_target(
                      column {c}), so forms after it may be hidden; see lisp-check-parens."
                 );
             }
-            Err(msg)
+            Err(ToolError::Edit(msg))
         }
         _ => {
             let c: Vec<String> = found.iter().map(|d| describe(d)).collect();
-            Err(format!(
+            Err(ToolError::Edit(format!(
                 "'{form_name}' is ambiguous: {} forms match: {}. Add qualifiers/specializers to \
                  `formName` (e.g. `name :around (class t)`) or pass `line`.",
                 found.len(),
                 c.join("; ")
-            ))
+            )))
         }
     }
 }
@@ -622,6 +638,7 @@ fn newline_at(text: &str, unit: Range<usize>) -> &'static str {
 }
 
 /// The new text: `text` with the operation applied around `d`.
+// Long: the four operations share the layout of the target's lines read first.
 fn splice(text: &str, d: &Definition, op: Operation, content: &str) -> Spliced {
     let unit = d.unit_span.clone();
     let nl = newline_at(text, unit.clone());
@@ -761,11 +778,15 @@ mod tests {
         assert_eq!(d.qualifiers, vec![":around".to_string()]);
         let e = find_target(SRC, "defmethod", "p", None).unwrap_err();
         assert!(
-            e.contains("ambiguous") && e.contains("p :around (point t) (line 6)"),
+            e.to_string().contains("ambiguous")
+                && e.to_string().contains("p :around (point t) (line 6)"),
             "{e}"
         );
         let e = find_target(SRC, "defun", "c", None).unwrap_err();
-        assert!(e.contains("defun a (line 2); defun b (line 8)"), "{e}");
+        assert!(
+            e.to_string().contains("defun a (line 2); defun b (line 8)"),
+            "{e}"
+        );
     }
 
     #[test]
@@ -853,7 +874,7 @@ mod tests {
         let d = find_target(src, "defun", "b", None).unwrap();
         let e =
             check_guard(src, &d, Operation::Replace, "(defun b () 3) (defun c () 4)").unwrap_err();
-        assert!(e.contains("guarded by `#+sbcl`"), "{e}");
+        assert!(e.to_string().contains("guarded by `#+sbcl`"), "{e}");
         assert!(check_guard(src, &d, Operation::Replace, "(defun b () 3)").is_ok());
         assert!(check_guard(
             src,
@@ -873,7 +894,11 @@ mod tests {
         assert_eq!(find_target(src, "defun", "c", None).unwrap().span, 18..32);
         assert_eq!(find_target(src, "defun", "a", None).unwrap().span, 0..17);
         let e = find_target(src, "defun", "d", None).unwrap_err();
-        assert!(e.contains("a delimiter problem at line 1, column 1"), "{e}");
+        assert!(
+            e.to_string()
+                .contains("a delimiter problem at line 1, column 1"),
+            "{e}"
+        );
     }
 
     #[test]
@@ -885,13 +910,14 @@ mod tests {
         assert!(check_result(old, new).is_ok());
         let e = check_outside(old, new, 0..17, 27).unwrap_err();
         assert!(
-            e.contains("after the edited form (the top-level item at line 1"),
+            e.to_string()
+                .contains("after the edited form (the top-level item at line 1"),
             "{e}"
         );
         let fine = "(defun zeta () 22) (defun eta () 3)\n";
         assert!(check_outside(old, fine, 0..17, 18).is_ok());
         // Content that glues onto the token before the range is caught too.
         let e = check_outside("a (b)\n", "ac\n", 1..5, 1).unwrap_err();
-        assert!(e.contains("before the edited form"), "{e}");
+        assert!(e.to_string().contains("before the edited form"), "{e}");
     }
 }

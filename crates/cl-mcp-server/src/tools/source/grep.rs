@@ -16,13 +16,14 @@ use serde::{Deserialize, Serialize};
 
 use super::defs::{self, Definition};
 use super::{is_lisp_path, scan};
+use crate::sync::MutexExt;
 use crate::tools::fs::{resolve_for, to_json, READ_CAP_BYTES};
 use crate::tools::fs_paths::{
     display_path, open_regular_in, read_capped, rel_under, Access, ReadCapError, ResolvedPath,
 };
 use crate::tools::output::counted;
 use crate::tools::safe_walk::{self, Rules};
-use crate::tools::{tool, Annotations, ToolContext, ToolDef, ToolGroup, ToolOutput};
+use crate::tools::{tool, Annotations, ToolContext, ToolDef, ToolError, ToolGroup, ToolOutput};
 
 const DEFAULT_SEARCH_LIMIT: usize = 200;
 const DEFAULT_SIGNATURE_LIMIT: usize = 2000;
@@ -158,15 +159,18 @@ pub fn signatures_tool_def() -> ToolDef {
 
 /// The file or directory to visit for `user_path`, and the root to show
 /// paths against.
-fn target(ctx: &ToolContext, user_path: Option<&str>) -> Result<(PathBuf, ResolvedPath), String> {
+fn target(
+    ctx: &ToolContext,
+    user_path: Option<&str>,
+) -> Result<(PathBuf, ResolvedPath), ToolError> {
     let root = ctx.session.project_root();
-    let r = resolve_for(&ctx.session, user_path.unwrap_or(""), Access::Read).map_err(|e| e.0)?;
+    let r = resolve_for(&ctx.session, user_path.unwrap_or(""), Access::Read)?;
     if !r.exists {
-        return Err(format!(
+        return Err(ToolError::File(format!(
             "Not found: '{}' (looked at {}).",
             user_path.unwrap_or("."),
             r.path.display()
-        ));
+        )));
     }
     Ok((root, r))
 }
@@ -185,22 +189,22 @@ pub struct Walked {
 /// read only if the opened handle is a regular file of at most 16 MB; named
 /// pipes, sockets and devices are skipped and listed. A single file that
 /// cannot be read is an error.
-pub fn for_each_lisp_file<F>(root: &Path, r: &ResolvedPath, visit: F) -> Result<Walked, String>
+pub fn for_each_lisp_file<F>(root: &Path, r: &ResolvedPath, visit: F) -> Result<Walked, ToolError>
 where
     F: Fn(&Path, &[u8]) + Sync,
 {
     let base = r
         .base_dir()
-        .map_err(|e| crate::tools::fs_paths::io_message("read", &r.display, &e))?;
+        .map_err(|e| ToolError::File(crate::tools::fs_paths::io_message("read", &r.display, &e)))?;
     if !r.path.is_dir() {
         let (file, meta) = open_regular_in(&base, &r.rel(), &r.display)?;
         let bytes =
             read_capped(file, meta.len(), MAX_FILE_BYTES, &r.display).map_err(|e| match e {
-                ReadCapError::TooBig(n) => format!(
+                ReadCapError::TooBig(n) => ToolError::File(format!(
                     "'{}' is {n} bytes, over the {} MB this tool reads from one file.",
                     r.display,
                     MAX_FILE_BYTES >> 20
-                ),
+                )),
                 ReadCapError::Other(m) => m,
             })?;
         visit(&r.path, &bytes);
@@ -250,7 +254,7 @@ where
                         visit(p, &bytes);
                     }
                 }
-                Err(why) => skipped.lock().unwrap().push(why),
+                Err(why) => skipped.guard().push(why.to_string()),
             }
             ignore::WalkState::Continue
         })
@@ -376,13 +380,13 @@ pub fn search(
     re: &Regex,
     types: Option<&[String]>,
     limit: usize,
-) -> Result<(Vec<Hit>, Walked, usize), String> {
+) -> Result<(Vec<Hit>, Walked, usize), ToolError> {
     let hits = Mutex::new(Vec::new());
     let walked = for_each_lisp_file(root, r, |p, bytes| {
         let found = search_bytes(bytes, re, types, types.is_some());
         if !found.is_empty() {
             let shown = display_path(root, p);
-            let mut all = hits.lock().unwrap();
+            let mut all = hits.guard();
             for mut h in found {
                 h.path = shown.clone();
                 h.file = p.to_path_buf();
@@ -698,7 +702,7 @@ fn run_signatures(a: SignaturesArgs, ctx: &ToolContext) -> ToolOutput {
 
 /// Every definition in the Lisp files under `path`, sorted by path and
 /// line; and the number of files read.
-pub fn signatures(root: &Path, r: &ResolvedPath) -> Result<(Vec<Signature>, Walked), String> {
+pub fn signatures(root: &Path, r: &ResolvedPath) -> Result<(Vec<Signature>, Walked), ToolError> {
     let all = Mutex::new(Vec::new());
     let walked = for_each_lisp_file(root, r, |p, bytes| {
         let Ok(text) = std::str::from_utf8(bytes) else {
@@ -718,7 +722,7 @@ pub fn signatures(root: &Path, r: &ResolvedPath) -> Result<(Vec<Signature>, Walk
             counted = d.span.start;
             out.push(signature_of(text, d, &shown, line));
         }
-        all.lock().unwrap().extend(out);
+        all.guard().extend(out);
     })?;
     let mut all = all.into_inner().unwrap();
     all.sort_by(|a, b| a.path.cmp(&b.path).then(a.line.cmp(&b.line)));

@@ -23,7 +23,7 @@ use serde::Serialize;
 
 use super::fs::{read_text_capped, resolve_existing_file};
 use super::fs_paths::ResolvedPath;
-use super::ToolDef;
+use super::{ToolDef, ToolError};
 use crate::session::Session;
 
 /// File extensions treated as Lisp source.
@@ -48,7 +48,7 @@ pub fn tools() -> Vec<ToolDef> {
 }
 
 /// Resolves `path` for reading and loads it as text (2 MB cap).
-pub fn load_source(session: &Session, path: &str) -> Result<(ResolvedPath, String), String> {
+pub fn load_source(session: &Session, path: &str) -> Result<(ResolvedPath, String), ToolError> {
     let r = resolve_existing_file(session, path)?;
     let text = read_text_capped(&r)?;
     Ok((r, text))

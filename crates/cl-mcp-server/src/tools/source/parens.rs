@@ -5,7 +5,7 @@
 //! model: each change as a sentence and as diff-like lines, so the model
 //! sees its mistake.
 
-use lisp_syntax::repair::{repair_parens, Change, Repair};
+use lisp_syntax::repair::{repair_parens, Change, Refusal, Repair};
 
 /// A repaired text and what changed.
 pub struct Repaired {
@@ -20,10 +20,10 @@ pub struct Repaired {
 /// `Ok(None)` when `text` needs nothing (it reads, or its problems are not
 /// about parentheses); `Ok(Some(_))` with the repair; `Err` with why the
 /// closers cannot be placed (the form, the line, the likely fix).
-pub fn repair(text: &str) -> Result<Option<Repaired>, String> {
+pub fn repair(text: &str) -> Result<Option<Repaired>, Refusal> {
     match repair_parens(text) {
         Repair::Unchanged => Ok(None),
-        Repair::Refused(r) => Err(r.to_string()),
+        Repair::Refused(r) => Err(r),
         Repair::Repaired {
             text: repaired,
             changes,
@@ -77,6 +77,6 @@ mod tests {
         assert_eq!(r.diff, "-2:   (g x)\n+2:   (g x))\n");
         assert!(repair("(a)\n").unwrap().is_none());
         let e = repair("(defun f ()\n  \"doc\n").err().unwrap();
-        assert!(e.contains("`(defun f` (line 1)"), "{e}");
+        assert!(e.to_string().contains("`(defun f` (line 1)"), "{e}");
     }
 }

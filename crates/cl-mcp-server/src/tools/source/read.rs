@@ -132,12 +132,11 @@ pub fn tool_def() -> ToolDef {
     .with_output_schema::<ReadOutput>()
 }
 
-fn compile(pattern: &str, case_insensitive: bool) -> Result<Regex, String> {
+fn compile(pattern: &str, case_insensitive: bool) -> Result<Regex, regex::Error> {
     RegexBuilder::new(pattern)
         .case_insensitive(case_insensitive)
         .size_limit(1 << 22)
         .build()
-        .map_err(|e| e.to_string())
 }
 
 /// A window of 0-based lines.
