@@ -67,7 +67,7 @@ mod imp {
                 .filter(|id| !id.is_empty() && !id.contains('/'))
             {
                 Some(id) => {
-                    let id = match crate::protocol::uri::percent_decode(id) {
+                    let id = match crate::uri::percent_decode(id) {
                         Ok(id) => id,
                         Err(e) => {
                             return Some(Err((

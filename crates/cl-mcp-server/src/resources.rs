@@ -44,7 +44,7 @@ fn is_document(path: &Path) -> bool {
 
 /// `file://` URI of an absolute path (percent-encoding what URIs cannot hold).
 pub fn file_uri(path: &Path) -> String {
-    crate::protocol::uri::file_uri(path)
+    crate::uri::file_uri(path)
 }
 
 /// `resources/list`: the project's documents, a page at a time (`cursor` is
@@ -97,7 +97,7 @@ pub fn list(session: &Session, cursor: Option<&str>) -> Result<Value, String> {
 /// `resources/read` of a `file://` URI, under the same read policy as the
 /// file tools. `Err((code, message))` on failure.
 pub fn read_file_uri(session: &Session, uri: &str) -> Result<Value, (i64, String)> {
-    let path = crate::protocol::uri::file_uri_path(uri).map_err(|e| {
+    let path = crate::uri::file_uri_path(uri).map_err(|e| {
         (
             crate::protocol::jsonrpc::INVALID_PARAMS,
             format!("Cannot read {uri}: {e}."),
@@ -133,7 +133,7 @@ fn all_tools() -> &'static ToolRegistry {
 
 /// A decoded segment of a `lisp://` URI.
 fn uri_part(uri: &str, s: &str) -> Result<String, (i64, String)> {
-    crate::protocol::uri::percent_decode(s).map_err(|e| {
+    crate::uri::percent_decode(s).map_err(|e| {
         (
             crate::protocol::jsonrpc::INVALID_PARAMS,
             format!("Cannot read {uri}: {e}."),

@@ -25,8 +25,6 @@ pub struct Session {
     pub id: u64,
     /// Evaluation bookkeeping.
     pub eval: EvalState,
-    /// MCP tasks (tool calls run in the background, polled for results).
-    pub tasks: crate::protocol::tasks::TaskStore,
     /// Evaluations suspended in the debugger (`evaluate-lisp` with
     /// `debug: true`); aborted when the session ends.
     pub debuggers: crate::tools::debug::Debuggers,
@@ -135,7 +133,6 @@ impl Session {
                 notice: Default::default(),
                 project_registered: Default::default(),
             },
-            tasks: Default::default(),
             debuggers: Default::default(),
             end_hooks: Default::default(),
         })

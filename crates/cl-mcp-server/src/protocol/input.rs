@@ -11,74 +11,17 @@
 //! - Legacy era: the server sends each request to the client on the call's
 //!   stream itself and runs the handler again with the answers.
 
-use std::collections::HashMap;
 use std::future::Future;
-use std::sync::Mutex;
-use std::time::{Duration, Instant};
 
 use serde_json::{json, Map, Value};
 
-use super::engine::RequestCtx;
-use super::mcp::{Era, McpError};
+use super::era::Era;
+use super::error::McpError;
+use super::request::RequestCtx;
 use crate::tools::{ClientInput, InputRequired};
 
-/// How long a `requestState` handle stays valid.
-const STATE_LIFETIME: Duration = Duration::from_secs(600);
-/// At most this many outstanding handles; the oldest go first.
-const MAX_STATES: usize = 1024;
 /// A legacy-era handler may ask for input this many times per request.
 const MAX_ROUNDS: usize = 8;
-
-struct Stored {
-    binding: String,
-    state: Value,
-    at: Instant,
-}
-
-/// Outstanding `requestState`s of the stateless era.
-#[derive(Default)]
-pub(crate) struct StateStore {
-    states: Mutex<HashMap<String, Stored>>,
-}
-
-impl StateStore {
-    fn put(&self, binding: &str, state: Value) -> String {
-        let token = super::random_token();
-        let mut states = self.states.lock().unwrap();
-        states.retain(|_, s| s.at.elapsed() < STATE_LIFETIME);
-        while states.len() >= MAX_STATES {
-            let oldest = states
-                .iter()
-                .min_by_key(|(_, s)| s.at)
-                .map(|(k, _)| k.clone());
-            match oldest {
-                Some(k) => states.remove(&k),
-                None => break,
-            };
-        }
-        states.insert(
-            token.clone(),
-            Stored {
-                binding: binding.to_string(),
-                state,
-                at: Instant::now(),
-            },
-        );
-        token
-    }
-
-    fn take(&self, binding: &str, token: &str) -> Result<Value, McpError> {
-        let mut states = self.states.lock().unwrap();
-        states.retain(|_, s| s.at.elapsed() < STATE_LIFETIME);
-        match states.remove(token) {
-            Some(s) if s.binding == binding => Ok(s.state),
-            _ => Err(McpError::invalid_params(
-                "requestState is unknown, altered, already used or expired: send the request again \
-                 without inputResponses and requestState",
-            )),
-        }
-    }
-}
 
 /// The client's input on a stateless retry: `inputResponses` and the state
 /// behind `requestState`. Legacy requests carry none.

@@ -38,8 +38,8 @@ use tokio_util::sync::CancellationToken;
 use tower_service::Service;
 
 use super::listen::{accept, refuse, ConnectionLimit};
+use crate::protocol::era::{LEGACY_VERSIONS, MODERN_VERSION};
 use crate::protocol::jsonrpc;
-use crate::protocol::mcp::{LEGACY_VERSIONS, MODERN_VERSION};
 use crate::protocol::outbound::{self, OutboundRx};
 use crate::protocol::{Connection, Engine};
 use crate::session::Session;

@@ -1,0 +1,37 @@
+//! A connection's outstanding approval tokens (`--require-approval` with
+//! `--approval-fallback token`): single-use, each bound to one call's
+//! fingerprint, valid for [`TOKEN_LIFETIME`].
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use crate::sync::MutexExt;
+
+/// How long an approval token stays valid.
+pub const TOKEN_LIFETIME: Duration = Duration::from_secs(300);
+
+/// Outstanding approval tokens of one connection.
+#[derive(Default)]
+pub struct ApprovalTokens {
+    tokens: Mutex<HashMap<String, (String, Instant)>>,
+}
+
+impl ApprovalTokens {
+    /// Takes `token` (valid or not, it is used up): the fingerprint it was
+    /// issued for, unless unknown or expired.
+    pub fn take(&self, token: &str) -> Option<String> {
+        let mut tokens = self.tokens.guard();
+        tokens.retain(|_, (_, at)| at.elapsed() < TOKEN_LIFETIME);
+        tokens.remove(token).map(|(print, _)| print)
+    }
+
+    /// Issues a new token for the call with fingerprint `print`.
+    pub fn issue(&self, print: String) -> String {
+        let token = super::random_token();
+        self.tokens
+            .guard()
+            .insert(token.clone(), (print, Instant::now()));
+        token
+    }
+}
