@@ -6,7 +6,7 @@ use std::sync::{Arc, OnceLock, RwLock};
 
 use crate::config::ServerConfig;
 use crate::image::Image;
-use crate::sync::MutexExt;
+use crate::sync::{MutexExt, RwLockExt};
 
 /// State shared by every request of one MCP session.
 pub struct Session {
@@ -172,7 +172,7 @@ impl Session {
 
     /// True when the session offers tools that need a Lisp image.
     fn needs_image(&self) -> bool {
-        use crate::tools::ToolGroup;
+        use crate::config::ToolGroup;
         self.config.tool_groups.iter().any(|g| {
             matches!(
                 g,
@@ -201,7 +201,7 @@ impl Session {
 
     /// Directories besides the project root that file tools may read.
     pub fn read_roots(&self) -> Vec<PathBuf> {
-        self.read_roots.read().unwrap().clone()
+        self.read_roots.reading().clone()
     }
 
     /// Replaces the extra read roots (canonical directories; `/` is never
@@ -214,18 +214,18 @@ impl Session {
             .collect();
         roots.sort();
         roots.dedup();
-        *self.read_roots.write().unwrap() = roots;
+        *self.read_roots.writing() = roots;
     }
 
     /// The project root: file tools resolve paths against it and refuse to
     /// leave it. Always an absolute, canonical path.
     pub fn project_root(&self) -> PathBuf {
-        self.root.read().unwrap().clone()
+        self.root.reading().clone()
     }
 
     /// Sets the project root (`fs-set-project-root`).
     pub fn set_project_root(&self, root: &Path) {
-        *self.root.write().unwrap() = root.to_path_buf();
+        *self.root.writing() = root.to_path_buf();
     }
 
     /// True when the user fixed the root on the command line (client roots
@@ -253,7 +253,7 @@ impl Session {
 
     /// Records a root the client declared (without adopting it).
     pub fn allow_root(&self, canon: &Path) {
-        let mut allowed = self.allowed_roots.write().unwrap();
+        let mut allowed = self.allowed_roots.writing();
         if !allowed.iter().any(|a| a == canon) {
             allowed.push(canon.to_path_buf());
         }
@@ -262,6 +262,6 @@ impl Session {
     /// The directories `fs-set-project-root` may move under (unless the
     /// server runs with `--allow-any-root`).
     pub fn allowed_roots(&self) -> Vec<PathBuf> {
-        self.allowed_roots.read().unwrap().clone()
+        self.allowed_roots.reading().clone()
     }
 }

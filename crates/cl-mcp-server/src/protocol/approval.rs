@@ -7,15 +7,12 @@
 
 use serde_json::{json, Map, Value};
 
-use super::approval_tokens::TOKEN_LIFETIME;
+use super::approval_tokens::{TOKEN_ARG, TOKEN_LIFETIME};
 use super::era::Era;
 use super::outbound::Outbound;
 use super::request::ConnState;
 use crate::sync::MutexExt;
 use crate::tools::ToolOutput;
-
-/// The argument carrying an approval token.
-pub const TOKEN_ARG: &str = "approvalToken";
 
 /// What to do with a call to a tool that needs approval.
 pub enum Verdict {
@@ -129,20 +126,4 @@ impl ToolOutput {
     fn into_verdict(self) -> Verdict {
         Verdict::Answer(self)
     }
-}
-
-/// The input schema of a tool that needs approval: its own plus `approvalToken`.
-pub fn schema_with_token(mut schema: Value) -> Value {
-    if let Some(props) = schema.get_mut("properties").and_then(Value::as_object_mut) {
-        props.insert(
-            TOKEN_ARG.into(),
-            json!({"type": "string", "description": "Single-use token from an approval_required answer, after the user approved this exact call."}),
-        );
-    } else if let Some(obj) = schema.as_object_mut() {
-        obj.insert(
-            "properties".into(),
-            json!({ TOKEN_ARG: {"type": "string", "description": "Single-use approval token."} }),
-        );
-    }
-    schema
 }

@@ -109,7 +109,8 @@ pub(crate) fn describe_tools(
             .map(|t| {
                 let mut d = t.describe();
                 if require_approval.iter().any(|a| a == t.name) {
-                    d["inputSchema"] = super::approval::schema_with_token(d["inputSchema"].take());
+                    d["inputSchema"] =
+                        super::approval_tokens::schema_with_token(d["inputSchema"].take());
                 }
                 d
             })

@@ -17,11 +17,22 @@ use serde_json::{json, Map, Value};
 
 use super::era::Era;
 use super::error::McpError;
-use super::request::RequestCtx;
+use super::request::{ClientRequestError, RequestCtx};
 use crate::tools::{ClientInput, InputRequired};
 
 /// A legacy-era handler may ask for input this many times per request.
 const MAX_ROUNDS: usize = 8;
+
+/// Why the legacy era could not get the client's input for a handler.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum InputError {
+    #[error("input request '{0}' names no method")]
+    NoMethod(String),
+    #[error(transparent)]
+    Client(#[from] ClientRequestError),
+    #[error("gave up after asking the client for input {MAX_ROUNDS} times")]
+    TooManyRounds,
+}
 
 /// The client's input on a stateless retry: `inputResponses` and the state
 /// behind `requestState`. Legacy requests carry none.
@@ -56,13 +67,13 @@ fn client_input(
 
 /// Runs `attempt` until it answers. `binding` names the request (method and
 /// target) so a state issued for one cannot be replayed on another. A
-/// legacy-era failure to get the client's input is `Ok(Err(message))`.
+/// legacy-era failure to get the client's input is `Ok(Err(InputError))`.
 pub(crate) async fn answer<F, Fut>(
     req: &RequestCtx,
     params: &Map<String, Value>,
     binding: &str,
     mut attempt: F,
-) -> Result<Result<Value, String>, McpError>
+) -> Result<Result<Value, InputError>, McpError>
 where
     F: FnMut(ClientInput) -> Fut,
     Fut: Future<Output = Result<Result<Value, InputRequired>, McpError>>,
@@ -86,14 +97,14 @@ where
         let mut responses = Map::new();
         for (key, request) in needed.requests {
             let Some(method) = request.get("method").and_then(Value::as_str) else {
-                return Ok(Err(format!("input request '{key}' names no method")));
+                return Ok(Err(InputError::NoMethod(key)));
             };
             let params = request.get("params").cloned().unwrap_or(json!({}));
             match req.conn.request_client(&req.out, method, params).await {
                 Ok(v) => {
                     responses.insert(key, v);
                 }
-                Err(e) => return Ok(Err(e)),
+                Err(e) => return Ok(Err(InputError::Client(e))),
             }
         }
         input = ClientInput {
@@ -101,7 +112,5 @@ where
             state: needed.state,
         };
     }
-    Ok(Err(format!(
-        "gave up after asking the client for input {MAX_ROUNDS} times"
-    )))
+    Ok(Err(InputError::TooManyRounds))
 }

@@ -61,6 +61,17 @@ pub(crate) struct ConnState {
     pub(crate) notify: Outbound,
 }
 
+/// Why a request this server sent to the client got no result.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientRequestError {
+    #[error("this transport cannot carry requests to the client")]
+    NoChannel,
+    #[error("the client answered {method} with an error: {error}")]
+    Answered { method: String, error: Value },
+    #[error("the client did not answer {method}")]
+    NoAnswer { method: String },
+}
+
 impl ConnState {
     /// The tasks of this connection's session.
     pub(crate) fn tasks(&self) -> Arc<TaskStore> {
@@ -73,7 +84,7 @@ impl ConnState {
         out: &Outbound,
         method: &str,
         params: Value,
-    ) -> Result<Value, String> {
+    ) -> Result<Value, ClientRequestError> {
         let n = self.next_client_request.fetch_add(1, Ordering::Relaxed);
         let id = format!("cl-mcp-{n}");
         let (tx, rx) = oneshot::channel();
@@ -81,17 +92,19 @@ impl ConnState {
         let msg = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
         if out.send(msg.to_string()).is_err() {
             self.client_requests.guard().remove(&format!("s:{id}"));
-            return Err("this transport cannot carry requests to the client".into());
+            return Err(ClientRequestError::NoChannel);
         }
         match tokio::time::timeout(Duration::from_secs(30), rx).await {
             Ok(Ok(Ok(v))) => Ok(v),
-            Ok(Ok(Err(e))) => Err(format!("the client answered {method} with an error: {e}")),
+            Ok(Ok(Err(error))) => Err(ClientRequestError::Answered {
+                method: method.to_string(),
+                error,
+            }),
             _ => {
-                self.client_requests
-                    .lock()
-                    .unwrap()
-                    .remove(&format!("s:{id}"));
-                Err(format!("the client did not answer {method}"))
+                self.client_requests.guard().remove(&format!("s:{id}"));
+                Err(ClientRequestError::NoAnswer {
+                    method: method.to_string(),
+                })
             }
         }
     }

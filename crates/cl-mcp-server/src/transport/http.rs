@@ -43,6 +43,7 @@ use crate::protocol::jsonrpc;
 use crate::protocol::outbound::{self, OutboundRx};
 use crate::protocol::{Connection, Engine};
 use crate::session::Session;
+use crate::sync::MutexExt;
 
 /// Settings of the HTTP transport.
 #[derive(Clone, Debug)]
@@ -144,7 +145,7 @@ pub async fn serve(
         loop {
             tokio::time::sleep(Duration::from_secs(30)).await;
             let idle = sweeper.options.session_idle;
-            let mut s = sweeper.sessions.lock().unwrap();
+            let mut s = sweeper.sessions.guard();
             s.by_id.retain(|id, (conn, last)| {
                 let keep = last.elapsed() < idle;
                 if !keep {
@@ -355,7 +356,7 @@ impl HttpState {
     }
 
     fn session(&self, id: &str) -> Option<Connection> {
-        let mut s = self.sessions.lock().unwrap();
+        let mut s = self.sessions.guard();
         let entry = s.by_id.get_mut(id)?;
         entry.1 = Instant::now();
         Some(entry.0.clone())
@@ -378,7 +379,7 @@ async fn handle(State(state): State<Arc<HttpState>>, request: Request) -> Respon
                     "DELETE needs the Mcp-Session-Id header",
                 );
             };
-            let removed = state.sessions.lock().unwrap().by_id.remove(id);
+            let removed = state.sessions.guard().by_id.remove(id);
             match removed {
                 Some((conn, _)) => {
                     conn.cancel_all();
@@ -953,8 +954,7 @@ async fn post_legacy(
         if conn.is_initialized() {
             state
                 .sessions
-                .lock()
-                .unwrap()
+                .guard()
                 .by_id
                 .insert(id.clone(), (conn.clone(), Instant::now()));
         } else {

@@ -41,7 +41,7 @@ pub(super) async fn get(req: &RequestCtx, params: &Value) -> Result<Value, McpEr
             let binding = format!("prompts/get {name}");
             input::answer(req, params_map, &binding, |input| {
                 let r = crate::fixtures::get_prompt(name, &args, &input, &caps);
-                async move { r.map_err(McpError::invalid_params) }
+                async move { r.map_err(|e| McpError::invalid_params(e.to_string())) }
             })
             .await?
             .map_err(|e| {
@@ -53,7 +53,7 @@ pub(super) async fn get(req: &RequestCtx, params: &Value) -> Result<Value, McpEr
             crate::prompts::find(name)
                 .ok_or_else(|| McpError::invalid_params(format!("Unknown prompt: {name}")))?
                 .get(&args)
-                .map_err(McpError::invalid_params)?
+                .map_err(|e| McpError::invalid_params(e.to_string()))?
         }
     })
 }
@@ -97,7 +97,7 @@ pub(super) async fn complete(req: &RequestCtx, params: &Value) -> Result<Value, 
                 &context,
             )
             .await
-            .map_err(McpError::invalid_params)?
+            .map_err(|e| McpError::invalid_params(e.to_string()))?
         }
         _ => {
             return Err(McpError::invalid_params(

@@ -8,6 +8,7 @@ use crate::protocol::era::{cache_hint, is_modern, Cache};
 use crate::protocol::error::McpError;
 use crate::protocol::jsonrpc;
 use crate::protocol::request::RequestCtx;
+use crate::resources::ResourceError;
 use crate::sync::MutexExt;
 
 /// `resources/list`.
@@ -23,8 +24,12 @@ pub(super) async fn list(req: &RequestCtx, params: &Value) -> Result<Value, McpE
     let mut r =
         tokio::task::spawn_blocking(move || crate::resources::list(&session, cursor.as_deref()))
             .await
-            .unwrap_or_else(|e| Err(format!("Listing the project failed: {e}")))
-            .map_err(McpError::invalid_params)?;
+            .unwrap_or_else(|e| {
+                Err(ResourceError::Invalid(format!(
+                    "Listing the project failed: {e}"
+                )))
+            })
+            .map_err(|e| McpError::invalid_params(e.to_string()))?;
     if first_page {
         if let Some(Value::Array(list)) = r.get_mut("resources") {
             list.extend(crate::fixtures::resources());
@@ -63,28 +68,23 @@ pub(super) async fn read(req: &RequestCtx, params: &Value) -> Result<Value, McpE
         let u = uri.clone();
         tokio::task::spawn_blocking(move || crate::resources::read_file_uri(&session, &u))
             .await
-            .unwrap_or_else(|e| {
-                Err((
-                    crate::protocol::jsonrpc::INVALID_PARAMS,
-                    format!("The file read failed: {e}"),
-                ))
-            })
+            .unwrap_or_else(|e| Err(ResourceError::Invalid(format!("The file read failed: {e}"))))
     };
-    let mut r = read.map_err(|(code, msg)| {
+    let mut r = read.map_err(|e| {
         // 2026-07-28 answers a missing resource with -32602 (both
         // eras name the URI in data, SEP-2164).
-        match (code == crate::resources::RESOURCE_NOT_FOUND, modern) {
-            (true, false) => McpError {
-                code,
+        match (e, modern) {
+            (ResourceError::NotFound(msg), false) => McpError {
+                code: jsonrpc::RESOURCE_NOT_FOUND,
                 message: "Resource not found",
                 data: json!({"uri": uri, "detail": msg}),
             },
-            (true, true) => McpError {
+            (ResourceError::NotFound(msg), true) => McpError {
                 code: jsonrpc::INVALID_PARAMS,
                 message: "Invalid params",
                 data: json!({"uri": uri, "detail": msg}),
             },
-            _ => McpError::invalid_params(msg),
+            (other, _) => McpError::invalid_params(other.to_string()),
         }
     })?;
     cache_hint(&mut r, req.era, Cache::Private);
@@ -105,7 +105,7 @@ pub(super) fn subscribe(req: &RequestCtx, method: &str, params: &Value) -> Resul
         lc.subscriptions.insert(uri);
     } else {
         return Err(McpError {
-            code: crate::resources::RESOURCE_NOT_FOUND,
+            code: jsonrpc::RESOURCE_NOT_FOUND,
             message: "Resource not found",
             data: json!({"uri": uri, "detail": "only the test:// fixture resources can be subscribed to"}),
         });
