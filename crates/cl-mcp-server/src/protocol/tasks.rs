@@ -369,6 +369,24 @@ pub const DIRECT_ANSWER_WITHIN: Duration = Duration::from_millis(500);
 /// Input rounds a 2026-07-28 task may ask for.
 pub const MAX_INPUT_ROUNDS: usize = 8;
 
+/// Why a session's tasks could not be created or listed.
+#[derive(Debug, thiserror::Error)]
+pub enum TaskError {
+    /// [`MAX_TASKS`] tasks are kept already; `working` of them still run.
+    #[error(
+        "this session already holds {MAX_TASKS} tasks, the most it keeps \
+         ({working} still working, {} finished whose results were not fetched \
+         yet); no new task was created. Fetch finished results (tasks/result, or \
+         tasks/get under the tasks extension), cancel tasks (tasks/cancel), or \
+         wait for them to finish and their ttl to pass. A small ttl does not \
+         make room: a working task is kept until it ends.",
+        MAX_TASKS - working
+    )]
+    Full { working: usize },
+    #[error("invalid cursor '{0}' (not one this server gave, or its task expired)")]
+    InvalidCursor(String),
+}
+
 /// A session's tasks, oldest first.
 #[derive(Default)]
 pub struct TaskStore {
@@ -378,7 +396,7 @@ pub struct TaskStore {
 impl TaskStore {
     /// A new working task, with the client's `ttl` (milliseconds) bounded;
     /// `v2` for the 2026-07-28 extension's rules.
-    pub fn create(&self, ttl_ms: Option<u64>, v2: bool) -> Result<Arc<Task>, String> {
+    pub fn create(&self, ttl_ms: Option<u64>, v2: bool) -> Result<Arc<Task>, TaskError> {
         let ttl = ttl_ms
             .map(Duration::from_millis)
             .unwrap_or(DEFAULT_TTL)
@@ -393,15 +411,7 @@ impl TaskStore {
                 }
                 None => {
                     let working = tasks.iter().filter(|t| !t.status().is_terminal()).count();
-                    return Err(format!(
-                        "this session already holds {MAX_TASKS} tasks, the most it keeps \
-                         ({working} still working, {} finished whose results were not fetched \
-                         yet); no new task was created. Fetch finished results (tasks/result, or \
-                         tasks/get under the tasks extension), cancel tasks (tasks/cancel), or \
-                         wait for them to finish and their ttl to pass. A small ttl does not \
-                         make room: a working task is kept until it ends.",
-                        MAX_TASKS - working
-                    ));
+                    return Err(TaskError::Full { working });
                 }
             }
         }
@@ -443,7 +453,7 @@ impl TaskStore {
     }
 
     /// One page of tasks (oldest first) and the cursor of the next.
-    pub fn list(&self, cursor: Option<&str>) -> Result<(Vec<Value>, Option<String>), String> {
+    pub fn list(&self, cursor: Option<&str>) -> Result<(Vec<Value>, Option<String>), TaskError> {
         let now = SystemTime::now();
         let mut tasks = self.tasks.guard();
         tasks.retain(|t| !t.expired(now));
@@ -451,9 +461,11 @@ impl TaskStore {
         let start = match cursor {
             None => 0,
             Some(c) => {
-                tasks.iter().position(|t| t.id == c).ok_or_else(|| {
-                    format!("invalid cursor '{c}' (not one this server gave, or its task expired)")
-                })? + 1
+                tasks
+                    .iter()
+                    .position(|t| t.id == c)
+                    .ok_or_else(|| TaskError::InvalidCursor(c.to_string()))?
+                    + 1
             }
         };
         let page: Vec<&Arc<Task>> = tasks.iter().skip(start).take(PAGE).collect();

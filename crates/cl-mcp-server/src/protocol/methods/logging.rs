@@ -94,3 +94,26 @@ pub(super) fn log_sink(req: &RequestCtx) -> crate::tools::LogSink {
         }
     })
 }
+
+/// Stateless requests have no connection to carry notes between calls:
+/// what happens to the image during a call goes with the call's log, through
+/// the task this returns (aborted when the call ends).
+pub(super) fn notes_during_call(req: &RequestCtx) -> Option<tokio::task::JoinHandle<()>> {
+    // Stateless requests have no connection to carry notes between calls:
+    // what happens to the image during the call goes with the call's log.
+    match req.era {
+        Era::Modern { log_level: Some(_) } => req.conn.session.image_notes().map(|mut rx| {
+            let sink = log_sink(req);
+            tokio::spawn(async move {
+                loop {
+                    match rx.recv().await {
+                        Ok(n) => sink(note_level(n.level), &n.text),
+                        Err(broadcast::error::RecvError::Lagged(_)) => continue,
+                        Err(broadcast::error::RecvError::Closed) => break,
+                    }
+                }
+            })
+        }),
+        _ => None,
+    }
+}

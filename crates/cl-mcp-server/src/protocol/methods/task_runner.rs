@@ -53,7 +53,7 @@ pub(super) fn start_task(
         .conn
         .tasks()
         .create(ttl, false)
-        .map_err(McpError::internal)?;
+        .map_err(|e| McpError::internal(e.to_string()))?;
     let conn = req.conn.clone();
     let out = conn.notify.clone();
     let legacy = req.era == Era::Legacy;
@@ -157,7 +157,7 @@ pub(super) async fn call_tool_as_task(
         .conn
         .tasks()
         .create(None, true)
-        .map_err(McpError::internal)?;
+        .map_err(|e| McpError::internal(e.to_string()))?;
     let mut ctx = ToolContext::new(req.conn.session.clone(), task.cancel.clone());
     ctx.client_capabilities = declared;
     ctx.input = input;

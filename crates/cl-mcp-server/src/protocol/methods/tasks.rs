@@ -86,7 +86,7 @@ pub(super) async fn legacy(
                 .conn
                 .tasks()
                 .list(cursor)
-                .map_err(McpError::invalid_params)?;
+                .map_err(|e| McpError::invalid_params(e.to_string()))?;
             let mut r = json!({ "tasks": tasks });
             if let Some(n) = next {
                 r["nextCursor"] = Value::String(n);

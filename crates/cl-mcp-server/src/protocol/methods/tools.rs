@@ -5,20 +5,19 @@
 use std::sync::Arc;
 
 use serde_json::{json, Map, Value};
-use tokio::sync::broadcast;
 
-use super::logging::{log_sink, note_level};
+use super::logging::{log_sink, notes_during_call};
 use super::task_runner::{
     call_tool_as_task, declares_tasks_extension, missing_tasks_extension, start_task,
 };
 use crate::protocol::approval;
-use crate::protocol::era::{cache_hint, is_modern, Cache, Era};
+use crate::protocol::era::{cache_hint, is_modern, Cache};
 use crate::protocol::error::McpError;
 use crate::protocol::input;
 use crate::protocol::jsonrpc;
 use crate::protocol::request::{ConnState, RequestCtx};
 use crate::sync::MutexExt;
-use crate::tools::{TaskSupport, ToolContext, ToolOutput};
+use crate::tools::{TaskSupport, ToolContext, ToolDef, ToolOutput};
 
 /// `tools/list`: the array described once by the engine.
 pub(super) fn list(req: &RequestCtx) -> Value {
@@ -125,6 +124,19 @@ pub(super) async fn call_tool(req: &RequestCtx, params: Value) -> Result<Value, 
             )),
         });
     }
+    run_now(req, tool, &name, &params, arguments, declared).await
+}
+
+/// Runs a tool call in the request itself: logs, progress, the image's
+/// notes of a stateless call, and the call's input rounds.
+async fn run_now(
+    req: &RequestCtx,
+    tool: &ToolDef,
+    name: &str,
+    params: &Map<String, Value>,
+    arguments: Value,
+    declared: Value,
+) -> Result<Value, McpError> {
     let mut ctx = ToolContext::new(req.conn.session.clone(), req.cancel.clone())
         .with_log_sink(log_sink(req))
         .with_change_sink(change_sink(req));
@@ -134,25 +146,9 @@ pub(super) async fn call_tool(req: &RequestCtx, params: Value) -> Result<Value, 
     if let Some(sink) = req.progress_sink(_progress.as_ref()) {
         ctx = ctx.with_progress_sink(sink);
     }
-    // Stateless requests have no connection to carry notes between calls:
-    // what happens to the image during the call goes with the call's log.
-    let notes = match req.era {
-        Era::Modern { log_level: Some(_) } => req.conn.session.image_notes().map(|mut rx| {
-            let sink = log_sink(req);
-            tokio::spawn(async move {
-                loop {
-                    match rx.recv().await {
-                        Ok(n) => sink(note_level(n.level), &n.text),
-                        Err(broadcast::error::RecvError::Lagged(_)) => continue,
-                        Err(broadcast::error::RecvError::Closed) => break,
-                    }
-                }
-            })
-        }),
-        _ => None,
-    };
+    let notes = notes_during_call(req);
     tracing::debug!(tool = %name, "tool call");
-    let answered = input::answer(req, &params, &format!("tools/call {name}"), |input| {
+    let answered = input::answer(req, params, &format!("tools/call {name}"), |input| {
         let mut ctx = ctx.clone();
         ctx.input = input;
         let arguments = arguments.clone();
