@@ -7,7 +7,7 @@ use serde_json::Value;
 use super::jsonrpc::{self, RequestId};
 
 /// A JSON-RPC error produced by a method handler.
-#[derive(Debug, thiserror::Error)]
+#[derive(Clone, Debug, thiserror::Error)]
 #[error("{message} ({code}): {data}")]
 pub struct McpError {
     pub code: i64,

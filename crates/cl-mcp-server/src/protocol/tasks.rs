@@ -32,6 +32,7 @@ use serde_json::{json, Map, Value};
 use tokio::sync::{watch, Notify};
 use tokio_util::sync::CancellationToken;
 
+use super::error::McpError;
 use crate::sync::MutexExt;
 
 /// The `ttl` a task gets when the client asks for none, and the longest it
@@ -75,9 +76,8 @@ impl Status {
     }
 }
 
-/// What the underlying request answered: its result, or a JSON-RPC error
-/// (code, message, data).
-pub type Outcome = Result<Value, (i64, &'static str, Value)>;
+/// What the underlying request answered: its result, or a JSON-RPC error.
+pub type Outcome = Result<Value, McpError>;
 
 struct State {
     status: Status,
@@ -206,8 +206,8 @@ impl Task {
                     }
                     t["result"] = r;
                 }
-                Some(Err((code, message, data))) => {
-                    t["error"] = json!({ "code": code, "message": message, "data": data })
+                Some(Err(e)) => {
+                    t["error"] = json!({ "code": e.code, "message": e.message, "data": e.data })
                 }
                 None => {}
             },
@@ -352,10 +352,8 @@ impl Task {
         let seen = rx.wait_for(Option::is_some).await.map(|o| o.clone());
         match seen {
             Ok(Some(o)) => o,
-            _ => Err((
-                super::jsonrpc::INTERNAL_ERROR,
-                "Internal error",
-                Value::String("the task's work ended without an answer".into()),
+            _ => Err(McpError::internal(
+                "the task's work ended without an answer",
             )),
         }
     }

@@ -183,11 +183,7 @@ pub(super) async fn call_tool_as_task(
         }
         if let Some(outcome) = task.outcome_now() {
             req.conn.tasks().remove(&task.id);
-            return outcome.map_err(|(code, message, data)| McpError {
-                code,
-                message,
-                data,
-            });
+            return outcome;
         }
     }
     tracing::debug!(tool = %name, task = %task.id, "tool call runs as a task");
@@ -224,27 +220,19 @@ async fn run_task(
             Err(panic) => {
                 let what = panic_text(panic);
                 tracing::error!(tool = %name, task = %task.id, "task panicked: {what}");
-                break Err((
-                    jsonrpc::INTERNAL_ERROR,
-                    "Internal error",
-                    Value::String(format!(
-                        "the tool '{name}' failed inside the server: {what}"
-                    )),
-                ));
+                break Err(McpError::internal(format!(
+                    "the tool '{name}' failed inside the server: {what}"
+                )));
             }
         };
         let Some(needed) = output.input_required.take() else {
             break Ok(output.into_result());
         };
         if rounds == tasks::MAX_INPUT_ROUNDS {
-            break Err((
-                jsonrpc::INTERNAL_ERROR,
-                "Internal error",
-                Value::String(format!(
-                    "the tool '{name}' asked for input more than {} times",
-                    tasks::MAX_INPUT_ROUNDS
-                )),
-            ));
+            break Err(McpError::internal(format!(
+                "the tool '{name}' asked for input more than {} times",
+                tasks::MAX_INPUT_ROUNDS
+            )));
         }
         rounds += 1;
         if let Some(s) = settled.take() {

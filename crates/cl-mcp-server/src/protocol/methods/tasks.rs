@@ -67,13 +67,7 @@ pub(super) async fn legacy(
                     r["_meta"][RELATED_TASK] = json!({ "taskId": task.id });
                     r
                 }
-                Err((code, message, data)) => {
-                    return Err(McpError {
-                        code,
-                        message,
-                        data,
-                    })
-                }
+                Err(e) => return Err(e),
             }
         }
         "tasks/list" => {
