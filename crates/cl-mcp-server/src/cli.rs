@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use clap::{Args, Parser, Subcommand};
 
 use crate::config::ServerConfig;
-use crate::tools::ToolGroup;
+use crate::config::ToolGroup;
 
 /// An MCP server that gives AI agents a live Common Lisp environment.
 #[derive(Parser, Debug)]
@@ -229,70 +229,143 @@ pub struct ServerOptions {
     pub max_connections: usize,
 }
 
+/// Why the command line (or its environment variables) describes no
+/// server that can run; printed as `cl-mcp-server: <message>`.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// A path option naming nothing usable.
+    #[error("{flag} {}: {source}", path.display())]
+    Path {
+        flag: &'static str,
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("--project-root {}: not a directory", .0.display())]
+    NotADirectory(PathBuf),
+    #[error("--tools: unknown group '{0}' (groups: eval, image, code, asdf, source, fs, debug)")]
+    UnknownToolGroup(String),
+    #[error("--swank {0}: expected HOST:PORT, e.g. 127.0.0.1:4005")]
+    SwankAddress(String),
+    #[error("--sandbox {0}: expected off, workspace or strict")]
+    SandboxMode(String),
+    /// An `--allow-connect` entry the sandbox cannot read.
+    #[error("{0}")]
+    AllowConnect(String),
+    /// A value out of its range, or options that do not go together.
+    #[error("{0}")]
+    Invalid(&'static str),
+}
+
 impl ServerOptions {
-    /// The server configuration these options describe.
-    pub fn to_config(&self) -> Result<ServerConfig, String> {
-        let mut config = ServerConfig::default();
-        if let Some(root) = &self.project_root {
-            let canon = root
-                .canonicalize()
-                .map_err(|e| format!("--project-root {}: {e}", root.display()))?;
-            if !canon.is_dir() {
-                return Err(format!(
-                    "--project-root {}: not a directory",
-                    root.display()
-                ));
-            }
-            config.project_root = Some(canon);
+    /// The server configuration these options describe. Checked in the
+    /// order the options are listed here: the first problem is reported.
+    pub fn to_config(&self) -> Result<ServerConfig, ConfigError> {
+        let mut config = ServerConfig {
+            project_root: self.project_root()?,
+            ..ServerConfig::default()
+        };
+        if let Some(groups) = self.tool_groups()? {
+            config.tool_groups = groups;
         }
-        if let Some(groups) = &self.tools {
-            let mut parsed = Vec::new();
-            for g in groups.iter().filter(|g| !g.trim().is_empty()) {
-                let group = ToolGroup::parse(g).ok_or_else(|| {
-                    format!("--tools: unknown group '{g}' (groups: eval, image, code, asdf, source, fs, debug)")
-                })?;
-                parsed.push(group);
-            }
-            config.tool_groups = parsed;
-        }
-        if self.max_message_bytes < 1024 {
-            return Err("--max-message-bytes must be at least 1024".into());
-        }
+        self.check_connection_options()?;
         config.max_message_bytes = self.max_message_bytes;
-        if self.max_connections == 0 {
-            return Err("--max-connections must be at least 1".into());
-        }
         config.max_connections = self.max_connections;
-        if self.debugger_idle_secs == 0 {
-            return Err("--debugger-idle-secs must be at least 1".into());
-        }
         config.debugger_idle_secs = self.debugger_idle_secs;
+        config.image = self.image_config()?;
+        config.shared_image = self.shared_image;
+        config.eager_image = !self.lazy_image;
+        if self.memory_limit.is_some_and(|m| m < 256) {
+            return Err(ConfigError::Invalid(
+                "--memory-limit must be at least 256 (MiB): the image itself needs about 100",
+            ));
+        }
+        config.approval_token_fallback = self.approval_fallback == "token";
+        config.allow_any_root = self.allow_any_root;
+        config.require_approval = self
+            .require_approval
+            .iter()
+            .map(|t| t.trim().to_string())
+            .filter(|t| !t.is_empty())
+            .collect();
+        Ok(config)
+    }
+
+    /// `--project-root`, canonical, if given.
+    fn project_root(&self) -> Result<Option<PathBuf>, ConfigError> {
+        let Some(root) = &self.project_root else {
+            return Ok(None);
+        };
+        let canon = root.canonicalize().map_err(|source| ConfigError::Path {
+            flag: "--project-root",
+            path: root.clone(),
+            source,
+        })?;
+        if !canon.is_dir() {
+            return Err(ConfigError::NotADirectory(root.clone()));
+        }
+        Ok(Some(canon))
+    }
+
+    /// `--tools`, if given.
+    fn tool_groups(&self) -> Result<Option<Vec<ToolGroup>>, ConfigError> {
+        let Some(groups) = &self.tools else {
+            return Ok(None);
+        };
+        let mut parsed = Vec::new();
+        for g in groups.iter().filter(|g| !g.trim().is_empty()) {
+            let group =
+                ToolGroup::parse(g).ok_or_else(|| ConfigError::UnknownToolGroup(g.clone()))?;
+            parsed.push(group);
+        }
+        Ok(Some(parsed))
+    }
+
+    /// The message, connection, debugger and `--swank` options' ranges.
+    fn check_connection_options(&self) -> Result<(), ConfigError> {
+        if self.max_message_bytes < 1024 {
+            return Err(ConfigError::Invalid(
+                "--max-message-bytes must be at least 1024",
+            ));
+        }
+        if self.max_connections == 0 {
+            return Err(ConfigError::Invalid("--max-connections must be at least 1"));
+        }
+        if self.debugger_idle_secs == 0 {
+            return Err(ConfigError::Invalid(
+                "--debugger-idle-secs must be at least 1",
+            ));
+        }
         if self
             .swank
             .as_deref()
             .is_some_and(|addr| !addr.contains(':'))
         {
-            return Err(format!(
-                "--swank {}: expected HOST:PORT, e.g. 127.0.0.1:4005",
-                self.swank.as_deref().unwrap_or_default()
+            return Err(ConfigError::SwankAddress(
+                self.swank.clone().unwrap_or_default(),
             ));
         }
         if self.swank.is_none() && self.swank_secret_file.is_some() {
-            return Err("--swank-secret-file only makes sense with --swank HOST:PORT".into());
+            return Err(ConfigError::Invalid(
+                "--swank-secret-file only makes sense with --swank HOST:PORT",
+            ));
         }
+        Ok(())
+    }
+
+    /// The image's configuration: sandbox, Lisp, cache, limits.
+    fn image_config(&self) -> Result<crate::image::ImageConfig, ConfigError> {
         use crate::image::sandbox::{parse_connect, SandboxConfig, SandboxMode};
-        let mode = SandboxMode::parse(&self.sandbox).ok_or_else(|| {
-            format!(
-                "--sandbox {}: expected off, workspace or strict",
-                self.sandbox
-            )
-        })?;
-        let dirs = |flag: &str, v: &[PathBuf]| -> Result<Vec<PathBuf>, String> {
+        let mode = SandboxMode::parse(&self.sandbox)
+            .ok_or_else(|| ConfigError::SandboxMode(self.sandbox.clone()))?;
+        let dirs = |flag: &'static str, v: &[PathBuf]| -> Result<Vec<PathBuf>, ConfigError> {
             v.iter()
                 .filter(|d| !d.as_os_str().is_empty())
                 .map(|d| {
-                    d.canonicalize()
-                        .map_err(|e| format!("{flag} {}: {e}", d.display()))
+                    d.canonicalize().map_err(|source| ConfigError::Path {
+                        flag,
+                        path: d.clone(),
+                        source,
+                    })
                 })
                 .collect()
         };
@@ -306,7 +379,8 @@ impl ServerOptions {
                 .iter()
                 .filter(|c| !c.trim().is_empty())
                 .map(|c| parse_connect(c).map_err(|e| e.to_string()))
-                .collect::<Result<_, _>>()?,
+                .collect::<Result<_, _>>()
+                .map_err(ConfigError::AllowConnect)?,
         };
         let image = crate::image::ImageConfig {
             sandbox,
@@ -329,36 +403,18 @@ impl ServerOptions {
             ..crate::image::ImageConfig::default()
         };
         if self.max_images == Some(0) {
-            return Err("--max-images must be at least 1".into());
+            return Err(ConfigError::Invalid("--max-images must be at least 1"));
         }
         if self.image_idle_secs == Some(0) {
-            return Err("--image-idle-secs must be at least 1".into());
+            return Err(ConfigError::Invalid("--image-idle-secs must be at least 1"));
         }
         if self.max_processes != 0 && self.max_processes < 16 {
-            return Err(
+            return Err(ConfigError::Invalid(
                 "--max-processes must be 0 (no cap) or at least 16: the image itself runs \
-                 several threads"
-                    .into(),
-            );
+                 several threads",
+            ));
         }
-        config.image = image;
-        config.shared_image = self.shared_image;
-        config.eager_image = !self.lazy_image;
-        if self.memory_limit.is_some_and(|m| m < 256) {
-            return Err(
-                "--memory-limit must be at least 256 (MiB): the image itself needs about 100"
-                    .into(),
-            );
-        }
-        config.approval_token_fallback = self.approval_fallback == "token";
-        config.allow_any_root = self.allow_any_root;
-        config.require_approval = self
-            .require_approval
-            .iter()
-            .map(|t| t.trim().to_string())
-            .filter(|t| !t.is_empty())
-            .collect();
-        Ok(config)
+        Ok(image)
     }
 }
 

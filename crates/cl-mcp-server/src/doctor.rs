@@ -160,66 +160,8 @@ pub async fn run(engine: Arc<Engine>) -> ExitCode {
 
     if let Some(addr) = &config.attach {
         report(true, "mode", &format!("attach to Swank at {addr}"), None);
-    } else {
-        let (lisp, kind) = match locate::find_lisp_kind(config) {
-            Ok(l) => l,
-            Err(e) => {
-                report(
-                    false,
-                    "lisp",
-                    &e.to_string(),
-                    Some(
-                        "apt-get install sbcl (or ecl, clisp), or pass --lisp PATH|NAME \
-                         (CL_MCP_LISP)",
-                    ),
-                );
-                return ExitCode::FAILURE;
-            }
-        };
-        let version = crate::image::implementation::version_text(&lisp, Duration::from_secs(30))
-            .unwrap_or_default();
-        let version = version.lines().next().unwrap_or_default();
-        report(
-            true,
-            "lisp",
-            &format!("{} ({kind}: {version})", lisp.display()),
-            None,
-        );
-        let swank = match locate::find_swank(config, || locate::asdf_finds_swank(&lisp, kind)) {
-            Ok(s) => s,
-            Err(e) => {
-                report(
-                    false,
-                    "swank",
-                    &e.to_string(),
-                    Some("apt-get install cl-swank, or pass --swank-loader PATH (SWANK_LOADER)"),
-                );
-                return ExitCode::FAILURE;
-            }
-        };
-        let source = match &swank {
-            locate::SwankSource::Loader(p) => format!("{} (swank-loader)", p.display()),
-            locate::SwankSource::Asdf => "the ASDF system swank".to_string(),
-            locate::SwankSource::Quicklisp(p) => format!("Quicklisp ({})", p.display()),
-        };
-        report(true, "swank", &source, None);
-        if config.use_core_cache {
-            let dir = config.cache_dir.clone().unwrap_or_else(default_cache_dir);
-            let quicklisp = config.load_quicklisp.then(locate::find_quicklisp).flatten();
-            let cache = CoreCache::new(dir.clone(), lisp, kind, swank, quicklisp);
-            let ok = check_core_cache(cache, &dir).await;
-            all_ok &= ok;
-            if !ok {
-                return ExitCode::FAILURE;
-            }
-        } else {
-            report(
-                true,
-                "core cache",
-                "off (--no-core-cache): loading from source",
-                None,
-            );
-        }
+    } else if !check_local_setup(config).await {
+        return ExitCode::FAILURE;
     }
 
     let session = engine.new_session();
@@ -227,6 +169,88 @@ pub async fn run(engine: Arc<Engine>) -> ExitCode {
     let image = session.image();
     // The cache is built by now: a start takes seconds (a JVM's, ABCL's,
     // the longest), and a start that fails says why at once.
+    all_ok &= check_image_start(&image, started).await;
+    report_sandbox(&engine, &image.info());
+    report_limits(&image.info());
+    if all_ok {
+        all_ok &= check_eval(&engine, &session).await;
+    }
+    if session.image().mode() == crate::image::ImageMode::Local {
+        session.image().shutdown().await;
+    }
+    if all_ok {
+        println!("All checks passed.");
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
+
+/// A local image's setup: the Lisp, Swank, the core cache. False when the
+/// doctor cannot go on.
+async fn check_local_setup(config: &crate::image::ImageConfig) -> bool {
+    let (lisp, kind) = match locate::find_lisp_kind(config) {
+        Ok(l) => l,
+        Err(e) => {
+            report(
+                false,
+                "lisp",
+                &e.to_string(),
+                Some(
+                    "apt-get install sbcl (or ecl, clisp), or pass --lisp PATH|NAME \
+                     (CL_MCP_LISP)",
+                ),
+            );
+            return false;
+        }
+    };
+    let version = crate::image::implementation::version_text(&lisp, Duration::from_secs(30))
+        .unwrap_or_default();
+    let version = version.lines().next().unwrap_or_default();
+    report(
+        true,
+        "lisp",
+        &format!("{} ({kind}: {version})", lisp.display()),
+        None,
+    );
+    let swank = match locate::find_swank(config, || locate::asdf_finds_swank(&lisp, kind)) {
+        Ok(s) => s,
+        Err(e) => {
+            report(
+                false,
+                "swank",
+                &e.to_string(),
+                Some("apt-get install cl-swank, or pass --swank-loader PATH (SWANK_LOADER)"),
+            );
+            return false;
+        }
+    };
+    let source = match &swank {
+        locate::SwankSource::Loader(p) => format!("{} (swank-loader)", p.display()),
+        locate::SwankSource::Asdf => "the ASDF system swank".to_string(),
+        locate::SwankSource::Quicklisp(p) => format!("Quicklisp ({})", p.display()),
+    };
+    report(true, "swank", &source, None);
+    if config.use_core_cache {
+        let dir = config.cache_dir.clone().unwrap_or_else(default_cache_dir);
+        let quicklisp = config.load_quicklisp.then(locate::find_quicklisp).flatten();
+        let cache = CoreCache::new(dir.clone(), lisp, kind, swank, quicklisp);
+        if !check_core_cache(cache, &dir).await {
+            return false;
+        }
+    } else {
+        report(
+            true,
+            "core cache",
+            "off (--no-core-cache): loading from source",
+            None,
+        );
+    }
+    true
+}
+
+/// The image starts within 60 s.
+async fn check_image_start(image: &crate::image::Image, started: Instant) -> bool {
     match tokio::time::timeout(Duration::from_secs(60), image.ready()).await {
         Ok(Ok(())) => {
             let info = image.info();
@@ -241,28 +265,32 @@ pub async fn run(engine: Arc<Engine>) -> ExitCode {
                 ),
                 None,
             );
+            true
         }
         Ok(Err(e)) => {
-            all_ok = false;
             report(
                 false,
                 "image",
                 &e.to_string(),
                 Some("the Lisp's own words are above; MCP_LOG_LEVEL=debug shows all it printed"),
             );
+            false
         }
         Err(_) => {
-            all_ok = false;
             report(
                 false,
                 "image",
                 "not ready after 60 s",
                 Some("run with MCP_LOG_LEVEL=debug"),
             );
+            false
         }
     }
-    report_sandbox(&engine, &image.info());
-    if let Some(limits) = image.info().limits {
+}
+
+/// Process and memory limits, when the image reports them.
+fn report_limits(info: &crate::image::ImageInfo) {
+    if let Some(limits) = &info.limits {
         let detail = limits
             .trim_start_matches("limits:")
             .trim_start()
@@ -275,40 +303,36 @@ pub async fn run(engine: Arc<Engine>) -> ExitCode {
             Some("run as a user other than root (RLIMIT_NPROC), or give the server a writable cgroup with the pids controller"),
         );
     }
-    if all_ok {
-        match engine.tools.get("evaluate-lisp") {
-            None => report(
+}
+
+/// `(+ 1 2)` through `evaluate-lisp`, when the eval tools are enabled.
+async fn check_eval(engine: &Engine, session: &Arc<crate::session::Session>) -> bool {
+    match engine.tools.get("evaluate-lisp") {
+        None => {
+            report(
                 true,
                 "eval",
                 "skipped (the eval tools are not enabled)",
                 None,
-            ),
-            Some(tool) => {
-                let t = Instant::now();
-                let ctx = ToolContext::new(session.clone(), CancellationToken::new());
-                let out = tool.call(json!({"code": "(+ 1 2)"}), ctx).await;
-                let ok = !out.is_error && out.text.trim_end().ends_with("=> 3");
-                all_ok &= ok;
-                report(
-                    ok,
-                    "eval",
-                    &format!(
-                        "(+ 1 2) {} in {:.1} ms",
-                        out.text.trim(),
-                        t.elapsed().as_secs_f64() * 1e3
-                    ),
-                    Some("the image answers but evaluation fails: run with MCP_LOG_LEVEL=debug"),
-                );
-            }
+            );
+            true
         }
-    }
-    if session.image().mode() == crate::image::ImageMode::Local {
-        session.image().shutdown().await;
-    }
-    if all_ok {
-        println!("All checks passed.");
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::FAILURE
+        Some(tool) => {
+            let t = Instant::now();
+            let ctx = ToolContext::new(session.clone(), CancellationToken::new());
+            let out = tool.call(json!({"code": "(+ 1 2)"}), ctx).await;
+            let ok = !out.is_error && out.text.trim_end().ends_with("=> 3");
+            report(
+                ok,
+                "eval",
+                &format!(
+                    "(+ 1 2) {} in {:.1} ms",
+                    out.text.trim(),
+                    t.elapsed().as_secs_f64() * 1e3
+                ),
+                Some("the image answers but evaluation fails: run with MCP_LOG_LEVEL=debug"),
+            );
+            ok
+        }
     }
 }

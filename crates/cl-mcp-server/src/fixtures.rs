@@ -5,32 +5,20 @@
 
 use serde_json::{Map, Value};
 
+use crate::prompts::PromptError;
 use crate::tools::{ClientInput, InputRequired};
 
 #[cfg(feature = "test-tools")]
 mod imp {
     use serde_json::{json, Map, Value};
 
-    use crate::resources::RESOURCE_NOT_FOUND;
+    use crate::prompts::PromptError;
+    use crate::resources::ResourceError;
     use crate::tools::testing::TEST_PNG_BASE64;
     use crate::tools::{ClientInput, InputRequired};
 
     const STATIC_TEXT: &str = "This is the content of the static text resource.";
-    /// The watched resource's text: `test_update_watched_resource` changes it.
-    static WATCHED_TEXT: std::sync::Mutex<String> = std::sync::Mutex::new(String::new());
-
-    fn watched_text() -> String {
-        let text = WATCHED_TEXT.lock().unwrap();
-        if text.is_empty() {
-            "This is the watched resource; it has not changed yet.".to_string()
-        } else {
-            text.clone()
-        }
-    }
-
-    pub fn update_watched(text: &str) {
-        *WATCHED_TEXT.lock().unwrap() = text.to_string();
-    }
+    use crate::tools::testing::watched_text;
     const TEMPLATE: &str = "test://template/{id}/data";
 
     pub fn resources() -> Vec<Value> {
@@ -51,7 +39,7 @@ mod imp {
         ]
     }
 
-    pub fn read(uri: &str) -> Option<Result<Value, (i64, String)>> {
+    pub fn read(uri: &str) -> Option<Result<Value, crate::resources::ResourceError>> {
         let rest = uri.strip_prefix("test://")?;
         let content = match rest {
             "static-text" => json!({"uri": uri, "mimeType": "text/plain", "text": STATIC_TEXT}),
@@ -67,23 +55,21 @@ mod imp {
                 .filter(|id| !id.is_empty() && !id.contains('/'))
             {
                 Some(id) => {
-                    let id = match crate::protocol::uri::percent_decode(id) {
+                    let id = match crate::uri::percent_decode(id) {
                         Ok(id) => id,
                         Err(e) => {
-                            return Some(Err((
-                                crate::protocol::jsonrpc::INVALID_PARAMS,
-                                format!("Cannot read {uri}: {e}."),
-                            )))
+                            return Some(Err(ResourceError::Invalid(format!(
+                                "Cannot read {uri}: {e}."
+                            ))))
                         }
                     };
                     let text = json!({"id": id, "templateTest": true, "data": format!("Data for ID: {id}")});
                     json!({"uri": uri, "mimeType": "application/json", "text": text.to_string()})
                 }
                 None => {
-                    return Some(Err((
-                        RESOURCE_NOT_FOUND,
-                        format!("Unknown test resource {uri}"),
-                    )))
+                    return Some(Err(ResourceError::NotFound(format!(
+                        "Unknown test resource {uri}"
+                    ))))
                 }
             },
         };
@@ -126,12 +112,16 @@ mod imp {
         args: &Map<String, Value>,
         input: &ClientInput,
         caps: &Value,
-    ) -> Result<Result<Value, InputRequired>, String> {
-        let arg = |n: &str| -> Result<String, String> {
+    ) -> Result<Result<Value, InputRequired>, PromptError> {
+        let arg = |n: &str| -> Result<String, PromptError> {
             args.get(n)
                 .and_then(Value::as_str)
                 .map(str::to_string)
-                .ok_or_else(|| format!("Prompt '{name}' needs the argument '{n}'"))
+                .ok_or_else(|| PromptError::MissingArgument {
+                    prompt: name.to_string(),
+                    argument: n.to_string(),
+                    about: String::new(),
+                })
         };
         let messages = match name {
             "test_simple_prompt" => vec![user(text("This is a simple prompt for testing."))],
@@ -162,9 +152,7 @@ mod imp {
                     .and_then(Value::as_str);
                 let Some(context) = answered else {
                     if caps.get("elicitation").is_none() {
-                        return Err(format!(
-                            "Prompt '{name}' asks the user for context: it needs a client with the elicitation capability"
-                        ));
+                        return Err(PromptError::NeedsElicitation(name.to_string()));
                     }
                     let mut requests = Map::new();
                     requests.insert(
@@ -182,7 +170,7 @@ mod imp {
                 };
                 vec![user(text(format!("Work in this context: {context}")))]
             }
-            _ => return Err(format!("Unknown prompt: {name}")),
+            _ => return Err(PromptError::Unknown(name.to_string())),
         };
         Ok(Ok(json!({ "messages": messages })))
     }
@@ -207,6 +195,7 @@ mod imp {
 
 #[cfg(not(feature = "test-tools"))]
 mod imp {
+    use crate::prompts::PromptError;
     use crate::tools::{ClientInput, InputRequired};
     use serde_json::{Map, Value};
 
@@ -216,7 +205,7 @@ mod imp {
     pub fn templates() -> Vec<Value> {
         Vec::new()
     }
-    pub fn read(_uri: &str) -> Option<Result<Value, (i64, String)>> {
+    pub fn read(_uri: &str) -> Option<Result<Value, crate::resources::ResourceError>> {
         None
     }
     pub fn prompts() -> Vec<Value> {
@@ -230,8 +219,8 @@ mod imp {
         _args: &Map<String, Value>,
         _input: &ClientInput,
         _caps: &Value,
-    ) -> Result<Result<Value, InputRequired>, String> {
-        Err(format!("Unknown prompt: {name}"))
+    ) -> Result<Result<Value, InputRequired>, PromptError> {
+        Err(PromptError::Unknown(name.to_string()))
     }
     pub fn complete_prompt(_name: &str, _argument: &str) -> Option<Vec<String>> {
         None
@@ -252,7 +241,7 @@ pub fn templates() -> Vec<Value> {
 }
 
 /// `resources/read` of a fixture URI; `None` when `uri` is not one.
-pub fn read(uri: &str) -> Option<Result<Value, (i64, String)>> {
+pub fn read(uri: &str) -> Option<Result<Value, crate::resources::ResourceError>> {
     imp::read(uri)
 }
 
@@ -273,7 +262,7 @@ pub fn get_prompt(
     args: &Map<String, Value>,
     input: &ClientInput,
     caps: &Value,
-) -> Result<Result<Value, InputRequired>, String> {
+) -> Result<Result<Value, InputRequired>, PromptError> {
     imp::get_prompt(name, args, input, caps)
 }
 
@@ -287,12 +276,6 @@ pub fn complete_prompt(name: &str, argument: &str) -> Option<Vec<String>> {
 /// other resource of this server sends change notifications).
 pub fn subscribable(uri: &str) -> bool {
     imp::subscribable(uri)
-}
-
-/// Changes the text of `test://watched-resource`.
-#[cfg(feature = "test-tools")]
-pub fn update_watched(text: &str) {
-    imp::update_watched(text)
 }
 
 /// Whether this build offers resource subscriptions at all.

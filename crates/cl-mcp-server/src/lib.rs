@@ -16,3 +16,4 @@ pub mod session;
 pub mod sync;
 pub mod tools;
 pub mod transport;
+pub mod uri;

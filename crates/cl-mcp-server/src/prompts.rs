@@ -153,13 +153,14 @@ impl Prompt {
     }
 
     /// The `prompts/get` result, or which required argument is missing.
-    pub fn get(&self, args: &Map<String, Value>) -> Result<Value, String> {
+    pub fn get(&self, args: &Map<String, Value>) -> Result<Value, PromptError> {
         for a in self.arguments.iter().filter(|a| a.required) {
             if arg(args, a.name).is_none() {
-                return Err(format!(
-                    "Prompt '{}' needs the argument '{}' ({})",
-                    self.name, a.name, a.description
-                ));
+                return Err(PromptError::MissingArgument {
+                    prompt: self.name.to_string(),
+                    argument: a.name.to_string(),
+                    about: format!(" ({})", a.description),
+                });
             }
         }
         Ok(json!({
@@ -169,6 +170,25 @@ impl Prompt {
     }
 }
 
+/// Why a prompt cannot be given; the text is the `-32602` error's data.
+#[derive(Debug, thiserror::Error)]
+pub enum PromptError {
+    #[error("Unknown prompt: {0}")]
+    Unknown(String),
+    /// `about` is empty or ` (what the argument is)`.
+    #[error("Prompt '{prompt}' needs the argument '{argument}'{about}")]
+    MissingArgument {
+        prompt: String,
+        argument: String,
+        about: String,
+    },
+    #[error(
+        "Prompt '{0}' asks the user for context: it needs a client with the elicitation capability"
+    )]
+    NeedsElicitation(String),
+}
+
+/// The prompt named `name`, if there is one.
 pub fn find(name: &str) -> Option<&'static Prompt> {
     PROMPTS.iter().find(|p| p.name == name)
 }

@@ -19,8 +19,21 @@ use crate::tools::{ToolContext, ToolGroup, ToolRegistry};
 /// Most resources one `resources/list` page holds.
 pub const PAGE: usize = 500;
 
-/// JSON-RPC error code for an unknown resource (MCP).
-pub const RESOURCE_NOT_FOUND: i64 = -32002;
+/// Why a resource cannot be read or listed. The protocol answers
+/// `NotFound` as an unknown resource (`-32002`, or `-32602` in 2026-07-28)
+/// and `Invalid` as `-32602`; the message is the error's data.
+#[derive(Debug, thiserror::Error)]
+pub enum ResourceError {
+    /// No such resource (a missing file, an unknown `lisp://` name).
+    #[error("{0}")]
+    NotFound(String),
+    /// The request is wrong (a broken URI, a bad cursor, an unreadable file).
+    #[error("{0}")]
+    Invalid(String),
+    /// The image could not answer (completion values come from it).
+    #[error("{0}")]
+    Image(String),
+}
 
 const TEXT_EXTENSIONS: &[&str] = &[
     "lisp", "lsp", "cl", "asd", "ros", "md", "markdown", "txt", "org", "rst",
@@ -44,22 +57,29 @@ fn is_document(path: &Path) -> bool {
 
 /// `file://` URI of an absolute path (percent-encoding what URIs cannot hold).
 pub fn file_uri(path: &Path) -> String {
-    crate::protocol::uri::file_uri(path)
+    crate::uri::file_uri(path)
 }
 
 /// `resources/list`: the project's documents, a page at a time (`cursor` is
 /// the offset of the page).
-pub fn list(session: &Session, cursor: Option<&str>) -> Result<Value, String> {
+pub fn list(session: &Session, cursor: Option<&str>) -> Result<Value, ResourceError> {
     let start: usize = match cursor {
         None => 0,
-        Some(c) => c
-            .parse()
-            .map_err(|_| format!("Invalid cursor '{c}': pass back a nextCursor value"))?,
+        Some(c) => c.parse().map_err(|_| {
+            ResourceError::Invalid(format!(
+                "Invalid cursor '{c}': pass back a nextCursor value"
+            ))
+        })?,
     };
     let root = session.project_root();
     // Ignore files read safely (a FIFO named .gitignore is not waited on).
-    let dir = cap_std::fs::Dir::open_ambient_dir(&root, cap_std::ambient_authority())
-        .map_err(|e| format!("Cannot list the project root {}: {e}", root.display()))?;
+    let dir =
+        cap_std::fs::Dir::open_ambient_dir(&root, cap_std::ambient_authority()).map_err(|e| {
+            ResourceError::Invalid(format!(
+                "Cannot list the project root {}: {e}",
+                root.display()
+            ))
+        })?;
     let rules = std::sync::Arc::new(crate::tools::safe_walk::Rules::new(dir, &root));
     let mut builder = crate::tools::safe_walk::builder(&root);
     builder.filter_entry(move |e| rules.keep(e.path(), e.file_type().is_some_and(|t| t.is_dir())));
@@ -95,18 +115,13 @@ pub fn list(session: &Session, cursor: Option<&str>) -> Result<Value, String> {
 }
 
 /// `resources/read` of a `file://` URI, under the same read policy as the
-/// file tools. `Err((code, message))` on failure.
-pub fn read_file_uri(session: &Session, uri: &str) -> Result<Value, (i64, String)> {
-    let path = crate::protocol::uri::file_uri_path(uri).map_err(|e| {
-        (
-            crate::protocol::jsonrpc::INVALID_PARAMS,
-            format!("Cannot read {uri}: {e}."),
-        )
-    })?;
+/// file tools.
+pub fn read_file_uri(session: &Session, uri: &str) -> Result<Value, ResourceError> {
+    let path = crate::uri::file_uri_path(uri)
+        .map_err(|e| ResourceError::Invalid(format!("Cannot read {uri}: {e}.")))?;
     let resolved = resolve_existing_file(session, &path.to_string_lossy())
-        .map_err(|e| (RESOURCE_NOT_FOUND, e.to_string()))?;
-    let text = read_text_capped(&resolved)
-        .map_err(|e| (crate::protocol::jsonrpc::INVALID_PARAMS, e.to_string()))?;
+        .map_err(|e| ResourceError::NotFound(e.to_string()))?;
+    let text = read_text_capped(&resolved).map_err(|e| ResourceError::Invalid(e.to_string()))?;
     Ok(json!({ "contents": [{ "uri": uri, "mimeType": mime_of(&resolved.path), "text": text }] }))
 }
 
@@ -132,21 +147,16 @@ fn all_tools() -> &'static ToolRegistry {
 }
 
 /// A decoded segment of a `lisp://` URI.
-fn uri_part(uri: &str, s: &str) -> Result<String, (i64, String)> {
-    crate::protocol::uri::percent_decode(s).map_err(|e| {
-        (
-            crate::protocol::jsonrpc::INVALID_PARAMS,
-            format!("Cannot read {uri}: {e}."),
-        )
-    })
+fn uri_part(uri: &str, s: &str) -> Result<String, ResourceError> {
+    crate::uri::percent_decode(s)
+        .map_err(|e| ResourceError::Invalid(format!("Cannot read {uri}: {e}.")))
 }
 
-/// `resources/read` of a `lisp://` URI. `Err((code, message))` on failure.
-pub async fn read_lisp_uri(session: Arc<Session>, uri: &str) -> Result<Value, (i64, String)> {
-    let invalid = |m: String| (crate::protocol::jsonrpc::INVALID_PARAMS, m);
+/// `resources/read` of a `lisp://` URI.
+pub async fn read_lisp_uri(session: Arc<Session>, uri: &str) -> Result<Value, ResourceError> {
     let path = uri
         .strip_prefix("lisp://")
-        .ok_or_else(|| invalid(format!("Not a lisp:// URI: {uri}")))?;
+        .ok_or_else(|| ResourceError::Invalid(format!("Not a lisp:// URI: {uri}")))?;
     let parts: Vec<&str> = path.split('/').collect();
     let ctx = ToolContext::new(session, CancellationToken::new());
     let via_tool = |name: &'static str, args: Value| {
@@ -180,17 +190,14 @@ pub async fn read_lisp_uri(session: Arc<Session>, uri: &str) -> Result<Value, (i
             }
         }
         _ => {
-            return Err((
-                RESOURCE_NOT_FOUND,
-                format!(
-                    "Unknown lisp:// resource {uri}: use lisp://image/info, lisp://package/NAME, \
+            return Err(ResourceError::NotFound(format!(
+                "Unknown lisp:// resource {uri}: use lisp://image/info, lisp://package/NAME, \
                  lisp://symbol/PACKAGE/NAME or lisp://system/NAME"
-                ),
-            ))
+            )))
         }
     };
     if out.is_error {
-        return Err((RESOURCE_NOT_FOUND, out.text));
+        return Err(ResourceError::NotFound(out.text));
     }
     Ok(json!({ "contents": [{ "uri": uri, "mimeType": "text/plain", "text": out.text }] }))
 }
@@ -236,7 +243,7 @@ pub async fn complete_template(
     argument: &str,
     typed: &str,
     context: &Value,
-) -> Result<Vec<String>, String> {
+) -> Result<Vec<String>, ResourceError> {
     let kind = match (template, argument) {
         ("lisp://package/{name}", "name") | ("lisp://symbol/{package}/{name}", "package") => {
             "package"
@@ -263,6 +270,8 @@ pub async fn complete_template(
         keys,
     );
     let ctx = ToolContext::new(session, CancellationToken::new());
-    let v = call_lookup(&ctx, &form).await?;
+    let v = call_lookup(&ctx, &form)
+        .await
+        .map_err(|e| ResourceError::Image(e.to_string()))?;
     Ok(plist_strings(&v, "values"))
 }

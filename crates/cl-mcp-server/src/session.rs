@@ -6,7 +6,7 @@ use std::sync::{Arc, OnceLock, RwLock};
 
 use crate::config::ServerConfig;
 use crate::image::Image;
-use crate::sync::MutexExt;
+use crate::sync::{MutexExt, RwLockExt};
 
 /// State shared by every request of one MCP session.
 pub struct Session {
@@ -23,8 +23,6 @@ pub struct Session {
     read_roots: RwLock<Vec<PathBuf>>,
     /// Unique in this process: names the session inside a (shared) image.
     pub id: u64,
-    /// MCP tasks (tool calls run in the background, polled for results).
-    pub tasks: crate::protocol::tasks::TaskStore,
     /// What the owners of per-session state want done when the session ends
     /// (`Session::on_end`), run once by `Session::end`.
     end_hooks: std::sync::Mutex<Vec<EndHook>>,
@@ -89,7 +87,6 @@ impl Session {
             image,
             read_roots: RwLock::new(Vec::new()),
             id: NEXT_SESSION.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
-            tasks: Default::default(),
             end_hooks: Default::default(),
         })
     }
@@ -165,7 +162,7 @@ impl Session {
 
     /// Directories besides the project root that file tools may read.
     pub fn read_roots(&self) -> Vec<PathBuf> {
-        self.read_roots.read().unwrap().clone()
+        self.read_roots.reading().clone()
     }
 
     /// Replaces the extra read roots (canonical directories; `/` is never
@@ -178,18 +175,18 @@ impl Session {
             .collect();
         roots.sort();
         roots.dedup();
-        *self.read_roots.write().unwrap() = roots;
+        *self.read_roots.writing() = roots;
     }
 
     /// The project root: file tools resolve paths against it and refuse to
     /// leave it. Always an absolute, canonical path.
     pub fn project_root(&self) -> PathBuf {
-        self.root.read().unwrap().clone()
+        self.root.reading().clone()
     }
 
     /// Sets the project root (`fs-set-project-root`).
     pub fn set_project_root(&self, root: &Path) {
-        *self.root.write().unwrap() = root.to_path_buf();
+        *self.root.writing() = root.to_path_buf();
     }
 
     /// True when the user fixed the root on the command line (client roots
@@ -217,7 +214,7 @@ impl Session {
 
     /// Records a root the client declared (without adopting it).
     pub fn allow_root(&self, canon: &Path) {
-        let mut allowed = self.allowed_roots.write().unwrap();
+        let mut allowed = self.allowed_roots.writing();
         if !allowed.iter().any(|a| a == canon) {
             allowed.push(canon.to_path_buf());
         }
@@ -226,6 +223,6 @@ impl Session {
     /// The directories `fs-set-project-root` may move under (unless the
     /// server runs with `--allow-any-root`).
     pub fn allowed_roots(&self) -> Vec<PathBuf> {
-        self.allowed_roots.read().unwrap().clone()
+        self.allowed_roots.reading().clone()
     }
 }

@@ -5,27 +5,14 @@
 //! that a repeated call passes as `approvalToken` once the user agreed (a
 //! guard against accidental calls, not against a model that replays it).
 
-use std::collections::HashMap;
-use std::sync::Mutex;
-use std::time::{Duration, Instant};
-
 use serde_json::{json, Map, Value};
 
-use super::engine::{ConnState, Outbound};
-use super::mcp::Era;
+use super::approval_tokens::{TOKEN_ARG, TOKEN_LIFETIME};
+use super::era::Era;
+use super::outbound::Outbound;
+use super::request::ConnState;
+use crate::sync::MutexExt;
 use crate::tools::ToolOutput;
-
-/// How long an approval token stays valid.
-pub const TOKEN_LIFETIME: Duration = Duration::from_secs(300);
-
-/// The argument carrying an approval token.
-pub const TOKEN_ARG: &str = "approvalToken";
-
-/// Outstanding approval tokens of one connection.
-#[derive(Default)]
-pub struct ApprovalTokens {
-    tokens: Mutex<HashMap<String, (String, Instant)>>,
-}
 
 /// What to do with a call to a tool that needs approval.
 pub enum Verdict {
@@ -60,10 +47,8 @@ pub(crate) async fn check(
     let print = fingerprint(tool, &args);
     if let Some(token) = given {
         let token = token.as_str().unwrap_or_default().to_string();
-        let mut tokens = conn.approvals.tokens.lock().unwrap();
-        tokens.retain(|_, (_, at)| at.elapsed() < TOKEN_LIFETIME);
-        return match tokens.remove(&token) {
-            Some((p, _)) if p == print => Verdict::Run(Value::Object(args)),
+        return match conn.approvals.take(&token) {
+            Some(p) if p == print => Verdict::Run(Value::Object(args)),
             Some(_) => Verdict::Answer(ToolOutput::error(format!(
                 "The approvalToken was issued for a different call of '{tool}' (other arguments); \
                  it is now used up. Call again without approvalToken to get a new one."
@@ -79,7 +64,7 @@ pub(crate) async fn check(
     // Form elicitation needs a legacy session whose client supports forms
     // (`elicitation: {}` or `{form: ...}`; a URL-only client cannot answer).
     let can_elicit = era == Era::Legacy && {
-        let lc = conn.lifecycle.lock().unwrap();
+        let lc = conn.lifecycle.guard();
         match lc.client_capabilities.get("elicitation") {
             Some(Value::Object(e)) => e.is_empty() || e.contains_key("form"),
             _ => false,
@@ -125,12 +110,7 @@ pub(crate) async fn check(
              elicitation, or start the server with --approval-fallback token."
         )));
     }
-    let token = super::random_token();
-    conn.approvals
-        .tokens
-        .lock()
-        .unwrap()
-        .insert(token.clone(), (print, Instant::now()));
+    let token = conn.approvals.issue(print);
     let minutes = TOKEN_LIFETIME.as_secs() / 60;
     // Text only: a structuredContent here would have to match the tool's
     // own outputSchema, which describes the tool's result, not this answer.
@@ -146,20 +126,4 @@ impl ToolOutput {
     fn into_verdict(self) -> Verdict {
         Verdict::Answer(self)
     }
-}
-
-/// The input schema of a tool that needs approval: its own plus `approvalToken`.
-pub fn schema_with_token(mut schema: Value) -> Value {
-    if let Some(props) = schema.get_mut("properties").and_then(Value::as_object_mut) {
-        props.insert(
-            TOKEN_ARG.into(),
-            json!({"type": "string", "description": "Single-use token from an approval_required answer, after the user approved this exact call."}),
-        );
-    } else if let Some(obj) = schema.as_object_mut() {
-        obj.insert(
-            "properties".into(),
-            json!({ TOKEN_ARG: {"type": "string", "description": "Single-use approval token."} }),
-        );
-    }
-    schema
 }

@@ -11,73 +11,27 @@
 //! - Legacy era: the server sends each request to the client on the call's
 //!   stream itself and runs the handler again with the answers.
 
-use std::collections::HashMap;
 use std::future::Future;
-use std::sync::Mutex;
-use std::time::{Duration, Instant};
 
 use serde_json::{json, Map, Value};
 
-use super::engine::RequestCtx;
-use super::mcp::{Era, McpError};
+use super::era::Era;
+use super::error::McpError;
+use super::request::{ClientRequestError, RequestCtx};
 use crate::tools::{ClientInput, InputRequired};
 
-/// How long a `requestState` handle stays valid.
-const STATE_LIFETIME: Duration = Duration::from_secs(600);
-/// At most this many outstanding handles; the oldest go first.
-const MAX_STATES: usize = 1024;
 /// A legacy-era handler may ask for input this many times per request.
 const MAX_ROUNDS: usize = 8;
 
-struct Stored {
-    binding: String,
-    state: Value,
-    at: Instant,
-}
-
-/// Outstanding `requestState`s of the stateless era.
-#[derive(Default)]
-pub(crate) struct StateStore {
-    states: Mutex<HashMap<String, Stored>>,
-}
-
-impl StateStore {
-    fn put(&self, binding: &str, state: Value) -> String {
-        let token = super::random_token();
-        let mut states = self.states.lock().unwrap();
-        states.retain(|_, s| s.at.elapsed() < STATE_LIFETIME);
-        while states.len() >= MAX_STATES {
-            let oldest = states
-                .iter()
-                .min_by_key(|(_, s)| s.at)
-                .map(|(k, _)| k.clone());
-            match oldest {
-                Some(k) => states.remove(&k),
-                None => break,
-            };
-        }
-        states.insert(
-            token.clone(),
-            Stored {
-                binding: binding.to_string(),
-                state,
-                at: Instant::now(),
-            },
-        );
-        token
-    }
-
-    fn take(&self, binding: &str, token: &str) -> Result<Value, McpError> {
-        let mut states = self.states.lock().unwrap();
-        states.retain(|_, s| s.at.elapsed() < STATE_LIFETIME);
-        match states.remove(token) {
-            Some(s) if s.binding == binding => Ok(s.state),
-            _ => Err(McpError::invalid_params(
-                "requestState is unknown, altered, already used or expired: send the request again \
-                 without inputResponses and requestState",
-            )),
-        }
-    }
+/// Why the legacy era could not get the client's input for a handler.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum InputError {
+    #[error("input request '{0}' names no method")]
+    NoMethod(String),
+    #[error(transparent)]
+    Client(#[from] ClientRequestError),
+    #[error("gave up after asking the client for input {MAX_ROUNDS} times")]
+    TooManyRounds,
 }
 
 /// The client's input on a stateless retry: `inputResponses` and the state
@@ -113,13 +67,13 @@ fn client_input(
 
 /// Runs `attempt` until it answers. `binding` names the request (method and
 /// target) so a state issued for one cannot be replayed on another. A
-/// legacy-era failure to get the client's input is `Ok(Err(message))`.
+/// legacy-era failure to get the client's input is `Ok(Err(InputError))`.
 pub(crate) async fn answer<F, Fut>(
     req: &RequestCtx,
     params: &Map<String, Value>,
     binding: &str,
     mut attempt: F,
-) -> Result<Result<Value, String>, McpError>
+) -> Result<Result<Value, InputError>, McpError>
 where
     F: FnMut(ClientInput) -> Fut,
     Fut: Future<Output = Result<Result<Value, InputRequired>, McpError>>,
@@ -143,14 +97,14 @@ where
         let mut responses = Map::new();
         for (key, request) in needed.requests {
             let Some(method) = request.get("method").and_then(Value::as_str) else {
-                return Ok(Err(format!("input request '{key}' names no method")));
+                return Ok(Err(InputError::NoMethod(key)));
             };
             let params = request.get("params").cloned().unwrap_or(json!({}));
             match req.conn.request_client(&req.out, method, params).await {
                 Ok(v) => {
                     responses.insert(key, v);
                 }
-                Err(e) => return Ok(Err(e)),
+                Err(e) => return Ok(Err(InputError::Client(e))),
             }
         }
         input = ClientInput {
@@ -158,7 +112,5 @@ where
             state: needed.state,
         };
     }
-    Ok(Err(format!(
-        "gave up after asking the client for input {MAX_ROUNDS} times"
-    )))
+    Ok(Err(InputError::TooManyRounds))
 }

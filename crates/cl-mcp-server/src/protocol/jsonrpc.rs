@@ -19,6 +19,8 @@ pub const LIMIT_EXCEEDED: i64 = -32000;
 pub const UNSUPPORTED_PROTOCOL_VERSION: i64 = -32022;
 /// MCP 2026-07-28: the request needs a client capability it did not declare.
 pub const MISSING_CLIENT_CAPABILITY: i64 = -32021;
+/// An unknown resource (MCP).
+pub const RESOURCE_NOT_FOUND: i64 = -32002;
 
 /// A request id, as the raw JSON text the client sent.
 #[derive(Clone, Debug)]

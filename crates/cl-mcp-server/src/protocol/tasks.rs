@@ -5,7 +5,7 @@
 //! image's work like `notifications/cancelled`) complete the set.
 //!
 //! The 2026-07-28 era has the tasks extension instead (SEP-2663,
-//! `io.modelcontextprotocol/tasks`; see `mcp::call_tool_as_task`): the
+//! `io.modelcontextprotocol/tasks`; see `methods::task_runner`): the
 //! server decides to answer a `tools/call` with a task when the request's
 //! client capabilities declare the extension; `tasks/get` inlines the
 //! result, the error or the pending input requests, `tasks/update` answers
@@ -13,7 +13,9 @@
 //! both eras; `v2` says which rules it was created under.
 //!
 //! Tasks belong to the session, so a client polling over several
-//! connections (stateless HTTP requests share one session) sees them.
+//! connections (stateless HTTP requests share one session) sees them: the
+//! engine keeps each session's [`TaskStore`] in [`TaskStores`], keyed by
+//! session id, and drops it when the session ends (`Session::on_end`).
 //!
 //! A task's `ttl` counts from its creation, but a task is never dropped
 //! while its work runs: the work may hold the image's evaluation turn, and
@@ -22,12 +24,16 @@
 //! a task once its `ttl` has passed; it does not require it), so its
 //! result can still be fetched.
 
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use serde_json::{json, Map, Value};
 use tokio::sync::{watch, Notify};
 use tokio_util::sync::CancellationToken;
+
+use super::error::McpError;
+use crate::sync::MutexExt;
 
 /// The `ttl` a task gets when the client asks for none, and the longest it
 /// may ask for.
@@ -70,9 +76,8 @@ impl Status {
     }
 }
 
-/// What the underlying request answered: its result, or a JSON-RPC error
-/// (code, message, data).
-pub type Outcome = Result<Value, (i64, &'static str, Value)>;
+/// What the underlying request answered: its result, or a JSON-RPC error.
+pub type Outcome = Result<Value, McpError>;
 
 struct State {
     status: Status,
@@ -114,7 +119,7 @@ impl Task {
     /// when its `ttl` from creation has passed, or, for a task that ended
     /// past it, its `ttl` from the end.
     fn expired(&self, now: SystemTime) -> bool {
-        let st = self.state.lock().unwrap();
+        let st = self.state.guard();
         let Some(ended) = st.ended.filter(|_| st.status.is_terminal()) else {
             return false;
         };
@@ -129,22 +134,22 @@ impl Task {
 
     /// Ended, and its outcome already reached the client.
     fn collected(&self) -> bool {
-        let st = self.state.lock().unwrap();
+        let st = self.state.guard();
         st.status.is_terminal() && st.collected
     }
 
     /// Notes that the client has had the task's outcome.
     pub fn mark_collected(&self) {
-        self.state.lock().unwrap().collected = true;
+        self.state.guard().collected = true;
     }
 
     pub fn status(&self) -> Status {
-        self.state.lock().unwrap().status
+        self.state.guard().status
     }
 
     /// The `Task` object of the protocol.
     pub fn to_json(&self) -> Value {
-        let st = self.state.lock().unwrap();
+        let st = self.state.guard();
         let mut t = json!({
             "taskId": self.id,
             "status": st.status.name(),
@@ -162,7 +167,7 @@ impl Task {
     /// The task of the 2026-07-28 extension: `CreateTaskResult`'s fields
     /// (`ttlMs`, `pollIntervalMs`; no `result`, `error` or input requests).
     pub fn to_json_v2(&self) -> Value {
-        self.fields_v2(&self.state.lock().unwrap())
+        self.fields_v2(&self.state.guard())
     }
 
     fn fields_v2(&self, st: &State) -> Value {
@@ -184,7 +189,7 @@ impl Task {
     /// `inputRequests`, the tool's `result` or the protocol `error`.
     pub fn detailed_v2(&self) -> Value {
         // The status and what goes with it, read together (see `finish`).
-        let mut st = self.state.lock().unwrap();
+        let mut st = self.state.guard();
         if st.status.is_terminal() {
             st.collected = true;
         }
@@ -201,8 +206,8 @@ impl Task {
                     }
                     t["result"] = r;
                 }
-                Some(Err((code, message, data))) => {
-                    t["error"] = json!({ "code": code, "message": message, "data": data })
+                Some(Err(e)) => {
+                    t["error"] = json!({ "code": e.code, "message": e.message, "data": e.data })
                 }
                 None => {}
             },
@@ -228,7 +233,7 @@ impl Task {
             });
         }
         {
-            let mut st = self.state.lock().unwrap();
+            let mut st = self.state.guard();
             if st.status != Status::Working {
                 return None;
             }
@@ -247,7 +252,7 @@ impl Task {
                 _ = self.input_ready.notified() => {}
                 _ = self.cancel.cancelled() => return None,
             }
-            let mut st = self.state.lock().unwrap();
+            let mut st = self.state.guard();
             if st.status == Status::Cancelled {
                 return None;
             }
@@ -267,7 +272,7 @@ impl Task {
     /// (answers to keys that are not pending are ignored) and resumes the
     /// work once none is left.
     pub fn answer_input(&self, responses: &Map<String, Value>) {
-        let mut st = self.state.lock().unwrap();
+        let mut st = self.state.guard();
         if st.status != Status::InputRequired {
             return;
         }
@@ -291,7 +296,7 @@ impl Task {
     pub fn finish(&self, outcome: Outcome) -> bool {
         // Under the state's lock, so `detailed_v2` never sees a finished
         // status without its outcome.
-        let mut st = self.state.lock().unwrap();
+        let mut st = self.state.guard();
         let changed = !st.status.is_terminal();
         if changed {
             let failed = match &outcome {
@@ -327,7 +332,7 @@ impl Task {
     /// Moves a working (or input-waiting) task to `cancelled` and stops its
     /// work. Refuses a task that already ended.
     pub fn cancel(&self) -> Result<(), Status> {
-        let mut st = self.state.lock().unwrap();
+        let mut st = self.state.guard();
         if st.status.is_terminal() {
             return Err(st.status);
         }
@@ -347,10 +352,8 @@ impl Task {
         let seen = rx.wait_for(Option::is_some).await.map(|o| o.clone());
         match seen {
             Ok(Some(o)) => o,
-            _ => Err((
-                super::jsonrpc::INTERNAL_ERROR,
-                "Internal error",
-                Value::String("the task's work ended without an answer".into()),
+            _ => Err(McpError::internal(
+                "the task's work ended without an answer",
             )),
         }
     }
@@ -364,6 +367,24 @@ pub const DIRECT_ANSWER_WITHIN: Duration = Duration::from_millis(500);
 /// Input rounds a 2026-07-28 task may ask for.
 pub const MAX_INPUT_ROUNDS: usize = 8;
 
+/// Why a session's tasks could not be created or listed.
+#[derive(Debug, thiserror::Error)]
+pub enum TaskError {
+    /// [`MAX_TASKS`] tasks are kept already; `working` of them still run.
+    #[error(
+        "this session already holds {MAX_TASKS} tasks, the most it keeps \
+         ({working} still working, {} finished whose results were not fetched \
+         yet); no new task was created. Fetch finished results (tasks/result, or \
+         tasks/get under the tasks extension), cancel tasks (tasks/cancel), or \
+         wait for them to finish and their ttl to pass. A small ttl does not \
+         make room: a working task is kept until it ends.",
+        MAX_TASKS - working
+    )]
+    Full { working: usize },
+    #[error("invalid cursor '{0}' (not one this server gave, or its task expired)")]
+    InvalidCursor(String),
+}
+
 /// A session's tasks, oldest first.
 #[derive(Default)]
 pub struct TaskStore {
@@ -373,13 +394,13 @@ pub struct TaskStore {
 impl TaskStore {
     /// A new working task, with the client's `ttl` (milliseconds) bounded;
     /// `v2` for the 2026-07-28 extension's rules.
-    pub fn create(&self, ttl_ms: Option<u64>, v2: bool) -> Result<Arc<Task>, String> {
+    pub fn create(&self, ttl_ms: Option<u64>, v2: bool) -> Result<Arc<Task>, TaskError> {
         let ttl = ttl_ms
             .map(Duration::from_millis)
             .unwrap_or(DEFAULT_TTL)
             .min(MAX_TTL);
         let now = SystemTime::now();
-        let mut tasks = self.tasks.lock().unwrap();
+        let mut tasks = self.tasks.guard();
         tasks.retain(|t| !t.expired(now));
         while tasks.len() >= MAX_TASKS {
             match tasks.iter().position(|t| t.collected()) {
@@ -388,15 +409,7 @@ impl TaskStore {
                 }
                 None => {
                     let working = tasks.iter().filter(|t| !t.status().is_terminal()).count();
-                    return Err(format!(
-                        "this session already holds {MAX_TASKS} tasks, the most it keeps \
-                         ({working} still working, {} finished whose results were not fetched \
-                         yet); no new task was created. Fetch finished results (tasks/result, or \
-                         tasks/get under the tasks extension), cancel tasks (tasks/cancel), or \
-                         wait for them to finish and their ttl to pass. A small ttl does not \
-                         make room: a working task is kept until it ends.",
-                        MAX_TASKS - working
-                    ));
+                    return Err(TaskError::Full { working });
                 }
             }
         }
@@ -426,7 +439,7 @@ impl TaskStore {
     /// The task with this id, unless unknown or expired.
     pub fn get(&self, id: &str) -> Option<Arc<Task>> {
         let now = SystemTime::now();
-        let mut tasks = self.tasks.lock().unwrap();
+        let mut tasks = self.tasks.guard();
         tasks.retain(|t| !t.expired(now));
         tasks.iter().find(|t| t.id == id).cloned()
     }
@@ -434,21 +447,23 @@ impl TaskStore {
     /// Forgets a task (one answered at once, without its id ever reaching
     /// the client).
     pub fn remove(&self, id: &str) {
-        self.tasks.lock().unwrap().retain(|t| t.id != id);
+        self.tasks.guard().retain(|t| t.id != id);
     }
 
     /// One page of tasks (oldest first) and the cursor of the next.
-    pub fn list(&self, cursor: Option<&str>) -> Result<(Vec<Value>, Option<String>), String> {
+    pub fn list(&self, cursor: Option<&str>) -> Result<(Vec<Value>, Option<String>), TaskError> {
         let now = SystemTime::now();
-        let mut tasks = self.tasks.lock().unwrap();
+        let mut tasks = self.tasks.guard();
         tasks.retain(|t| !t.expired(now));
         // The cursor is the id of the last task of the previous page.
         let start = match cursor {
             None => 0,
             Some(c) => {
-                tasks.iter().position(|t| t.id == c).ok_or_else(|| {
-                    format!("invalid cursor '{c}' (not one this server gave, or its task expired)")
-                })? + 1
+                tasks
+                    .iter()
+                    .position(|t| t.id == c)
+                    .ok_or_else(|| TaskError::InvalidCursor(c.to_string()))?
+                    + 1
             }
         };
         let page: Vec<&Arc<Task>> = tasks.iter().skip(start).take(PAGE).collect();
@@ -460,8 +475,28 @@ impl TaskStore {
 
     /// Cancels every task still working (the session ends).
     pub fn cancel_all(&self) {
-        for t in self.tasks.lock().unwrap().iter() {
+        for t in self.tasks.guard().iter() {
             let _ = t.cancel();
         }
+    }
+}
+
+/// Every session's [`TaskStore`], keyed by session id: the protocol's own
+/// per-session state, kept out of `Session`.
+#[derive(Default)]
+pub struct TaskStores {
+    stores: Mutex<HashMap<u64, Arc<TaskStore>>>,
+}
+
+impl TaskStores {
+    /// The tasks of session `session` (an empty store at first).
+    pub fn of(&self, session: u64) -> Arc<TaskStore> {
+        self.stores.guard().entry(session).or_default().clone()
+    }
+
+    /// Forgets the tasks of a session that ended (work still running keeps
+    /// its own task until it finishes).
+    pub fn end_session(&self, session: u64) {
+        self.stores.guard().remove(&session);
     }
 }

@@ -9,6 +9,7 @@ use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
 use super::{tool, Annotations, LogLevel, ToolContext, ToolDef, ToolGroup, ToolOutput};
+use crate::sync::MutexExt;
 
 #[derive(Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
@@ -92,6 +93,24 @@ fn own_tools() -> Vec<ToolDef> {
 /// A 1×1 PNG (one red pixel).
 pub const TEST_PNG_BASE64: &str =
     "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAIAAACQd1PeAAAADElEQVR4nGP4z8AAAAMBAQDJ/pLvAAAAAElFTkSuQmCC";
+/// The text of `test://watched-resource` (served by `fixtures.rs`):
+/// `test_update_watched_resource` changes it.
+static WATCHED_TEXT: std::sync::Mutex<String> = std::sync::Mutex::new(String::new());
+
+/// The watched resource's text now.
+pub fn watched_text() -> String {
+    let text = WATCHED_TEXT.guard();
+    if text.is_empty() {
+        "This is the watched resource; it has not changed yet.".to_string()
+    } else {
+        text.clone()
+    }
+}
+
+fn update_watched(text: &str) {
+    *WATCHED_TEXT.guard() = text.to_string();
+}
+
 /// A WAV file: 8 samples of 16-bit mono silence at 8 kHz.
 const TEST_WAV_BASE64: &str =
     "UklGRjQAAABXQVZFZm10IBAAAAABAAEAQB8AAIA+AAACABAAZGF0YRAAAAAAAAAAAAAAAAAAAAAAAAAA";
@@ -423,7 +442,7 @@ pub fn conformance_tools() -> Vec<ToolDef> {
         "Sets the text of test://watched-resource; subscribers get notifications/resources/updated.",
         Annotations::DESTRUCTIVE,
         |a: WatchedArgs, ctx: ToolContext| async move {
-            crate::fixtures::update_watched(&a.text);
+            update_watched(&a.text);
             ctx.resource_changed("test://watched-resource");
             ToolOutput::text("test://watched-resource updated")
         },
