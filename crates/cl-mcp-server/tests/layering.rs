@@ -23,7 +23,6 @@ use std::path::Path;
 const INNER: &[&str] = &["protocol", "image"];
 
 #[test]
-#[ignore = "enabled once the renovation merges"]
 fn no_import_circles_in_the_server() {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
     let mut files = BTreeMap::new();
