@@ -386,7 +386,7 @@ async fn evaluate(a: EvalArgs, ctx: ToolContext) -> ToolOutput {
 /// (or why they cannot be). The repaired code is never run: the model sends
 /// it again if it is what it meant.
 fn repair_note(code: &str) -> Option<String> {
-    match super::source::parens::repair(code) {
+    match super::parens::repair(code) {
         Ok(None) => None,
         Ok(Some(r)) => {
             // Only extra closers after the last form: everything ran.

@@ -554,8 +554,8 @@ fn write_file(a: WriteArgs, session: &Session) -> ToolOutput {
     let mut a = a;
     let mut repairs = Vec::new();
     let mut repair_diff = String::new();
-    if a.repair_parens != Some(false) && crate::tools::source::is_lisp_path(&r.path) {
-        match crate::tools::source::parens::repair(&a.content) {
+    if a.repair_parens != Some(false) && crate::tools::parens::is_lisp_path(&r.path) {
+        match crate::tools::parens::repair(&a.content) {
             Ok(None) => {}
             Ok(Some(rep)) => {
                 a.content = rep.text;

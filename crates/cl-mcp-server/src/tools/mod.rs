@@ -32,6 +32,7 @@ pub mod image;
 pub mod inspect;
 pub mod lisp_call;
 pub mod output;
+pub mod parens;
 pub mod safe_walk;
 pub mod schema;
 pub mod session_state;

@@ -9,7 +9,7 @@ use super::check::{check_plan, last_words, CHECK_TIMEOUT};
 use super::cleanup::remove_entry;
 use super::files::{private_dir, write_if_changed};
 use super::lock::{take_build_lock, BUILD_LOCK_WAIT};
-use super::scripts::{entry_args, fasl_start_script, load_script};
+use super::scripts::{dies_with_parent, entry_args, fasl_start_script, load_script};
 use super::CoreCache;
 use crate::image::cache_manifest;
 use crate::image::helpers;
@@ -265,19 +265,4 @@ pub struct Built {
     /// When the entry in place did not match the hashes its build recorded
     /// (it was changed after the build), so was discarded: what differed.
     pub tampered: Option<ImageError>,
-}
-
-/// A build or check process must not outlive the server that waits for it
-/// (a killed server would leave it writing into the cache unlocked).
-pub(super) fn dies_with_parent(cmd: &mut std::process::Command) {
-    use std::os::unix::process::CommandExt;
-    // SAFETY: prctl(2) is async-signal-safe and allocates nothing.
-    unsafe {
-        cmd.pre_exec(|| {
-            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
 }

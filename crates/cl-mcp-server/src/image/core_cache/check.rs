@@ -3,7 +3,7 @@
 
 use std::time::Instant;
 
-use super::build::dies_with_parent;
+use super::scripts::dies_with_parent;
 use super::{CoreCache, LaunchPlan};
 use crate::image::cache_manifest;
 use crate::image::ImageError;

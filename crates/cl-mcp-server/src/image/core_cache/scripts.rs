@@ -1,5 +1,6 @@
 //! The generated Lisp scripts: the prelude, the load and build scripts,
-//! a fasl cache's start script, and the arguments that run them.
+//! a fasl cache's start script, the arguments that run them, and the tie
+//! that makes a build or check process die with the server.
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -205,6 +206,21 @@ pub(super) fn fasl_start_script(start: &ScriptStart, names: &[&str]) -> String {
          (cl-mcp-boot:main)\n"
     );
     s
+}
+
+/// A build or check process must not outlive the server that waits for it
+/// (a killed server would leave it writing into the cache unlocked).
+pub(super) fn dies_with_parent(cmd: &mut std::process::Command) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: prctl(2) is async-signal-safe and allocates nothing.
+    unsafe {
+        cmd.pre_exec(|| {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
 }
 
 #[cfg(test)]

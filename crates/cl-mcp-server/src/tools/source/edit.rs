@@ -14,10 +14,11 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::defs::{self, Definition};
-use super::{parens, scan};
+use super::scan;
 use crate::sync::MutexExt;
 use crate::tools::fs::{read_text_capped, resolve_for, to_json};
 use crate::tools::fs_paths::{atomic_write, Access};
+use crate::tools::parens;
 use crate::tools::{
     off_workers, tool, Annotations, ToolContext, ToolDef, ToolError, ToolGroup, ToolOutput,
 };

@@ -11,11 +11,9 @@ pub mod check;
 pub mod defs;
 pub mod edit;
 pub mod grep;
-pub mod parens;
 pub mod read;
 pub mod scan;
 
-use std::path::Path;
 
 use lisp_syntax::cst::LineIndex;
 use schemars::JsonSchema;
@@ -23,18 +21,9 @@ use serde::Serialize;
 
 use super::fs::{read_text_capped, resolve_existing_file};
 use super::fs_paths::ResolvedPath;
+pub use super::parens::{is_lisp_path, LISP_EXTENSIONS};
 use super::{ToolDef, ToolError};
 use crate::session::Session;
-
-/// File extensions treated as Lisp source.
-pub const LISP_EXTENSIONS: [&str; 5] = ["lisp", "lsp", "cl", "asd", "ros"];
-
-/// Whether `path` names a Lisp source file (by extension).
-pub fn is_lisp_path(path: &Path) -> bool {
-    path.extension()
-        .and_then(|e| e.to_str())
-        .is_some_and(|e| LISP_EXTENSIONS.iter().any(|l| l.eq_ignore_ascii_case(e)))
-}
 
 /// The tools of the `source` group.
 pub fn tools() -> Vec<ToolDef> {

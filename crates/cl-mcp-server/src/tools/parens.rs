@@ -3,9 +3,21 @@
 //! and `evaluate-lisp` (which only shows the repair). The rule and its
 //! refusals are `lisp_syntax::repair`; this module words the outcome for a
 //! model: each change as a sentence and as diff-like lines, so the model
-//! sees its mistake.
+//! sees its mistake. Also which files the server knows as Lisp.
+
+use std::path::Path;
 
 use lisp_syntax::repair::{repair_parens, Change, Refusal, Repair};
+
+/// File extensions treated as Lisp source.
+pub const LISP_EXTENSIONS: [&str; 5] = ["lisp", "lsp", "cl", "asd", "ros"];
+
+/// Whether `path` names a Lisp source file (by extension).
+pub fn is_lisp_path(path: &Path) -> bool {
+    path.extension()
+        .and_then(|e| e.to_str())
+        .is_some_and(|e| LISP_EXTENSIONS.iter().any(|l| l.eq_ignore_ascii_case(e)))
+}
 
 /// A repaired text and what changed.
 pub struct Repaired {
