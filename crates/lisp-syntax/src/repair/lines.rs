@@ -269,15 +269,20 @@ impl Ctx<'_> {
         let grp = &self.groups[g];
         let offset = if e.new > e.old {
             // After the last code line, a text that ends in an indented
-            // line of its own is where its writer was about to close: the
-            // closers go there (after any comment between), not before.
+            // line of its own (before the file's final newline, if any) is
+            // where its writer was about to close: the closers go there
+            // (after any comment between), not before.
             let rest = &self.text[grp.insert_at..];
-            let last_line = rest.rsplit('\n').next().unwrap_or("");
-            let ends_indented = rest.contains('\n')
+            let body = rest
+                .strip_suffix("\r\n")
+                .or_else(|| rest.strip_suffix('\n'))
+                .unwrap_or(rest);
+            let last_line = body.rsplit('\n').next().unwrap_or("");
+            let ends_indented = body.contains('\n')
                 && !last_line.is_empty()
                 && last_line.chars().all(|c| c == ' ' || c == '\t');
             if ends_indented && self.groups[g + 1..].iter().all(|x| !x.code) {
-                self.text.len()
+                grp.insert_at + body.len()
             } else {
                 grp.insert_at
             }

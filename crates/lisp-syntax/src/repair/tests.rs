@@ -73,6 +73,9 @@ fn closers_go_before_a_trailing_comment() {
     let (text, changes) = repaired("(deftest t1\n    (f)\n  9 ; not 7\n  ");
     assert_eq!(text, "(deftest t1\n    (f)\n  9 ; not 7\n  )");
     assert_eq!(changes, vec!["added \")\" at line 4, column 3"]);
+    // Also before the file's final newline.
+    let (text, _) = repaired("(deftest t1\n    (f)\n  9 ; not 7\n  \n");
+    assert_eq!(text, "(deftest t1\n    (f)\n  9 ; not 7\n  )\n");
 }
 
 #[test]
@@ -159,10 +162,14 @@ fn closers_on_lines_of_their_own_change_at_the_end_of_their_run() {
     // The closers after a code line, with only comments and closers on
     // lines of their own after it, are one run: a change goes at its end.
     let good = "(defun f (x)\n  (case x\n    (:a 1)\n    ;; (:b no)\n    )\n  )\n";
+    // (The text ends in an indented line of its own before the final
+    // newline: the closer goes back there.)
     let broken = good.replacen("\n  )\n", "\n  \n", 1);
+    assert_eq!(repaired(&broken).0, good);
+    let broken = good.replacen("\n    )\n  )\n", "\n    )\n", 1);
     assert_eq!(
         repaired(&broken).0,
-        good.replacen("\n    )\n  )\n", "\n    ))\n  \n", 1)
+        good.replacen("\n    )\n  )\n", "\n    ))\n", 1)
     );
     let (text, changes) = repaired("(defun f ()\n  (g)\n  ;; todo\n  ))\n");
     assert_eq!(text, "(defun f ()\n  (g)\n  ;; todo\n  )\n");
