@@ -15,8 +15,7 @@
 //! both servers run side by side and take turns, 20 blocks of `HOTPATH_N`/20
 //! calls each, so a slow stretch of a shared machine falls on both.
 
-use std::io::{BufRead, BufReader, Write};
-use std::process::{Child, ChildStdin, Command, Stdio};
+use std::io::Write;
 use std::time::{Duration, Instant};
 
 use swank_client::{SwankClient, Thread};
@@ -27,70 +26,19 @@ use raw_swank::start_raw_swank;
 
 const BIN: &str = env!("CARGO_BIN_EXE_cl-mcp-server");
 
-struct Server {
-    child: Child,
-    stdin: ChildStdin,
-    stdout: BufReader<std::process::ChildStdout>,
-    next_id: u64,
+#[path = "support/stdio_server.rs"]
+mod stdio_server;
+use stdio_server::Server;
+
+/// The server this run measures: `HOTPATH_BIN`, or the one just built.
+fn spawn(root: &std::path::Path) -> Server {
+    let bin = std::env::var("HOTPATH_BIN").unwrap_or_else(|_| BIN.to_string());
+    Server::spawn_bin(&bin, root, &[])
 }
 
-impl Server {
-    fn spawn(root: &std::path::Path) -> Server {
-        let bin = std::env::var("HOTPATH_BIN").unwrap_or_else(|_| BIN.to_string());
-        Server::spawn_bin(&bin, root)
-    }
-
-    fn spawn_bin(bin: &str, root: &std::path::Path) -> Server {
-        let mut child = Command::new(bin)
-            .args(["--log-level", "error", "--project-root"])
-            .arg(root)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("spawn cl-mcp-server");
-        let stdin = child.stdin.take().unwrap();
-        let stdout = BufReader::new(child.stdout.take().unwrap());
-        let mut s = Server {
-            child,
-            stdin,
-            stdout,
-            next_id: 1,
-        };
-        s.roundtrip(r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{}}}"#);
-        s.stdin
-            .write_all(b"{\"jsonrpc\":\"2.0\",\"method\":\"notifications/initialized\"}\n")
-            .unwrap();
-        s
-    }
-
-    fn roundtrip(&mut self, msg: &str) -> String {
-        self.stdin.write_all(msg.as_bytes()).unwrap();
-        self.stdin.write_all(b"\n").unwrap();
-        self.stdin.flush().unwrap();
-        let mut line = String::new();
-        self.stdout.read_line(&mut line).unwrap();
-        line
-    }
-
-    fn call(&mut self, tool: &str, arguments: serde_json::Value) -> (Duration, String) {
-        self.next_id += 1;
-        let msg = serde_json::json!({"jsonrpc":"2.0","id":self.next_id,"method":"tools/call",
-            "params":{"name":tool,"arguments":arguments}});
-        let msg = msg.to_string();
-        let t = Instant::now();
-        let r = self.roundtrip(&msg);
-        (t.elapsed(), r)
-    }
-
-    fn eval(&mut self, code: &str) -> (Duration, String) {
-        self.call("evaluate-lisp", serde_json::json!({ "code": code }))
-    }
-
-    fn stop(mut self) {
-        drop(self.stdin);
-        let _ = self.child.wait();
-    }
+/// `evaluate-lisp` of `code`: its round-trip time and the answer.
+fn eval(s: &mut Server, code: &str) -> (Duration, String) {
+    s.call("evaluate-lisp", serde_json::json!({ "code": code }))
 }
 
 fn stats(mut v: Vec<Duration>) -> (f64, f64, f64) {
@@ -157,8 +105,8 @@ fn write_system(root: &std::path::Path) {
 fn compare(other: &str, n: usize) {
     let root = tempfile::tempdir().unwrap();
     let mut servers = [
-        Server::spawn_bin(BIN, root.path()),
-        Server::spawn_bin(other, root.path()),
+        Server::spawn_bin(BIN, root.path(), &[]),
+        Server::spawn_bin(other, root.path(), &[]),
     ];
     let blocks = 20;
     let per = (n / blocks).max(1);
@@ -172,7 +120,7 @@ fn compare(other: &str, n: usize) {
     ];
     for s in servers.iter_mut() {
         for _ in 0..200 {
-            s.eval("(+ 1 2)");
+            eval(s, "(+ 1 2)");
         }
     }
     println!("\ncl-mcp-server hot path, A = this build, B = {other} (stdio, SBCL, {blocks} alternating blocks of {per})");
@@ -182,7 +130,7 @@ fn compare(other: &str, n: usize) {
         for block in 0..blocks {
             for (k, s) in servers.iter_mut().enumerate() {
                 for i in 0..per {
-                    times[k].push(s.eval(&code(block * per + i)).0);
+                    times[k].push(eval(s, &code(block * per + i)).0);
                 }
             }
         }
@@ -223,12 +171,12 @@ fn main() {
 
     let root = tempfile::tempdir().unwrap();
     write_system(root.path());
-    let mut s = Server::spawn(root.path());
+    let mut s = spawn(root.path());
     for _ in 0..200 {
-        let (_, r) = s.eval("(+ 1 2)");
+        let (_, r) = eval(&mut s, "(+ 1 2)");
         assert!(r.contains("=> 3"), "{r}");
     }
-    let times: Vec<Duration> = (0..n).map(|_| s.eval("(+ 1 2)").0).collect();
+    let times: Vec<Duration> = (0..n).map(|_| eval(&mut s, "(+ 1 2)").0).collect();
     row(&mut rows, format!("evaluate-lisp (+ 1 2) (n={n})"), times);
     // The transport and engine alone (no image): `ping`.
     let times: Vec<Duration> = (0..n)
@@ -247,7 +195,7 @@ fn main() {
 
     let times: Vec<Duration> = (0..n)
         .map(|i| {
-            let (d, r) = s.eval(&format!("(defun hot-f (x) (+ x {i}))"));
+            let (d, r) = eval(&mut s, &format!("(defun hot-f (x) (+ x {i}))"));
             debug_assert!(r.contains("HOT-F"), "{r}");
             d
         })
@@ -256,7 +204,10 @@ fn main() {
 
     let times: Vec<Duration> = (0..n / 4)
         .map(|_| {
-            let (d, r) = s.eval("(write-string (make-string 10000 :initial-element #\\a)) nil");
+            let (d, r) = eval(
+                &mut s,
+                "(write-string (make-string 10000 :initial-element #\\a)) nil",
+            );
             debug_assert!(r.len() > 10000, "{r}");
             d
         })
@@ -279,7 +230,10 @@ fn main() {
         assert!(!r.contains("\"isError\":true"), "{r}");
         let mut total = 0.0;
         for i in 0..10 {
-            let (d, r) = s.eval(&format!("(defun after-build-{round}-{i} (x) (* x {i}))"));
+            let (d, r) = eval(
+                &mut s,
+                &format!("(defun after-build-{round}-{i} (x) (* x {i}))"),
+            );
             assert!(r.contains("AFTER-BUILD"), "{r}");
             total += d.as_secs_f64() * 1e3;
             all.push(d);

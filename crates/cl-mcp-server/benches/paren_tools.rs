@@ -9,15 +9,13 @@
 //! Run: `scripts/paren-corpus.sh` (unpacks the held-out libraries under
 //! the target directory), then `cargo bench -p cl-mcp-server --bench
 //! paren_tools`. `CORPUS=tuning` takes the tuning corpus instead; `LIMIT=N`
-//! only the first N cases. Prints per tool and way: restored (the file is
-//! the original byte for byte), relaid (the same forms, closers placed
-//! elsewhere on their lines), refused (an error result, the file as it
-//! was), wrong (other forms written), and unreadable: a file written that
-//! does not read, which must stay 0.
+//! only the first N cases; `SHOW=wrong` prints each wrong file. Prints
+//! per tool and way: restored (the file is the original byte for byte),
+//! relaid (the same forms, closers placed elsewhere on their lines),
+//! refused (an error result, the file as it was), wrong (other forms
+//! written), and unreadable: a file written that does not read, which must
+//! stay 0.
 
-use std::io::{BufRead, BufReader, Write};
-use std::path::Path;
-use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::time::Instant;
 
 use serde_json::{json, Value};
@@ -31,83 +29,18 @@ const BEFORE: &str = "(in-package :cl-user)\n\n(defvar *before* 1)\n\n";
 const PLACEHOLDER: &str = "(defun placeholder ()\n  nil)";
 const AFTER: &str = "\n\n(defvar *after* 2)\n";
 
-struct Server {
-    child: Child,
-    stdin: ChildStdin,
-    stdout: BufReader<ChildStdout>,
-    next_id: u64,
-}
+#[path = "support/stdio_server.rs"]
+mod stdio_server;
+use stdio_server::Server;
 
-impl Server {
-    fn start(root: &Path) -> Server {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_cl-mcp-server"))
-            .args(["--tools", "fs,source", "--log-level", "error"])
-            .arg("--project-root")
-            .arg(root)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("start the server");
-        let stdin = child.stdin.take().unwrap();
-        let stdout = BufReader::new(child.stdout.take().unwrap());
-        let mut s = Server {
-            child,
-            stdin,
-            stdout,
-            next_id: 1,
-        };
-        s.request(
-            "initialize",
-            json!({"protocolVersion": "2025-06-18", "capabilities": {},
-                   "clientInfo": {"name": "paren_tools", "version": "0"}}),
-        );
-        writeln!(
-            s.stdin,
-            "{}",
-            json!({"jsonrpc": "2.0", "method": "notifications/initialized"})
-        )
-        .unwrap();
-        s
-    }
-
-    fn request(&mut self, method: &str, params: Value) -> Value {
-        let id = self.next_id;
-        self.next_id += 1;
-        writeln!(
-            self.stdin,
-            "{}",
-            json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params})
-        )
-        .unwrap();
-        let mut line = String::new();
-        loop {
-            line.clear();
-            if self.stdout.read_line(&mut line).unwrap() == 0 {
-                panic!("the server closed its output");
-            }
-            let v: Value = serde_json::from_str(&line).expect("a JSON line");
-            if v.get("id") == Some(&json!(id)) {
-                return v;
-            }
-        }
-    }
-
-    /// Whether the tool answered with an error result.
-    fn call(&mut self, tool: &str, arguments: Value) -> bool {
-        let r = self.request("tools/call", json!({"name": tool, "arguments": arguments}));
-        let result = r
-            .get("result")
-            .unwrap_or_else(|| panic!("{tool}: no result: {r}"));
-        result["isError"] == json!(true)
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+/// Calls `tool`: whether it answered with an error result.
+fn is_refused(server: &mut Server, tool: &str, arguments: Value) -> bool {
+    let (_, line) = server.call(tool, arguments);
+    let r: Value = serde_json::from_str(&line).expect("a JSON answer");
+    let result = r
+        .get("result")
+        .unwrap_or_else(|| panic!("{tool}: no result: {r}"));
+    result["isError"] == json!(true)
 }
 
 #[derive(Default, Clone, Copy)]
@@ -156,6 +89,16 @@ impl Tally {
     }
 }
 
+/// With `SHOW=wrong`: a written file that is not the intended one.
+fn show(tool: &str, case: &str, written: Option<&str>, intended: &str) {
+    if !std::env::var("SHOW").is_ok_and(|s| s.contains("wrong")) {
+        return;
+    }
+    if let Some(w) = written.filter(|w| tokens(w) != tokens(intended)) {
+        println!("\n--- wrong ({tool}):\n{case}\n--- written:\n{w}\n--- intended:\n{intended}");
+    }
+}
+
 fn main() {
     let which = std::env::var("CORPUS").unwrap_or_default();
     let c = if which == "tuning" {
@@ -177,7 +120,11 @@ fn main() {
         .min(c.cases.len());
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path().canonicalize().unwrap();
-    let mut server = Server::start(&root);
+    let mut server = Server::spawn_bin(
+        env!("CARGO_BIN_EXE_cl-mcp-server"),
+        &root,
+        &["--tools", "fs,source"],
+    );
     let file = root.join("case.lisp");
     let edited = root.join("edited.lisp");
     let mut write = vec![Tally::default(); WAYS.len()];
@@ -187,7 +134,8 @@ fn main() {
         let (case, intended, way) = (&c.cases[i], &c.originals[i], c.ways[i]);
         // fs-write-file: a whole file of one broken form.
         let _ = std::fs::remove_file(&file);
-        let refused = server.call(
+        let refused = is_refused(
+            &mut server,
             "fs-write-file",
             json!({"path": "case.lisp", "content": format!("{case}\n")}),
         );
@@ -196,12 +144,15 @@ fn main() {
             !(refused && written.is_some()),
             "fs-write-file refused yet wrote case {i}"
         );
-        write[way].count(written.as_deref(), &format!("{intended}\n"));
+        let want = format!("{intended}\n");
+        write[way].count(written.as_deref(), &want);
+        show("fs-write-file", case, written.as_deref(), &want);
         // lisp-edit-form: the broken form as the new content of a form in
         // the middle of a file.
         let original = format!("{BEFORE}{PLACEHOLDER}{AFTER}");
         std::fs::write(&edited, &original).unwrap();
-        let refused = server.call(
+        let refused = is_refused(
+            &mut server,
             "lisp-edit-form",
             json!({"path": "edited.lisp", "formType": "defun", "formName": "placeholder",
                    "operation": "replace", "content": case}),
@@ -211,12 +162,19 @@ fn main() {
             !(refused && now != original),
             "lisp-edit-form refused yet changed the file for case {i}"
         );
-        edit[way].count(
+        // (Its new lines take the file's line ending: a form written with
+        // CRLF comes back with LF.)
+        let want = format!("{BEFORE}{}{AFTER}", intended.replace("\r\n", "\n"));
+        edit[way].count((!refused).then_some(now.as_str()), &want);
+        show(
+            "lisp-edit-form",
+            case,
             (!refused).then_some(now.as_str()),
-            &format!("{BEFORE}{intended}{AFTER}"),
+            &want,
         );
     }
     let elapsed = started.elapsed();
+    server.stop();
     println!(
         "{}: {} cases of {} ({} forms of {} files), each through both tools in {:.1?}\n",
         c.name,

@@ -4,7 +4,8 @@
 
 use super::apply::apply;
 use super::lines::{
-    line_groups, seg_balance, segments, tokens, units, Ctx, Edit, Group, Segment, TokKind, Unit,
+    line_groups, push_element, seg_balance, segments, tokens, units, Ctx, Edit, Group, Segment,
+    TokKind, Unit,
 };
 use super::plausible::{implausible_form, indented_at_top_level};
 use super::shape::{lines_up, takes_a_body};
@@ -427,17 +428,7 @@ fn read_line(
             continue;
         }
         match toks[t].kind {
-            TokKind::Open => {
-                if let Some((_, cols)) = stack.last_mut() {
-                    cols.push(t);
-                }
-                stack.push((t, Vec::new()));
-            }
-            TokKind::Code => {
-                if let Some((_, cols)) = stack.last_mut() {
-                    cols.push(t);
-                }
-            }
+            TokKind::Open | TokKind::Code => push_element(stack, t, toks[t].kind),
             TokKind::Close => {
                 let (line, column) = ctx.lines.line_col(toks[t].start);
                 match stack.pop().map(|(o, _)| o) {

@@ -2,7 +2,9 @@
 //! one place for one `)` in the one broken form that leaves the fewest
 //! lines lined up with nothing.
 
-use super::lines::{line_groups, seg_balance, segments, tokens, units, Ctx, Segment, Tok, TokKind};
+use super::lines::{
+    line_groups, push_element, seg_balance, segments, tokens, units, Ctx, Segment, Tok, TokKind,
+};
 use super::plausible::{implausible_form, indented_at_top_level};
 use super::shape::{lines_up, wraps_top_level_forms};
 use super::Change;
@@ -307,17 +309,7 @@ fn misaligned_lines(text: &str, parse: &cst::Parse) -> usize {
         }
         for t in g.toks.clone() {
             match toks[t].kind {
-                TokKind::Open => {
-                    if let Some((_, elements)) = stack.last_mut() {
-                        elements.push(t);
-                    }
-                    stack.push((t, Vec::new()));
-                }
-                TokKind::Code => {
-                    if let Some((_, elements)) = stack.last_mut() {
-                        elements.push(t);
-                    }
-                }
+                TokKind::Open | TokKind::Code => push_element(&mut stack, t, toks[t].kind),
                 TokKind::Close => {
                     stack.pop();
                 }

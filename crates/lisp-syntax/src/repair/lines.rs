@@ -327,3 +327,16 @@ impl Ctx<'_> {
         }
     }
 }
+
+/// One step of a walk over the tokens with the stack of open lists (each
+/// with its opener and the tokens that start its elements): token `t`, an
+/// opener or an atom, is an element of the innermost open list, and an
+/// opener then opens a list of its own.
+pub(super) fn push_element(stack: &mut Vec<(usize, Vec<usize>)>, t: usize, kind: TokKind) {
+    if let Some((_, elements)) = stack.last_mut() {
+        elements.push(t);
+    }
+    if kind == TokKind::Open {
+        stack.push((t, Vec::new()));
+    }
+}

@@ -4,15 +4,22 @@
 
 use super::lines::{Ctx, TokKind};
 
+/// The operator of the list opened by token `open`, lower case and without
+/// its package prefix (`cl:defun` is `defun`), when its head is a symbol.
+fn head_name(ctx: &Ctx, open: usize) -> Option<String> {
+    let head = ctx.toks.get(open + 1).filter(|h| h.kind == TokKind::Code)?;
+    let name = ctx.text[head.start..head.end].to_ascii_lowercase();
+    Some(name.rsplit(':').next().unwrap_or(&name).to_string())
+}
+
 /// Whether the list opened by token `open` is an operator form whose body
 /// follows its first line (`(eval-when (...)`, `(defun f (x)`,
 /// `(with-open-file (s p)`): closing it on that line leaves it empty.
 pub(super) fn takes_a_body(ctx: &Ctx, open: usize) -> bool {
-    let Some(head) = ctx.toks.get(open + 1).filter(|h| h.kind == TokKind::Code) else {
+    let Some(name) = head_name(ctx, open) else {
         return false;
     };
-    let name = ctx.text[head.start..head.end].to_ascii_lowercase();
-    let name = name.rsplit(':').next().unwrap_or(&name);
+    let name = name.as_str();
     matches!(
         name,
         "eval-when"
@@ -48,11 +55,10 @@ pub(super) fn takes_a_body(ctx: &Ctx, open: usize) -> bool {
 /// top-level forms, which some code writes flush left (`progn`,
 /// `eval-when`, `macrolet`, ...).
 pub(super) fn wraps_top_level_forms(ctx: &Ctx, open: usize) -> bool {
-    let Some(head) = ctx.toks.get(open + 1).filter(|h| h.kind == TokKind::Code) else {
+    let Some(name) = head_name(ctx, open) else {
         return false;
     };
-    let name = ctx.text[head.start..head.end].to_ascii_lowercase();
-    let name = name.rsplit(':').next().unwrap_or(&name);
+    let name = name.as_str();
     matches!(
         name,
         "progn" | "eval-when" | "macrolet" | "symbol-macrolet" | "locally" | "let" | "let*"
@@ -122,11 +128,10 @@ pub(super) fn lines_up(ctx: &Ctx, open: usize, elements: &[usize], x: usize, str
 /// macro with a body by an editor: one of [`takes_a_body`], or named
 /// `def...`, `with-...`, `without-...`, `do-...`, `do`, `do*`.
 fn body_like(ctx: &Ctx, open: usize) -> bool {
-    let Some(head) = ctx.toks.get(open + 1).filter(|h| h.kind == TokKind::Code) else {
+    let Some(name) = head_name(ctx, open) else {
         return false;
     };
-    let name = ctx.text[head.start..head.end].to_ascii_lowercase();
-    let name = name.rsplit(':').next().unwrap_or(&name);
+    let name = name.as_str();
     takes_a_body(ctx, open)
         || matches!(name, "do" | "do*")
         || ["def", "with-", "without-", "do-"]

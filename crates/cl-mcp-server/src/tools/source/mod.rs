@@ -14,7 +14,6 @@ pub mod grep;
 pub mod read;
 pub mod scan;
 
-
 use lisp_syntax::cst::LineIndex;
 use schemars::JsonSchema;
 use serde::Serialize;
