@@ -3,7 +3,7 @@
 ;;;;
 ;;;; Written in ASCII on purpose: it is read before the encodings are set.
 ;;;; Owned by the image supervisor (crates/cl-mcp-server/src/image/); the
-;;;; generated scripts of core_cache.rs load it, then Swank, the helpers and
+;;;; generated scripts of core_cache/scripts.rs load it, then Swank, the helpers and
 ;;;; boot.lisp.
 ;;;;
 ;;;; - The boot guard: until BOOT.LISP's MAIN takes over, an error nobody
