@@ -163,15 +163,30 @@ pub fn resolve(
     )))
 }
 
+/// Why a path cannot be resolved (the words complete "Refused path 'p': …").
+#[derive(Debug, thiserror::Error)]
+enum Unresolvable {
+    #[error("cannot resolve it ({0})")]
+    Path(std::io::Error),
+    #[error("{} is a symbolic link whose target does not exist", .0.display())]
+    DanglingLink(PathBuf),
+    #[error("'..' may not follow a directory that does not exist")]
+    ParentOfMissing,
+    #[error("no part of it exists")]
+    NothingExists,
+    #[error("{} is not a directory", .0.display())]
+    NotADirectory(PathBuf),
+    #[error("cannot resolve {dir} ({1})", dir = .0.display())]
+    Ancestor(PathBuf, std::io::Error),
+}
+
 /// Canonicalizes `raw`; if it does not exist, canonicalizes its deepest
 /// existing ancestor and appends the rest, which must be plain names.
 /// Returns the path and whether it exists.
-fn canonicalize_lenient(raw: &Path) -> Result<(PathBuf, bool), String> {
+fn canonicalize_lenient(raw: &Path) -> Result<(PathBuf, bool), Unresolvable> {
     match raw.canonicalize() {
         Ok(p) => return Ok((p, true)),
-        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-            return Err(format!("cannot resolve it ({e})"))
-        }
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(Unresolvable::Path(e)),
         Err(_) => {}
     }
     let mut rest: Vec<OsString> = Vec::new();
@@ -180,29 +195,24 @@ fn canonicalize_lenient(raw: &Path) -> Result<(PathBuf, bool), String> {
         // A name that exists as a symlink but does not canonicalize is a
         // dangling link: following it later could land anywhere.
         if std::fs::symlink_metadata(&cur).is_ok_and(|m| m.file_type().is_symlink()) {
-            return Err(format!(
-                "{} is a symbolic link whose target does not exist",
-                cur.display()
-            ));
+            return Err(Unresolvable::DanglingLink(cur));
         }
         let name = match cur.components().next_back() {
             Some(Component::Normal(n)) => n.to_os_string(),
             Some(Component::CurDir) => OsString::new(),
-            Some(Component::ParentDir) => {
-                return Err("'..' may not follow a directory that does not exist".into())
-            }
-            _ => return Err("no part of it exists".into()),
+            Some(Component::ParentDir) => return Err(Unresolvable::ParentOfMissing),
+            _ => return Err(Unresolvable::NothingExists),
         };
         if !name.is_empty() {
             rest.push(name);
         }
         if !cur.pop() {
-            return Err("no part of it exists".into());
+            return Err(Unresolvable::NothingExists);
         }
         match cur.canonicalize() {
             Ok(base) => {
                 if !base.is_dir() {
-                    return Err(format!("{} is not a directory", base.display()));
+                    return Err(Unresolvable::NotADirectory(base));
                 }
                 let mut p = base;
                 for n in rest.iter().rev() {
@@ -211,7 +221,7 @@ fn canonicalize_lenient(raw: &Path) -> Result<(PathBuf, bool), String> {
                 return Ok((p, false));
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
-            Err(e) => return Err(format!("cannot resolve {} ({e})", cur.display())),
+            Err(e) => return Err(Unresolvable::Ancestor(cur, e)),
         }
     }
 }

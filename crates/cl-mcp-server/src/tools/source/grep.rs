@@ -259,7 +259,7 @@ where
             ignore::WalkState::Continue
         })
     });
-    let mut skipped = skipped.into_inner().unwrap();
+    let mut skipped = skipped.into_inner().unwrap_or_else(|e| e.into_inner());
     skipped.sort();
     Ok(Walked {
         files: count.into_inner(),
@@ -394,7 +394,7 @@ pub fn search(
             }
         }
     })?;
-    let mut hits = hits.into_inner().unwrap();
+    let mut hits = hits.into_inner().unwrap_or_else(|e| e.into_inner());
     hits.sort_by(|a, b| a.path.cmp(&b.path).then(a.line.cmp(&b.line)));
     let total = hits.len();
     hits.truncate(limit);
