@@ -724,7 +724,7 @@ pub fn signatures(root: &Path, r: &ResolvedPath) -> Result<(Vec<Signature>, Walk
         }
         all.guard().extend(out);
     })?;
-    let mut all = all.into_inner().unwrap();
+    let mut all = all.into_inner().unwrap_or_else(|e| e.into_inner());
     all.sort_by(|a, b| a.path.cmp(&b.path).then(a.line.cmp(&b.line)));
     Ok((all, walked))
 }
