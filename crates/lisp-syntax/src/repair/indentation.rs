@@ -4,7 +4,7 @@
 
 use super::apply::apply;
 use super::lines::{
-    line_groups, push_element, seg_balance, segments, tokens, units, Ctx, Edit, Group, Segment,
+    line_groups, push_element, seg_balance, segments, units, Ctx, Edit, Group, Layout, Segment,
     TokKind, Unit,
 };
 use super::plausible::{implausible_form, indented_at_top_level};
@@ -33,17 +33,10 @@ pub(super) fn by_indentation(text: &str) -> Repair {
     if !paren_trouble {
         return Repair::Unchanged;
     }
-    let lines = LineIndex::new(text);
-    let toks = tokens(text, &parse);
-    let groups = line_groups(text, &toks, false);
-    let kept_groups = line_groups(text, &toks, true);
-    let ctx = Ctx {
-        text,
-        lines: &lines,
-        toks: &toks,
-        groups: &groups,
-        strict: false,
-    };
+    let layout = Layout::of(text, &parse);
+    let lines = &layout.lines;
+    let kept_groups = line_groups(text, &layout.toks, true);
+    let ctx = layout.ctx(text, false);
     if let Some(r) = unclosed_construct(&ctx, &parse) {
         return Repair::Refused(r);
     }
@@ -57,7 +50,7 @@ pub(super) fn by_indentation(text: &str) -> Repair {
         return Repair::Refused(ctx.refusal(
             ctx.form_start_before(at),
             lines.line_col(e.offset).0,
-            e.message(&lines),
+            e.message(lines),
             "fix the parentheses by hand (lisp-check-parens shows where)".into(),
         ));
     }

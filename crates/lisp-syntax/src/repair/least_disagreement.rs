@@ -2,9 +2,7 @@
 //! one place for one `)` in the one broken form that leaves the fewest
 //! lines lined up with nothing.
 
-use super::lines::{
-    line_groups, push_element, seg_balance, segments, tokens, units, Ctx, Segment, Tok, TokKind,
-};
+use super::lines::{push_element, seg_balance, segments, units, Layout, Segment, TokKind};
 use super::plausible::{implausible_form, indented_at_top_level};
 use super::shape::{lines_up, wraps_top_level_forms};
 use super::Change;
@@ -25,8 +23,9 @@ use crate::cst::{self, LineIndex};
 /// Inside the form, one line is as likely as another where the indentation
 /// cannot tell, so no other place is ever chosen.
 pub(super) fn by_least_disagreement(text: &str) -> Option<(String, Vec<Change>)> {
-    let lines = LineIndex::new(text);
-    let (start, end, net) = the_broken_form(text, &lines)?;
+    let layout = Layout::of(text, &cst::parse(text));
+    let lines = &layout.lines;
+    let (start, end, net) = the_broken_form(text, &layout)?;
     let form = &text[start..end];
     let (at, repaired_form) = the_best_place(form, net)?;
     let offset = start + at;
@@ -58,18 +57,10 @@ pub(super) fn by_least_disagreement(text: &str) -> Option<(String, Vec<Change>)>
 /// range of its lines, with its balance: 1 for one `)` short, -1 for one
 /// too many. None when more than one form is broken, the count is off by
 /// more than one, or the form is too long to weigh.
-fn the_broken_form(text: &str, lines: &LineIndex) -> Option<(usize, usize, i64)> {
-    let parse = cst::parse(text);
-    let toks = tokens(text, &parse);
-    let groups = line_groups(text, &toks, false);
-    let ctx = Ctx {
-        text,
-        lines,
-        toks: &toks,
-        groups: &groups,
-        strict: false,
-    };
-    let segs = segments(&groups);
+fn the_broken_form(text: &str, layout: &Layout) -> Option<(usize, usize, i64)> {
+    let (lines, toks, groups) = (&layout.lines, &layout.toks, &layout.groups);
+    let ctx = layout.ctx(text, false);
+    let segs = segments(groups);
     let mut broken = units(&ctx, &segs).into_iter().filter(|u| !u.balanced);
     let unit = broken.next()?;
     if broken.next().is_some() {
@@ -114,9 +105,8 @@ fn the_broken_form(text: &str, lines: &LineIndex) -> Option<(usize, usize, i64)>
 /// `)` and the form with it, when the form's end is the one place that
 /// reads and leaves the fewest lines lined up with nothing.
 fn the_best_place(form: &str, net: i64) -> Option<(usize, String)> {
-    let form_parse = cst::parse(form);
-    let form_toks = tokens(form, &form_parse);
-    let form_groups = line_groups(form, &form_toks, false);
+    let form_layout = Layout::of(form, &cst::parse(form));
+    let (form_toks, form_groups) = (&form_layout.toks, &form_layout.groups);
     // Where a closer could go in (after each line's code and closers) or
     // come off (each line's last closer), as offsets in `form`.
     let places: Vec<usize> = form_groups
@@ -142,13 +132,16 @@ fn the_best_place(form: &str, net: i64) -> Option<(usize, String)> {
         if !p.is_ok() {
             continue;
         }
-        if scored.iter().any(|(_, _, t)| *t == candidate)
-            || moves_against_indentation(&candidate, &p, at, net == 1)
+        if scored.iter().any(|(_, _, t)| *t == candidate) {
+            continue;
+        }
+        let layout = Layout::of(&candidate, &p);
+        if moves_against_indentation(&candidate, &layout, at, net == 1)
             || holds_what_no_one_writes(&candidate, &p, at, net == 1)
         {
             continue;
         }
-        scored.push((misaligned_lines(&candidate, &p), at, candidate));
+        scored.push((misaligned_lines(&candidate, &layout), at, candidate));
     }
     scored.sort_by_key(|(n, _, _)| *n);
     let (best, at, repaired_form) = scored.first()?;
@@ -170,8 +163,8 @@ fn the_best_place(form: &str, net: i64) -> Option<(usize, String)> {
 /// is indented right of its opener (`(loop for x in l)` /
 /// `      collect x`), or a list kept open over a line at or left of its
 /// opener.
-fn moves_against_indentation(text: &str, parse: &cst::Parse, at: usize, added: bool) -> bool {
-    let toks = tokens(text, parse);
+fn moves_against_indentation(text: &str, layout: &Layout, at: usize, added: bool) -> bool {
+    let toks = &layout.toks;
     let mut stack = Vec::new();
     // The list in question, by its opener, and where it closes.
     let mut list: Option<(usize, usize)> = None;
@@ -213,7 +206,7 @@ fn moves_against_indentation(text: &str, parse: &cst::Parse, at: usize, added: b
         next.is_some_and(|t| {
             t.kind != TokKind::Close
                 && t.col > col
-                && lines_up_inside(text, &toks, open, close, t.col)
+                && lines_up_inside(text, layout, open, close, t.col)
         })
     } else {
         let from = toks.partition_point(|t| t.start < at);
@@ -244,16 +237,9 @@ fn holds_what_no_one_writes(text: &str, parse: &cst::Parse, at: usize, added: bo
 /// Whether a line at visual column `x` lines up as an element of the list
 /// opened by token `open` and closed by token `close` (strictly, as an
 /// editor indents: see `lines_up`).
-fn lines_up_inside(text: &str, toks: &[Tok], open: usize, close: usize, x: usize) -> bool {
-    let lines = LineIndex::new(text);
-    let groups = line_groups(text, toks, false);
-    let ctx = Ctx {
-        text,
-        lines: &lines,
-        toks,
-        groups: &groups,
-        strict: true,
-    };
+fn lines_up_inside(text: &str, layout: &Layout, open: usize, close: usize, x: usize) -> bool {
+    let toks = &layout.toks;
+    let ctx = layout.ctx(text, true);
     let mut elements = Vec::new();
     let mut depth = 0usize;
     for (i, t) in toks.iter().enumerate().take(close).skip(open + 1) {
@@ -278,17 +264,9 @@ fn lines_up_inside(text: &str, toks: &[Tok], open: usize, close: usize, x: usize
 /// wrapper of top-level forms opened there (`(eval-when (...)` /
 /// `(defun f ...)`, a body written flush left) counts as lined up; in any
 /// other list it disqualifies the text (`usize::MAX`).
-fn misaligned_lines(text: &str, parse: &cst::Parse) -> usize {
-    let lines = LineIndex::new(text);
-    let toks = tokens(text, parse);
-    let groups = line_groups(text, &toks, false);
-    let ctx = Ctx {
-        text,
-        lines: &lines,
-        toks: &toks,
-        groups: &groups,
-        strict: false,
-    };
+fn misaligned_lines(text: &str, layout: &Layout) -> usize {
+    let (toks, groups) = (&layout.toks, &layout.groups);
+    let ctx = layout.ctx(text, false);
     let base = groups.iter().find_map(|g| g.indent).unwrap_or(0);
     let mut stack: Vec<(usize, Vec<usize>)> = Vec::new();
     let mut count = 0;

@@ -244,6 +244,37 @@ pub(super) struct Edit {
     pub(super) new: usize,
 }
 
+/// What the rules read of a text: its line index, tokens and line groups
+/// (closers at a line's end all in its trail).
+pub(super) struct Layout {
+    pub(super) lines: LineIndex,
+    pub(super) toks: Vec<Tok>,
+    pub(super) groups: Vec<Group>,
+}
+
+impl Layout {
+    pub(super) fn of(text: &str, parse: &cst::Parse) -> Layout {
+        let toks = tokens(text, parse);
+        let groups = line_groups(text, &toks, false);
+        Layout {
+            lines: LineIndex::new(text),
+            toks,
+            groups,
+        }
+    }
+
+    /// The context the rules run in over `text`, this layout's text.
+    pub(super) fn ctx<'a>(&'a self, text: &'a str, strict: bool) -> Ctx<'a> {
+        Ctx {
+            text,
+            lines: &self.lines,
+            toks: &self.toks,
+            groups: &self.groups,
+            strict,
+        }
+    }
+}
+
 pub(super) struct Ctx<'a> {
     pub(super) text: &'a str,
     pub(super) lines: &'a LineIndex,

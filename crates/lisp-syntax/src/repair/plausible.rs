@@ -2,7 +2,7 @@
 //! (`implausible_form`) or a line indented where nothing is open
 //! (`indented_at_top_level`) means the indentation, not the closers, is off.
 
-use super::lines::{line_groups, tokens, TokKind};
+use super::lines::{Layout, TokKind};
 use super::{form_label, Change, Refusal};
 use crate::cst::{self, LineIndex, NodeKind};
 
@@ -284,12 +284,11 @@ pub(super) fn indented_at_top_level(
     parse: &cst::Parse,
     ranges: &[(std::ops::RangeInclusive<usize>, usize)],
 ) -> Option<(usize, usize)> {
-    let toks = tokens(text, parse);
-    let groups = line_groups(text, &toks, false);
+    let layout = Layout::of(text, parse);
+    let (lines, toks, groups) = (&layout.lines, &layout.toks, &layout.groups);
     let base = groups.iter().find_map(|g| g.indent).unwrap_or(0);
-    let lines = LineIndex::new(text);
     let mut depth = 0i64;
-    for g in &groups {
+    for g in groups {
         if let Some(x) = g.indent {
             let line = lines.line_col(toks[g.toks.start].start).0;
             if depth == 0 && x > base {
