@@ -43,52 +43,6 @@ fn is_refused(server: &mut Server, tool: &str, arguments: Value) -> bool {
     result["isError"] == json!(true)
 }
 
-#[derive(Default, Clone, Copy)]
-struct Tally {
-    restored: usize,
-    relaid: usize,
-    refused: usize,
-    wrong: usize,
-    unreadable: usize,
-}
-
-impl Tally {
-    fn total(&self) -> usize {
-        self.restored + self.relaid + self.refused + self.wrong + self.unreadable
-    }
-    fn add(&mut self, o: &Tally) {
-        self.restored += o.restored;
-        self.relaid += o.relaid;
-        self.refused += o.refused;
-        self.wrong += o.wrong;
-        self.unreadable += o.unreadable;
-    }
-    /// Counts one case: `written` is the file's text when the tool wrote
-    /// one, `intended` what it should be.
-    fn count(&mut self, written: Option<&str>, intended: &str) {
-        match written {
-            None => self.refused += 1,
-            Some(t) if t == intended => self.restored += 1,
-            Some(t) if !lisp_syntax::cst::parse(t).is_ok() => self.unreadable += 1,
-            Some(t) if tokens(t) == tokens(intended) => self.relaid += 1,
-            Some(_) => self.wrong += 1,
-        }
-    }
-    fn cell(&self) -> String {
-        let pct = |n: usize| 100.0 * n as f64 / self.total().max(1) as f64;
-        format!(
-            "{:>5} {:>5.1}% | {:>3} | {:>4} {:>4.1}% | {:>4} | {:>3}",
-            self.restored,
-            pct(self.restored),
-            self.relaid,
-            self.refused,
-            pct(self.refused),
-            self.wrong,
-            self.unreadable
-        )
-    }
-}
-
 /// With `SHOW=wrong`: a written file that is not the intended one.
 fn show(tool: &str, case: &str, written: Option<&str>, intended: &str) {
     if !std::env::var("SHOW").is_ok_and(|s| s.contains("wrong")) {
@@ -195,14 +149,14 @@ fn main() {
             println!(
                 "{tool:<16} {name:<30} | {:>7} | {}",
                 tallies[w].total(),
-                tallies[w].cell()
+                tallies[w].cell(true)
             );
         }
         println!(
             "{tool:<16} {:<30} | {:>7} | {}",
             "all",
             all.total(),
-            all.cell()
+            all.cell(true)
         );
     }
 }

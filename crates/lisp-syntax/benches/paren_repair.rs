@@ -28,38 +28,6 @@ use lisp_syntax::repair::{repair_parens, Repair};
 mod corpus;
 use corpus::*;
 
-#[derive(Default, Clone, Copy)]
-struct Tally {
-    restored: usize,
-    relaid: usize,
-    refused: usize,
-    wrong: usize,
-}
-
-impl Tally {
-    fn total(&self) -> usize {
-        self.restored + self.relaid + self.refused + self.wrong
-    }
-    fn add(&mut self, o: &Tally) {
-        self.restored += o.restored;
-        self.relaid += o.relaid;
-        self.refused += o.refused;
-        self.wrong += o.wrong;
-    }
-    fn cell(&self) -> String {
-        let pct = |n: usize| 100.0 * n as f64 / self.total().max(1) as f64;
-        format!(
-            "{:>5} {:>5.1}% | {:>3} | {:>4} {:>4.1}% | {:>4}",
-            self.restored,
-            pct(self.restored),
-            self.relaid,
-            self.refused,
-            pct(self.refused),
-            self.wrong
-        )
-    }
-}
-
 fn node() -> Option<PathBuf> {
     let local = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/js/bin/node");
     if local.exists() {
@@ -200,12 +168,7 @@ fn measure(c: &Corpus) {
             if c.ways[i] != way {
                 continue;
             }
-            match r {
-                Some(text) if *text == c.originals[i] => t.restored += 1,
-                Some(text) if tokens(text) == tokens(&c.originals[i]) => t.relaid += 1,
-                Some(_) => t.wrong += 1,
-                None => t.refused += 1,
-            }
+            t.count(r.as_deref(), &c.originals[i]);
         }
         t
     };
@@ -234,19 +197,19 @@ fn measure(c: &Corpus) {
             Ok(t) => {
                 let p = tally(t, w);
                 sum_theirs.add(&p);
-                p.cell()
+                p.cell(false)
             }
             Err(_) => "skipped".into(),
         };
-        println!("{name:<30} | {:>7} | {} | {p}", o.total(), o.cell());
+        println!("{name:<30} | {:>7} | {} | {p}", o.total(), o.cell(false));
     }
     println!(
         "{:<30} | {:>7} | {} | {}\n",
         "all",
         sum_ours.total(),
-        sum_ours.cell(),
+        sum_ours.cell(false),
         if theirs.is_ok() {
-            sum_theirs.cell()
+            sum_theirs.cell(false)
         } else {
             "skipped".into()
         }

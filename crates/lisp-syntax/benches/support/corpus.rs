@@ -238,3 +238,63 @@ pub fn tuning_libraries() -> Vec<PathBuf> {
         .filter(|p| p.is_dir())
         .collect()
 }
+
+#[derive(Default, Clone, Copy)]
+/// How the repairs of one set of cases came out.
+pub struct Tally {
+    pub restored: usize,
+    pub relaid: usize,
+    pub refused: usize,
+    pub wrong: usize,
+    pub unreadable: usize,
+}
+
+impl Tally {
+    pub fn total(&self) -> usize {
+        self.restored + self.relaid + self.refused + self.wrong + self.unreadable
+    }
+    pub fn add(&mut self, o: &Tally) {
+        self.restored += o.restored;
+        self.relaid += o.relaid;
+        self.refused += o.refused;
+        self.wrong += o.wrong;
+        self.unreadable += o.unreadable;
+    }
+    /// Counts one case: `written` is the repaired text (None: refused),
+    /// `intended` what it should be. Relaid: the same forms, closers
+    /// placed elsewhere on their lines; unreadable: a text that does not
+    /// read; wrong: other forms.
+    pub fn count(&mut self, written: Option<&str>, intended: &str) {
+        match written {
+            None => self.refused += 1,
+            Some(t) if t == intended => self.restored += 1,
+            Some(t) if !parse(t).is_ok() => self.unreadable += 1,
+            Some(t) if tokens(t) == tokens(intended) => self.relaid += 1,
+            Some(_) => self.wrong += 1,
+        }
+    }
+    /// The row's cells: restored, relaid, refused, wrong, and with
+    /// `unreadable_apart` the unreadable ones in a column of their own
+    /// (else they count as wrong).
+    pub fn cell(&self, unreadable_apart: bool) -> String {
+        let pct = |n: usize| 100.0 * n as f64 / self.total().max(1) as f64;
+        let cells = format!(
+            "{:>5} {:>5.1}% | {:>3} | {:>4} {:>4.1}% | {:>4}",
+            self.restored,
+            pct(self.restored),
+            self.relaid,
+            self.refused,
+            pct(self.refused),
+            if unreadable_apart {
+                self.wrong
+            } else {
+                self.wrong + self.unreadable
+            }
+        );
+        if unreadable_apart {
+            format!("{cells} | {:>3}", self.unreadable)
+        } else {
+            cells
+        }
+    }
+}
