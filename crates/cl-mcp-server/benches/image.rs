@@ -16,8 +16,6 @@
 //!
 //! Prints a table.
 
-use std::io::{BufRead, BufReader, Write};
-use std::process::{Child, ChildStdin, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use swank_client::SwankClient;
@@ -28,66 +26,29 @@ use raw_swank::start_raw_swank;
 
 const BIN: &str = env!("CARGO_BIN_EXE_cl-mcp-server");
 
-struct Server {
-    child: Child,
-    stdin: ChildStdin,
-    stdout: BufReader<std::process::ChildStdout>,
+#[path = "support/stdio_server.rs"]
+mod stdio_server;
+use stdio_server::Server;
+
+/// A server of the build being measured, with `extra` arguments, before
+/// its handshake.
+fn spawn(extra: &[&str]) -> Server {
+    Server::start(BIN, extra)
 }
 
-impl Server {
-    fn spawn(extra: &[&str]) -> Server {
-        let mut child = Command::new(BIN)
-            .args(["--log-level", "error"])
-            .args(extra)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("spawn cl-mcp-server");
-        let stdin = child.stdin.take().unwrap();
-        let stdout = BufReader::new(child.stdout.take().unwrap());
-        Server {
-            child,
-            stdin,
-            stdout,
-        }
-    }
+/// `evaluate-lisp` of `code` as request `id`: the answer's line.
+fn eval(s: &mut Server, id: u64, code: &str) -> String {
+    let msg = serde_json::json!({"jsonrpc":"2.0","id":id,"method":"tools/call",
+        "params":{"name":"evaluate-lisp","arguments":{"code":code}}});
+    s.roundtrip(&msg.to_string())
+}
 
-    fn roundtrip(&mut self, msg: &str) -> String {
-        self.stdin.write_all(msg.as_bytes()).unwrap();
-        self.stdin.write_all(b"\n").unwrap();
-        self.stdin.flush().unwrap();
-        let mut line = String::new();
-        self.stdout.read_line(&mut line).unwrap();
-        line
-    }
-
-    fn initialize(&mut self) -> String {
-        let r = self.roundtrip(r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{}}}"#);
-        self.stdin
-            .write_all(b"{\"jsonrpc\":\"2.0\",\"method\":\"notifications/initialized\"}\n")
-            .unwrap();
-        r
-    }
-
-    fn eval(&mut self, id: u64, code: &str) -> String {
-        let msg = serde_json::json!({"jsonrpc":"2.0","id":id,"method":"tools/call",
-            "params":{"name":"evaluate-lisp","arguments":{"code":code}}});
-        self.roundtrip(&msg.to_string())
-    }
-
-    /// Peak resident memory (KiB) of the server and of its image.
-    fn peak_memory(&self) -> (u64, u64) {
-        let pid = self.child.id();
-        let server = vm_hwm(pid);
-        let image = children(pid).into_iter().map(vm_hwm).max().unwrap_or(0);
-        (server, image)
-    }
-
-    fn stop(mut self) {
-        drop(self.stdin);
-        let _ = self.child.wait();
-    }
+/// Peak resident memory (KiB) of the server and of its image.
+fn peak_memory(s: &Server) -> (u64, u64) {
+    let pid = s.pid();
+    let server = vm_hwm(pid);
+    let image = children(pid).into_iter().map(vm_hwm).max().unwrap_or(0);
+    (server, image)
 }
 
 fn vm_hwm(pid: u32) -> u64 {
@@ -122,9 +83,9 @@ fn stats(mut v: Vec<Duration>) -> (f64, f64) {
 /// Spawn → first `(+ 1 2)` result, in ms.
 fn first_result(extra: &[&str]) -> f64 {
     let t = Instant::now();
-    let mut s = Server::spawn(extra);
+    let mut s = spawn(extra);
     s.initialize();
-    let r = s.eval(1, "(+ 1 2)");
+    let r = eval(&mut s, 1, "(+ 1 2)");
     let ms = t.elapsed().as_secs_f64() * 1e3;
     assert!(r.contains("=> 3"), "{r}");
     s.stop();
@@ -140,7 +101,7 @@ fn main() {
     let init: Vec<Duration> = (0..10)
         .map(|_| {
             let t = Instant::now();
-            let mut s = Server::spawn(&[]);
+            let mut s = spawn(&[]);
             let r = s.initialize();
             let d = t.elapsed();
             assert!(r.contains("protocolVersion"));
@@ -170,13 +131,13 @@ fn main() {
             .map(|_| Duration::from_secs_f64(first_result(&args) / 1e3))
             .collect();
         let (start_med, _) = stats(starts);
-        let mut s = Server::spawn(&args);
+        let mut s = spawn(&args);
         s.initialize();
-        s.eval(1, "(+ 1 2)");
+        eval(&mut s, 1, "(+ 1 2)");
         let times: Vec<Duration> = (0..1000)
             .map(|i| {
                 let t = Instant::now();
-                let r = s.eval(10 + i, "(+ 1 2)");
+                let r = eval(&mut s, 10 + i, "(+ 1 2)");
                 let d = t.elapsed();
                 debug_assert!(r.contains("=> 3"));
                 d
@@ -233,14 +194,14 @@ fn main() {
     }
 
     // Warm round trips through the server.
-    let mut s = Server::spawn(&[]);
+    let mut s = spawn(&[]);
     s.initialize();
-    s.eval(1, "(+ 1 2)");
+    eval(&mut s, 1, "(+ 1 2)");
     let n = 2000;
     let times: Vec<Duration> = (0..n)
         .map(|i| {
             let t = Instant::now();
-            let r = s.eval(10 + i, "(+ 1 2)");
+            let r = eval(&mut s, 10 + i, "(+ 1 2)");
             let d = t.elapsed();
             debug_assert!(r.contains("=> 3"));
             d
@@ -251,7 +212,7 @@ fn main() {
         format!("evaluate-lisp (+ 1 2) over stdio (n={n})"),
         format!("median {:8.3} ms   p99 {:8.3} ms", med, p99),
     ));
-    let (server_kib, image_kib) = s.peak_memory();
+    let (server_kib, image_kib) = peak_memory(&s);
     s.stop();
 
     // The same evaluation straight on Swank, measured here.

@@ -1,6 +1,7 @@
 //! The built server driven over stdio by a benchmark, one request at a
 //! time (the tools the benchmarks call send no notifications between a
-//! request and its answer).
+//! request and its answer). Each benchmark uses the part it needs.
+#![allow(dead_code)]
 
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
@@ -17,9 +18,18 @@ impl Server {
     /// Starts `bin` on the project `root` with `args` besides, and
     /// completes the handshake.
     pub fn spawn_bin(bin: &str, root: &std::path::Path, args: &[&str]) -> Server {
+        let root = root.to_string_lossy();
+        let mut all = vec!["--project-root", root.as_ref()];
+        all.extend_from_slice(args);
+        let mut s = Server::start(bin, &all);
+        s.initialize();
+        s
+    }
+
+    /// Starts `bin` with `args`, before any handshake.
+    pub fn start(bin: &str, args: &[&str]) -> Server {
         let mut child = Command::new(bin)
-            .args(["--log-level", "error", "--project-root"])
-            .arg(root)
+            .args(["--log-level", "error"])
             .args(args)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -28,17 +38,26 @@ impl Server {
             .expect("spawn cl-mcp-server");
         let stdin = child.stdin.take().unwrap();
         let stdout = BufReader::new(child.stdout.take().unwrap());
-        let mut s = Server {
+        Server {
             child,
             stdin,
             stdout,
             next_id: 1,
-        };
-        s.roundtrip(r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{}}}"#);
-        s.stdin
+        }
+    }
+
+    /// The handshake: `initialize` (its answer) and `initialized`.
+    pub fn initialize(&mut self) -> String {
+        let r = self.roundtrip(r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{}}}"#);
+        self.stdin
             .write_all(b"{\"jsonrpc\":\"2.0\",\"method\":\"notifications/initialized\"}\n")
             .unwrap();
-        s
+        r
+    }
+
+    /// The server's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
     }
 
     /// Sends one message and reads one line back.
