@@ -80,6 +80,10 @@ fn official_python_sdk_connects_lists_and_calls() {
         stdout.contains("test run: ") && stdout.contains("failures at their checks"),
         "{stdout}"
     );
+    assert!(
+        stdout.contains("several images: matrix of sbcl, ecl, clisp"),
+        "{stdout}"
+    );
     for lisp in ["clisp", "sbcl"] {
         assert!(
             stdout.contains(&format!("cold start on {lisp}: SDK environment")),

@@ -21,11 +21,14 @@ use super::lisp_call::{
 use super::output::DEFAULT_MAX_OUTPUT;
 use super::{cap_output, tool, Annotations, ToolContext, ToolDef, ToolGroup, ToolOutput};
 
+mod matrix;
 mod test_locations;
+
+use matrix::{LispsArg, Matrix};
 
 use test_locations::{FailedCheck, TestSources};
 
-#[derive(Deserialize, JsonSchema)]
+#[derive(Deserialize, JsonSchema, Clone)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 struct LoadArgs {
     /// E.g. `my-app/tests`.
@@ -33,9 +36,73 @@ struct LoadArgs {
     force: Option<bool>,
     /// Default 600.
     timeout_seconds: Option<f64>,
+    /// Load in an image of each Lisp at once (`all`: every one installed).
+    lisps: Option<LispsArg>,
+}
+
+/// `structuredContent` of `asdf-load-system`.
+#[derive(Serialize, JsonSchema)]
+struct LoadOutput {
+    #[serde(flatten)]
+    build: BuildOutput,
+    /// With `lisps`: each Lisp's load (the fields above then sum them up:
+    /// `success` when every Lisp loaded it; diagnostics are per Lisp).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    matrix: Option<Matrix>,
 }
 
 async fn asdf_load_system(a: LoadArgs, ctx: ToolContext) -> ToolOutput {
+    match a.lisps.clone() {
+        Some(lisps) => load_matrix(a, &lisps, ctx).await,
+        None => load_one(a, ctx).await,
+    }
+}
+
+/// `asdf-load-system` with `lisps`.
+async fn load_matrix(a: LoadArgs, lisps: &LispsArg, ctx: ToolContext) -> ToolOutput {
+    let names = match lisps.names() {
+        Ok(n) => n,
+        Err(e) => return ToolOutput::error(e),
+    };
+    let started = std::time::Instant::now();
+    let runs = matrix::across(&ctx, &names, |c| {
+        let a = LoadArgs {
+            lisps: None,
+            ..a.clone()
+        };
+        async move {
+            let c2 = c.clone();
+            lisp_call::finish(&c2, load_one(a, c).await)
+        }
+    })
+    .await;
+    let rows: Vec<_> = runs
+        .into_iter()
+        .map(|(lisp, image, out)| matrix::row(lisp, image, &out, false))
+        .collect();
+    let success = rows.iter().all(|r| r.outcome == "loaded");
+    let m = Matrix {
+        rows,
+        differing: Vec::new(),
+    };
+    let text = matrix::render(&format!("Loading {}", a.system), &m, started, false);
+    let out = LoadOutput {
+        build: BuildOutput {
+            success,
+            warnings_p: false,
+            failure_p: !success,
+            diagnostics: Vec::new(),
+            elapsed_ms: started.elapsed().as_millis() as i64,
+            error: None,
+            failed: None,
+            systems: None,
+        },
+        matrix: Some(m),
+    };
+    ToolOutput::structured(text, serde_json::to_value(out).unwrap_or_default()).with_error(!success)
+}
+
+async fn load_one(a: LoadArgs, ctx: ToolContext) -> ToolOutput {
     let timeout = match build_timeout(a.timeout_seconds) {
         Ok(t) => t,
         Err(e) => return ToolOutput::error(e),
@@ -73,7 +140,7 @@ async fn asdf_load_system(a: LoadArgs, ctx: ToolContext) -> ToolOutput {
     build_result(headline, out, &v, "Loading", timeout)
 }
 
-#[derive(Deserialize, JsonSchema)]
+#[derive(Deserialize, JsonSchema, Clone)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 struct TestArgs {
     system: String,
@@ -82,6 +149,8 @@ struct TestArgs {
     force: Option<bool>,
     /// Default 600.
     timeout_seconds: Option<f64>,
+    /// Run in an image of each Lisp at once (`all`: every one installed).
+    lisps: Option<LispsArg>,
 }
 
 /// Pass/fail counts: of checks, from the framework's own results (FiveAM,
@@ -168,9 +237,72 @@ struct TestOutput {
     elapsed_ms: i64,
     #[serde(skip_serializing_if = "Option::is_none")]
     error: Option<String>,
+    /// With `lisps`: each Lisp's run and the tests whose outcome differs
+    /// (the fields above then sum them up: `success` when every Lisp
+    /// passed; failures and diagnostics are per Lisp, here).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    matrix: Option<Matrix>,
 }
 
 async fn asdf_test_system(a: TestArgs, ctx: ToolContext) -> ToolOutput {
+    match a.lisps.clone() {
+        Some(lisps) => test_matrix(a, &lisps, ctx).await,
+        None => test_one(a, ctx).await,
+    }
+}
+
+/// `asdf-test-system` with `lisps`.
+async fn test_matrix(a: TestArgs, lisps: &LispsArg, ctx: ToolContext) -> ToolOutput {
+    let names = match lisps.names() {
+        Ok(n) => n,
+        Err(e) => return ToolOutput::error(e),
+    };
+    let started = std::time::Instant::now();
+    let runs = matrix::across(&ctx, &names, |c| {
+        let a = TestArgs {
+            lisps: None,
+            ..a.clone()
+        };
+        async move {
+            let c2 = c.clone();
+            lisp_call::finish(&c2, test_one(a, c).await)
+        }
+    })
+    .await;
+    let rows: Vec<_> = runs
+        .into_iter()
+        .map(|(lisp, image, out)| matrix::row(lisp, image, &out, true))
+        .collect();
+    // The worst outcome: error, then unknown, then failed, then passed.
+    let outcome = ["error", "unknown", "failed"]
+        .into_iter()
+        .find(|o| rows.iter().any(|r| r.outcome == *o))
+        .unwrap_or("passed");
+    let differing = matrix::differing(&rows);
+    let m = Matrix { rows, differing };
+    let what = match &a.test {
+        Some(t) => format!("Test {t} of {}", a.system),
+        None => format!("Tests of {}", a.system),
+    };
+    let text = matrix::render(&what, &m, started, true);
+    let success = outcome == "passed";
+    let out = TestOutput {
+        success,
+        outcome: TestOutcome::from_lisp(Some(outcome.to_string())),
+        summary: None,
+        failures: Vec::new(),
+        diagnostics: Vec::new(),
+        failed: None,
+        stdout: String::new(),
+        stderr: String::new(),
+        elapsed_ms: started.elapsed().as_millis() as i64,
+        error: None,
+        matrix: Some(m),
+    };
+    ToolOutput::structured(text, serde_json::to_value(out).unwrap_or_default()).with_error(!success)
+}
+
+async fn test_one(a: TestArgs, ctx: ToolContext) -> ToolOutput {
     let timeout = match build_timeout(a.timeout_seconds) {
         Ok(t) => t,
         Err(e) => return ToolOutput::error(e),
@@ -229,6 +361,7 @@ async fn asdf_test_system(a: TestArgs, ctx: ToolContext) -> ToolOutput {
         stderr: plist_str(&v, "stderr").unwrap_or_default(),
         elapsed_ms: build.elapsed_ms,
         error: build.error.clone(),
+        matrix: None,
     };
     let text = render_test_run(&a, &out, &v, &root, timeout);
     let is_error = !out.success;
@@ -553,7 +686,7 @@ pub fn tools() -> Vec<ToolDef> {
                 lisp_call::finish(&c, asdf_load_system(a, ctx).await)
             },
         )
-        .with_output_schema::<BuildOutput>()
+        .with_output_schema::<LoadOutput>()
         .with_task_support(),
         tool(
             "asdf-test-system",

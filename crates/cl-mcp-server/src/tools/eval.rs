@@ -419,7 +419,7 @@ fn repair_note(code: &str) -> Option<String> {
 /// The `[SANDBOX]` line when the error (or the stderr of a child process)
 /// looks like the image's sandbox refusing an operation.
 pub fn sandbox_hint(ctx: &ToolContext, out: &EvalOutput) -> Option<String> {
-    let report = ctx.session.image().info().sandbox?;
+    let report = ctx.image().info().sandbox?;
     let mut seen = out.stderr.clone();
     if let Some(e) = &out.error {
         seen.push('\n');
@@ -440,7 +440,7 @@ async fn evaluate_debuggable(
     code: &str,
     timeout: Duration,
 ) -> ToolOutput {
-    let slot = &ctx.state.eval;
+    let slot = ctx.eval_state();
     let (turn, left) = match lisp_call::take_turn(ctx, id, code, timeout).await {
         Ok(t) => t,
         Err(e) => return ToolOutput::error(e),

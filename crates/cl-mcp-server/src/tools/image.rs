@@ -60,6 +60,10 @@ struct InfoOutput {
     /// attached image (never confined).
     #[serde(skip_serializing_if = "Option::is_none")]
     sandbox: Option<SandboxInfo>,
+    /// The image these details are of (`image` argument).
+    image: String,
+    /// Every image of the session (`image-start`), the first first.
+    images: Vec<super::images::ImageEntry>,
 }
 
 /// The image's sandbox (`--sandbox`).
@@ -123,6 +127,8 @@ fn info_output(image: &Image, v: &Value) -> InfoOutput {
         evaluation_socket: info.eval_socket.map(str::to_string),
         machine: plist_str(v, "machine").unwrap_or_default(),
         sandbox: info.sandbox.as_ref().map(sandbox_info),
+        image: String::new(),
+        images: Vec::new(),
     }
 }
 
@@ -171,6 +177,15 @@ fn render_info(o: &InfoOutput) -> String {
     for d in &o.pending_debuggers {
         text.push_str(&format!("\nPending {d}"));
     }
+    if o.images.len() > 1 {
+        text.push_str(&format!(
+            "\nImages of this session (this one: {}):",
+            o.image
+        ));
+        for e in &o.images {
+            text.push_str(&format!("\n  {}", super::images::entry_line(e)));
+        }
+    }
     text
 }
 
@@ -180,9 +195,11 @@ async fn image_info(_a: NoArgs, ctx: ToolContext) -> ToolOutput {
         Ok(v) => v,
         Err(e) => return ToolOutput::error(e),
     };
-    let image = ctx.session.image();
+    let image = ctx.image();
     let mut out = info_output(&image, &v);
     out.pending_debuggers = super::debug::pending_lines(&ctx);
+    out.image = ctx.image_name();
+    out.images = super::images::session_images(&ctx);
     let mut text = render_info(&out);
     if let Some(limits) = image.info().limits {
         text.push('\n');
@@ -215,7 +232,7 @@ fn interrupt_output(text: &str, interrupted: bool) -> ToolOutput {
 }
 
 async fn image_restart(_a: NoArgs, ctx: ToolContext) -> ToolOutput {
-    let image = ctx.session.image();
+    let image = ctx.image();
     if image.mode() == ImageMode::Attached {
         return ToolOutput::error(
             "image-restart is refused in attach mode: the image belongs to your own Lisp \

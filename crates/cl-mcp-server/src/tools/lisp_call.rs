@@ -120,7 +120,7 @@ fn helper_error(v: &Value) -> Option<String> {
 /// The session's evaluation bookkeeping (its turn, running evaluation and
 /// pending notice).
 pub fn eval_slot(ctx: &ToolContext) -> &super::session_state::EvalState {
-    &ctx.state.eval
+    ctx.eval_state()
 }
 
 /// A name for the session inside the image (`:session` of
@@ -229,7 +229,7 @@ async fn drive_evaluation(
     grace: Duration,
 ) -> Result<(Value, Option<StopCause>), ToolError> {
     let started = Instant::now();
-    let image = ctx.session.image();
+    let image = ctx.image();
     let eval = image.eval(form, BUFFER_PACKAGE);
     tokio::pin!(eval);
     let deadline = tokio::time::sleep(timeout);
@@ -288,7 +288,7 @@ async fn drive_evaluation(
                 }
             }
             _ = sleep_until_opt(gave_up_at) => {
-                let image = ctx.session.image();
+                let image = ctx.image();
                 if image.process_stopped() {
                     return Err(ToolError::Image(format!(
                         "The evaluation did not stop within {} s of being interrupted: the \
@@ -353,7 +353,7 @@ async fn interrupt_evaluation_or_why(
     ctx: &ToolContext,
     id: Option<u64>,
 ) -> Result<Vec<i64>, ToolError> {
-    let image = ctx.session.image();
+    let image = ctx.image();
     if !image.has_threads() {
         // One thread runs everything (CLISP): no other thread can call
         // the helper while the evaluation runs; a signal breaks into it.
@@ -520,7 +520,7 @@ pub fn reply_value(
 /// Waits until the session's image is up (starting it if needed), unless
 /// the request is cancelled first.
 pub async fn ensure_ready(ctx: &ToolContext) -> Result<(), ToolError> {
-    let image = ctx.session.image();
+    let image = ctx.image();
     let ready = image.ready();
     tokio::pin!(ready);
     // A start that takes a moment (a first start building its cache) says
@@ -557,7 +557,7 @@ pub async fn ensure_ready(ctx: &ToolContext) -> Result<(), ToolError> {
 /// start, a restart, a crash or `fs-set-project-root`. One extra round trip
 /// then, none otherwise. A failure is logged, never the caller's error.
 async fn ensure_project_registered(ctx: &ToolContext) {
-    let image = ctx.session.image();
+    let image = ctx.image();
     if image.ready().await.is_err() {
         return; // the caller's own call reports why
     }
@@ -608,7 +608,7 @@ async fn ensure_project_registered(ctx: &ToolContext) {
 /// Runs `form` on a fresh Swank thread (never waits behind an evaluation).
 pub async fn call_fresh(ctx: &ToolContext, form: &str) -> Result<Value, ToolError> {
     ensure_project_registered(ctx).await;
-    let image = ctx.session.image();
+    let image = ctx.image();
     // A request's thread re-arms its stack guard before it ends (see
     // `with-stack-guard` in lisp/impl-sbcl.lisp): a deep recursion in a
     // macro or a build must not leave the next thread unprotected.
@@ -619,7 +619,7 @@ pub async fn call_fresh(ctx: &ToolContext, form: &str) -> Result<Value, ToolErro
 /// [`call_fresh`] on the image that runs now, never starting one (for the
 /// status polls and interrupts of a running evaluation).
 async fn call_running(ctx: &ToolContext, form: &str) -> Result<Value, ToolError> {
-    let image = ctx.session.image();
+    let image = ctx.image();
     let guarded = format!("(cl-mcp-server::with-stack-guard {form})");
     unpack(
         ctx,
@@ -634,7 +634,7 @@ pub async fn call_on_thread(
     form: &str,
     thread: i64,
 ) -> Result<Value, ToolError> {
-    let image = ctx.session.image();
+    let image = ctx.image();
     unpack(
         ctx,
         image.rex(form, BUFFER_PACKAGE, Thread::Id(thread)).await,

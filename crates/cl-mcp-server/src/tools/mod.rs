@@ -29,6 +29,7 @@ pub mod eval;
 pub mod fs;
 pub mod fs_paths;
 pub mod image;
+pub mod images;
 pub mod inspect;
 pub mod lisp_call;
 pub mod output;
@@ -300,6 +301,11 @@ pub struct ToolContext {
     /// What the tools keep for that session (evaluation bookkeeping,
     /// pending debuggers).
     pub state: Arc<session_state::SessionTools>,
+    /// The image the call addresses (its `image` argument); `None`: the
+    /// session's first image.
+    target: Option<crate::session::NamedImage>,
+    /// The evaluation bookkeeping of that image.
+    eval: Arc<session_state::EvalState>,
     /// Cancelled when the client cancels the request (or the connection ends).
     /// Long-running handlers must watch it and stop (interrupting the image).
     pub cancel: CancellationToken,
@@ -316,8 +322,11 @@ pub struct ToolContext {
 
 impl ToolContext {
     pub fn new(session: Arc<Session>, cancel: CancellationToken) -> Self {
+        let state = attach_session(&session);
         ToolContext {
-            state: attach_session(&session),
+            eval: state.eval.clone(),
+            state,
+            target: None,
             session,
             cancel,
             status: Arc::new(Mutex::new(None)),
@@ -327,6 +336,47 @@ impl ToolContext {
             client_capabilities: Value::Null,
             input: ClientInput::default(),
         }
+    }
+
+    /// The same call addressed to the session's image `name` (`image`
+    /// argument).
+    pub fn for_image(&self, name: &str) -> Result<ToolContext, crate::session::ImageChoiceError> {
+        let target = self.session.image_named(name)?;
+        let mut ctx = self.clone();
+        ctx.eval = self.state.eval_of(target.as_ref().map(|t| t.name.as_str()));
+        ctx.target = target;
+        Ok(ctx)
+    }
+
+    /// The image the call addresses (the session's first image, started on
+    /// first use, unless the call named another).
+    pub fn image(&self) -> crate::image::Image {
+        match &self.target {
+            Some(t) => t.image.clone(),
+            None => self.session.image(),
+        }
+    }
+
+    /// The name of the image the call addresses.
+    pub fn image_name(&self) -> String {
+        match &self.target {
+            Some(t) => t.name.clone(),
+            None => self.session.first_image_name(),
+        }
+    }
+
+    /// The addressed image if it was created already (never starts the
+    /// first one).
+    pub fn image_if_started(&self) -> Option<crate::image::Image> {
+        match &self.target {
+            Some(t) => Some(t.image.clone()),
+            None => self.session.image_if_started(),
+        }
+    }
+
+    /// The evaluation bookkeeping of the addressed image.
+    pub fn eval_state(&self) -> &session_state::EvalState {
+        &self.eval
     }
 
     pub fn with_log_sink(mut self, sink: LogSink) -> Self {
@@ -446,6 +496,9 @@ pub struct ToolDef {
     /// `elicitation`, ...): calls from clients that did not declare them are
     /// refused before the handler runs.
     pub requires_client: Vec<&'static str>,
+    /// Takes the optional `image` argument (which of the session's images
+    /// the call addresses): the tools of the Lisp-backed groups do.
+    pub picks_image: bool,
     handler: Handler,
 }
 
@@ -501,7 +554,39 @@ where
         task_support: TaskSupport::Forbidden,
         input_phase: None,
         requires_client: Vec::new(),
+        picks_image: matches!(
+            group,
+            ToolGroup::Eval
+                | ToolGroup::Image
+                | ToolGroup::Code
+                | ToolGroup::Asdf
+                | ToolGroup::Debug
+        ),
         handler: erased,
+    }
+}
+
+/// The `image` argument's schema, added to each tool that takes it (the
+/// server's instructions and `image-start` say what it is: kept short, as
+/// every Lisp tool repeats it).
+fn image_property() -> Value {
+    json!({ "type": "string" })
+}
+
+/// Takes the `image` argument out of `args`: its value when it is a
+/// string, an error naming it when it is something else.
+fn take_image_argument(tool: &str, args: &mut Value) -> Result<Option<String>, ToolError> {
+    let Some(map) = args.as_object_mut() else {
+        return Ok(None);
+    };
+    match map.remove("image") {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) => Ok(Some(s)),
+        Some(other) => Err(ToolError::Argument(format!(
+            "Invalid arguments for tool '{tool}': field `image`: expected the name of one of the \
+             session's images (a string, see image-list), got {}.",
+            schema::json_type_name(&other)
+        ))),
     }
 }
 
@@ -575,8 +660,27 @@ impl ToolDef {
             .collect()
     }
 
-    /// Runs the tool on raw JSON arguments.
-    pub async fn call(&self, args: Value, ctx: ToolContext) -> ToolOutput {
+    /// The tool addresses the session's first image only (its own
+    /// arguments name images, or it needs none).
+    pub fn without_image_choice(mut self) -> Self {
+        self.picks_image = false;
+        self
+    }
+
+    /// Runs the tool on raw JSON arguments (an `image` argument picks the
+    /// image the call addresses).
+    pub async fn call(&self, mut args: Value, ctx: ToolContext) -> ToolOutput {
+        if !self.picks_image {
+            return (self.handler)(args, ctx).await;
+        }
+        let ctx = match take_image_argument(self.name, &mut args) {
+            Ok(None) => ctx,
+            Ok(Some(name)) => match ctx.for_image(&name) {
+                Ok(c) => c,
+                Err(e) => return ToolOutput::error(e.to_string()),
+            },
+            Err(e) => return ToolOutput::error(e),
+        };
         (self.handler)(args, ctx).await
     }
 
@@ -609,7 +713,17 @@ impl ToolRegistry {
     pub fn new(defs: Vec<ToolDef>) -> Self {
         let mut tools = BTreeMap::new();
         let mut order = Vec::new();
-        for d in defs {
+        for mut d in defs {
+            if d.picks_image {
+                if let Some(schema) = d.input_schema.as_object_mut() {
+                    let props = schema
+                        .entry("properties")
+                        .or_insert_with(|| Value::Object(Map::new()));
+                    if let Some(props) = props.as_object_mut() {
+                        props.insert("image".into(), image_property());
+                    }
+                }
+            }
             order.push(d.name);
             tools.insert(d.name, d);
         }
@@ -623,6 +737,7 @@ impl ToolRegistry {
         // Tool families register here (one line each).
         all.extend(eval::tools());
         all.extend(image::tools());
+        all.extend(images::tools());
         all.extend(debug::tools());
         all.extend(code::tools());
         all.extend(asdf::tools());

@@ -621,8 +621,10 @@ mod tests {
     #[test]
     fn what_a_model_reads_of_every_tool_fits_the_budget() {
         // A model reads each tool's name, title, description and input
-        // schema before its first call: with every group, at most 15 KB.
-        // (Output schemas are for clients to validate and are not counted.)
+        // schema before its first call: with every group, at most 16.5 KB
+        // (it was 15 KB before every Lisp tool took `image`, 27 bytes each,
+        // and image-start/-list/-stop came). (Output schemas are for
+        // clients to validate and are not counted.)
         let tools: Vec<Value> = ToolRegistry::standard(&ToolGroup::ALL)
             .list()
             .filter(|t| t.group != ToolGroup::Testing)
@@ -637,7 +639,7 @@ mod tests {
             .collect();
         let bytes = json!({ "tools": tools }).to_string().len();
         assert!(
-            bytes <= 15_000,
+            bytes <= 16_500,
             "name, title, description and inputSchema: {bytes} bytes"
         );
     }

@@ -1,5 +1,6 @@
 //! What the tools keep for each session, outside `Session` (which knows no
-//! tool types): the evaluation bookkeeping ([`EvalState`]) and the pending
+//! tool types): the evaluation bookkeeping ([`EvalState`], one per image of
+//! the session) and the pending
 //! debuggers ([`Debuggers`]). [`attach_session`] creates it once per
 //! session and registers its end (`Session::on_end`): the pending
 //! debuggers are aborted and the session's traces undone in a shared
@@ -20,8 +21,11 @@ use crate::sync::MutexExt;
 
 /// What the tools keep for one session.
 pub struct SessionTools {
-    /// Evaluation bookkeeping.
-    pub eval: EvalState,
+    /// Evaluation bookkeeping of the session's first image.
+    pub eval: Arc<EvalState>,
+    /// Evaluation bookkeeping of each further image (`image-start`), by
+    /// name; forgotten when the image stops.
+    others: Mutex<HashMap<String, Arc<EvalState>>>,
     /// Evaluations suspended in the debugger (`evaluate-lisp` with
     /// `debug: true`); aborted when the session ends.
     pub debuggers: Debuggers,
@@ -54,6 +58,39 @@ pub struct EvalState {
 pub struct ImageTurns {
     pub eval: Arc<EvalTurn>,
     pub build: Arc<EvalTurn>,
+}
+
+impl SessionTools {
+    /// The evaluation bookkeeping of the image `name` (`None`: the first);
+    /// a further image gets its own queues on first use.
+    pub fn eval_of(&self, name: Option<&str>) -> Arc<EvalState> {
+        let Some(name) = name else {
+            return self.eval.clone();
+        };
+        self.others
+            .guard()
+            .entry(name.to_string())
+            .or_insert_with(|| Arc::new(EvalState::new(&ImageTurns::default())))
+            .clone()
+    }
+
+    /// Forgets a stopped image's bookkeeping (an image started later under
+    /// its name starts afresh).
+    pub fn forget_image(&self, name: &str) {
+        self.others.guard().remove(name);
+    }
+}
+
+impl EvalState {
+    fn new(turns: &ImageTurns) -> Self {
+        EvalState {
+            turn: turns.eval.clone(),
+            build_turn: turns.build.clone(),
+            running: Default::default(),
+            notice: Default::default(),
+            project_registered: Default::default(),
+        }
+    }
 }
 
 impl Default for ImageTurns {
@@ -101,13 +138,8 @@ pub fn attach_session(session: &Session) -> Arc<SessionTools> {
     all.retain(|_, s| s.strong_count() > 0);
     let turns = turns_of(session.image_key());
     let state = Arc::new(SessionTools {
-        eval: EvalState {
-            turn: turns.eval.clone(),
-            build_turn: turns.build.clone(),
-            running: Default::default(),
-            notice: Default::default(),
-            project_registered: Default::default(),
-        },
+        eval: Arc::new(EvalState::new(&turns)),
+        others: Default::default(),
         debuggers: Default::default(),
         _turns: turns,
     });

@@ -392,6 +392,91 @@ async def test_run(binary: str, base: str) -> None:
     print(f"test run: {len(text)} bytes, failures at their checks, nearest names, force")
 
 
+PORTAB_FILES = {
+    "portab.asd": """(defsystem "portab"
+  :components ((:file "portab"))
+  :in-order-to ((test-op (test-op "portab/tests"))))
+(defsystem "portab/tests"
+  :depends-on ("portab" "fiveam")
+  :components ((:file "tests"))
+  :perform (test-op (o c) (symbol-call :fiveam :run! :portab)))
+""",
+    "portab.lisp": """(defpackage :portab (:use :cl) (:export #:fixnum-bits))
+(in-package :portab)
+(defun fixnum-bits () (integer-length most-positive-fixnum))
+""",
+    "tests.lisp": """(defpackage :portab-tests (:use :cl :fiveam :portab))
+(in-package :portab-tests)
+(def-suite :portab)
+(in-suite :portab)
+(test fixnums-are-62-bits (is (= 62 (fixnum-bits))))
+(test sums (is (= 4 (+ 2 2))))
+""",
+}
+
+
+async def several_images(binary: str, base: str) -> None:
+    """Several images in one session: a matrix test run over SBCL, ECL and
+    CLISP in one call (a test that passes on SBCL only), then the images
+    it left, addressed by name, started, listed and stopped."""
+    root = os.path.join(base, "portab")
+    os.makedirs(root)
+    for name, text in PORTAB_FILES.items():
+        with open(os.path.join(root, name), "w") as f:
+            f.write(text)
+    target = StdioServerParameters(command=binary, args=["--project-root", root])
+    async with Client(target, mode="legacy", read_timeout_seconds=600) as client:
+        tools = {t.name: t for t in (await client.list_tools()).tools}
+        assert "image" in tools["evaluate-lisp"].input_schema["properties"], tools["evaluate-lisp"]
+        assert "image" not in tools["image-start"].input_schema["properties"]
+        lisps = ["sbcl", "ecl", "clisp"]
+        r = await call(client, "asdf-test-system", {"system": "portab", "lisps": lisps}, error=True)
+        jsonschema.validate(r.structured_content, tools["asdf-test-system"].output_schema)
+        rows = {row["lisp"]: row for row in r.structured_content["matrix"]["rows"]}
+        assert list(rows) == lisps, rows
+        assert (rows["sbcl"]["passed"], rows["sbcl"]["failed"], rows["sbcl"]["outcome"]) == (2, 0, "passed"), rows
+        for lisp in ["ecl", "clisp"]:
+            assert (rows[lisp]["passed"], rows[lisp]["failed"], rows[lisp]["built"]) == (1, 1, True), rows
+        [differing] = r.structured_content["matrix"]["differing"]
+        assert differing["test"] == "PORTAB-TESTS::FIXNUMS-ARE-62-BITS", differing
+        outcomes = {o["lisp"]: o for o in differing["outcomes"]}
+        assert outcomes["sbcl"]["outcome"] == "passed", outcomes
+        assert "evaluated to 48" in outcomes["clisp"]["message"], outcomes
+        text = text_of(r)
+        assert "| ecl   | ecl   | yes   | 1      | 1      | failed  |" in text, text
+        # The loads, in the same images: all built, validated by the SDK.
+        r = await call(client, "asdf-load-system", {"system": "portab", "lisps": lisps})
+        assert [row["outcome"] for row in r.structured_content["matrix"]["rows"]] == ["loaded"] * 3
+        # The images stay, each with its own state.
+        r = await call(client, "image-list", {})
+        assert [i["name"] for i in r.structured_content["images"]] == lisps, r.structured_content
+        await call(client, "evaluate-lisp", {"code": "(defvar *where* :ecl)", "image": "ecl"})
+        r = await call(client, "evaluate-lisp", {"code": "(list (lisp-implementation-type) (boundp '*where*))", "image": "ecl"})
+        assert r.structured_content["values"] == ['("ECL" T)'], r.structured_content
+        r = await call(client, "evaluate-lisp", {"code": "(boundp '*where*)"})
+        assert r.structured_content["values"] == ["NIL"], r.structured_content
+        r = await call(client, "image-start", {"lisp": "clisp", "name": "clisp-2"})
+        assert r.structured_content["ready"] and r.structured_content["image"]["implementation"] == "clisp", r
+        r = await call(client, "image-info", {"image": "clisp-2"})
+        assert r.structured_content["implementation"] == "CLISP", r.structured_content
+        assert len(r.structured_content["images"]) == 4, r.structured_content
+        for args, says in [
+            ({"lisp": "clisp"}, "has an image named \"clisp\" already"),
+            ({"lisp": "no-such-lisp"}, "No Lisp \"no-such-lisp\" here"),
+            ({"lisp": "ecl", "name": "a b"}, "An image name is"),
+        ]:
+            bad = await client.call_tool("image-start", args)
+            assert bad.is_error and says in text_of(bad), (args, bad)
+        await call(client, "image-stop", {"name": "ecl"})
+        gone = await client.call_tool("evaluate-lisp", {"code": "1", "image": "ecl"})
+        assert gone.is_error and "no image named \"ecl\"" in text_of(gone), gone
+        first = await client.call_tool("image-stop", {"name": "sbcl"})
+        assert first.is_error and "first image" in text_of(first), first
+        wrong = await client.call_tool("evaluate-lisp", {"code": "1", "image": 7})
+        assert wrong.is_error and "field `image`" in text_of(wrong), wrong
+    print("several images: matrix of sbcl, ecl, clisp with the differing test; images addressed, started, stopped")
+
+
 async def main() -> None:
     binary = sys.argv[1]
     root = sys.argv[2]
@@ -401,6 +486,7 @@ async def main() -> None:
         await cold_start(binary, os.path.join(cold, "sbcl"), "sbcl")
     with tempfile.TemporaryDirectory() as base:
         await test_run(binary, base)
+        await several_images(binary, base)
     stdio = StdioServerParameters(command=binary, args=["--project-root", root])
     await run(stdio, "stdio", "auto")  # probes server/discover: the stateless era
     await run(stdio, "stdio", "legacy")  # the initialize handshake

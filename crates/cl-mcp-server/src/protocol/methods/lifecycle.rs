@@ -21,7 +21,9 @@ Lisp-aware source tools. Work REPL-first: explore with code-describe/code-find/c
 with evaluate-lisp (state persists between calls; *package* too), then persist changes in files with \
 lisp-edit-form (structural, keeps the file readable) and verify with lisp-compile-file or \
 asdf-load-system/asdf-test-system. Read Lisp files with lisp-read-file (collapsed view first) and \
-search them with clgrep-search. File paths are relative to the project root (fs-get-project-info). Long evaluations can be cancelled; timeouts never lose the image's state.";
+search them with clgrep-search. File paths are relative to the project root (fs-get-project-info). Long evaluations can be cancelled; timeouts never lose the image's state. \
+A session may run several images (image-start: any installed Lisp, named): every tool that uses the image takes `image` \
+(a name from image-list; default the first), and asdf-test-system/asdf-load-system take `lisps` to run on several at once.";
 
 /// Refuses requests that arrive before the legacy handshake.
 pub(crate) fn check_ready(conn: &ConnState, msg: &Message, era: Era) -> Result<(), McpError> {

@@ -52,7 +52,7 @@ pub(crate) async fn run_in_frame(
 ) -> Result<FrameRun, ToolError> {
     let since = p.state().debug_seq;
     let mut rx = p.state.subscribe();
-    let image = ctx.session.image();
+    let image = ctx.image();
     let call = image.rex(form, BUFFER_PACKAGE, crate::image::Thread::Id(thread));
     tokio::pin!(call);
     let stop = |why: String| async move {

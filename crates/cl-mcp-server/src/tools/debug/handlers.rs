@@ -431,7 +431,7 @@ pub(super) async fn debugger_restart(a: RestartArgs, ctx: ToolContext) -> ToolOu
     };
     let since = p.state().debug_seq;
     let mut rx = p.state.subscribe();
-    let image = ctx.session.image();
+    let image = ctx.image();
     // A restart that transfers control never answers (its request is
     // unwound: an abort); one that could not run answers `(:error ...)`
     // and the debugger stays.

@@ -100,7 +100,7 @@ pub fn start(ctx: &ToolContext, id: u64, form: String, code: &str) -> Arc<Pendin
     ctx.state.debuggers.list.guard().push(pending.clone());
     let idle = Duration::from_secs(ctx.session.config.debugger_idle_secs.max(1));
     tokio::spawn(monitor(
-        ctx.session.image(),
+        ctx.image(),
         Arc::downgrade(&ctx.state),
         pending.clone(),
         form,
@@ -252,7 +252,7 @@ pub async fn wait(
             }
         }
     };
-    abort_in_image(&ctx.session.image(), p.id).await;
+    abort_in_image(&ctx.image(), p.id).await;
     let done = async {
         rx.wait_for(|s| s.outcome.is_some())
             .await

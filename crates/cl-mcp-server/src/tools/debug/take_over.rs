@@ -22,7 +22,7 @@ use tokio_util::sync::CancellationToken;
 /// is entered for this session (`cl-mcp:take-over-thread`) and followed as a
 /// [`Pending`]; `abort` there hands the thread back to the level it was in.
 pub(super) async fn take_over(ctx: &ToolContext, thread: i64) -> Result<Arc<Pending>, ToolError> {
-    let image = ctx.session.image();
+    let image = ctx.image();
     if image.debugger_claimed(thread) {
         // Sessions sharing an image (--shared-image) see each other's
         // threads; a suspended evaluation is its own session's to act on.

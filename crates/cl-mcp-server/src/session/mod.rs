@@ -1,5 +1,6 @@
 //! Per-session state: one MCP session (a stdio connection, an HTTP session, a
-//! TCP connection) has its own project root and, by default, its own image.
+//! TCP connection) has its own project root and, by default, its own image;
+//! it may start further named images ([`images`]).
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock, RwLock};
@@ -7,6 +8,10 @@ use std::sync::{Arc, OnceLock, RwLock};
 use crate::config::ServerConfig;
 use crate::image::Image;
 use crate::sync::{MutexExt, RwLockExt};
+
+pub mod images;
+
+pub use images::{ImageChoiceError, NamedImage};
 
 /// State shared by every request of one MCP session.
 pub struct Session {
@@ -18,6 +23,9 @@ pub struct Session {
     /// started with and under every root the client declared.
     allowed_roots: RwLock<Vec<PathBuf>>,
     image: ImageSlot,
+    /// The images started besides the first (`image-start`), in start
+    /// order; they end with the session.
+    others: RwLock<Vec<NamedImage>>,
     /// Source directories of the image's ASDF systems: file tools may read
     /// there too. Refreshed from the image (see `tools::lisp_call`).
     read_roots: RwLock<Vec<PathBuf>>,
@@ -85,6 +93,7 @@ impl Session {
             root: Arc::new(RwLock::new(root)),
             root_fixed: explicit,
             image,
+            others: RwLock::new(Vec::new()),
             read_roots: RwLock::new(Vec::new()),
             id: NEXT_SESSION.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
             end_hooks: Default::default(),
@@ -106,6 +115,10 @@ impl Session {
         for hook in hooks {
             hook(self.clone()).await;
         }
+        let others = std::mem::take(&mut *self.others.writing());
+        for o in others {
+            o.image.shutdown().await;
+        }
     }
 
     /// The session's Lisp image (from `config.image`): created on first use
@@ -113,6 +126,107 @@ impl Session {
     /// inside the Tokio runtime. Dropping the session stops a local image.
     pub fn image(&self) -> Image {
         self.image.get_or_start(&self.config, &self.root)
+    }
+
+    /// The name tools address the first image by: its implementation's
+    /// (`sbcl` by default, or what `--lisp` names), `attached` for `--swank`.
+    pub fn first_image_name(&self) -> String {
+        let config = &self.config.image;
+        if config.attach.is_some() {
+            return "attached".into();
+        }
+        match &config.lisp {
+            None => "sbcl".into(),
+            Some(lisp) => {
+                let given = lisp.to_string_lossy();
+                let kind =
+                    crate::image::implementation::LispKind::from_name(&given).or_else(|| {
+                        lisp.file_name().and_then(|f| {
+                            crate::image::implementation::LispKind::from_name(&f.to_string_lossy())
+                        })
+                    });
+                images::default_name(&given, kind)
+            }
+        }
+    }
+
+    /// The image named `name`: `None` for the first image (whose handle
+    /// [`Session::image`] gives, starting it on first use), the handle of
+    /// a further one.
+    pub fn image_named(&self, name: &str) -> Result<Option<NamedImage>, ImageChoiceError> {
+        if name == self.first_image_name() {
+            return Ok(None);
+        }
+        let others = self.others.reading();
+        match others.iter().find(|o| o.name == name) {
+            Some(o) => Ok(Some(o.clone())),
+            None => Err(ImageChoiceError::Unknown {
+                name: name.to_string(),
+                known: std::iter::once(self.first_image_name())
+                    .chain(others.iter().map(|o| o.name.clone()))
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            }),
+        }
+    }
+
+    /// The images started besides the first, in start order.
+    pub fn other_images(&self) -> Vec<NamedImage> {
+        self.others.reading().clone()
+    }
+
+    /// Starts (in the background) a further image of `lisp` (an
+    /// implementation's name or a path) named `name` (default: the
+    /// implementation's name). It is configured as the first image is
+    /// (cache, sandbox, limits, the project root), always local.
+    pub fn start_image(
+        &self,
+        name: Option<&str>,
+        lisp: &str,
+    ) -> Result<NamedImage, ImageChoiceError> {
+        if self.config.image.attach.is_some() {
+            return Err(ImageChoiceError::Attached);
+        }
+        let (path, kind) = images::resolve_lisp(lisp)?;
+        let name = match name {
+            Some(n) => n.to_string(),
+            None => images::default_name(lisp, kind),
+        };
+        if !images::valid_name(&name) {
+            return Err(ImageChoiceError::BadName(name));
+        }
+        let mut others = self.others.writing();
+        if name == self.first_image_name() || others.iter().any(|o| o.name == name) {
+            return Err(ImageChoiceError::Taken(name));
+        }
+        let mut config = self.config.image.clone();
+        config.lisp = Some(path);
+        config.project_root = Some(self.root.clone());
+        let started = NamedImage {
+            name,
+            kind,
+            lisp: lisp.to_string(),
+            image: Image::new(config),
+        };
+        others.push(started.clone());
+        Ok(started)
+    }
+
+    /// Takes a further image out of the session (the caller shuts it
+    /// down); the first image cannot be.
+    pub fn remove_image(&self, name: &str) -> Result<NamedImage, ImageChoiceError> {
+        match self.image_named(name)? {
+            None => Err(ImageChoiceError::First(name.to_string())),
+            Some(_) => {
+                let mut others = self.others.writing();
+                let at = others.iter().position(|o| o.name == name);
+                at.map(|i| others.remove(i))
+                    .ok_or_else(|| ImageChoiceError::Unknown {
+                        name: name.to_string(),
+                        known: String::new(),
+                    })
+            }
+        }
     }
 
     /// Which image the session uses (see [`ImageKey`]); never starts one.

@@ -1,0 +1,127 @@
+//! A session's further images (`image-start`): besides its first image
+//! (the one `--lisp`/`--swank` names, started on first use), a session may
+//! run more, each named and each of any installed implementation, all
+//! local, supervised, sandboxed and limited as the first is. They end with
+//! the session (`Session::end`).
+
+use std::path::PathBuf;
+
+use crate::image::implementation::LispKind;
+use crate::image::{locate, Image};
+
+/// One of a session's images and what it was started as.
+#[derive(Clone)]
+pub struct NamedImage {
+    /// How tools address it (`image` argument).
+    pub name: String,
+    /// The implementation, where its name says it (`sbcl`, `ecl`, ...).
+    pub kind: Option<LispKind>,
+    /// The `lisp` it was started with, as given (a name or a path).
+    pub lisp: String,
+    pub image: Image,
+}
+
+/// Why an image cannot be chosen, started or stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum ImageChoiceError {
+    #[error(
+        "This session has no image named {name:?} (its images: {known}). image-start starts \
+         one; image-list lists them."
+    )]
+    Unknown { name: String, known: String },
+    #[error(
+        "This session has an image named {0:?} already: address it with `image: {0:?}`, or give \
+         image-start another `name`."
+    )]
+    Taken(String),
+    #[error("An image name is 1 to 40 letters, digits, `-`, `_` or `.`, not {0:?}.")]
+    BadName(String),
+    #[error(
+        "No Lisp {given:?} here: give an implementation installed on this machine ({installed}) \
+         or the path of a Lisp executable."
+    )]
+    NoLisp { given: String, installed: String },
+    #[error(
+        "{0:?} is the session's first image: it stays as long as the session (image-restart \
+         gives it a fresh start)."
+    )]
+    First(String),
+    #[error("An attached session (--swank) runs no further images of its own.")]
+    Attached,
+}
+
+/// Whether `name` may name an image.
+pub fn valid_name(name: &str) -> bool {
+    (1..=40).contains(&name.len())
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+}
+
+/// The implementations installed here (found on `PATH`), in the order of
+/// [`LispKind::ALL`].
+pub fn installed() -> Vec<LispKind> {
+    LispKind::ALL
+        .into_iter()
+        .filter(|k| crate::image::implementation::resolve(k.name(), locate::which).is_some())
+        .collect()
+}
+
+/// Names of the installed implementations, for messages.
+pub fn installed_names() -> String {
+    let names: Vec<&str> = installed().iter().map(|k| k.name()).collect();
+    if names.is_empty() {
+        "none found on PATH".into()
+    } else {
+        names.join(", ")
+    }
+}
+
+/// What a `lisp` value (an implementation's name or a path) stands for:
+/// the executable, and the implementation where the name says it.
+pub fn resolve_lisp(given: &str) -> Result<(PathBuf, Option<LispKind>), ImageChoiceError> {
+    let path = crate::image::implementation::resolve(given, locate::which).ok_or_else(|| {
+        ImageChoiceError::NoLisp {
+            given: given.to_string(),
+            installed: installed_names(),
+        }
+    })?;
+    let kind = LispKind::from_name(given).or_else(|| {
+        path.file_name()
+            .and_then(|f| LispKind::from_name(&f.to_string_lossy()))
+    });
+    Ok((path, kind))
+}
+
+/// The name an image of `lisp` gets when none is given: its
+/// implementation's name, else its executable's file name.
+pub fn default_name(lisp: &str, kind: Option<LispKind>) -> String {
+    match kind {
+        Some(k) => k.name().to_string(),
+        None => PathBuf::from(lisp)
+            .file_name()
+            .map(|f| f.to_string_lossy().into_owned())
+            .unwrap_or_else(|| lisp.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names() {
+        assert!(valid_name("ecl"));
+        assert!(valid_name("sbcl-2.4_b.1"));
+        assert!(!valid_name(""));
+        assert!(!valid_name("a b"));
+        assert!(!valid_name("../x"));
+        assert!(!valid_name(&"x".repeat(41)));
+    }
+
+    #[test]
+    fn default_names() {
+        assert_eq!(default_name("ecl", Some(LispKind::Ecl)), "ecl");
+        assert_eq!(default_name("/opt/lisp/bin/mylisp", None), "mylisp");
+    }
+}
