@@ -260,6 +260,10 @@ async fn inspect_object(a: InspectArgs, ctx: ToolContext) -> ToolOutput {
             Ok(t) => t,
             Err(e) => return ToolOutput::error(e),
         };
+        let ctx = match super::debug::in_its_image(&ctx, &p) {
+            Ok(c) => c,
+            Err(e) => return ToolOutput::error(e),
+        };
         keys.retain(|(k, _)| *k != "code");
         keys.push(("session", Value::string(image::session_key(&ctx))));
         let form = helper_form(

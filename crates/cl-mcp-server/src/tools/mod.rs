@@ -357,6 +357,12 @@ impl ToolContext {
         }
     }
 
+    /// The name of the further image the call addresses (`None`: the
+    /// session's first).
+    pub fn addressed_image(&self) -> Option<String> {
+        self.target.as_ref().map(|t| t.name.clone())
+    }
+
     /// The name of the image the call addresses.
     pub fn image_name(&self) -> String {
         match &self.target {

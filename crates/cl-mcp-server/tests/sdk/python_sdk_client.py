@@ -457,6 +457,15 @@ async def several_images(binary: str, base: str) -> None:
         assert r.structured_content["values"] == ["NIL"], r.structured_content
         r = await call(client, "image-start", {"lisp": "clisp", "name": "clisp-2"})
         assert r.structured_content["ready"] and r.structured_content["image"]["implementation"] == "clisp", r
+        # A debugger in a further image: the debugger tools find its image
+        # from the debugger, whatever their own `image` says.
+        r = await call(client, "evaluate-lisp", {"code": "(car 5)", "image": "clisp-2", "debug": True}, error=True)
+        debugger = r.structured_content["debugger"]["debugger"]
+        r = await call(client, "debugger-backtrace", {"debugger": debugger})
+        assert "TYPE-ERROR" in text_of(r), text_of(r)
+        r = await call(client, "debugger-frame", {"debugger": debugger, "frame": r.structured_content["frames"][0]["index"], "code": "(lisp-implementation-type)"})
+        assert r.structured_content["values"] == ['"CLISP"'], r.structured_content
+        r = await call(client, "debugger-restart", {"debugger": debugger, "action": "abort"}, error=True)
         r = await call(client, "image-info", {"image": "clisp-2"})
         assert r.structured_content["implementation"] == "CLISP", r.structured_content
         assert len(r.structured_content["images"]) == 4, r.structured_content

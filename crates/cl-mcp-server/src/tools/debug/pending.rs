@@ -53,6 +53,9 @@ pub struct Pending {
     /// The thread it took over (`debugger-backtrace` `takeOver`), instead
     /// of an evaluation of ours.
     pub taken_over: Option<i64>,
+    /// The session's image it runs in (`None`: the first); the debugger
+    /// tools address that image whatever their `image` says.
+    pub image: Option<String>,
     pub(super) state: watch::Sender<PendState>,
     pub(super) touched: Mutex<Instant>,
     /// Wakes the monitor when `touched` moved (the idle deadline changed).
@@ -93,6 +96,7 @@ pub fn start(ctx: &ToolContext, id: u64, form: String, code: &str) -> Arc<Pendin
         id,
         code: code.lines().next().unwrap_or("").chars().take(80).collect(),
         taken_over: None,
+        image: ctx.addressed_image(),
         state,
         touched: Mutex::new(Instant::now()),
         touch: tokio::sync::Notify::new(),

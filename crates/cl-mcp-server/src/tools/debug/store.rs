@@ -32,6 +32,16 @@ impl Default for Debuggers {
     }
 }
 
+/// `ctx` addressed to the image pending debugger `p` runs in.
+pub(crate) fn in_its_image(ctx: &ToolContext, p: &Pending) -> Result<ToolContext, ToolError> {
+    let name = match &p.image {
+        Some(name) => name.clone(),
+        None => ctx.session.first_image_name(),
+    };
+    ctx.for_image(&name)
+        .map_err(|e| ToolError::Debugger(format!("Debugger {}: {e}", p.id)))
+}
+
 /// Pending debugger `id` (default: the newest) and its Swank thread, which
 /// serves requests inside the debugger's dynamic extent; marks it touched.
 pub(crate) fn debugger_thread(
@@ -129,8 +139,11 @@ pub fn pending_lines(ctx: &ToolContext) -> Vec<String> {
         .iter()
         .map(|p| {
             format!(
-                "debugger {} (level {}, idle {} s): {}",
+                "debugger {}{} (level {}, idle {} s): {}",
                 p.id,
+                p.image
+                    .as_ref()
+                    .map_or(String::new(), |i| format!(" in image {i}")),
                 p.state().level,
                 p.idle_secs(),
                 p.code

@@ -43,6 +43,7 @@ pub(super) async fn take_over(ctx: &ToolContext, thread: i64) -> Result<Arc<Pend
         id,
         code: format!("thread {thread}, taken over"),
         taken_over: Some(thread),
+        image: ctx.addressed_image(),
         state,
         touched: Mutex::new(Instant::now()),
         touch: tokio::sync::Notify::new(),
