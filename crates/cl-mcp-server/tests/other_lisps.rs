@@ -312,6 +312,20 @@ fn tool_descriptions_say_what_ecl_lacks() {
             .unwrap()
             .to_string()
     };
-    assert!(description(&["--lisp", "ecl"]).ends_with(" Not on ECL (no cross-references)."));
-    assert!(!description(&["--lisp", "sbcl"]).contains("Not on"));
+    // Without image-start, only the session's one implementation counts.
+    let code_only = ["--tools", "eval,code"];
+    assert!(description(&["--lisp", "ecl", code_only[0], code_only[1]])
+        .ends_with(" Not on ECL (no cross-references)."));
+    assert!(!description(&["--lisp", "sbcl", code_only[0], code_only[1]]).contains("Not on"));
+    // With it, every implementation installed here that lacks it is named
+    // (an image of any of them may be started), the first image's first.
+    let all = description(&["--lisp", "ecl"]);
+    assert!(all.contains(" Not on ECL"), "{all}");
+    let sbcl = description(&["--lisp", "sbcl"]);
+    assert!(sbcl.contains("ECL") && !sbcl.contains("SBCL"), "{sbcl}");
+    require_installed("clisp");
+    assert!(
+        sbcl.ends_with(" Not on ECL, CLISP (no cross-references)."),
+        "{sbcl}"
+    );
 }

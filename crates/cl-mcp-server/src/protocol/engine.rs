@@ -36,7 +36,7 @@ impl Engine {
             &[]
         };
         let mut tools_list = describe_tools(&tools, token_tools);
-        note_missing_features(&mut tools_list, &config.image);
+        note_missing_features(&mut tools_list, &config);
         Arc::new(Engine {
             tools_list,
             config: Arc::new(config),
@@ -65,20 +65,52 @@ impl Engine {
     }
 }
 
-/// Appends to each tool's description what the chosen implementation
-/// cannot do ([`LispKind::missing_features`](crate::image::implementation::LispKind::missing_features)).
-/// Only a local image named by `--lisp` is asked (its `--version`, once):
-/// the default is SBCL, and an attached image's implementation is known
-/// only once connected.
-fn note_missing_features(tools_list: &mut Value, image: &crate::image::ImageConfig) {
-    if image.attach.is_some() || image.lisp.is_none() {
+/// Appends to each tool's description what the implementations a session
+/// may run cannot do ([`LispKind::missing_features`](crate::image::implementation::LispKind::missing_features)):
+/// the first image's (only a local image named by `--lisp` is asked, its
+/// `--version`, once: the default is SBCL, and an attached image's
+/// implementation is known only once connected), and, where `image-start`
+/// is offered, every implementation installed here (" Not on ECL, CLISP
+/// (no cross-references).").
+fn note_missing_features(tools_list: &mut Value, config: &ServerConfig) {
+    use crate::image::implementation::LispKind;
+    let image = &config.image;
+    if image.attach.is_some() {
         return;
     }
-    let Ok((_, kind)) = crate::image::locate::find_lisp_kind(image) else {
-        return;
-    };
-    for &feature in kind.missing_features() {
-        let (tool, clause) = crate::tools::missing_feature_clause(kind, feature);
+    let mut kinds: Vec<LispKind> = Vec::new();
+    match &image.lisp {
+        None => kinds.push(LispKind::Sbcl),
+        Some(_) => {
+            if let Ok((_, kind)) = crate::image::locate::find_lisp_kind(image) {
+                kinds.push(kind);
+            }
+        }
+    }
+    if config
+        .tool_groups
+        .contains(&crate::config::ToolGroup::Image)
+    {
+        for kind in crate::session::images::installed() {
+            if !kinds.contains(&kind) {
+                kinds.push(kind);
+            }
+        }
+    }
+    // (tool, what is missing) → the implementations that lack it.
+    let mut lacking: Vec<((&str, &str), Vec<String>)> = Vec::new();
+    for kind in kinds {
+        for &feature in kind.missing_features() {
+            let (tool, _) = crate::tools::missing_feature_clause(kind, feature);
+            let key = (tool, feature.lack());
+            let name = kind.name().to_uppercase();
+            match lacking.iter_mut().find(|(k, _)| *k == key) {
+                Some((_, names)) => names.push(name),
+                None => lacking.push((key, vec![name])),
+            }
+        }
+    }
+    for ((tool, lack), names) in lacking {
         if let Some(d) = tools_list
             .as_array_mut()
             .into_iter()
@@ -86,6 +118,7 @@ fn note_missing_features(tools_list: &mut Value, image: &crate::image::ImageConf
             .find(|t| t["name"] == tool)
         {
             if let Some(text) = d["description"].as_str() {
+                let clause = format!(" Not on {} ({lack}).", names.join(", "));
                 d["description"] = Value::String(format!("{text}{clause}"));
             }
         }
