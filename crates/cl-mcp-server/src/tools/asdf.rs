@@ -78,7 +78,7 @@ async fn load_matrix(a: LoadArgs, lisps: &LispsArg, ctx: ToolContext) -> ToolOut
     .await;
     let rows: Vec<_> = runs
         .into_iter()
-        .map(|(lisp, image, out)| matrix::row(lisp, image, &out, false))
+        .map(|run| matrix::row(run, false))
         .collect();
     let success = rows.iter().all(|r| r.outcome == "loaded");
     let m = Matrix {
@@ -269,10 +269,7 @@ async fn test_matrix(a: TestArgs, lisps: &LispsArg, ctx: ToolContext) -> ToolOut
         }
     })
     .await;
-    let rows: Vec<_> = runs
-        .into_iter()
-        .map(|(lisp, image, out)| matrix::row(lisp, image, &out, true))
-        .collect();
+    let rows: Vec<_> = runs.into_iter().map(|run| matrix::row(run, true)).collect();
     // The worst outcome: error, then unknown, then failed, then passed.
     let outcome = ["error", "unknown", "failed"]
         .into_iter()

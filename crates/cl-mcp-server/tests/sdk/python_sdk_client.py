@@ -443,7 +443,7 @@ async def several_images(binary: str, base: str) -> None:
         assert outcomes["sbcl"]["outcome"] == "passed", outcomes
         assert "evaluated to 48" in outcomes["clisp"]["message"], outcomes
         text = text_of(r)
-        assert "| ecl   | ecl   | yes   | 1      | 1      | failed  |" in text, text
+        assert "| ecl   | ecl   | yes   | 1      | 1      | failed  | " in text, text
         # The loads, in the same images: all built, validated by the SDK.
         r = await call(client, "asdf-load-system", {"system": "portab", "lisps": lisps})
         assert [row["outcome"] for row in r.structured_content["matrix"]["rows"]] == ["loaded"] * 3

@@ -93,6 +93,7 @@ pub(super) struct MatrixRow {
     /// Each failed check: the test and the framework's message.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub failures: Vec<RowFailure>,
+    /// Wall time of this Lisp's run, its image's start included.
     pub elapsed_ms: i64,
     /// What ended the run, when something did (a missing system, an error,
     /// a timeout, an image that would not start).
@@ -151,12 +152,8 @@ fn image_for(ctx: &ToolContext, lisp: &str) -> Result<ToolContext, String> {
 }
 
 /// Runs `run` (the one-image call) on the session's image of each Lisp,
-/// all at once; returns each Lisp's name, image and answer, in order.
-pub(super) async fn across<F, Fut>(
-    ctx: &ToolContext,
-    lisps: &[String],
-    run: F,
-) -> Vec<(String, String, ToolOutput)>
+/// all at once; returns each Lisp's run, in order.
+pub(super) async fn across<F, Fut>(ctx: &ToolContext, lisps: &[String], run: F) -> Vec<LispRun>
 where
     F: Fn(ToolContext) -> Fut,
     Fut: Future<Output = ToolOutput>,
@@ -168,21 +165,44 @@ where
         let run = &run;
         let done = &done;
         async move {
+            let t0 = Instant::now();
             let (image, out) = match target {
                 Ok(c) => (c.image_name(), run(c).await),
                 Err(e) => (lisp.clone(), ToolOutput::error(e)),
             };
             let n = done.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
             ctx.report_progress(n as f64, Some(total), Some(&format!("{lisp} done")));
-            (lisp.clone(), image, out)
+            LispRun {
+                lisp: lisp.clone(),
+                image,
+                out,
+                elapsed_ms: t0.elapsed().as_millis() as i64,
+            }
         }
     });
     futures::future::join_all(runs).await
 }
 
+/// One Lisp's run of a matrix call.
+pub(super) struct LispRun {
+    pub lisp: String,
+    /// The session's image that ran it.
+    pub image: String,
+    /// The one-image call's answer.
+    pub out: ToolOutput,
+    /// Its wall time, the image's start included.
+    pub elapsed_ms: i64,
+}
+
 /// A row from a one-Lisp answer (its `structuredContent`, or its text when
 /// it ended before the run).
-pub(super) fn row(lisp: String, image: String, out: &ToolOutput, test_run: bool) -> MatrixRow {
+pub(super) fn row(run: LispRun, test_run: bool) -> MatrixRow {
+    let LispRun {
+        lisp,
+        image,
+        out,
+        elapsed_ms,
+    } = run;
     let Some(s) = &out.structured else {
         return MatrixRow {
             lisp,
@@ -193,7 +213,7 @@ pub(super) fn row(lisp: String, image: String, out: &ToolOutput, test_run: bool)
             passed: None,
             failed: None,
             failures: Vec::new(),
-            elapsed_ms: 0,
+            elapsed_ms,
             error: Some(first_line(&out.text)),
         };
     };
@@ -235,7 +255,7 @@ pub(super) fn row(lisp: String, image: String, out: &ToolOutput, test_run: bool)
         passed: s["summary"]["passed"].as_i64(),
         failed: s["summary"]["failed"].as_i64(),
         failures,
-        elapsed_ms: s["elapsedMs"].as_i64().unwrap_or(0),
+        elapsed_ms,
         error,
     }
 }
@@ -350,14 +370,22 @@ pub(super) fn render(what: &str, m: &Matrix, started: Instant, test_run: bool) -
         .map(String::from)
         .collect::<Vec<_>>()
     } else {
-        vec!["Lisp", "image", "built", "outcome", "first diagnostic"]
-            .into_iter()
-            .map(String::from)
-            .collect()
+        vec![
+            "Lisp",
+            "image",
+            "built",
+            "outcome",
+            "time",
+            "first diagnostic",
+        ]
+        .into_iter()
+        .map(String::from)
+        .collect()
     }];
     for r in &m.rows {
         let built = if r.built { "yes" } else { "no" }.to_string();
         let diag = r.first_diagnostic.clone().unwrap_or_default();
+        let time = format!("{:.1} s", r.elapsed_ms as f64 / 1000.0);
         table.push(if test_run {
             vec![
                 r.lisp.clone(),
@@ -366,6 +394,7 @@ pub(super) fn render(what: &str, m: &Matrix, started: Instant, test_run: bool) -
                 count(r.passed),
                 count(r.failed),
                 r.outcome.clone(),
+                time,
                 diag,
             ]
         } else {
@@ -374,6 +403,7 @@ pub(super) fn render(what: &str, m: &Matrix, started: Instant, test_run: bool) -
                 r.image.clone(),
                 built,
                 r.outcome.clone(),
+                time,
                 diag,
             ]
         });
@@ -407,16 +437,23 @@ pub(super) fn render(what: &str, m: &Matrix, started: Instant, test_run: bool) -
     text
 }
 
-/// Rows of cells as a Markdown table, columns padded.
+/// Rows of cells as a Markdown table, columns padded (the first row is
+/// the header; a missing cell is empty).
 fn markdown_table(rows: &[Vec<String>]) -> String {
+    let cell = |r: &Vec<String>, c: usize| r.get(c).map_or("", String::as_str).to_string();
     let widths: Vec<usize> = (0..rows[0].len())
-        .map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0))
+        .map(|c| {
+            rows.iter()
+                .map(|r| cell(r, c).chars().count())
+                .max()
+                .unwrap_or(0)
+        })
         .collect();
     let line = |r: &Vec<String>| {
-        let cells: Vec<String> = r
+        let cells: Vec<String> = widths
             .iter()
-            .zip(&widths)
-            .map(|(c, w)| format!("{c:<w$}"))
+            .enumerate()
+            .map(|(c, w)| format!("{:<w$}", cell(r, c)))
             .collect();
         format!("| {} |", cells.join(" | "))
     };
