@@ -60,26 +60,17 @@ async fn asdf_load_system(a: LoadArgs, ctx: ToolContext) -> ToolOutput {
 
 /// `asdf-load-system` with `lisps`.
 async fn load_matrix(a: LoadArgs, lisps: &LispsArg, ctx: ToolContext) -> ToolOutput {
-    let names = match lisps.names() {
-        Ok(n) => n,
-        Err(e) => return ToolOutput::error(e),
-    };
-    let started = std::time::Instant::now();
-    let runs = matrix::across(&ctx, &names, |c| {
+    let one = |c| {
         let a = LoadArgs {
             lisps: None,
             ..a.clone()
         };
-        async move {
-            let c2 = c.clone();
-            lisp_call::finish(&c2, load_one(a, c).await)
-        }
-    })
-    .await;
-    let rows: Vec<_> = runs
-        .into_iter()
-        .map(|run| matrix::row(run, false))
-        .collect();
+        load_one(a, c)
+    };
+    let (rows, started) = match matrix::rows(&ctx, lisps, false, one).await {
+        Ok(r) => r,
+        Err(e) => return e,
+    };
     let success = rows.iter().all(|r| r.outcome == "loaded");
     let m = Matrix {
         rows,
@@ -253,23 +244,17 @@ async fn asdf_test_system(a: TestArgs, ctx: ToolContext) -> ToolOutput {
 
 /// `asdf-test-system` with `lisps`.
 async fn test_matrix(a: TestArgs, lisps: &LispsArg, ctx: ToolContext) -> ToolOutput {
-    let names = match lisps.names() {
-        Ok(n) => n,
-        Err(e) => return ToolOutput::error(e),
-    };
-    let started = std::time::Instant::now();
-    let runs = matrix::across(&ctx, &names, |c| {
+    let one = |c| {
         let a = TestArgs {
             lisps: None,
             ..a.clone()
         };
-        async move {
-            let c2 = c.clone();
-            lisp_call::finish(&c2, test_one(a, c).await)
-        }
-    })
-    .await;
-    let rows: Vec<_> = runs.into_iter().map(|run| matrix::row(run, true)).collect();
+        test_one(a, c)
+    };
+    let (rows, started) = match matrix::rows(&ctx, lisps, true, one).await {
+        Ok(r) => r,
+        Err(e) => return e,
+    };
     // The worst outcome: error, then unknown, then failed, then passed.
     let outcome = ["error", "unknown", "failed"]
         .into_iter()

@@ -358,16 +358,20 @@ TEST_FILES = {
 }
 
 
+def project_server(binary: str, root: str, files: dict) -> StdioServerParameters:
+    """Writes a project's files under `root`; the server to start on it."""
+    os.makedirs(root)
+    for name, text in files.items():
+        with open(os.path.join(root, name), "w") as f:
+            f.write(text)
+    return StdioServerParameters(command=binary, args=["--project-root", root])
+
+
 async def test_run(binary: str, base: str) -> None:
     """A FiveAM project's tests as an agent runs them: a short answer with
     each failure at its check (a macro-made test at the macro call), the
     nearest names for a misspelt test, a forced rebuild."""
-    root = os.path.join(base, "adder")
-    os.makedirs(root)
-    for name, text in TEST_FILES.items():
-        with open(os.path.join(root, name), "w") as f:
-            f.write(text)
-    target = StdioServerParameters(command=binary, args=["--project-root", root])
+    target = project_server(binary, os.path.join(base, "adder"), TEST_FILES)
     async with Client(target, mode="legacy", read_timeout_seconds=300) as client:
         tools = await client.list_tools()
         schema = next(t.output_schema for t in tools.tools if t.name == "asdf-test-system")
@@ -419,12 +423,7 @@ async def several_images(binary: str, base: str) -> None:
     """Several images in one session: a matrix test run over SBCL, ECL and
     CLISP in one call (a test that passes on SBCL only), then the images
     it left, addressed by name, started, listed and stopped."""
-    root = os.path.join(base, "portab")
-    os.makedirs(root)
-    for name, text in PORTAB_FILES.items():
-        with open(os.path.join(root, name), "w") as f:
-            f.write(text)
-    target = StdioServerParameters(command=binary, args=["--project-root", root])
+    target = project_server(binary, os.path.join(base, "portab"), PORTAB_FILES)
     async with Client(target, mode="legacy", read_timeout_seconds=600) as client:
         tools = {t.name: t for t in (await client.list_tools()).tools}
         assert "image" in tools["evaluate-lisp"].input_schema["properties"], tools["evaluate-lisp"]

@@ -153,7 +153,7 @@ fn image_for(ctx: &ToolContext, lisp: &str) -> Result<ToolContext, String> {
 
 /// Runs `run` (the one-image call) on the session's image of each Lisp,
 /// all at once; returns each Lisp's run, in order.
-pub(super) async fn across<F, Fut>(ctx: &ToolContext, lisps: &[String], run: F) -> Vec<LispRun>
+async fn across<F, Fut>(ctx: &ToolContext, lisps: &[String], run: F) -> Vec<LispRun>
 where
     F: Fn(ToolContext) -> Fut,
     Fut: Future<Output = ToolOutput>,
@@ -183,6 +183,30 @@ where
     futures::future::join_all(runs).await
 }
 
+/// The rows of a matrix call: `run` (the one-image call) on the session's
+/// image of each Lisp of `lisps`, all at once; and when it started. A bad
+/// `lisps` is the call's error.
+pub(super) async fn rows<F, Fut>(
+    ctx: &ToolContext,
+    lisps: &LispsArg,
+    test_run: bool,
+    run: F,
+) -> Result<(Vec<MatrixRow>, Instant), ToolOutput>
+where
+    F: Fn(ToolContext) -> Fut,
+    Fut: Future<Output = ToolOutput>,
+{
+    let names = lisps.names().map_err(ToolOutput::error)?;
+    let started = Instant::now();
+    let runs = across(ctx, &names, |c| {
+        let answer = run(c.clone());
+        async move { crate::tools::lisp_call::finish(&c, answer.await) }
+    })
+    .await;
+    let rows = runs.into_iter().map(|r| row(r, test_run)).collect();
+    Ok((rows, started))
+}
+
 /// One Lisp's run of a matrix call.
 pub(super) struct LispRun {
     pub lisp: String,
@@ -196,7 +220,7 @@ pub(super) struct LispRun {
 
 /// A row from a one-Lisp answer (its `structuredContent`, or its text when
 /// it ended before the run).
-pub(super) fn row(run: LispRun, test_run: bool) -> MatrixRow {
+fn row(run: LispRun, test_run: bool) -> MatrixRow {
     let LispRun {
         lisp,
         image,
