@@ -639,3 +639,13 @@ REQUIRE (SBCL's contribs: sb-posix, sb-rotate-byte, ...), which a project's
                       '("fasl" "asd"))
                 t))
   #-sbcl (progn name nil))
+
+(defun monotonic-microseconds ()
+  "A clock in microseconds for durations (SBCL's internal real time is
+coarse: milliseconds apart at best)."
+  #+(and sbcl linux) (multiple-value-bind (seconds nanoseconds)
+                         ;; 1: CLOCK_MONOTONIC
+                         (sb-unix::clock-gettime 1)
+                       (+ (* seconds 1000000) (floor nanoseconds 1000)))
+  #-(and sbcl linux) (round (* 1000000 (get-internal-real-time))
+                            internal-time-units-per-second))

@@ -18,7 +18,10 @@
 (defstruct (trace-record (:constructor make-trace-record
                              (id depth name thread arguments evaluation)))
   ;; EVALUATION: the server's evaluation the call was made in, or NIL.
-  id depth name thread arguments evaluation (outcome :running) values)
+  ;; START: its entry's time (MONOTONIC-MICROSECONDS); ELAPSED-US: microseconds from
+  ;; entry to exit, once it returned or exited.
+  id depth name thread arguments evaluation (outcome :running) values
+  (start (monotonic-microseconds)) elapsed-us)
 
 (defstruct trace-store
   (records (make-array 64 :adjustable t :fill-pointer 0))
@@ -116,14 +119,17 @@ the stores of the sessions that traced NAME, completes it on :EXIT or
                 (when record
                   (setf (trace-record-outcome record)
                         (if (eq event :exit) :returned :non-local-exit)
-                        (trace-record-values record) printed)))))))))))
+                        (trace-record-values record) printed
+                        (trace-record-elapsed-us record)
+                        (- (monotonic-microseconds) (trace-record-start record)))))))))))))
 
 (defun trace-record-plist (r)
   (list :id (trace-record-id r) :depth (trace-record-depth r)
         :name (trace-record-name r) :thread (trace-record-thread r)
         :arguments (trace-record-arguments r)
         :outcome (string-downcase (symbol-name (trace-record-outcome r)))
-        :values (trace-record-values r)))
+        :values (trace-record-values r)
+        :elapsed-us (trace-record-elapsed-us r)))
 
 (defun settle-trace-records (store)
   "Calls still open in STORE whose evaluation is over were left by a

@@ -188,12 +188,19 @@ fn trace_records_a_recursive_function_with_its_nesting() {
     assert_eq!(area.len(), 1, "{}", r.text);
     assert_eq!(area[0]["values"], json!(["25"]));
     assert!(recs.iter().any(|x| x["function"] == "(SETF TR-THING)"));
+    // The text is a call tree, each call with its time; an outer call
+    // lasts at least as long as the one inside it.
+    let outer = r.text.find("\n  0: (TR-FACT 4) => 24  (").expect(&r.text);
+    let inner = r.text[outer..]
+        .find(")\n    1: (TR-FACT 3) => 6  (")
+        .expect(&r.text);
     assert!(
-        r.text
-            .contains("  0: (TR-FACT 4) => 24\n    1: (TR-FACT 3) => 6"),
+        !r.text[outer + 1..outer + inner].contains('\n'),
         "{}",
         r.text
     );
+    let us = |x: &Value| x["elapsedUs"].as_i64().expect("elapsedUs");
+    assert!(us(fact[0]) >= us(fact[1]) && us(fact[1]) >= 0, "{}", r.text);
 
     // Records once returned are gone; untracing stops recording.
     let r = call(

@@ -358,6 +358,10 @@ struct TraceRecord {
     /// `returned`, `non-local-exit` or `running`.
     outcome: String,
     values: Vec<String>,
+    /// Microseconds from the call to its return or exit (in the image's
+    /// clock: SBCL's counts microseconds, some Lisps' milliseconds).
+    #[serde(rename = "elapsedUs", skip_serializing_if = "Option::is_none")]
+    elapsed_us: Option<i64>,
 }
 
 #[derive(Serialize, JsonSchema)]
@@ -390,6 +394,7 @@ fn trace_output(v: &Value) -> TraceOutput {
             arguments: plist_strings(r, "arguments"),
             outcome: plist_str(r, "outcome").unwrap_or_default(),
             values: plist_strings(r, "values"),
+            elapsed_us: plist_i64(r, "elapsed-us"),
         }),
         more: plist_i64(v, "more").unwrap_or(0),
         dropped: plist_i64(v, "dropped").unwrap_or(0),
@@ -434,8 +439,11 @@ fn render_trace(o: &TraceOutput) -> String {
             } else {
                 String::new()
             };
+            let took = r
+                .elapsed_us
+                .map_or(String::new(), |us| format!("  ({})", microseconds_text(us)));
             lines.push(format!(
-                "{indent}{}: ({} {}){outcome}{thread}",
+                "{indent}{}: ({} {}){outcome}{took}{thread}",
                 r.depth,
                 r.function,
                 r.arguments.join(" ")
@@ -452,6 +460,15 @@ fn render_trace(o: &TraceOutput) -> String {
         ));
     }
     lines.join("\n")
+}
+
+/// A call's duration in words: `85 µs`, `12.3 ms`, `2.04 s`.
+fn microseconds_text(us: i64) -> String {
+    match us {
+        ..1_000 => format!("{us} µs"),
+        1_000..1_000_000 => format!("{:.1} ms", us as f64 / 1e3),
+        _ => format!("{:.2} s", us as f64 / 1e6),
+    }
 }
 
 async fn trace_functions(a: TraceArgs, ctx: ToolContext) -> ToolOutput {
@@ -535,6 +552,9 @@ struct CallCount {
 struct ProfileOutput {
     mode: String,
     samples: i64,
+    /// How many rows each table of the text shows (`top`).
+    #[serde(skip)]
+    top: usize,
     /// The top `top` by self samples, then the rest of the top by cumulative.
     functions: Vec<ProfiledFunction>,
     calls: Vec<CallCount>,
@@ -543,26 +563,31 @@ struct ProfileOutput {
     elapsed_ms: i64,
 }
 
-fn profiled_functions(v: &Value, key: &str) -> Vec<ProfiledFunction> {
+/// The profiled functions, with their shares of `samples` in percent to
+/// one decimal (a function's samples never count past all of them).
+fn profiled_functions(v: &Value, key: &str, samples: i64) -> Vec<ProfiledFunction> {
+    let percent = |n: i64| {
+        if samples > 0 {
+            (1000.0 * n.min(samples) as f64 / samples as f64).round() / 10.0
+        } else {
+            0.0
+        }
+    };
     plist_list(v, key)
         .unwrap_or(&[])
         .iter()
-        .map(|f| ProfiledFunction {
-            name: plist_str(f, "name").unwrap_or_default(),
-            self_samples: plist_i64(f, "self").unwrap_or(0),
-            cumulative: plist_i64(f, "cumulative").unwrap_or(0),
-            self_percent: plist_f64(f, "self-percent"),
-            cumulative_percent: plist_f64(f, "cumulative-percent"),
+        .map(|f| {
+            let self_samples = plist_i64(f, "self").unwrap_or(0);
+            let cumulative = plist_i64(f, "cumulative").unwrap_or(0);
+            ProfiledFunction {
+                name: plist_str(f, "name").unwrap_or_default(),
+                self_samples,
+                cumulative,
+                self_percent: percent(self_samples),
+                cumulative_percent: percent(cumulative),
+            }
         })
         .collect()
-}
-
-fn plist_f64(v: &Value, key: &str) -> f64 {
-    match v.plist_get(key) {
-        Some(Value::Float { value, .. }) => *value,
-        Some(x) => x.as_i64().map(|n| n as f64).unwrap_or(0.0),
-        None => 0.0,
-    }
 }
 
 fn render_profile(o: &ProfileOutput) -> String {
@@ -586,10 +611,15 @@ fn render_profile(o: &ProfileOutput) -> String {
         t
     };
     if !o.functions.is_empty() {
-        let by_self = o.functions.iter().filter(|f| f.self_samples > 0).collect();
+        // Each table its own top `top`.
+        let mut by_self: Vec<&ProfiledFunction> =
+            o.functions.iter().filter(|f| f.self_samples > 0).collect();
+        by_self.sort_by_key(|f| std::cmp::Reverse(f.self_samples));
+        by_self.truncate(o.top);
         text.push_str(&table("By self samples:", by_self));
         let mut by_cumulative: Vec<&ProfiledFunction> = o.functions.iter().collect();
         by_cumulative.sort_by_key(|f| std::cmp::Reverse(f.cumulative));
+        by_cumulative.truncate(o.top);
         text.push_str(&table("By cumulative samples:", by_cumulative));
     }
     if !o.calls.is_empty() {
@@ -639,10 +669,12 @@ async fn profile_code(a: ProfileArgs, ctx: ToolContext) -> ToolOutput {
     if let Some(failure) = user_code_failure(&v, "The profiled code", timeout) {
         return with_queue_note(failure, &queued);
     }
+    let samples = plist_i64(&v, "samples").unwrap_or(0);
     let out = ProfileOutput {
         mode: plist_str(&v, "mode").unwrap_or_default(),
-        samples: plist_i64(&v, "samples").unwrap_or(0),
-        functions: profiled_functions(&v, "functions"),
+        samples,
+        top: a.top.unwrap_or(20).clamp(1, 200) as usize,
+        functions: profiled_functions(&v, "functions", samples),
         calls: plist_items(&v, "calls", |c| CallCount {
             name: plist_str(c, "name").unwrap_or_default(),
             count: plist_i64(c, "count").unwrap_or(0),
@@ -875,11 +907,51 @@ mod tests {
     use lisp_syntax::data;
 
     #[test]
+    fn each_profile_table_shows_its_own_top() {
+        let v = data::read(
+            r#"(:functions ((:name "A" :self 5 :cumulative 7) (:name "B" :self 1 :cumulative 1)
+                            (:name "C" :self 0 :cumulative 7) (:name "D" :self 1 :cumulative 8)))"#,
+        )
+        .unwrap();
+        // Three samples in seven, and a count past all samples (as a
+        // profiler's cumulative count of a recursive function can be).
+        let functions = profiled_functions(&v, "functions", 7);
+        assert_eq!(functions[0].cumulative_percent, 100.0);
+        assert_eq!(functions[0].self_percent, 71.4);
+        assert_eq!(functions[3].cumulative_percent, 100.0);
+        let out = ProfileOutput {
+            mode: "cpu".into(),
+            samples: 7,
+            top: 2,
+            functions,
+            calls: Vec::new(),
+            values: Vec::new(),
+            stdout: String::new(),
+            elapsed_ms: 1,
+        };
+        let text = render_profile(&out);
+        let rows = |title: &str| {
+            text.split(title)
+                .nth(1)
+                .unwrap()
+                .split("\n\n")
+                .next()
+                .unwrap()
+                .lines()
+                .count()
+                - 2
+        };
+        assert_eq!(rows("By self samples:"), 2, "{text}");
+        assert_eq!(rows("By cumulative samples:"), 2, "{text}");
+        assert!(text.contains("71.4   100.0  A"), "{text}");
+    }
+
+    #[test]
     fn trace_records_render_as_a_tree() {
         let v = data::read(
             r#"(:traced ("FACT") :changes ((:name "FACT" :action "trace" :ok t :message nil))
-                :records ((:id 1 :depth 0 :name "FACT" :thread "w" :arguments ("2") :outcome "returned" :values ("2"))
-                          (:id 2 :depth 1 :name "FACT" :thread "w" :arguments ("1") :outcome "returned" :values ("1")))
+                :records ((:id 1 :depth 0 :name "FACT" :thread "w" :arguments ("2") :outcome "returned" :values ("2") :elapsed-us 1500)
+                          (:id 2 :depth 1 :name "FACT" :thread "w" :arguments ("1") :outcome "returned" :values ("1") :elapsed-us 85))
                 :more 0 :dropped 0)"#,
         )
         .unwrap();
@@ -888,7 +960,7 @@ mod tests {
         let text = render_trace(&out);
         assert!(text.contains("traced FACT"), "{text}");
         assert!(
-            text.contains("\n  0: (FACT 2) => 2\n    1: (FACT 1) => 1"),
+            text.contains("\n  0: (FACT 2) => 2  (1.5 ms)\n    1: (FACT 1) => 1  (85 µs)"),
             "{text}"
         );
     }
