@@ -77,8 +77,7 @@ fn note_missing_features(tools_list: &mut Value, image: &crate::image::ImageConf
     let Ok((_, kind)) = crate::image::locate::find_lisp_kind(image) else {
         return;
     };
-    for &feature in kind.missing_features() {
-        let (tool, clause) = crate::tools::missing_feature_clause(kind, feature);
+    for (tool, clause) in crate::tools::missing_feature_clauses(kind) {
         if let Some(d) = tools_list
             .as_array_mut()
             .into_iter()
