@@ -49,19 +49,23 @@ one took seconds, on every entry into the debugger.)"
 
   (defun frame-description (frame &optional (package *package*) (limit 4000))
     "FRAME's description as CLISP prints it, read with *PACKAGE* PACKAGE.
-It shows the frame's environment, so it is printed with labels for shared
-structure (a circular list in a local variable would print forever), long
-lists and deep nesting cut, and at most LIMIT characters."
+It shows the frame's environment, so it is printed with long lists and
+deep nesting cut, at most LIMIT characters (a circular list in a local
+variable would print forever), and, when more than its first line is
+read (LIMIT over 1000), with labels for shared structure: finding that
+walks every object printed first, most of the cost of typing each frame
+of a stack (CLISP's debugger does that on every entry)."
     (bounded-output limit
                     (lambda (s)
-                      (let ((*package* package) (*print-circle* t) (*print-length* 20)
+                      (let ((*package* package) (*print-circle* (> limit 1000))
+                            (*print-length* 20)
                             (*print-level* 5) (*print-pretty* nil) (*print-readably* nil))
                         (sys::describe-frame s frame)))))
 
   (defun compiled-frame-p (frame)
     "Whether FRAME is a compiled function's (CLISP keeps no variable names
 there, and can neither return from nor restart it)."
-    (let* ((text (frame-description frame))
+    (let* ((text (frame-description frame *package* 1000))
            (line (subseq text 0 (or (position #\Newline text) (length text)))))
       (and (search "#<COMPILED-FUNCTION" line)
            (not (search "APPLY frame" line))
@@ -170,7 +174,7 @@ every entry."
 from the frame's printed description (\"APPLY frame for call (FOO 1)\",
 \"EVAL frame for form (FOO 1)\", #<COMPILED-FUNCTION FOO>), or NIL."
     (ignore-errors
-     (let* ((text (frame-description frame (find-package "KEYWORD")))
+     (let* ((text (frame-description frame (find-package "KEYWORD") 1000))
             (open (position #\( text)))
        (or (and (not (search "EVAL frame for " text))
                 (not (search "APPLY frame for " text))
@@ -333,7 +337,7 @@ environment."
     (let ((frames (swank/backend:compute-backtrace 0 (1+ index)))
           (found index))
       (loop for j from (1- index) downto 0
-            for text = (frame-description (nth j frames))
+            for text = (frame-description (nth j frames) *package* 1000)
             until (search "APPLY frame" text)
             when (and (search "EVAL frame" text)
                       (ignore-errors (swank/backend:frame-locals j)))
