@@ -1377,6 +1377,7 @@ const COMPILED: &str = "(defun cf-inner (x) (let ((y (* x 2))) (error \"cf faile
 /// nested level that names its error, locals or what the Lisp needs to
 /// keep them, and what the backend lacks refused plainly (the debugger
 /// left where it was) and said in `tools/list`.
+// Long: one walk of the debugger, in the order a user takes it.
 fn debugger_parity_on(lisp: &str) {
     let test = format!("debugger_parity_on_{lisp}");
     if !lisp_installed(&test, lisp) {
