@@ -186,46 +186,110 @@ capped at LIMIT characters."
         (truncate-string (subseq text offset (or end (min (length text) (+ offset limit))))
                          limit)))))
 
-(defun frame-at (index)
-  "Frame INDEX (Swank's numbering) of the current debugger's stack, or NIL
-when the stack has no such frame."
-  (and (integerp index) (>= index 0)
-       (nth index (swank/backend:compute-backtrace 0 (1+ index)))))
+(defun listed-frame (index)
+  "(values FRAME NIL CALL) when INDEX (Swank's numbering) is one of the
+frames this debugger level lists (DEBUGGER-USER-FRAMES; CALL as FRAME-TEXT
+takes it), else (values NIL (:error MESSAGE)). The frames left out are the debugger's, Swank's, the
+server's and the implementation's: code run or a restart made there acts
+on the tools themselves (on ECL, code in an anonymous frame of Swank's
+opened a nested level)."
+  (let* ((frames (debugger-user-frames))
+         (entry (and (integerp index) (assoc index frames))))
+    (if entry
+        (values (second entry) nil (third entry))
+        (values nil (unlisted-frame-error index frames)))))
 
-(defun no-frame-error (index)
-  (list :error (format nil "There is no frame ~A in this debugger: debugger-backtrace lists its frames with their numbers."
-                       index)))
+(defun unlisted-frame-error (index frames)
+  "(:error MESSAGE) for frame number INDEX, not among FRAMES (the listed
+ones, DEBUGGER-USER-FRAMES), naming those."
+  (list :error
+        (if frames
+            (format nil "There is no frame ~A among those debugger level ~D lists: ~{~A~^, ~}~:[~;, ...~] (the frames left out are the debugger's, Swank's, the server's and the Lisp's own). Frame numbers change with the level; debugger-backtrace lists the current ones."
+                    index swank::*sldb-level*
+                    (loop for (i frame call) in frames
+                          repeat 6
+                          collect (format nil "~D ~A" i (frame-text frame call)))
+                    (> (length frames) 6))
+            (format nil "There is no frame ~A: debugger level ~D lists no frame of the user's code (the condition was signalled directly by the evaluated form), so there is none to look into or act on. debugger-frame without `frame` runs `code` in the debugger; debugger-restart chooses a restart."
+                    index swank::*sldb-level*))))
+
+(defun lisp-name ()
+  "This Lisp's short name, for messages."
+  (let ((type (lisp-implementation-type)))
+    (if (search "Armed Bear" type) "ABCL" type)))
+
+(defun backend-operation-problem (operation)
+  "(:error MESSAGE) when this Lisp's Swank backend cannot do OPERATION
+(:eval code in a frame, :return from a frame, :restart a frame), saying
+what is left to do; else NIL. Asked before the operation: the backend's
+own refusal is an error that would open a nested debugger level."
+  (let ((interface (ecase operation
+                     (:eval 'swank/backend:eval-in-frame)
+                     (:return 'swank/backend:return-from-frame)
+                     (:restart 'swank/backend:restart-frame))))
+    (when (member interface swank/backend::*unimplemented-interfaces*)
+      (list :error
+            (format nil "~A cannot ~A: its Swank backend has no ~(~A~). ~A~@[ The debugger stays at level ~D.~]"
+                    (lisp-name)
+                    (ecase operation
+                      (:eval "evaluate code in a frame")
+                      (:return "return a value from a frame")
+                      (:restart "restart a frame"))
+                    (symbol-name interface)
+                    (ecase operation
+                      (:eval "debugger-frame without `code` shows the frame's locals; evaluate-lisp runs code outside the debugger, with values copied from them.")
+                      (:return "Choose one of the listed restarts (debugger-restart), e.g. use-value where it is offered.")
+                      (:restart "Fix the function, then abort (debugger-restart with action abort) and call it again with evaluate-lisp."))
+                    ;; debugger-restart says so itself.
+                    (and (eq operation :eval) swank::*sldb-level*))))))
+
+(defun frame-operation-error (operation index frame)
+  "(:error MESSAGE) when this Lisp cannot do OPERATION (:return, :restart)
+on FRAME, number INDEX (FRAME-OPERATION-PROBLEM), else NIL."
+  (let ((why (frame-operation-problem operation index frame)))
+    (and why (list :error why))))
+
+(defun frame-code-problem (index)
+  "Why code cannot run in frame INDEX now, as (:error MESSAGE), or NIL:
+not a listed frame, a backend that cannot, an exhausted stack. INDEX NIL
+is no frame (the debugger's own context, EVAL-FORMS-IN-FRAME)."
+  (or (and index (nth-value 1 (listed-frame index)))
+      (and index (backend-operation-problem :eval))
+      (exhausted-stack-problem)))
+
+(defun local-name (name)
+  "A frame local's name as shown: a symbol's name; ECL names a compiled
+frame's variables by strings such as \"CL-USER::X\", shown as X."
+  (if (symbolp name)
+      (symbol-name name)
+      (let* ((text (princ-to-string* name))
+             (colon (position #\: text :from-end t)))
+        (if colon (subseq text (1+ colon)) text))))
 
 (defun debugger-frame (index &key (max-locals 50) (max-value 500))
   "Frame INDEX: (:index I :frame S :path P :line L :column C :form S
 :locals ((:name S :value S) ...) :more-locals N :catch-tags (S ...)), or
 (:error MESSAGE) for a frame that does not exist."
   (with-debugger-errors ()
-  (let ((frame (frame-at index)))
-    (unless frame
-      (return-from debugger-frame (no-frame-error index)))
+  (multiple-value-bind (frame problem call) (listed-frame index)
+    (when problem
+      (return-from debugger-frame problem))
     (with-file-cache ()
       (let* ((loc (frame-location index))
              (locals (ignore-errors (swank/backend:frame-locals (frame-env-index index))))
              (shown (subseq locals 0 (min max-locals (length locals)))))
         (append
-         (frame-plist index frame
-                      :call (or (nth-value 1 (frame-view frame))
-                                (and (plusp index)
-                                     (nth-value 1 (traced-call-frame
-                                                   frame
-                                                   (frame-function-name
-                                                    (first (swank/backend:compute-backtrace
-                                                            (1- index) index))))))))
+         (frame-plist index frame :call call)
          (when loc
            (list :path (namestring (getf loc :path))
                  :line (getf loc :line)
                  :column (getf loc :column)
                  :form (and (getf loc :offset)
                             (form-text-at (getf loc :path) (getf loc :offset)))))
+         (let ((note (frame-locals-note frame locals)))
+           (when note (list :locals-note note)))
          (list :locals (loop for l in shown
-                             collect (list :name (let ((n (getf l :name)))
-                                                   (if (symbolp n) (symbol-name n) (princ-to-string* n)))
+                             collect (list :name (local-name (getf l :name))
                                            :value (print-capped (getf l :value) max-value
                                                                 :escape t)))
                :more-locals (- (length locals) (length shown))
@@ -265,8 +329,9 @@ read: said plainly, never a nested debugger level."
 (defun frame-code-package (index)
   "The package code for frame INDEX is read in: that of the frame's
 function, as in SLDB, unless the frame is the implementation's, Swank's or
-the server's (a top-level BREAK's): then NIL, the evaluation's package."
-  (let ((package (ignore-errors (swank/backend:frame-package index))))
+the server's (a top-level BREAK's), or INDEX is NIL: then NIL, the
+evaluation's package."
+  (let ((package (and index (ignore-errors (swank/backend:frame-package index)))))
     (and (packagep package)
          (not (implementation-internal-package-p package))
          (not (our-package-p package))
@@ -294,13 +359,18 @@ ECL). Constant FORMS (a restart's values) are safe to evaluate."
 
 (defun eval-forms-in-frame (forms index)
   "The values of the last of FORMS, each evaluated in frame INDEX's
-lexical environment, in a compilation unit of their own (else SBCL defers
-\"undefined variable\" warnings to the end of the evaluation's unit)."
+lexical environment (INDEX NIL: in the null lexical environment, for a
+debugger that lists no frame of the user's), in a compilation unit of
+their own (else SBCL defers \"undefined variable\" warnings to the end of
+the evaluation's unit)."
   (let ((values '()))
     (with-compilation-unit (:override t)
       (dolist (form forms)
         (setf values (multiple-value-list
-                      (swank/backend:eval-in-frame form (frame-env-index index))))))
+                      (if index
+                          (swank/backend:eval-in-frame (frame-form form index)
+                                                       (frame-env-index index))
+                          (eval form))))))
     values))
 
 (defvar *frame-evaluations* '()
@@ -343,15 +413,14 @@ stays at its level. Call it from another thread. Returns (:stopped T-or-NIL)."
 
 (defun debugger-eval-in-frame (index code &key package (max-output 50000))
   "Evaluate the forms of CODE one by one in the lexical environment of
-frame INDEX, read in PACKAGE (default: FRAME-CODE-PACKAGE). Returns
+frame INDEX (NIL: of none, in the debugger's dynamic context), read in
+PACKAGE (default: FRAME-CODE-PACKAGE). Returns
 (:values (S ...) :stdout S :warnings (S ...)), or (:error MESSAGE) when
 there is no such frame or CODE does not read, or (:stopped T :stdout S)
 when STOP-FRAME-EVALUATION ended it. The warnings are CODE's own
 (collected here, never the suspended evaluation's). An error in CODE enters
-a nested debugger level (like SLDB's eval-in-frame)."
-  (unless (frame-at index)
-    (return-from debugger-eval-in-frame (no-frame-error index)))
-  (let ((problem (exhausted-stack-problem)))
+a nested debugger level (like SLDB's eval-in-frame; CALL-ENTERING-DEBUGGER)."
+  (let ((problem (frame-code-problem index)))
     (when problem
       (return-from debugger-eval-in-frame problem)))
   (with-code-forms (forms code (or package (frame-code-package index)))
@@ -369,7 +438,10 @@ a nested debugger level (like SLDB's eval-in-frame)."
                            (let ((r (find-restart 'muffle-warning w)))
                              (when r (invoke-restart r))))))
           (when (eq (call-as-frame-evaluation
-                     (lambda () (setf values (eval-forms-in-frame forms index)) :done))
+                     (lambda ()
+                       (call-entering-debugger
+                        (lambda () (setf values (eval-forms-in-frame forms index))))
+                       :done))
                     :stopped)
             (return-from debugger-eval-in-frame
               (list :stopped t :stdout (capture-contents out))))))
@@ -442,7 +514,8 @@ restart."
       (let ((problem (exhausted-stack-problem :forms forms)))
         (when problem
           (return-from debugger-invoke-restart problem)))
-      (apply #'invoke-restart (second entry) (mapcar #'eval forms)))))
+      (apply #'invoke-restart (second entry)
+             (call-entering-debugger (lambda () (mapcar #'eval forms)))))))
 
 (defvar *give-back-restart* nil
   "In a thread taken over (TAKE-OVER-THREAD): the restart that leaves the
@@ -495,8 +568,12 @@ in. Returns (:ok T) or (:error MESSAGE)."
 (defun debugger-return-from-frame (index form &key package)
   "Make frame INDEX return the values of FORM (read in PACKAGE, evaluated
 in the frame). Returns (:error MESSAGE) when the implementation cannot."
-  (unless (frame-at index)
-    (return-from debugger-return-from-frame (no-frame-error index)))
+  (multiple-value-bind (frame problem) (listed-frame index)
+    (let ((problem (or problem
+                       (backend-operation-problem :return)
+                       (frame-operation-error :return index frame))))
+      (when problem
+        (return-from debugger-return-from-frame problem))))
   (with-code-forms (forms form package)
     ;; Even a constant: SBCL's return compiles code in the frame.
     (let ((problem (exhausted-stack-problem)))
@@ -508,8 +585,9 @@ in the frame). Returns (:error MESSAGE) when the implementation cannot."
                     (error (e)
                       (return-from debugger-return-from-frame
                         (frame-action-error "return from" index e))))))
-      (list :error (format nil "Cannot return from frame ~D: ~A. Only frames of functions compiled with (debug 2) or more can return a value, e.g. after (declaim (optimize (debug 2)))."
-                           index (if (stringp result) result "not supported here"))))))
+      (list :error (format nil "Cannot return from frame ~D: ~A. ~A"
+                           index (if (stringp result) result "not supported here")
+                           (frame-action-advice :return))))))
 
 (defun debugger-step (kind &optional (frame 0))
   "Single-step from this debugger: KIND :INTO (the next form, entering
@@ -533,9 +611,12 @@ continues. Does not return when it steps; (:error MESSAGE) when it cannot."
   "Restart frame INDEX (call its function again with the arguments of its
 call; a redefined function runs its new definition). Returns (:error
 MESSAGE) when it cannot: said with why."
-  (let ((frame (frame-at index)))
-    (unless frame
-      (return-from debugger-restart-frame (no-frame-error index)))
+  (multiple-value-bind (frame problem) (listed-frame index)
+    (let ((problem (or problem
+                       (backend-operation-problem :restart)
+                       (frame-operation-error :restart index frame))))
+      (when problem
+        (return-from debugger-restart-frame problem)))
     ;; The frames the debugger lists after a stack exhaustion are near the
     ;; stack's end: a call from one runs past it (the guard is re-armed
     ;; on the way, just above where the call goes on).
@@ -550,9 +631,10 @@ MESSAGE) when it cannot: said with why."
                     (error (e)
                       (return-from debugger-restart-frame
                         (frame-action-error "restart" index e))))))
-      (list :error (format nil "Cannot restart frame ~D ~A: ~A. A frame can be restarted when its function was compiled with (debug 2) or more, e.g. after (declaim (optimize (debug 2))); otherwise fix the function and call it again with evaluate-lisp."
+      (list :error (format nil "Cannot restart frame ~D ~A: ~A. ~A"
                            index (frame-text frame)
-                           (if (stringp result) (string-right-trim "." result) "not supported here"))))))
+                           (if (stringp result) (string-right-trim "." result) "not supported here")
+                           (frame-action-advice :restart))))))
 
 (defun yield-default-connection ()
   "Called on the server's connection to an attached image: put it last

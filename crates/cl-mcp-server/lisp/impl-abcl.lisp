@@ -84,6 +84,10 @@ which ABCL names only in print (#<LOCAL-FUNCTION IN F {...}>); else NIL."
         (let ((symbol (find-symbol (subseq text (length prefix) end) "CL-MCP-SERVER")))
           (and symbol (list 'lambda '() :in symbol))))))
 
+  (defun frame-locals-note (frame locals)
+    (declare (ignore frame locals))
+    "ABCL keeps a frame's arguments only (named from its function's lambda list), not its other variables")
+
   (defun implementation-internal-package-p (package)
     "ABCL's own packages: frames in them are machinery around user code."
     (member (package-name package)

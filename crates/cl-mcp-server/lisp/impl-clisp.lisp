@@ -36,17 +36,69 @@ interned); a local function's CLISP name (FOO-1-2) gives FOO. Or NIL."
                              (emf (setf name (subseq name 0 emf)))
                              (t (return nil))))))))))
 
-  (defun frame-description (frame &optional (package *package*))
+  (defun bounded-output (limit function)
+    "What FUNCTION writes to the stream it is given, cut at LIMIT
+characters: CLISP's own string stream, into a string that cannot grow, so
+writing past its end is an error that ends the printing. (The capture
+streams stop themselves too, but as Gray streams they cost CLISP
+microseconds a character: describing each frame of a deep stack through
+one took seconds, on every entry into the debugger.)"
+    (let ((buffer (make-array limit :element-type 'character :fill-pointer 0)))
+      (ignore-errors (with-output-to-string (s buffer) (funcall function s)))
+      (coerce buffer 'simple-string)))
+
+  (defun frame-description (frame &optional (package *package*) (limit 4000))
     "FRAME's description as CLISP prints it, read with *PACKAGE* PACKAGE.
-It shows the frame's environment, so it is printed with labels for shared
-structure (a circular list in a local variable would print forever), long
-lists and deep nesting cut, and at most 4000 characters."
-    (let ((s (make-capture-stream 4000 :stop-after 4000)))
-      (ignore-errors
-       (let ((*package* package) (*print-circle* t) (*print-length* 20)
-             (*print-level* 5) (*print-pretty* nil) (*print-readably* nil))
-         (catch 'capture-full (sys::describe-frame s frame))))
-      (capture-contents s)))
+It shows the frame's environment, so it is printed with long lists and
+deep nesting cut, at most LIMIT characters (a circular list in a local
+variable would print forever), and, when more than its first line is
+read (LIMIT over 1000), with labels for shared structure: finding that
+walks every object printed first, most of the cost of typing each frame
+of a stack (CLISP's debugger does that on every entry)."
+    (bounded-output limit
+                    (lambda (s)
+                      (let ((*package* package) (*print-circle* (> limit 1000))
+                            (*print-length* 20)
+                            (*print-level* 5) (*print-pretty* nil) (*print-readably* nil))
+                        (sys::describe-frame s frame)))))
+
+  (defun compiled-frame-p (frame)
+    "Whether FRAME is a compiled function's (CLISP keeps no variable names
+there, and can neither return from nor restart it)."
+    (let* ((text (frame-description frame *package* 1000))
+           (line (subseq text 0 (or (position #\Newline text) (length text)))))
+      (and (search "#<COMPILED-FUNCTION" line)
+           (not (search "APPLY frame" line))
+           (not (search "EVAL frame" line)))))
+
+  (defun frame-locals-note (frame locals)
+    (when (and (null locals) (compiled-frame-p frame))
+      "none: CLISP keeps no variables in compiled code (compile-file, ASDF). To see them, load the function's source instead (evaluate its DEFUN, or LOAD its .lisp file) and run it again"))
+
+  (defun frame-operation-problem (operation index frame)
+    (when (compiled-frame-p frame)
+      (format nil "CLISP cannot ~A frame ~D: it is compiled code, and CLISP can ~A only a frame of interpreted code (a function whose DEFUN was evaluated, or LOADed from source). ~A"
+              (if (eq operation :return) "return from" "restart")
+              index
+              (if (eq operation :return) "return from" "restart")
+              (frame-action-advice operation))))
+
+  (defun frame-action-advice (operation)
+    (ecase operation
+      (:return "Choose one of the listed restarts instead, or load the function's source (evaluate its DEFUN) and run it again.")
+      (:restart "Fix the function, then abort (debugger-restart with action abort) and call it again with evaluate-lisp.")))
+
+  (defun call-entering-debugger (thunk)
+    "The image runs with -on-error abort (so that an error in a batch
+start exits), which puts a global handler behind every other: in a
+debugger level, an error the code does not handle invoked the innermost
+ABORT restart, showing the level again, instead of entering a nested
+level. This handler enters it first."
+    (handler-bind ((serious-condition
+                     (lambda (c)
+                       (unless (interrupt-condition-p c)
+                         (invoke-debugger c)))))
+      (funcall thunk)))
 
   ;; Swank's CLISP backend describes every frame of the stack (to skip
   ;; the boring ones) each time a backtrace is taken, printing without
@@ -56,6 +108,53 @@ lists and deep nesting cut, and at most 4000 characters."
   (let ((to-string (find-symbol "FRAME-TO-STRING" "SWANK/CLISP")))
     (when (and to-string (fboundp to-string))
       (setf (fdefinition to-string) (lambda (frame) (frame-description frame)))))
+
+  (defvar *frame-prefixes* '()
+    "swank/clisp's *FRAME-PREFIXES* as (AFTER-NUMBER-P LITERAL TYPE): its
+regular expressions are literal prefixes, after \"[N]\" for some.")
+
+  (let ((prefixes (find-symbol "*FRAME-PREFIXES*" "SWANK/CLISP"))
+        (numbered "\\[[0-9]\\+\\]"))
+    (when (and prefixes (boundp prefixes))
+      (setf *frame-prefixes*
+            (loop for (pattern type) in (symbol-value prefixes)
+                  collect (if (eql 0 (search numbered pattern))
+                              (list t (subseq pattern (length numbered)) type)
+                              (list nil pattern type))))))
+
+  (defun frame-string-type (string)
+    "The frame type swank/clisp's *FRAME-PREFIXES* give a frame
+description STRING, matched as its regular expressions match, without
+compiling one per pattern and frame: that took a quarter of a millisecond
+a frame, and the debugger types each frame of the stack (thousands) on
+every entry."
+    (let ((after-number
+            (and (plusp (length string))
+                 (char= (char string 0) #\[)
+                 (let ((close (position #\] string :end (min (length string) 12))))
+                   (and close (> close 1)
+                        (every #'digit-char-p (subseq string 1 close))
+                        (1+ close))))))
+      (loop for (numbered literal type) in *frame-prefixes*
+            for start = (if numbered after-number 0)
+            when (and start
+                      (<= (+ start (length literal)) (length string))
+                      (string= literal string :start2 start
+                                              :end2 (+ start (length literal))))
+              return type)))
+
+  ;; Swank's CLISP backend types a frame by matching its description
+  ;; against regular expressions, compiled anew for each pattern and frame
+  ;; (FRAME-STRING-TYPE above replaces that), and describes the whole frame
+  ;; to read its first words: the first 200 characters are enough.
+  (let ((string-type (find-symbol "FRAME-STRING-TYPE" "SWANK/CLISP"))
+        (frame-type (find-symbol "FRAME-TYPE" "SWANK/CLISP")))
+    (when (and string-type (fboundp string-type) *frame-prefixes*)
+      (setf (fdefinition string-type) #'frame-string-type)
+      (when (and frame-type (fboundp frame-type))
+        (setf (fdefinition frame-type)
+              (lambda (frame)
+                (frame-string-type (frame-description frame *package* 200)))))))
 
   ;; Swank's CLISP backend also wraps the compiler's C-ERROR to report the
   ;; error, formatting its arguments on the guess that the first of three
@@ -75,7 +174,7 @@ lists and deep nesting cut, and at most 4000 characters."
 from the frame's printed description (\"APPLY frame for call (FOO 1)\",
 \"EVAL frame for form (FOO 1)\", #<COMPILED-FUNCTION FOO>), or NIL."
     (ignore-errors
-     (let* ((text (frame-description frame (find-package "KEYWORD")))
+     (let* ((text (frame-description frame (find-package "KEYWORD") 1000))
             (open (position #\( text)))
        (or (and (not (search "EVAL frame for " text))
                 (not (search "APPLY frame for " text))
@@ -203,7 +302,8 @@ bindings, blocks, catch tags) is :SKIP."
     (flet ((first-line (package)
              ;; Described with *PACKAGE* as given: the names a frame shows
              ;; depend on it (a build loads with the system's package current).
-             (let ((all (frame-description frame package)))
+             ;; Its first line is all that is read (and cut at 400).
+             (let ((all (frame-description frame package 1000)))
                (subseq all 0 (or (position #\Newline all) (length all))))))
       (let ((line (first-line *package*))
             ;; Every symbol with its package, to find the function by name.
@@ -237,7 +337,7 @@ environment."
     (let ((frames (swank/backend:compute-backtrace 0 (1+ index)))
           (found index))
       (loop for j from (1- index) downto 0
-            for text = (frame-description (nth j frames))
+            for text = (frame-description (nth j frames) *package* 1000)
             until (search "APPLY frame" text)
             when (and (search "EVAL frame" text)
                       (ignore-errors (swank/backend:frame-locals j)))

@@ -76,6 +76,36 @@ bytecode interpreter's frames are nobody's call; a named frame shows as
           (values name (format nil "(~A ...)"
                                (if (symbolp name) (type-name-of-symbol name) name))))))
 
+  (defun frame-locals-note (frame locals)
+    (declare (ignore frame))
+    (unless locals
+      "none recorded: ECL keeps the variables of evaluated code and of code compiled with (debug 1) or more (the default; under (debug 0) a function has no frame at all), so this frame has none"))
+
+  (defun compiled-frame-variables (index)
+    "((SYMBOL VALUE) ...) of frame INDEX's variables when its function is
+natively compiled (ECL names them by strings there, \"PKG::X\"), innermost
+binding first, else NIL."
+    (let ((seen '()))
+      (loop for local in (ignore-errors (swank/backend:frame-locals index))
+            for name = (getf local :name)
+            for symbol = (and (stringp name) (symbol-from-text name))
+            when (and symbol (not (constantp symbol)) (not (member symbol seen)))
+              do (push symbol seen)
+              and collect (list symbol (getf local :value)))))
+
+  (defun frame-form (form index)
+    "ECL evaluates code in a frame in the frame's interpreter environment,
+which a natively compiled function's frame does not have: its variables
+were unbound there. FORM is wrapped in a LET of copies of them, so code
+reads them (setting one does not change the frame)."
+    (let ((variables (compiled-frame-variables index)))
+      (if variables
+          `(let ,(loop for (symbol value) in variables
+                       collect `(,symbol ',value))
+             (declare (ignorable ,@(mapcar #'first variables)))
+             ,form)
+          form)))
+
   (defun call-without-outer-handlers (thunk on-error)
     "As on SBCL: ECL keeps its handler stack in SI::*HANDLER-CLUSTERS*, so
 rebinding it empty hides the outer handlers from THUNK's conditions."

@@ -72,6 +72,43 @@ none and the innermost EVAL frame of its body (below it, before the next
 call) holds its lexical environment."
   index)
 
+(defun frame-locals-note (frame locals)
+  "What to say beside FRAME's LOCALS (Swank's FRAME-LOCALS list), or NIL:
+why there are none, in this Lisp's terms (what it needs to keep them)."
+  (declare (ignore frame))
+  (unless locals
+    #+sbcl "none known: compile with (debug 2) or more to see them"
+    #-sbcl "none recorded for this frame"))
+
+(defun frame-action-advice (operation)
+  "What a frame needs on this Lisp so that OPERATION (:return, :restart)
+works on it, for the message when it did not."
+  (ecase operation
+    (:return
+     #+sbcl "Only frames of functions compiled with (debug 2) or more can return a value, e.g. after (declaim (optimize (debug 2)))."
+     #-sbcl "Choose one of the listed restarts instead.")
+    (:restart
+     #+sbcl "A frame can be restarted when its function was compiled with (debug 2) or more, e.g. after (declaim (optimize (debug 2))); otherwise fix the function and call it again with evaluate-lisp."
+     #-sbcl "Fix the function and call it again with evaluate-lisp.")))
+
+(defun frame-operation-problem (operation index frame)
+  "Why OPERATION (:return, :restart) cannot work on FRAME (number INDEX)
+on this Lisp, said before trying, or NIL."
+  (declare (ignore operation index frame))
+  nil)
+
+(defun frame-form (form index)
+  "FORM as it is evaluated in frame INDEX (Swank's EVAL-IN-FRAME): itself,
+where the backend evaluates it in the frame's own lexical environment."
+  (declare (ignore index))
+  form)
+
+(defun call-entering-debugger (thunk)
+  "THUNK's values, run in a debugger level (code in a frame, a restart's
+values): an error it does not handle enters a nested level, as it does
+here with nothing in the way."
+  (funcall thunk))
+
 (defun stepper-available-p ()
   "Whether the debugger can single-step (debug.lisp's DEBUGGER-STEP):
 SBCL's stepper, driven through Swank."

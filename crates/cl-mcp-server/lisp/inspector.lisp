@@ -301,7 +301,7 @@ inspection, so PART and BACK go on from it. An error in CODE is answered as
         ;; The unit's summary ("compilation unit aborted") is noise here.
         (*error-output* (make-broadcast-stream)))
     (with-code-forms (forms code (or package (frame-code-package index)))
-      (let ((problem (exhausted-stack-problem)))
+      (let ((problem (frame-code-problem index)))
         (when problem
           (return-from debugger-inspect-in-frame problem)))
       (let ((reply

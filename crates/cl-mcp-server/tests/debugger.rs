@@ -280,10 +280,12 @@ fn nested_levels_break_and_continue() {
         r.text
     );
     assert!(!r.text.contains("sldb"), "{}", r.text);
-    // The frame of the code evaluated in the frame is said in words, not
-    // as SBCL's (LAMBDA (#:G1)) of a #<SB-DI::COMPILED-FRAME ...>.
+    // The debugger lists no frame of the user's (the error is the
+    // evaluated form's own): the code ran in the debugger's context, not
+    // in a frame of SBCL's (debugger_parity_on_sbcl shows code evaluated
+    // in a frame said in words).
     assert!(
-        !r.text.contains("COMPILED-FRAME") && r.text.contains("(code evaluated in a frame)"),
+        !r.text.contains("COMPILED-FRAME") && r.text.starts_with("[No frame]"),
         "{}",
         r.text
     );
@@ -1146,7 +1148,14 @@ fn stack_exhaustion_in_the_debugger_on(lisp: &str) {
         "debugger-restart",
         json!({"action": "return", "frame": frame, "values": ["(deep 0)"]}),
     );
-    assert!(r.is_error && r.text.contains(REARMED), "{}", r.text);
+    // ECL returns from no frame at all: said first.
+    assert!(
+        r.is_error
+            && (r.text.contains(REARMED)
+                || (lisp == "ecl" && r.text.starts_with("ECL cannot return a value from a frame"))),
+        "{}",
+        r.text
+    );
     assert!(r.text.contains("still pending"), "{}", r.text);
     // The frames still show their locals; the image and its state live.
     let r = call(&mut s, 6, "debugger-frame", json!({"frame": frame}));
@@ -1326,4 +1335,369 @@ fn a_restarted_frame_gets_the_arguments_of_its_call() {
         r.text
     );
     call(&mut s, 63, "debugger-restart", json!({"action": "abort"}));
+}
+
+/// Whether `lisp` is on `PATH`; records a skip (`common::skip_missing`)
+/// when it is not.
+fn lisp_installed(test: &str, lisp: &str) -> bool {
+    let found = std::env::var_os("PATH")
+        .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(lisp).is_file()));
+    if !found {
+        common::skip_missing(test, &format!("{lisp} (apt-get install {lisp})"));
+    }
+    found
+}
+
+/// `tools/list`'s description of `tool` for a server on `lisp`.
+fn tool_description(s: &mut common::Server, tool: &str) -> String {
+    let r = s.request(json!({"jsonrpc":"2.0","id":900,"method":"tools/list"}));
+    r["result"]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == tool)
+        .unwrap_or_else(|| panic!("{tool} is listed"))["description"]
+        .as_str()
+        .unwrap()
+        .to_string()
+}
+
+const WALK: &str = "(defun walk-inner (x) (let ((y (* x 2))) (error \"inner failed on ~a\" y)))
+(defun walk-outer (n) (+ 1 (walk-inner (+ n 1))))
+(defun walk-deep (n) (if (zerop n) (walk-outer 20) (+ 1 (walk-deep (1- n)))))";
+
+/// The same functions compiled by the implementation's file compiler
+/// (what ASDF loads), where Lisps keep less.
+const COMPILED: &str = "(defun cf-inner (x) (let ((y (* x 2))) (error \"cf failed on ~a\" y)))
+(defun cf-outer (n) (+ 1 (cf-inner (+ n 1))))
+";
+
+/// Whether a tool's description says `lisp` lacks `lacks`: a clause
+/// " Not on ECL, ABCL (LACKS)." naming it among the implementations
+/// (`tools/list` names every installed one that lacks the same).
+fn says_lacks(description: &str, lisp: &str, lacks: &str) -> bool {
+    description.split(" Not on ").skip(1).any(|clause| {
+        clause.split_once(" (").is_some_and(|(names, rest)| {
+            names.split(", ").any(|n| n == lisp) && rest.starts_with(&format!("{lacks})."))
+        })
+    })
+}
+
+/// The debugger walked as a user walks it, on each Lisp: entered within
+/// a second from a deep stack, only the listed frames addressable, a
+/// nested level that names its error, locals or what the Lisp needs to
+/// keep them, and what the backend lacks refused plainly (the debugger
+/// left where it was) and said in `tools/list`.
+// Long: one walk of the debugger, in the order a user takes it.
+fn debugger_parity_on(lisp: &str) {
+    let test = format!("debugger_parity_on_{lisp}");
+    if !lisp_installed(&test, lisp) {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let file = tmp.path().canonicalize().unwrap().join("cf.lisp");
+    std::fs::write(&file, COMPILED).unwrap();
+    let mut s = lisp_server(&["--lisp", lisp]);
+    let restart_tool = tool_description(&mut s, "debugger-restart");
+    match lisp {
+        "sbcl" => assert!(!restart_tool.contains("SBCL"), "{restart_tool}"),
+        "ecl" => assert!(
+            says_lacks(
+                &restart_tool,
+                "ECL",
+                "no return from a frame; no frame restart; no stepping"
+            ),
+            "{restart_tool}"
+        ),
+        _ => assert!(
+            says_lacks(&restart_tool, "CLISP", "no stepping"),
+            "{restart_tool}"
+        ),
+    }
+    let r = eval(&mut s, 1, WALK);
+    assert!(!r.is_error, "{}", r.text);
+    let r = eval(
+        &mut s,
+        2,
+        &format!("(load (compile-file {:?}))", file.to_string_lossy()),
+    );
+    assert!(!r.is_error, "{}", r.text);
+
+    // A deep stack: CLISP typed every frame of it through regular
+    // expressions and a Gray stream, seconds before the debugger showed.
+    let _ = eval_with(&mut s, 3, "(walk-deep 10)", json!({"debug": true}));
+    call(&mut s, 4, "debugger-restart", json!({"action": "abort"}));
+    let started = std::time::Instant::now();
+    let r = eval_with(&mut s, 5, "(walk-deep 1000)", json!({"debug": true}));
+    let entered = started.elapsed();
+    assert!(r.text.starts_with("[DEBUGGER level 1]"), "{}", r.text);
+    assert!(
+        entered < Duration::from_millis(2500),
+        "entering the debugger took {entered:?}"
+    );
+    call(&mut s, 6, "debugger-restart", json!({"action": "abort"}));
+
+    let r = eval_with(&mut s, 7, "(walk-outer 20)", json!({"debug": true}));
+    assert!(r.text.starts_with("[DEBUGGER level 1]"), "{}", r.text);
+    let inner = frame_index(&r.structured, "WALK-INNER");
+    let listed: Vec<u64> = r.structured["debugger"]["frames"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["index"].as_u64().unwrap())
+        .collect();
+    let r = call(&mut s, 8, "debugger-frame", json!({"frame": inner}));
+    assert!(!r.is_error, "{}", r.text);
+    let locals = r.structured["locals"].to_string();
+    assert!(
+        locals.contains(r#"{"name":"X","value":"21"}"#),
+        "{}",
+        r.text
+    );
+    // SBCL keeps Y only at (debug 2) or more.
+    assert!(
+        lisp == "sbcl" || locals.contains(r#"{"name":"Y","value":"42"}"#),
+        "{}",
+        r.text
+    );
+
+    // Code that fails in a frame: a nested level naming its error.
+    let r = call(
+        &mut s,
+        9,
+        "debugger-frame",
+        json!({"frame": inner, "code": "(error \"nested boom ~a\" 7)"}),
+    );
+    assert!(r.is_error, "{}", r.text);
+    let nested = &r.structured["nested"];
+    assert_eq!(nested["level"], 2, "{}", r.text);
+    assert_eq!(nested["type"], "SIMPLE-ERROR", "{}", r.text);
+    assert_eq!(nested["message"], "nested boom 7", "{}", r.text);
+    assert!(r.text.contains("[DEBUGGER level 2]"), "{}", r.text);
+    // SBCL's frame of that code, a (LAMBDA (#:G1)) of a
+    // #<SB-DI::COMPILED-FRAME ...>, is said in words.
+    assert!(
+        lisp != "sbcl"
+            || (!r.text.contains("COMPILED-FRAME")
+                && r.text.contains("0: (code evaluated in a frame)")),
+        "{}",
+        r.text
+    );
+
+    // Only the frames listed at this level: a number below the last listed
+    // one that is not listed (the debugger's, Swank's, the server's) is
+    // refused, to look into and to run code in, and the level stays.
+    let nested_frames: Vec<u64> = nested["frames"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["index"].as_u64().unwrap())
+        .collect();
+    let hidden = (0..*nested_frames.last().unwrap())
+        .find(|i| !nested_frames.contains(i))
+        .expect("a frame left out");
+    for (id, args) in [
+        (10, json!({"frame": hidden})),
+        (11, json!({"frame": hidden, "code": "(+ 1 1)"})),
+    ] {
+        let r = call(&mut s, id, "debugger-frame", args);
+        assert!(r.is_error, "{}", r.text);
+        assert!(
+            r.text.starts_with(&format!(
+                "There is no frame {hidden} among those debugger level 2 lists: "
+            )),
+            "{}",
+            r.text
+        );
+    }
+    let r = call(&mut s, 12, "debugger-backtrace", json!({}));
+    assert!(r.text.starts_with("[DEBUGGER level 2]"), "{}", r.text);
+    assert!(r.text.contains("nested boom 7"), "{}", r.text);
+    let r = call(&mut s, 13, "debugger-restart", json!({"restart": "ABORT"}));
+    assert!(r.text.starts_with("[DEBUGGER level 1]"), "{}", r.text);
+    if let Some(stale) = (0..*listed.last().unwrap()).find(|i| !listed.contains(i)) {
+        let r = call(
+            &mut s,
+            14,
+            "debugger-restart",
+            json!({"action": "restart", "frame": stale}),
+        );
+        assert!(
+            r.text
+                .starts_with(&format!("There is no frame {stale} among")),
+            "{}",
+            r.text
+        );
+        assert!(r.text.contains("still pending"), "{}", r.text);
+    }
+    call(&mut s, 15, "debugger-restart", json!({"action": "abort"}));
+
+    // A compiled function's frame.
+    let r = eval_with(&mut s, 16, "(cf-outer 20)", json!({"debug": true}));
+    assert!(r.text.starts_with("[DEBUGGER level 1]"), "{}", r.text);
+    let cf = frame_index(&r.structured, "CF-INNER");
+    let r = call(
+        &mut s,
+        17,
+        "debugger-frame",
+        json!({"frame": cf, "code": "(list x)"}),
+    );
+    let note = r.structured["localsNote"].as_str().unwrap_or("");
+    match lisp {
+        // Its locals, and code that reads them.
+        "ecl" => {
+            assert!(!r.is_error, "{}", r.text);
+            assert_eq!(r.structured["values"], json!(["(21)"]), "{}", r.text);
+            assert!(
+                r.structured["locals"]
+                    .to_string()
+                    .contains(r#"{"name":"X","value":"21"}"#),
+                "{}",
+                r.text
+            );
+        }
+        // None, and what it takes to have them.
+        "clisp" => {
+            assert!(
+                note.starts_with("none: CLISP keeps no variables in compiled code"),
+                "{}",
+                r.text
+            );
+            assert_eq!(r.structured["nested"]["level"], 2, "{}", r.text);
+            call(&mut s, 18, "debugger-restart", json!({"restart": "ABORT"}));
+        }
+        _ => assert!(!r.is_error, "{}", r.text),
+    }
+    assert!(lisp == "sbcl" || !note.contains("(debug 2)"), "{}", r.text);
+    let r = call(
+        &mut s,
+        19,
+        "debugger-restart",
+        json!({"action": "return", "frame": cf, "values": ["5"]}),
+    );
+    match lisp {
+        "ecl" => assert!(
+            r.text.starts_with(
+                "ECL cannot return a value from a frame: its Swank backend has no return-from-frame."
+            ),
+            "{}",
+            r.text
+        ),
+        "clisp" => assert!(
+            r.text.starts_with(&format!(
+                "CLISP cannot return from frame {cf}: it is compiled code"
+            )),
+            "{}",
+            r.text
+        ),
+        _ => {}
+    }
+    if lisp != "sbcl" {
+        assert!(r.text.contains("still pending"), "{}", r.text);
+        let r = call(&mut s, 20, "debugger-backtrace", json!({}));
+        assert!(r.text.starts_with("[DEBUGGER level 1]"), "{}", r.text);
+        assert!(r.text.contains("cf failed on 42"), "{}", r.text);
+        let r = call(&mut s, 21, "debugger-restart", json!({"action": "abort"}));
+        assert!(r.text.contains("abandoned"), "{}", r.text);
+    }
+    let r = eval(&mut s, 22, "(+ 2 2)");
+    assert_eq!(r.text, "=> 4");
+}
+
+#[test]
+fn debugger_parity_on_sbcl() {
+    debugger_parity_on("sbcl");
+}
+
+#[test]
+fn debugger_parity_on_ecl() {
+    debugger_parity_on("ecl");
+}
+
+#[test]
+fn debugger_parity_on_clisp() {
+    debugger_parity_on("clisp");
+}
+
+/// ABCL's Swank backend evaluates no code in a frame and returns from or
+/// restarts none: each is refused plainly, no nested level, the debugger
+/// where it was (its frames still addressable), and `tools/list` says so.
+/// A frame's locals are its arguments, and the answer says that. (One
+/// test: ABCL starts a JVM.)
+#[test]
+fn debugger_on_abcl_refuses_what_its_backend_lacks() {
+    if !lisp_installed("debugger_on_abcl_refuses_what_its_backend_lacks", "abcl") {
+        return;
+    }
+    let mut s = lisp_server(&["--lisp", "abcl"]);
+    let frame_tool = tool_description(&mut s, "debugger-frame");
+    assert!(
+        says_lacks(
+            &frame_tool,
+            "ABCL",
+            "no code in a frame; locals: the arguments only"
+        ),
+        "{frame_tool}"
+    );
+    let restart_tool = tool_description(&mut s, "debugger-restart");
+    assert!(
+        says_lacks(
+            &restart_tool,
+            "ABCL",
+            "no return from a frame; no frame restart; no stepping"
+        ),
+        "{restart_tool}"
+    );
+    let r = eval(&mut s, 1, WALK);
+    assert!(!r.is_error, "{}", r.text);
+    // Timed from the second entry (the JVM compiles the first's code).
+    let _ = eval_with(&mut s, 20, "(walk-outer 20)", json!({"debug": true}));
+    call(&mut s, 21, "debugger-restart", json!({"action": "abort"}));
+    let started = std::time::Instant::now();
+    let r = eval_with(&mut s, 2, "(walk-outer 20)", json!({"debug": true}));
+    assert!(started.elapsed() < Duration::from_secs(1), "{}", r.text);
+    assert!(r.text.starts_with("[DEBUGGER level 1]"), "{}", r.text);
+    let inner = frame_index(&r.structured, "WALK-INNER");
+    let outer = frame_index(&r.structured, "WALK-OUTER");
+    let r = call(
+        &mut s,
+        3,
+        "debugger-frame",
+        json!({"frame": inner, "code": "(list x)"}),
+    );
+    assert!(r.is_error, "{}", r.text);
+    assert!(
+        r.text.starts_with(
+            "ABCL cannot evaluate code in a frame: its Swank backend has no eval-in-frame."
+        ) && r.text.contains("stays at level 1"),
+        "{}",
+        r.text
+    );
+    assert!(r.structured.get("nested").is_none(), "{}", r.text);
+    let r = call(&mut s, 4, "debugger-frame", json!({"frame": outer}));
+    assert!(!r.is_error, "{}", r.text);
+    assert!(r.text.contains("N = 20"), "{}", r.text);
+    assert!(
+        r.text.contains("(ABCL keeps a frame's arguments only"),
+        "{}",
+        r.text
+    );
+    let r = call(
+        &mut s,
+        5,
+        "debugger-restart",
+        json!({"action": "restart", "frame": outer}),
+    );
+    assert!(
+        r.text
+            .starts_with("ABCL cannot restart a frame: its Swank backend has no restart-frame.")
+            && r.text.contains("still pending at the same level"),
+        "{}",
+        r.text
+    );
+    let r = call(&mut s, 6, "debugger-backtrace", json!({}));
+    assert!(r.text.starts_with("[DEBUGGER level 1]"), "{}", r.text);
+    assert!(r.text.contains("inner failed on 42"), "{}", r.text);
+    let r = call(&mut s, 7, "debugger-restart", json!({"action": "abort"}));
+    assert!(r.text.contains("abandoned"), "{}", r.text);
 }

@@ -37,6 +37,17 @@ pub enum Feature {
     CrossReferences,
     /// A statistical profiler.
     Profiler,
+    /// Evaluating code in a debugger frame's lexical environment (Swank's
+    /// `eval-in-frame`).
+    EvalInFrame,
+    /// A debugger frame's local variables beyond its arguments.
+    FrameLocals,
+    /// Returning a value from a debugger frame (`return-from-frame`).
+    FrameReturn,
+    /// Restarting a debugger frame (`restart-frame`).
+    FrameRestart,
+    /// Single-stepping from the debugger.
+    Stepping,
 }
 
 impl Feature {
@@ -45,6 +56,11 @@ impl Feature {
         match self {
             Feature::CrossReferences => "no cross-references",
             Feature::Profiler => "no profiler",
+            Feature::EvalInFrame => "no code in a frame",
+            Feature::FrameLocals => "locals: the arguments only",
+            Feature::FrameReturn => "no return from a frame",
+            Feature::FrameRestart => "no frame restart",
+            Feature::Stepping => "no stepping",
         }
     }
 }
@@ -294,16 +310,37 @@ impl LispKind {
     /// What this implementation's Swank backend cannot do, so that no
     /// description promises what the running Lisp lacks (the caller says
     /// which tools that concerns).
+    /// The debugger's come from the backends' unimplemented interfaces
+    /// (`swank/ecl.lisp`, `swank/abcl.lisp`: no `eval-in-frame`,
+    /// `return-from-frame`, `restart-frame`), and stepping is SBCL's
+    /// stepper only; the Lisp side refuses each plainly
+    /// (`backend-operation-problem` in `lisp/debug.lisp`).
     pub fn missing_features(self) -> &'static [Feature] {
+        use Feature::*;
         match self {
             LispKind::Sbcl => &[],
             // swank/ecl implements no who-calls family.
-            LispKind::Ecl => &[Feature::CrossReferences, Feature::Profiler],
+            LispKind::Ecl => &[
+                CrossReferences,
+                Profiler,
+                FrameReturn,
+                FrameRestart,
+                Stepping,
+            ],
             // swank/clisp's portable xref sees only files compiled through
-            // XREF:XREF-FILE.
-            LispKind::Clisp => &[Feature::CrossReferences, Feature::Profiler],
-            LispKind::Abcl => &[Feature::Profiler],
-            LispKind::Ccl => &[Feature::Profiler],
+            // XREF:XREF-FILE. (It returns from and restarts interpreted
+            // frames only: said when refused, not here.)
+            LispKind::Clisp => &[CrossReferences, Profiler, Stepping],
+            // swank/abcl reads a frame's arguments only.
+            LispKind::Abcl => &[
+                Profiler,
+                EvalInFrame,
+                FrameLocals,
+                FrameReturn,
+                FrameRestart,
+                Stepping,
+            ],
+            LispKind::Ccl => &[Profiler, Stepping],
         }
     }
 

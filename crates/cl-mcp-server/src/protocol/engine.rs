@@ -98,11 +98,10 @@ fn note_missing_features(tools_list: &mut Value, config: &ServerConfig) {
         }
     }
     // (tool, what is missing) → the implementations that lack it.
-    let mut lacking: Vec<((&str, &str), Vec<String>)> = Vec::new();
+    let mut lacking: Vec<((&str, String), Vec<String>)> = Vec::new();
     for kind in kinds {
-        for &feature in kind.missing_features() {
-            let (tool, _) = crate::tools::missing_feature_clause(kind, feature);
-            let key = (tool, feature.lack());
+        for (tool, lacks) in crate::tools::missing_features_by_tool(kind) {
+            let key = (tool, lacks);
             let name = kind.name().to_uppercase();
             match lacking.iter_mut().find(|(k, _)| *k == key) {
                 Some((_, names)) => names.push(name),

@@ -765,17 +765,27 @@ impl ToolRegistry {
     }
 }
 
-/// The tool a feature the Lisp lacks disables, and the clause `tools/list`
-/// appends to that tool's description (" Not on ECL (no profiler).").
-pub fn missing_feature_clause(
+/// What `kind` lacks, per tool it disables: the tool, and the lacks in a
+/// few words (`"no cross-references"`; several joined by `; `).
+pub fn missing_features_by_tool(
     kind: crate::image::implementation::LispKind,
-    feature: crate::image::implementation::Feature,
-) -> (&'static str, String) {
+) -> Vec<(&'static str, String)> {
     use crate::image::implementation::Feature;
-    let tool = match feature {
-        Feature::CrossReferences => "code-find-references",
-        Feature::Profiler => "profile-code",
-    };
-    let lisp = kind.name().to_uppercase();
-    (tool, format!(" Not on {lisp} ({}).", feature.lack()))
+    let mut lacks: Vec<(&'static str, Vec<&'static str>)> = Vec::new();
+    for &feature in kind.missing_features() {
+        let tool = match feature {
+            Feature::CrossReferences => "code-find-references",
+            Feature::Profiler => "profile-code",
+            Feature::EvalInFrame | Feature::FrameLocals => "debugger-frame",
+            Feature::FrameReturn | Feature::FrameRestart | Feature::Stepping => "debugger-restart",
+        };
+        match lacks.iter_mut().find(|(t, _)| *t == tool) {
+            Some((_, l)) => l.push(feature.lack()),
+            None => lacks.push((tool, vec![feature.lack()])),
+        }
+    }
+    lacks
+        .into_iter()
+        .map(|(tool, l)| (tool, l.join("; ")))
+        .collect()
 }

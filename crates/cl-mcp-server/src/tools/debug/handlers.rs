@@ -2,7 +2,7 @@
 //! `debugger-restart`.
 
 use super::frame::{run_in_frame, FrameRun, FRAME_CODE_TIMEOUT};
-use super::pending::wait;
+use super::pending::{wait, Pending};
 use super::store::in_its_image;
 use super::take_over::take_over;
 use super::view::{
@@ -128,7 +128,10 @@ struct Local {
 #[serde(rename_all = "camelCase")]
 pub(super) struct FrameOutput {
     debugger: u64,
-    index: i64,
+    /// None: the debugger lists no frame of the user's, and `code` ran in
+    /// the debugger's own context.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    index: Option<i64>,
     frame: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     path: Option<String>,
@@ -138,6 +141,10 @@ pub(super) struct FrameOutput {
     #[serde(skip_serializing_if = "Option::is_none")]
     form: Option<String>,
     locals: Vec<Local>,
+    /// What this Lisp keeps of a frame's locals, when that explains the
+    /// list (none, or the arguments only), in its own terms.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    locals_note: Option<String>,
     /// Locals not shown (over the cap).
     #[serde(skip_serializing_if = "is_zero")]
     more_locals: i64,
@@ -161,7 +168,15 @@ fn is_zero(n: &i64) -> bool {
 }
 
 fn render_frame(o: &FrameOutput) -> String {
-    let mut t = format!("[Frame {}] {}", o.index, o.frame);
+    let Some(index) = o.index else {
+        // No frame: only what `code` did.
+        let mut t = "[No frame] The debugger lists no frame of the user's code: `code` ran in \
+                     the debugger's context, outside any frame."
+            .to_string();
+        push_evaluated(&mut t, o);
+        return t;
+    };
+    let mut t = format!("[Frame {index}] {}", o.frame);
     if let (Some(p), Some(l)) = (&o.path, o.line) {
         t.push_str(&format!("\nAt {p}:{l}"));
     }
@@ -169,11 +184,13 @@ fn render_frame(o: &FrameOutput) -> String {
         t.push_str(&format!("\nForm: {f}"));
     }
     t.push_str("\n[Locals]");
-    if o.locals.is_empty() {
-        t.push_str("\n(none known: compile with (debug 2) or more to see them)");
-    }
     for l in &o.locals {
         t.push_str(&format!("\n{} = {}", l.name, l.value));
+    }
+    match &o.locals_note {
+        Some(note) => t.push_str(&format!("\n({note})")),
+        None if o.locals.is_empty() => t.push_str("\n(none)"),
+        None => {}
     }
     if o.more_locals > 0 {
         t.push_str(&format!("\n[{} more locals]", o.more_locals));
@@ -181,6 +198,12 @@ fn render_frame(o: &FrameOutput) -> String {
     if !o.catch_tags.is_empty() {
         t.push_str(&format!("\n[Catch tags] {}", o.catch_tags.join(" ")));
     }
+    push_evaluated(&mut t, o);
+    t
+}
+
+/// What `code` printed and returned, or the nested level it entered.
+fn push_evaluated(t: &mut String, o: &FrameOutput) {
     if let Some(vals) = &o.values {
         t.push_str("\n\n[Evaluated in the frame]");
         if let Some(s) = o.stdout.as_deref().filter(|s| !s.is_empty()) {
@@ -201,7 +224,37 @@ fn render_frame(o: &FrameOutput) -> String {
         t.push_str("\n\n`code` signalled an error and entered a nested debugger:\n");
         t.push_str(&render_debugger(d));
     }
-    t
+}
+
+/// Frame `index` of pending debugger `p` (on `thread`): `debugger-frame`'s
+/// answer without `code`.
+async fn read_frame(
+    ctx: &ToolContext,
+    p: &Pending,
+    thread: i64,
+    index: u32,
+) -> Result<FrameOutput, ToolError> {
+    let form = helper_form("debugger-frame", vec![Value::Integer(index.into())], vec![]);
+    let v = call_on_thread(ctx, &form, thread).await?;
+    if let Some(e) = plist_str(&v, "error") {
+        return Err(ToolError::Lisp(e));
+    }
+    Ok(FrameOutput {
+        debugger: p.id,
+        index: Some(plist_i64(&v, "index").unwrap_or(index.into())),
+        frame: plist_str(&v, "frame").unwrap_or_default(),
+        path: plist_str(&v, "path").map(|s| rel_path(ctx, &s)),
+        line: plist_i64(&v, "line"),
+        form: plist_str(&v, "form"),
+        locals: plist_items(&v, "locals", |l| Local {
+            name: plist_str(l, "name").unwrap_or_default(),
+            value: plist_str(l, "value").unwrap_or_default(),
+        }),
+        locals_note: plist_str(&v, "locals-note"),
+        more_locals: plist_i64(&v, "more-locals").unwrap_or(0),
+        catch_tags: plist_strings(&v, "catch-tags"),
+        ..FrameOutput::default()
+    })
 }
 
 /// The deepest debugger level at which `debugger-frame` runs code: an error
@@ -221,36 +274,25 @@ pub(super) async fn debugger_frame(a: FrameArgs, ctx: ToolContext) -> ToolOutput
     let Some(thread) = p.state().thread else {
         return ToolOutput::error("The evaluation is not in the debugger.");
     };
+    // Default: the top listed frame; none when the debugger lists none.
     let index = match a.frame {
-        Some(i) => i,
+        Some(i) => Some(i),
         None => match read_debugger(&ctx, &p, 0, 1).await {
-            Ok(d) => d.frames.first().map_or(0, |f| f.index as u32),
+            Ok(d) => d.frames.first().map(|f| f.index as u32),
             Err(e) => return ToolOutput::error(e),
         },
     };
-    let form = helper_form("debugger-frame", vec![Value::Integer(index.into())], vec![]);
-    let v = match call_on_thread(&ctx, &form, thread).await {
-        Ok(v) => v,
-        Err(e) => return ToolOutput::error(e),
+    let mut out = match index {
+        Some(index) => match read_frame(&ctx, &p, thread, index).await {
+            Ok(out) => out,
+            Err(e) => return ToolOutput::error(e),
+        },
+        None => FrameOutput {
+            debugger: p.id,
+            ..FrameOutput::default()
+        },
     };
-    if let Some(e) = plist_str(&v, "error") {
-        return ToolOutput::error(e);
-    }
-    let mut out = FrameOutput {
-        debugger: p.id,
-        index: plist_i64(&v, "index").unwrap_or(index.into()),
-        frame: plist_str(&v, "frame").unwrap_or_default(),
-        path: plist_str(&v, "path").map(|s| rel_path(&ctx, &s)),
-        line: plist_i64(&v, "line"),
-        form: plist_str(&v, "form"),
-        locals: plist_items(&v, "locals", |l| Local {
-            name: plist_str(l, "name").unwrap_or_default(),
-            value: plist_str(l, "value").unwrap_or_default(),
-        }),
-        more_locals: plist_i64(&v, "more-locals").unwrap_or(0),
-        catch_tags: plist_strings(&v, "catch-tags"),
-        ..FrameOutput::default()
-    };
+    let index_value = index.map_or_else(Value::nil, |i| Value::Integer(i.into()));
     let mut is_error = false;
     if let Some(code) = &a.code {
         if let Err(e) = check_read_depth(code, "`code`") {
@@ -268,7 +310,7 @@ pub(super) async fn debugger_frame(a: FrameArgs, ctx: ToolContext) -> ToolOutput
         }
         let form = helper_form(
             "debugger-eval-in-frame",
-            vec![Value::Integer(index.into()), Value::string(code.clone())],
+            vec![index_value, Value::string(code.clone())],
             vec![],
         );
         match run_in_frame(&ctx, &p, thread, &form, FRAME_CODE_TIMEOUT).await {
