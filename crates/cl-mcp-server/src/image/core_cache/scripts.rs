@@ -304,6 +304,30 @@ mod tests {
         assert!(fasl.contains("(swank-loader:init"), "{fasl}");
     }
 
+    /// ECL's first start: Swank's sources loaded as they are (the loader's
+    /// COMPILE-FILES replaced once it is loaded, before INIT), the helpers
+    /// from source, then MAIN; an ordinary start compiles Swank.
+    #[test]
+    fn an_interpreted_start_loads_swank_without_compiling_it() {
+        let swank = SwankSource::Loader("/l/swank-loader.lisp".into());
+        let interpreted = start(&swank).interpreted(true);
+        let s = load_script(
+            LispKind::Ecl,
+            &interpreted,
+            &["/h/x.lisp".into()],
+            Path::new("/h/boot.lisp"),
+            None,
+        );
+        let loader = s.find("swank-loader.lisp").unwrap();
+        let sources = s.find("(cl-mcp-boot:use-swank-sources)").expect(&s);
+        let init = s.find("(swank-loader:init").unwrap();
+        assert!(loader < sources && sources < init, "{s}");
+        assert!(s.contains("(cl-mcp-boot:load-helper f)"), "{s}");
+        assert!(s.trim_end().ends_with("(cl-mcp-boot:main)"), "{s}");
+        let ordinary = prelude(&start(&swank));
+        assert!(!ordinary.contains("use-swank-sources"), "{ordinary}");
+    }
+
     #[test]
     fn fasl_caches_compile_then_start_from_their_own_directory() {
         let build = load_script(
