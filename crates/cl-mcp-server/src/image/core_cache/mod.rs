@@ -152,8 +152,9 @@ impl CoreCache {
 }
 
 /// The JVM options an ABCL start runs with (`JDK_JAVA_OPTIONS`, which the
-/// `java` launcher reads; the user's own, when set, come after ours and
-/// win). A start loads ASDF, Swank, its contribs and the helpers — about
+/// `java` launcher reads; when the user sets it, theirs alone: a collector
+/// of their choice beside ours would stop the JVM, "Multiple garbage
+/// collectors selected"). A start loads ASDF, Swank, its contribs and the helpers — about
 /// ten thousand classes, each run a few times: the client compiler alone
 /// (`TieredStopAtLevel=1`) and the serial collector (no collector threads
 /// competing on a small machine) took a warm start from ~40 s to ~25 s on
@@ -163,10 +164,11 @@ pub(crate) fn start_env(kind: LispKind) -> Vec<(String, String)> {
     if kind != LispKind::Abcl {
         return Vec::new();
     }
-    let ours = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -XX:-UsePerfData";
-    let value = match std::env::var("JDK_JAVA_OPTIONS") {
-        Ok(user) if !user.trim().is_empty() => format!("{ours} {}", user.trim()),
-        _ => ours.to_string(),
-    };
-    vec![("JDK_JAVA_OPTIONS".to_string(), value)]
+    if std::env::var_os("JDK_JAVA_OPTIONS").is_some_and(|v| !v.is_empty()) {
+        return Vec::new();
+    }
+    vec![(
+        "JDK_JAVA_OPTIONS".to_string(),
+        "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -XX:-UsePerfData".to_string(),
+    )]
 }
