@@ -10,8 +10,11 @@
 //!   and through our Lisp helper's `eval-request` (capture, warnings,
 //!   printing) on a worker, so the server's own overhead is visible;
 //! - peak memory (VmHWM) of the server and of its image;
-//! - spawn → first result with `--lisp ecl`, `clisp`, `abcl`, `ccl` where
-//!   installed (warm and cold cache).
+//! - per implementation (SBCL, ECL, CLISP, ABCL, CCL where installed):
+//!   spawn → first result with an empty cache (`XDG_CACHE_HOME` a fresh
+//!   directory) and a complete one, and ABCL's bare JVM start beside it;
+//!   `CL_MCP_BENCH_LISPS=ecl,abcl` measures only those and prints only
+//!   that table.
 //! - warm start and warm evaluation with `--sandbox off` and `workspace`.
 //!
 //! Prints a table.
@@ -93,6 +96,11 @@ fn first_result(extra: &[&str]) -> f64 {
 }
 
 fn main() {
+    let starts = start_table(&lisps_to_measure());
+    if std::env::var_os("CL_MCP_BENCH_LISPS").is_some() {
+        println!("{starts}");
+        return;
+    }
     let mut rows: Vec<(String, String)> = Vec::new();
 
     // Warm the core cache once so "warm" means warm.
@@ -157,41 +165,6 @@ fn main() {
         "spawn → first (+ 1 2), cold core".into(),
         format!("{cold:8.0} ms (builds the core)"),
     ));
-
-    // The other implementations the machine has (`--lisp NAME`): the same
-    // spawn → first result, from their cache (a saved image for CLISP,
-    // compiled fasls for ECL and ABCL) and from a fresh cache directory.
-    for name in ["ecl", "clisp", "abcl", "ccl"] {
-        let installed = std::env::var_os("PATH")
-            .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(name).is_file()));
-        if !installed {
-            rows.push((
-                format!("spawn → first (+ 1 2), {name}"),
-                "not installed".into(),
-            ));
-            continue;
-        }
-        first_result(&["--lisp", name]);
-        let warm: Vec<Duration> = (0..3)
-            .map(|_| Duration::from_secs_f64(first_result(&["--lisp", name]) / 1e3))
-            .collect();
-        let (med, _) = stats(warm);
-        rows.push((
-            format!("spawn → first (+ 1 2), {name}, warm cache"),
-            format!("median {med:8.1} ms"),
-        ));
-        let cold_dir = tempfile::tempdir().unwrap();
-        let cold = first_result(&[
-            "--lisp",
-            name,
-            "--cache-dir",
-            cold_dir.path().to_str().unwrap(),
-        ]);
-        rows.push((
-            format!("spawn → first (+ 1 2), {name}, cold cache"),
-            format!("{cold:8.0} ms (builds its cache)"),
-        ));
-    }
 
     // Warm round trips through the server.
     let mut s = spawn(&[]);
@@ -264,4 +237,115 @@ fn main() {
         println!("{k:<42} {v}");
     }
     println!("{:-<86}", "");
+    println!("{starts}");
+}
+
+/// The implementations of the start table: `CL_MCP_BENCH_LISPS`
+/// (comma-separated, e.g. `ecl,abcl`; only that table is printed), else
+/// every one the server knows.
+fn lisps_to_measure() -> Vec<String> {
+    match std::env::var("CL_MCP_BENCH_LISPS") {
+        Ok(v) if !v.trim().is_empty() => v.split(',').map(|l| l.trim().to_string()).collect(),
+        _ => ["sbcl", "ecl", "clisp", "abcl", "ccl"]
+            .map(String::from)
+            .to_vec(),
+    }
+}
+
+fn installed(name: &str) -> bool {
+    std::env::var_os("PATH")
+        .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(name).is_file()))
+}
+
+/// Spawn → first `(+ 1 2)` result in ms, with `XDG_CACHE_HOME` at `cache`
+/// (the server's cache and ASDF's both under it).
+fn first_result_in(cache: &std::path::Path, extra: &[&str]) -> f64 {
+    let cache = cache.to_string_lossy();
+    let t = Instant::now();
+    let mut s = Server::start_with_env(BIN, extra, &[("XDG_CACHE_HOME", &cache)]);
+    s.initialize();
+    let r = eval(&mut s, 1, "(+ 1 2)");
+    let ms = t.elapsed().as_secs_f64() * 1e3;
+    assert!(r.contains("=> 3"), "{r}");
+    s.stop();
+    ms
+}
+
+/// Seconds, the median of `runs` and their spread.
+fn median_spread(mut ms: Vec<f64>) -> String {
+    ms.sort_by(f64::total_cmp);
+    let med = ms[ms.len() / 2];
+    format!(
+        "{:6.2} s ({:.2}–{:.2}, n={})",
+        med / 1e3,
+        ms[0] / 1e3,
+        ms[ms.len() - 1] / 1e3,
+        ms.len()
+    )
+}
+
+/// Per implementation: spawn → first `(+ 1 2)` result with an empty cache
+/// (`XDG_CACHE_HOME` a fresh directory: the server's cache and ASDF's
+/// compiled files) and with that cache complete (`doctor` finishes what a
+/// cold start left building), and for ABCL the JVM's own start
+/// (`abcl --noinit --eval '(ext:exit)'`) beside it.
+fn start_table(lisps: &[String]) -> String {
+    let mut out =
+        String::from("\nstart → first evaluate-lisp (+ 1 2) result, per implementation\n");
+    out += &format!("{:-<100}\n", "");
+    out += &format!(
+        "{:<7} {:<34} {:<12} {}\n",
+        "lisp", "warm: median (min–max, n)", "cold", "JVM start: median (min–max)"
+    );
+    for name in lisps {
+        if !installed(name) {
+            out += &format!("{name:<7} not installed\n");
+            continue;
+        }
+        let cache = tempfile::tempdir().unwrap();
+        let args = ["--lisp", name.as_str()];
+        let cold = first_result_in(cache.path(), &args);
+        // ECL's cold start builds its compiled cache in the background;
+        // the server stopped above killed that build: finish it.
+        let doctor = std::process::Command::new(BIN)
+            .args(["doctor", "--lisp", name])
+            .env("XDG_CACHE_HOME", cache.path())
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap();
+        assert!(
+            doctor.status.success(),
+            "doctor --lisp {name}: {}",
+            String::from_utf8_lossy(&doctor.stdout)
+        );
+        let n = if name == "abcl" { 3 } else { 5 };
+        let warm: Vec<f64> = (0..n)
+            .map(|_| first_result_in(cache.path(), &args))
+            .collect();
+        let jvm = if name == "abcl" {
+            let runs: Vec<f64> = (0..3)
+                .map(|_| {
+                    let t = Instant::now();
+                    let st = std::process::Command::new("abcl")
+                        .args(["--noinit", "--eval", "(ext:exit)"])
+                        .stdin(std::process::Stdio::null())
+                        .stdout(std::process::Stdio::null())
+                        .status()
+                        .unwrap();
+                    assert!(st.success());
+                    t.elapsed().as_secs_f64() * 1e3
+                })
+                .collect();
+            median_spread(runs)
+        } else {
+            String::new()
+        };
+        out += &format!(
+            "{name:<7} {:<34} {:<12} {jvm}\n",
+            median_spread(warm),
+            format!("{:6.1} s", cold / 1e3)
+        );
+    }
+    out += &format!("{:-<100}", "");
+    out
 }

@@ -28,7 +28,14 @@ impl Server {
 
     /// Starts `bin` with `args`, before any handshake.
     pub fn start(bin: &str, args: &[&str]) -> Server {
+        Server::start_with_env(bin, args, &[])
+    }
+
+    /// Starts `bin` with `args` and extra environment `env`, before any
+    /// handshake.
+    pub fn start_with_env(bin: &str, args: &[&str], env: &[(&str, &str)]) -> Server {
         let mut child = Command::new(bin)
+            .envs(env.iter().copied())
             .args(["--log-level", "error"])
             .args(args)
             .stdin(Stdio::piped())

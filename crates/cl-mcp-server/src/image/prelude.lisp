@@ -23,8 +23,8 @@
 (defpackage #:cl-mcp-boot
   (:use #:common-lisp)
   (:export #:main #:*swank-port* #:*utf-8* #:utf-8-defaults #:load-helper
-           #:compile-and-load #:use-private-swank-fasls #:check-cache
-           #:guarded-load))
+           #:compile-and-load #:use-private-swank-fasls #:use-swank-sources
+           #:check-cache #:guarded-load))
 
 (in-package #:cl-mcp-boot)
 
@@ -202,6 +202,26 @@ from ASDF or Quicklisp, whose compiler output is ASDF's)."
           (setf (fdefinition binary) #'private-binary-pathname))
         (when (and compile (fboundp compile))
           (setf (fdefinition compile) #'compile-files-atomically))))))
+
+;;; Swank from its sources, compiling nothing.
+
+(defun load-sources (files directory load quiet)
+  "Swank loader's COMPILE-FILES for USE-SWANK-SOURCES: LOAD each source
+file as it is (ECL evaluates it through its bytecode compiler, in a moment,
+where COMPILE-FILE goes through a C compiler for minutes)."
+  (declare (ignore directory quiet))
+  (when load
+    (dolist (source files)
+      (load source :external-format *utf-8*))))
+
+(defun use-swank-sources ()
+  "Make the loaded swank-loader load Swank and its contribs from source,
+compiling and writing nothing: an ECL image's first start, while its
+compiled cache is built beside it (core_cache/background.rs)."
+  (let* ((loader (find-package "SWANK-LOADER"))
+         (compile (and loader (find-symbol "COMPILE-FILES" loader))))
+    (when (and compile (fboundp compile))
+      (setf (fdefinition compile) #'load-sources))))
 
 ;;; The cache check.
 

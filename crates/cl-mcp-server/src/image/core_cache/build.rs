@@ -135,6 +135,7 @@ impl CoreCache {
                 &self.src_dir().join(helpers::PRELUDE.0),
                 script,
             ))
+            .envs(super::start_env(self.kind))
             .stdin(std::process::Stdio::null());
         dies_with_parent(&mut cmd);
         let out = cmd
@@ -192,6 +193,16 @@ impl CoreCache {
     /// that loads everything (and, when `save_to` is given, saves a core or
     /// compiles the fasls into that directory).
     pub(super) fn write_sources(&self, save_to: Option<&Path>) -> std::io::Result<PathBuf> {
+        self.write_sources_as(save_to, false)
+    }
+
+    /// [`Self::write_sources`]; when `interpret`, the start script loads
+    /// Swank's sources without compiling them (`start-interpreted.lisp`).
+    pub(super) fn write_sources_as(
+        &self,
+        save_to: Option<&Path>,
+        interpret: bool,
+    ) -> std::io::Result<PathBuf> {
         // Private (0700, ours): what is compiled here is loaded back.
         private_dir(&self.dir)?;
         private_dir(&self.swank_fasl_dir())?;
@@ -208,11 +219,12 @@ impl CoreCache {
         let prelude = src.join(helpers::PRELUDE.0);
         write_if_changed(&prelude, helpers::PRELUDE.1)?;
         let fasl = self.swank_fasl_dir();
-        let script = load_script(self.kind, &self.start(&fasl), &helper_paths, &boot, save_to);
-        let name = if save_to.is_some() {
-            format!("build-{}.lisp", std::process::id())
-        } else {
-            "start.lisp".to_string()
+        let start = self.start(&fasl).interpreted(interpret);
+        let script = load_script(self.kind, &start, &helper_paths, &boot, save_to);
+        let name = match (save_to, interpret) {
+            (Some(_), _) => format!("build-{}.lisp", std::process::id()),
+            (None, false) => "start.lisp".to_string(),
+            (None, true) => "start-interpreted.lisp".to_string(),
         };
         let path = src.join(name);
         write_if_changed(&path, &script)?;

@@ -18,6 +18,7 @@ impl CoreCache {
             swank: &self.swank,
             quicklisp: self.quicklisp.as_deref(),
             fasl_dir,
+            interpret: false,
         }
     }
 }
@@ -33,6 +34,16 @@ pub(super) struct ScriptStart<'a> {
     quicklisp: Option<&'a Path>,
     /// Where swank-loader compiles Swank (the server's own cache).
     fasl_dir: &'a Path,
+    /// Load Swank's sources as they are, compiling nothing (see
+    /// `use-swank-sources` in prelude.lisp).
+    interpret: bool,
+}
+
+impl ScriptStart<'_> {
+    /// The same start, loading Swank's sources uncompiled when `interpret`.
+    pub(super) fn interpreted(self, interpret: bool) -> Self {
+        ScriptStart { interpret, ..self }
+    }
 }
 
 /// The command-line arguments that run a generated `script`: load the
@@ -65,6 +76,9 @@ pub(super) fn prelude(start: &ScriptStart) -> String {
                 "(cl-mcp-boot:use-private-swank-fasls (pathname {}))\n",
                 path_lit(&dir_path(start.fasl_dir))
             );
+            if start.interpret {
+                s += "(cl-mcp-boot:use-swank-sources)\n";
+            }
             s += "(swank-loader:init :load-contribs t :quiet t)\n";
         }
         SwankSource::Asdf => {
@@ -232,6 +246,7 @@ mod tests {
             swank,
             quicklisp: None,
             fasl_dir: Path::new("/f"),
+            interpret: false,
         }
     }
 
@@ -287,6 +302,30 @@ mod tests {
         assert!(check < save, "{s}");
         let fasl = fasl_start_script(&start(&swank), &["x.lisp"]);
         assert!(fasl.contains("(swank-loader:init"), "{fasl}");
+    }
+
+    /// ECL's first start: Swank's sources loaded as they are (the loader's
+    /// COMPILE-FILES replaced once it is loaded, before INIT), the helpers
+    /// from source, then MAIN; an ordinary start compiles Swank.
+    #[test]
+    fn an_interpreted_start_loads_swank_without_compiling_it() {
+        let swank = SwankSource::Loader("/l/swank-loader.lisp".into());
+        let interpreted = start(&swank).interpreted(true);
+        let s = load_script(
+            LispKind::Ecl,
+            &interpreted,
+            &["/h/x.lisp".into()],
+            Path::new("/h/boot.lisp"),
+            None,
+        );
+        let loader = s.find("swank-loader.lisp").unwrap();
+        let sources = s.find("(cl-mcp-boot:use-swank-sources)").expect(&s);
+        let init = s.find("(swank-loader:init").unwrap();
+        assert!(loader < sources && sources < init, "{s}");
+        assert!(s.contains("(cl-mcp-boot:load-helper f)"), "{s}");
+        assert!(s.trim_end().ends_with("(cl-mcp-boot:main)"), "{s}");
+        let ordinary = prelude(&start(&swank));
+        assert!(!ordinary.contains("use-swank-sources"), "{ordinary}");
     }
 
     #[test]

@@ -4,11 +4,12 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
-use crate::image::core_cache::{default_cache_dir, CoreCache, LaunchPlan};
+use crate::image::core_cache::{build_in_background, default_cache_dir, CoreCache, LaunchPlan};
 use crate::image::{locate, ImageError};
 
-use super::{send_note, Image, NoteLevel};
+use super::{send_note, Image, ImageNote, NoteLevel};
 use crate::sync::MutexExt;
+use tokio::sync::broadcast;
 
 static SOURCE_FALLBACK_LOGGED: AtomicBool = AtomicBool::new(false);
 
@@ -32,6 +33,13 @@ impl Image {
                     Ok(None) => {}
                     // Discarded and built again below, under the build lock.
                     Err(why) => tracing::warn!(core = %cache.core_path().display(), "the cached core does not match what the server built: {why}"),
+                }
+                if cache.builds_in_background() {
+                    start_background_build(&cache, &notes);
+                    let plan = cache.interpreted_plan().map_err(|e| {
+                        ImageError::StartFailed(format!("cannot write the image's start files: {e}"))
+                    })?;
+                    return Ok((plan, None, None));
                 }
                 let building = Instant::now();
                 match cache.build() {
@@ -98,5 +106,46 @@ impl Image {
             }
         }
         Ok(plan)
+    }
+}
+
+/// Builds `cache`'s entry in the background (ECL: the image meanwhile
+/// starts from source), saying so in a note, and again when it is done.
+fn start_background_build(cache: &CoreCache, notes: &broadcast::Sender<ImageNote>) {
+    let building = Instant::now();
+    let core = cache.core_path();
+    let done_notes = notes.clone();
+    let started = build_in_background(cache.clone(), move |result| match result {
+        Ok(_) => {
+            tracing::info!(core = %core.display(), elapsed_ms = building.elapsed().as_millis() as u64, "built the Lisp cache in the background");
+            send_note(
+                &done_notes,
+                NoteLevel::Info,
+                format!(
+                    "built the compiled Lisp cache {} in {} s (the next start loads it)",
+                    core.display(),
+                    building.elapsed().as_secs()
+                ),
+            );
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "could not build the Lisp cache in the background; starts load from source");
+            send_note(
+                &done_notes,
+                NoteLevel::Warning,
+                format!("could not build the compiled Lisp cache ({e}); starts load Swank and the helpers from source"),
+            );
+        }
+    });
+    if started {
+        send_note(
+            notes,
+            NoteLevel::Info,
+            format!(
+                "no compiled cache for {} yet: this image loads Swank and the helpers from source; \
+                 compiling them into the cache in the background for the next start",
+                cache.kind()
+            ),
+        );
     }
 }
