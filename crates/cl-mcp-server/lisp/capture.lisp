@@ -685,8 +685,8 @@ Call it from another thread. Returns (:interrupted (ID...))."
     (dolist (e targets)
       (let ((e e))
         (ignore-errors
-         (swank/backend:interrupt-thread (evaluation-thread e)
-                                         (lambda () (interrupt-here e))))))
+         (deliver-interrupt (evaluation-thread e)
+                            (lambda () (interrupt-here e))))))
     (list :interrupted (mapcar #'evaluation-id targets))))
 
 ;;; The memory limit (--memory-limit): a soft limit on the heap, checked
@@ -745,8 +745,8 @@ once it enables them."
     (dolist (e targets)
       (let ((e e))
         (ignore-errors
-         (swank/backend:interrupt-thread (evaluation-thread e)
-                                         (lambda () (memory-limit-here e live))))))))
+         (deliver-interrupt (evaluation-thread e)
+                            (lambda () (memory-limit-here e live))))))))
 
 (defun implementation-frame-p (name)
   "A frame of a foreign function or of the implementation's internals."

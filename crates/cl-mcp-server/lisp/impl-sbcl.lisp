@@ -262,6 +262,13 @@ when it compiles a file itself."
   "FORM with every macro in it expanded, through Swank's backend."
   (swank/backend:macroexpand-all form))
 
+(defun deliver-interrupt (thread function)
+  "Make THREAD run FUNCTION (of no arguments) through an interrupt: where
+it is, at the next point the implementation lets it. Swank's backend does
+it; where an implementation can lose an interrupt (impl-abcl.lisp), this
+keeps at it until THREAD has run FUNCTION."
+  (swank/backend:interrupt-thread thread function))
+
 (defun interrupt-condition-p (condition)
   "True for the condition a Lisp without threads signals when the server
 interrupts it with SIGINT (see impl-clisp.lisp); threaded Lisps are
