@@ -392,7 +392,8 @@ arguments runs their PRINT-OBJECT methods, which may loop, and an interrupt
 handler must never run user code."
   (let ((frames '()))
     (ignore-errors
-     (swank/backend:call-with-debugging-environment
+     (call-with-top-frames
+      count
       (lambda ()
         (let ((inner nil))
           (dolist (frame (swank/backend:compute-backtrace 0 count))

@@ -262,6 +262,13 @@ when it compiles a file itself."
   "FORM with every macro in it expanded, through Swank's backend."
   (swank/backend:macroexpand-all form))
 
+(defun call-with-top-frames (count function)
+  "Call FUNCTION where SWANK/BACKEND:COMPUTE-BACKTRACE sees the stack of
+the caller, of which RAW-BACKTRACE wants only the top COUNT frames (an
+implementation that walks the whole stack first may stop at COUNT)."
+  (declare (ignore count))
+  (swank/backend:call-with-debugging-environment function))
+
 (defun deliver-interrupt (thread function)
   "Make THREAD run FUNCTION (of no arguments) through an interrupt: where
 it is, at the next point the implementation lets it. Swank's backend does
