@@ -392,7 +392,8 @@ arguments runs their PRINT-OBJECT methods, which may loop, and an interrupt
 handler must never run user code."
   (let ((frames '()))
     (ignore-errors
-     (swank/backend:call-with-debugging-environment
+     (call-with-top-frames
+      count
       (lambda ()
         (let ((inner nil))
           (dolist (frame (swank/backend:compute-backtrace 0 count))
@@ -685,8 +686,8 @@ Call it from another thread. Returns (:interrupted (ID...))."
     (dolist (e targets)
       (let ((e e))
         (ignore-errors
-         (swank/backend:interrupt-thread (evaluation-thread e)
-                                         (lambda () (interrupt-here e))))))
+         (deliver-interrupt (evaluation-thread e)
+                            (lambda () (interrupt-here e))))))
     (list :interrupted (mapcar #'evaluation-id targets))))
 
 ;;; The memory limit (--memory-limit): a soft limit on the heap, checked
@@ -745,8 +746,8 @@ once it enables them."
     (dolist (e targets)
       (let ((e e))
         (ignore-errors
-         (swank/backend:interrupt-thread (evaluation-thread e)
-                                         (lambda () (memory-limit-here e live))))))))
+         (deliver-interrupt (evaluation-thread e)
+                            (lambda () (memory-limit-here e live))))))))
 
 (defun implementation-frame-p (name)
   "A frame of a foreign function or of the implementation's internals."

@@ -393,7 +393,7 @@ stays at its level. Call it from another thread. Returns (:stopped T-or-NIL)."
     (when entry
       (let ((tag (cdr entry)))
         (ignore-errors
-         (swank/backend:interrupt-thread thread (lambda () (throw tag :stopped))))))
+         (deliver-interrupt thread (lambda () (throw tag :stopped))))))
     (list :stopped (and entry t))))
 
 (defun call-as-frame-evaluation (thunk)
@@ -551,7 +551,7 @@ in. Returns (:ok T) or (:error MESSAGE)."
             ((not (and in-debugger condition))
              (list :error (format nil "Thread ~A is not in the debugger; list-threads' interrupt action puts it there." thread-id)))
             (t
-             (swank/backend:interrupt-thread
+             (deliver-interrupt
               thread
               (lambda ()
                 (let ((*give-back-restart* (find-restart 'abort)))

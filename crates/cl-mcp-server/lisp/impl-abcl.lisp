@@ -45,6 +45,52 @@ and the position of the form the compiler is at, when it is in a file."
                                          (list :error "no source location"))))))))
         (funcall thunk))))
 
+  (defconstant +redelivery-period+ 0.01
+    "Seconds between two raisings of ABCL's interrupt flag (DELIVER-INTERRUPT).")
+
+  (defconstant +redelivery-limit+ 60
+    "Seconds DELIVER-INTERRUPT keeps raising the flag for a thread that has
+not run its interrupt (code that never checks: a long Java call).")
+
+  (defun deliver-interrupt (thread function)
+    "THREADS:INTERRUPT-THREAD queues FUNCTION for THREAD, but what makes a
+thread look at its queue is one flag for the whole image (Java's
+Lisp.interrupted), and the first thread to reach an interrupt check
+clears it and runs its own queue, not THREAD's: the thread that sent the
+interrupt, or any other running one, often gets there first (always
+under load, or beside a thread left spinning), and THREAD then never
+looks (a (LOOP) ran on past every timeout). So until THREAD has started
+FUNCTION, has ended, or +REDELIVERY-LIMIT+ seconds passed, a thread of
+ours raises the flag again every +REDELIVERY-PERIOD+ seconds. A flag
+another thread takes meanwhile costs it a look at its empty queue.
+THREAD's Java interrupt status (set to wake it from a wait) is cleared
+when it runs FUNCTION."
+    (let ((taken (list nil)))
+      ;; TAKEN is read by the raising thread: both pass through the flag's
+      ;; lock (Lisp's class monitor), which makes the write seen.
+      (threads:interrupt-thread thread (lambda ()
+                                         (setf (car taken) t)
+                                         ;; INTERRUPT-THREAD also interrupts
+                                         ;; the Java thread, to wake it from
+                                         ;; a wait; taken at a check instead,
+                                         ;; that would cut short its next
+                                         ;; wait (a SLEEP returning at once).
+                                         (java:jstatic "interrupted" "java.lang.Thread")
+                                         (funcall function)))
+      (unless (car taken)
+        (threads:make-thread
+         (lambda ()
+           (let ((deadline (+ (get-internal-real-time)
+                              (* +redelivery-limit+ internal-time-units-per-second))))
+             (loop until (or (car taken)
+                             (not (threads:thread-alive-p thread))
+                             (> (get-internal-real-time) deadline))
+                   do (java:jstatic "setInterrupted" "org.armedbear.lisp.Lisp"
+                                    thread java:+true+)
+                      (sleep +redelivery-period+))))
+         :name "cl-mcp interrupt delivery"))
+      t))
+
   (defun call-with-debugger-hooks (hook thunk)
     "BREAK binds *DEBUGGER-HOOK* to NIL; ABCL consults
 SYS::*INVOKE-DEBUGGER-HOOK* first, as SBCL does its own."

@@ -203,6 +203,33 @@ from the frame's printed description (\"APPLY frame for call (FOO 1)\",
     (or (typep condition 'storage-condition)
         (search "stack overflow" (print-capped condition 2000))))
 
+  (defun call-with-top-frames (count function)
+    "Swank's CLISP backend describes every element of the stack, down to
+its bottom, before it shows one frame: 0.2 s alone and seconds under
+load, spent in a timeout's interrupt before the evaluation stops. Here
+the frames FUNCTION sees are the COUNT (and a few for this machinery)
+found walking up from the caller as Swank walks, down to the frame where
+user code was entered."
+    (let ((boring (find-symbol "BORING-FRAME-P" "SWANK/CLISP"))
+          (frames (find-symbol "*SLDB-BACKTRACE*" "SWANK/CLISP")))
+      (if (not (and boring frames (fboundp boring)))
+          (swank/backend:call-with-debugging-environment function)
+          (let ((top '())
+                (n 0))
+            ;; Backtraces end where user code was entered (USER-BACKTRACE
+            ;; cuts there): the frames below are Swank's, whose large
+            ;; environments cost the most to describe.
+            (do ((last nil frame)
+                 (frame (sys::the-frame) (sys::frame-up 1 frame 1)))
+                ((or (eq frame last) (>= n (+ count 10))))
+              (unless (funcall boring frame)
+                (push frame top)
+                (incf n)
+                (when (sentinel-frame-p (frame-function-name frame))
+                  (return))))
+            (progv (list frames) (list (nreverse top))
+              (funcall function))))))
+
   (defun interrupt-condition-p (condition)
     "SIGINT (the server's timeout or cancellation) breaks into CLISP with
 this condition."

@@ -299,6 +299,20 @@ when it compiles a file itself."
   "FORM with every macro in it expanded, through Swank's backend."
   (swank/backend:macroexpand-all form))
 
+(defun call-with-top-frames (count function)
+  "Call FUNCTION where SWANK/BACKEND:COMPUTE-BACKTRACE sees the stack of
+the caller, of which RAW-BACKTRACE wants only the top COUNT frames (an
+implementation that walks the whole stack first may stop at COUNT)."
+  (declare (ignore count))
+  (swank/backend:call-with-debugging-environment function))
+
+(defun deliver-interrupt (thread function)
+  "Make THREAD run FUNCTION (of no arguments) through an interrupt: where
+it is, at the next point the implementation lets it. Swank's backend does
+it; where an implementation can lose an interrupt (impl-abcl.lisp), this
+keeps at it until THREAD has run FUNCTION."
+  (swank/backend:interrupt-thread thread function))
+
 (defun interrupt-condition-p (condition)
   "True for the condition a Lisp without threads signals when the server
 interrupts it with SIGINT (see impl-clisp.lisp); threaded Lisps are

@@ -40,7 +40,7 @@ names are printed there: an interrupt handler must not run user code
 (PRINT-OBJECT methods of arguments). Frames above the debugger's entry
 (when THREAD sits in a debugger) and interrupt machinery are left out."
   (let ((box (list :pending)))
-    (swank/backend:interrupt-thread
+    (deliver-interrupt
      thread
      (lambda ()
        (let ((frames '()))
@@ -181,7 +181,7 @@ id from the list). Returns (:threads ((:id :name :status :in-debugger
                  (return-from thread-request
                    (list :error (format nil "Thread ~A is the image's main thread, which only waits for the server: interrupting it would end the image and all its state. Interrupt an evaluation with image-interrupt instead."
                                         thread))))
-               (swank/backend:interrupt-thread
+               (deliver-interrupt
                 target
                 (lambda ()
                   (with-simple-restart (continue "Resume the interrupted thread.")

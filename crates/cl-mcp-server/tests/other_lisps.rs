@@ -11,6 +11,8 @@
 mod common;
 mod eval_support;
 
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use eval_support::{call, eval, eval_with};
@@ -138,6 +140,7 @@ fn session(name: &str, impl_type: &str) {
     );
     let r = eval(&mut s, 6, "(1+ *ol-kept*)");
     assert_eq!(r.text, "=> 42", "{name}: state kept after the timeout");
+    stops_under_load(&mut s, name);
 
     // Deep recursion: an error on ECL (the image lives); CLISP cannot
     // recover, so the image dies saying why and the next call gets a fresh
@@ -257,6 +260,99 @@ fn session(name: &str, impl_type: &str) {
     assert!(out.status.success(), "{name}: {text}");
     assert!(text.contains(&format!("({name}: ")), "{name}: {text}");
     assert!(text.contains("(+ 1 2) => 3"), "{name}: {text}");
+}
+
+/// Threads that spin until dropped, one more than the machine has cores:
+/// the load of other images starting beside the one under test (ECL's
+/// compiler, a JVM), made by the test itself.
+struct Load {
+    stop: Arc<AtomicBool>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl Load {
+    fn start() -> Load {
+        let stop = Arc::new(AtomicBool::new(false));
+        let n = std::thread::available_parallelism().map_or(2, |n| n.get()) + 1;
+        let threads = (0..n)
+            .map(|_| {
+                let stop = stop.clone();
+                std::thread::spawn(move || {
+                    let mut x = 0u64;
+                    while !stop.load(Ordering::Relaxed) {
+                        x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(7));
+                    }
+                })
+            })
+            .collect();
+        Load { stop, threads }
+    }
+}
+
+impl Drop for Load {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Under load, code that never waits is stopped by a timeout and by a
+/// cancellation as promptly as alone (ABCL lost its interrupt to another
+/// thread and left `(loop)` spinning: "did not stop within 5 s"), the
+/// image keeps its state, and the thread's next wait is a whole one.
+fn stops_under_load(s: &mut common::Server, name: &str) {
+    let load = Load::start();
+    let started = Instant::now();
+    let r = eval_with(s, 40, "(loop)", json!({"timeoutSeconds": 2}));
+    let took = started.elapsed();
+    assert!(r.text.starts_with("[TIMEOUT]"), "{name}: {}", r.text);
+    assert!(
+        r.text.contains("was interrupted") && r.text.contains("intact"),
+        "{name}: {}",
+        r.text
+    );
+    // Before the fix ABCL answered after 7 s (the 5 s of grace spent).
+    assert!(
+        took < Duration::from_secs(4),
+        "{name}: (loop) stopped after {took:?}"
+    );
+    let started = Instant::now();
+    let r = eval(s, 41, "(1+ *ol-kept*)");
+    assert_eq!(
+        r.text, "=> 42",
+        "{name}: state kept after the timeout under load"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "{name}: {:?}",
+        started.elapsed()
+    );
+    // The interrupted thread sleeps its whole time again (ABCL's Java
+    // interrupt, left set, made the next SLEEP return at once).
+    let r = eval_with(s, 42, "(sleep 30)", json!({"timeoutSeconds": 1}));
+    assert!(r.text.starts_with("[TIMEOUT]"), "{name}: {}", r.text);
+
+    // A cancellation of a loop calling a function of the user's.
+    s.send(
+        &json!({"jsonrpc":"2.0","id":43,"method":"tools/call","params":{
+        "name":"evaluate-lisp","arguments":{"code":
+        "(defun ol-step (x) (1+ x)) (let ((x 0)) (loop (setf x (ol-step x))))"}}}),
+    );
+    std::thread::sleep(Duration::from_millis(1500));
+    let cancelled = Instant::now();
+    s.send(&json!({"jsonrpc":"2.0","method":"notifications/cancelled",
+        "params":{"requestId":43,"reason":"test"}}));
+    // It runs once the cancelled evaluation has unwound.
+    let r = eval(s, 44, "(1+ *ol-kept*)");
+    let took = cancelled.elapsed();
+    assert_eq!(r.text.lines().next(), Some("=> 42"), "{name}: {}", r.text);
+    assert!(
+        took < Duration::from_secs(3),
+        "{name}: the cancelled loop stopped after {took:?}"
+    );
+    drop(load);
 }
 
 #[test]
