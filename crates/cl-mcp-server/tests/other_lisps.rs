@@ -171,6 +171,17 @@ fn session(name: &str, impl_type: &str) {
     assert!(!r.is_error, "{name}: {}", r.text);
     assert_eq!(r.structured["implementation"], impl_type, "{name}");
 
+    if name == "abcl" {
+        // Swank's backend has ABCL-INTROSPECT (its frames and locals), and
+        // JSS finds a class by its short name (prelude.lisp loads both).
+        let r = eval(
+            &mut s,
+            70,
+            "(list (and (member :abcl-introspect *features*) t) (jss:find-java-class \"ArrayList\"))",
+        );
+        assert_eq!(r.text, "=> (T #<java class java.util.ArrayList>)", "{name}");
+    }
+
     // Introspection.
     let r = call(&mut s, 8, "code-describe", json!({"symbol": "cl:mapcar"}));
     assert!(!r.is_error, "{name}: {}", r.text);

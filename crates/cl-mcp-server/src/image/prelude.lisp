@@ -19,6 +19,8 @@
 ;;;;   killed at any instant leaves no half-written fasl behind.
 ;;;; - The cache check: a built cache is only kept once an image started
 ;;;;   from it has found Swank, the helpers and MAIN in place.
+;;;; - ABCL: what Swank's ABCL backend requires is loaded here, with
+;;;;   CL-USER current (see REQUIRE-SWANK-BACKEND-MODULES).
 
 (defpackage #:cl-mcp-boot
   (:use #:common-lisp)
@@ -119,6 +121,28 @@ start: some Lisps compute their defaults from the locale at start-up."
   nil)
 
 (utf-8-defaults)
+
+;;; ABCL: what Swank's backend requires, with CL-USER current.
+
+#+abcl
+(defun require-swank-backend-modules ()
+  "Load what Swank's ABCL backend requires (ABCL-CONTRIB, and through ASDF
+ABCL-INTROSPECT with JSS) with CL-USER the current package. ASDF compiles
+them into the user's shared ASDF cache, and a fasl ABCL compiles records
+the package current then: compiled while Swank's backend loads (its own
+REQUIRE), they named SWANK/ABCL, which a plain ABCL loading them lacks
+(\"The name SWANK/ABCL does not designate any package\"); and from there,
+with a fresh ASDF cache, ABCL-INTROSPECT failed to load. The backend then
+finds them loaded. A failure here leaves the backend to try as it always
+did (it treats ABCL-INTROSPECT as optional)."
+  (let ((*package* (find-package "COMMON-LISP-USER")))
+    (ignore-errors
+     (require "ASDF")
+     (require "ABCL-CONTRIB")
+     (require "ABCL-INTROSPECT"))))
+
+#+abcl
+(require-swank-backend-modules)
 
 ;;; Files written whole or not at all.
 
