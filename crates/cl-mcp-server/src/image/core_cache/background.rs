@@ -14,9 +14,7 @@ use std::collections::HashSet;
 use std::path::PathBuf;
 use std::sync::{Mutex, OnceLock};
 
-use super::scripts::entry_args;
 use super::{Built, CoreCache, LaunchPlan};
-use crate::image::helpers;
 use crate::image::implementation::LispKind;
 use crate::image::locate::SwankSource;
 use crate::image::ImageError;
@@ -43,19 +41,7 @@ impl CoreCache {
     /// from source, compiling and writing nothing.
     pub fn interpreted_plan(&self) -> std::io::Result<LaunchPlan> {
         let script = self.write_sources_as(None, true)?;
-        let mut args = self.kind.start_args(None);
-        args.extend(entry_args(
-            self.kind,
-            &self.src_dir().join(helpers::PRELUDE.0),
-            &script,
-        ));
-        Ok(LaunchPlan {
-            lisp: self.lisp.clone(),
-            args,
-            env: super::start_env(self.kind),
-            core: None,
-            kind: self.kind,
-        })
+        Ok(self.plan_loading(&script))
     }
 }
 

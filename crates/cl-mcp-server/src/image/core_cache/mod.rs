@@ -135,19 +135,25 @@ impl CoreCache {
     pub fn source_plan(&self) -> std::io::Result<LaunchPlan> {
         let script = self.write_sources(None)?;
         self.prepare_swank_fasls().map_err(std::io::Error::other)?;
+        Ok(self.plan_loading(&script))
+    }
+
+    /// The plan to start with no saved image: the prelude, then `script`
+    /// (which loads Swank, the helpers and boot.lisp).
+    fn plan_loading(&self, script: &Path) -> LaunchPlan {
         let mut args = self.kind.start_args(None);
         args.extend(entry_args(
             self.kind,
             &self.src_dir().join(helpers::PRELUDE.0),
-            &script,
+            script,
         ));
-        Ok(LaunchPlan {
+        LaunchPlan {
             lisp: self.lisp.clone(),
             args,
             env: start_env(self.kind),
             core: None,
             kind: self.kind,
-        })
+        }
     }
 }
 
