@@ -4,7 +4,7 @@
 //! local, supervised, sandboxed and limited as the first is. They end with
 //! the session (`Session::end`).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use crate::image::implementation::LispKind;
 use crate::image::{locate, Image};
@@ -86,11 +86,17 @@ pub fn resolve_lisp(given: &str) -> Result<(PathBuf, Option<LispKind>), ImageCho
             installed: installed_names(),
         }
     })?;
-    let kind = LispKind::from_name(given).or_else(|| {
-        path.file_name()
-            .and_then(|f| LispKind::from_name(&f.to_string_lossy()))
-    });
+    let kind = kind_named(Path::new(given)).or_else(|| kind_named(&path));
     Ok((path, kind))
+}
+
+/// The implementation a `lisp` value names: its short name, or its
+/// executable's file name (`/usr/bin/ecl`).
+pub fn kind_named(lisp: &Path) -> Option<LispKind> {
+    LispKind::from_name(&lisp.to_string_lossy()).or_else(|| {
+        lisp.file_name()
+            .and_then(|f| LispKind::from_name(&f.to_string_lossy()))
+    })
 }
 
 /// The name an image of `lisp` gets when none is given: its

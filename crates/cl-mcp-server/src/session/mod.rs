@@ -137,16 +137,19 @@ impl Session {
         }
         match &config.lisp {
             None => "sbcl".into(),
-            Some(lisp) => {
-                let given = lisp.to_string_lossy();
-                let kind =
-                    crate::image::implementation::LispKind::from_name(&given).or_else(|| {
-                        lisp.file_name().and_then(|f| {
-                            crate::image::implementation::LispKind::from_name(&f.to_string_lossy())
-                        })
-                    });
-                images::default_name(&given, kind)
-            }
+            Some(lisp) => images::default_name(&lisp.to_string_lossy(), self.first_image_kind()),
+        }
+    }
+
+    /// The first image's implementation, where the configuration names it
+    /// (`sbcl` by default; `None` when attached, or for a `--lisp` path
+    /// whose name does not say it).
+    pub fn first_image_kind(&self) -> Option<crate::image::implementation::LispKind> {
+        let config = &self.config.image;
+        match (&config.attach, &config.lisp) {
+            (Some(_), _) => None,
+            (None, None) => Some(crate::image::implementation::LispKind::Sbcl),
+            (None, Some(lisp)) => images::kind_named(lisp),
         }
     }
 

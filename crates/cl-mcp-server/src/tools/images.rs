@@ -100,13 +100,7 @@ pub(crate) fn session_images(ctx: &ToolContext) -> Vec<ImageEntry> {
         (None, Some(l)) => l.display().to_string(),
         (None, None) => "sbcl".into(),
     };
-    let first_kind = config
-        .lisp
-        .as_ref()
-        .and_then(|l| crate::image::implementation::LispKind::from_name(&l.to_string_lossy()))
-        .or((config.lisp.is_none() && config.attach.is_none())
-            .then_some(crate::image::implementation::LispKind::Sbcl))
-        .map(|k| k.name().to_string());
+    let first_kind = session.first_image_kind().map(|k| k.name().to_string());
     let mut all = vec![entry(
         session.first_image_name(),
         first_lisp,

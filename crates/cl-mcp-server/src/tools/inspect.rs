@@ -256,12 +256,8 @@ async fn inspect_object(a: InspectArgs, ctx: ToolContext) -> ToolOutput {
                 "`frame` needs `code`: the forms (e.g. a local's name) to evaluate in that frame.",
             );
         };
-        let (p, thread) = match super::debug::debugger_thread(&ctx, a.debugger) {
+        let (p, ctx, thread) = match super::debug::debugger_thread(&ctx, a.debugger) {
             Ok(t) => t,
-            Err(e) => return ToolOutput::error(e),
-        };
-        let ctx = match super::debug::in_its_image(&ctx, &p) {
-            Ok(c) => c,
             Err(e) => return ToolOutput::error(e),
         };
         keys.retain(|(k, _)| *k != "code");

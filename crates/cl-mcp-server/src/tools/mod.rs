@@ -371,15 +371,6 @@ impl ToolContext {
         }
     }
 
-    /// The addressed image if it was created already (never starts the
-    /// first one).
-    pub fn image_if_started(&self) -> Option<crate::image::Image> {
-        match &self.target {
-            Some(t) => Some(t.image.clone()),
-            None => self.session.image_if_started(),
-        }
-    }
-
     /// The evaluation bookkeeping of the addressed image.
     pub fn eval_state(&self) -> &session_state::EvalState {
         &self.eval

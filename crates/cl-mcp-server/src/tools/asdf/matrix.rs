@@ -134,8 +134,7 @@ fn image_for(ctx: &ToolContext, lisp: &str) -> Result<ToolContext, String> {
         return Ok(c);
     }
     let kind = LispKind::from_name(lisp);
-    let first_kind = LispKind::from_name(&session.first_image_name());
-    if kind.is_some() && kind == first_kind {
+    if kind.is_some() && kind == session.first_image_kind() {
         return ctx
             .for_image(&session.first_image_name())
             .map_err(|e| e.to_string());

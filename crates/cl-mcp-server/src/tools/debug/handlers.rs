@@ -3,7 +3,7 @@
 
 use super::frame::{run_in_frame, FrameRun, FRAME_CODE_TIMEOUT};
 use super::pending::{wait, Pending};
-use super::store::in_its_image;
+use super::store::find_in_its_image;
 use super::take_over::take_over;
 use super::view::{
     debugger_info, outcome_output, push_frames, read_debugger, rel_path, render_debugger,
@@ -59,11 +59,8 @@ pub(super) async fn debugger_backtrace(a: BacktraceArgs, ctx: ToolContext) -> To
         (None, Some(_)) => None, // the one just taken over: the newest
         (None, None) => a.debugger,
     };
-    let (p, ctx) = match ctx.state.debuggers.find(wanted) {
-        Ok(p) => match in_its_image(&ctx, &p) {
-            Ok(c) => (p, c),
-            Err(e) => return ToolOutput::error(e),
-        },
+    let (p, ctx) = match find_in_its_image(&ctx, wanted) {
+        Ok(found) => found,
         Err(e) => return ToolOutput::error(e),
     };
     p.touch();
@@ -263,11 +260,8 @@ async fn read_frame(
 const MAX_FRAME_CODE_LEVEL: i64 = 8;
 
 pub(super) async fn debugger_frame(a: FrameArgs, ctx: ToolContext) -> ToolOutput {
-    let (p, ctx) = match ctx.state.debuggers.find(a.debugger) {
-        Ok(p) => match in_its_image(&ctx, &p) {
-            Ok(c) => (p, c),
-            Err(e) => return ToolOutput::error(e),
-        },
+    let (p, ctx) = match find_in_its_image(&ctx, a.debugger) {
+        Ok(found) => found,
         Err(e) => return ToolOutput::error(e),
     };
     p.touch();
@@ -466,11 +460,8 @@ pub(super) async fn debugger_restart(a: RestartArgs, ctx: ToolContext) -> ToolOu
         Ok(t) => t,
         Err(e) => return ToolOutput::error(e),
     };
-    let (p, ctx) = match ctx.state.debuggers.find(a.debugger) {
-        Ok(p) => match in_its_image(&ctx, &p) {
-            Ok(c) => (p, c),
-            Err(e) => return ToolOutput::error(e),
-        },
+    let (p, ctx) = match find_in_its_image(&ctx, a.debugger) {
+        Ok(found) => found,
         Err(e) => return ToolOutput::error(e),
     };
     p.touch();

@@ -20,7 +20,7 @@ mod view;
 
 pub(crate) use frame::{run_in_frame, FrameRun};
 pub use pending::{start, wait, PendState, Pending, Waited};
-pub(crate) use store::{debugger_thread, in_its_image};
+pub(crate) use store::debugger_thread;
 pub use store::{end_session, pending_lines, Debuggers};
 pub use view::{outcome_output, read_debugger, render_debugger, DebuggerInfo};
 

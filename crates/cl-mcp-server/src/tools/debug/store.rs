@@ -32,29 +32,37 @@ impl Default for Debuggers {
     }
 }
 
-/// `ctx` addressed to the image pending debugger `p` runs in.
-pub(crate) fn in_its_image(ctx: &ToolContext, p: &Pending) -> Result<ToolContext, ToolError> {
+/// Pending debugger `id` (default: the newest), and `ctx` addressed to the
+/// image it runs in (whatever the call's own `image` said).
+pub(crate) fn find_in_its_image(
+    ctx: &ToolContext,
+    id: Option<u64>,
+) -> Result<(Arc<Pending>, ToolContext), ToolError> {
+    let p = ctx.state.debuggers.find(id)?;
     let name = match &p.image {
         Some(name) => name.clone(),
         None => ctx.session.first_image_name(),
     };
-    ctx.for_image(&name)
-        .map_err(|e| ToolError::Debugger(format!("Debugger {}: {e}", p.id)))
+    let ctx = ctx
+        .for_image(&name)
+        .map_err(|e| ToolError::Debugger(format!("Debugger {}: {e}", p.id)))?;
+    Ok((p, ctx))
 }
 
-/// Pending debugger `id` (default: the newest) and its Swank thread, which
-/// serves requests inside the debugger's dynamic extent; marks it touched.
+/// Pending debugger `id` (default: the newest) with `ctx` addressed to its
+/// image, and its Swank thread, which serves requests inside the
+/// debugger's dynamic extent; marks it touched.
 pub(crate) fn debugger_thread(
     ctx: &ToolContext,
     id: Option<u64>,
-) -> Result<(Arc<Pending>, i64), ToolError> {
-    let p = ctx.state.debuggers.find(id)?;
+) -> Result<(Arc<Pending>, ToolContext, i64), ToolError> {
+    let (p, ctx) = find_in_its_image(ctx, id)?;
     p.touch();
     let thread = p
         .state()
         .thread
         .ok_or_else(|| ToolError::Debugger("The evaluation is not in the debugger.".into()))?;
-    Ok((p, thread))
+    Ok((p, ctx, thread))
 }
 
 impl Debuggers {
