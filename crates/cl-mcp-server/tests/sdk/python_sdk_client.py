@@ -475,6 +475,11 @@ async def several_images(binary: str, base: str) -> None:
         ]:
             bad = await client.call_tool("image-start", args)
             assert bad.is_error and says in text_of(bad), (args, bad)
+        # Past its wait, a start goes on: `ready` false, said, and it can be stopped.
+        r = await call(client, "image-start", {"lisp": "clisp", "name": "clisp-3", "timeoutSeconds": 0.001})
+        assert not r.structured_content["ready"], r.structured_content
+        assert "is still starting" in text_of(r), text_of(r)
+        await call(client, "image-stop", {"name": "clisp-3"})
         await call(client, "image-stop", {"name": "ecl"})
         gone = await client.call_tool("evaluate-lisp", {"code": "1", "image": "ecl"})
         assert gone.is_error and "no image named \"ecl\"" in text_of(gone), gone
