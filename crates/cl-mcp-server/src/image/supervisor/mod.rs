@@ -261,16 +261,6 @@ impl Image {
     pub fn mode(&self) -> ImageMode {
         self.inner.mode
     }
-
-    /// The server's cache directory (`--cache-dir`, else the user's).
-    pub fn cache_dir(&self) -> std::path::PathBuf {
-        self.inner
-            .config
-            .cache_dir
-            .clone()
-            .unwrap_or_else(crate::image::core_cache::default_cache_dir)
-    }
-
     /// Waits until the image is up (starting it if needed).
     pub async fn ready(&self) -> Result<(), ImageError> {
         self.live().await.map(|_| ())

@@ -31,9 +31,12 @@ pub fn system_segment(system: &str) -> String {
 }
 
 /// The directory holding every coverage report of the session's project
-/// (`<cache>/coverage/<project key>/`).
+/// (`<cache>/coverage/<project key>/`). Starts no image (`resources/list`
+/// asks too).
 pub fn project_reports(session: &Session) -> PathBuf {
-    core_cache::coverage_dir(&session.image().cache_dir(), &session.project_root())
+    let cache = session.config.image.cache_dir.clone();
+    let cache = cache.unwrap_or_else(core_cache::default_cache_dir);
+    core_cache::coverage_dir(&cache, &session.project_root())
 }
 
 /// The `lisp://` URI of a report page.
