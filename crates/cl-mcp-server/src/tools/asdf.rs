@@ -143,8 +143,9 @@ struct TestArgs {
     timeout_seconds: Option<f64>,
     /// Run in an image of each Lisp at once (`all`: every one installed).
     lisps: Option<LispsArg>,
-    /// SBCL: rebuild the project's files instrumented (sb-cover), report
-    /// what the tests left unrun, then build normally again.
+    // SBCL: rebuild the project's files instrumented (sb-cover), report
+    // what the tests left unrun, then build normally again. No doc
+    // comment: the tool's description says it (the schema budget).
     coverage: Option<bool>,
 }
 
@@ -712,8 +713,8 @@ pub fn tools() -> Vec<ToolDef> {
             ToolGroup::Asdf,
             "Run a system's tests",
             "Run `asdf:test-system` (never waits for input): counts, each failed check (FiveAM, \
-             Fiasco: expected/actual at its line); `test` runs one test or suite; `force` rebuilds; \
-             `coverage` (SBCL) adds each file's covered share and the lines never run.",
+             Fiasco: expected/actual at its line); `force` rebuilds; `coverage` (SBCL): lines \
+             never run.",
             Annotations::MUTATING,
             |a: TestArgs, ctx: ToolContext| async move {
                 let c = ctx.clone();
