@@ -99,7 +99,7 @@ its test systems) rebuilt instrumented after their dependencies load as
 usual, the tests run, sb-cover's report written into DIRECTORY, then the
 coverage data reset and the instrumented fasls deleted (the code loaded
 stays until the next load, which compiles the files normally). Adds
-:coverage (:index P :files ((:path P :expressions (COVERED TOTAL)
+:coverage (:index P-or-NIL (NIL: no file to measure, no report written) :files ((:path P :expressions (COVERED TOTAL)
 :branches (COVERED TOTAL) :uncovered ((:line N :end-line N :kind
 \"not-executed\"|\"one-branch\") ...) :more N) ...)) to the run's plist,
 or answers :error COVERAGE-UNSUPPORTED where this Lisp cannot measure."
@@ -119,7 +119,8 @@ or answers :error COVERAGE-UNSUPPORTED where this Lisp cannot measure."
       (unwind-protect
            (let* ((run (run-test-system name :test test :id id :max-output max-output
                                               :coverage-systems systems))
-                  (report (coverage-report directory (coverage-source-files systems))))
+                  (files (coverage-source-files systems))
+                  (report (and files (coverage-report directory files))))
              (append run
                      (list :coverage
                            (list :index (getf report :index)

@@ -787,8 +787,11 @@ while it runs), so the lines named are the lines the pages colour."
                      (and true (member true files :test #'string=) t)))))
     (unless (sb-int:encapsulated-p print-report 'cl-mcp-coverage)
       (sb-int:encapsulate print-report 'cl-mcp-coverage #'capture-coverage-page))
+    ;; REPORT returns NIL when no file had data, having written an index
+    ;; that says so: the index is the page written.
     (let ((index (let ((*error-output* (make-broadcast-stream)))
-                   (cover-call "REPORT" directory :if-matches wanted))))
+                   (cover-call "REPORT" directory :if-matches wanted)
+                   (probe-file (merge-pathnames "cover-index.html" directory)))))
       (flet ((share (count) (list (funcall ok count) (funcall all count))))
         (list :index (and index (namestring index))
               :files (sort (loop for (file counts states source) in (car *coverage-pages*)

@@ -372,7 +372,7 @@ async fn test_one(a: TestArgs, ctx: ToolContext) -> ToolOutput {
         matrix: None,
         coverage: report_dir.as_ref().and_then(|d| {
             let c = v.plist_get("coverage").filter(|c| !c.is_nil())?;
-            Some(coverage::CoverageOutput::from_plist(c, &root, &a.system, d))
+            coverage::CoverageOutput::from_plist(c, &root, &a.system, d)
         }),
     };
     let mut text = render_test_run(&a, &out, &v, &root, timeout);

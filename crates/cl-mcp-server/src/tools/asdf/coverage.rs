@@ -148,8 +148,10 @@ pub struct CoverageOutput {
 }
 
 impl CoverageOutput {
-    /// From the run's `:coverage` plist (`test-system-with-coverage`).
-    pub fn from_plist(v: &Value, root: &Path, system: &str, dir: &Path) -> CoverageOutput {
+    /// From the run's `:coverage` plist (`test-system-with-coverage`);
+    /// `None` when no report was written (no file of the system to measure).
+    pub fn from_plist(v: &Value, root: &Path, system: &str, dir: &Path) -> Option<CoverageOutput> {
+        plist_str(v, "index")?;
         let files = plist_items(v, "files", |f| CoveredFile {
             path: fs_paths::display_path(
                 root,
@@ -164,18 +166,22 @@ impl CoverageOutput {
             }),
             more_uncovered: plist_i64(f, "more").unwrap_or(0),
         });
-        CoverageOutput {
+        Some(CoverageOutput {
             files,
             report_path: dir.join(INDEX_PAGE).display().to_string(),
             report_uri: page_uri(system, INDEX_PAGE),
-        }
+        })
     }
 
     /// The answer's coverage part: a line per file, then the uncovered
     /// ranges as `path:line` (or `path:first-last`) lines.
     pub fn render(&self) -> String {
         if self.files.is_empty() {
-            return "Coverage: no file of the system was measured (did its build fail?)".into();
+            return format!(
+                "Coverage: no file of the system was measured (the run ended before they \
+                 loaded?); report {} ({})",
+                self.report_uri, self.report_path
+            );
         }
         let mut text = format!(
             "Coverage (sb-cover) of {} file{}; report {} ({})",
