@@ -700,3 +700,104 @@ coarse: milliseconds apart at best)."
                        (+ (* seconds 1000000) (floor nanoseconds 1000)))
   #-(and sbcl linux) (round (* 1000000 (get-internal-real-time))
                             internal-time-units-per-second))
+
+;;; Coverage (asdf-test-system's coverage: true): SBCL's sb-cover, required
+;;; when first asked for (not in the core: most sessions never measure).
+;;; The one place that reads sb-cover's internals, by name at run time.
+
+(defun coverage-unsupported-reason ()
+  "NIL where this Lisp can measure coverage, else why not, naming the Lisp."
+  #+sbcl (handler-case (progn (require :sb-cover) nil)
+           (error (e) (format nil "SBCL could not load sb-cover: ~A" e)))
+  #-sbcl (format nil "coverage needs SBCL's sb-cover; ~A ~A has no coverage tool ~
+                      (run it in an SBCL image)"
+                 (lisp-implementation-type) (lisp-implementation-version)))
+
+(defun call-with-coverage-policy (thunk)
+  "Call THUNK with code compiled in this thread instrumented for coverage
+(the STORE-COVERAGE-DATA policy at 3), the global policy untouched: the
+proclamation changes only this thread's binding of the policy."
+  #+sbcl (let ((sb-c::*policy* sb-c::*policy*))
+           (proclaim '(optimize (sb-c:store-coverage-data 3)))
+           (funcall thunk))
+  #-sbcl (funcall thunk))
+
+(defun cover-call (name &rest args)
+  "Call sb-cover's function NAME (loaded at run time, so not read here)."
+  (apply (find-symbol name "SB-COVER") args))
+
+(defun reset-coverage-data ()
+  "Forget every coverage record and mark (sb-cover's RESET-COVERAGE and
+CLEAR-COVERAGE), so a run counts only what it executed."
+  #+sbcl (when (find-package "SB-COVER")
+           (cover-call "RESET-COVERAGE")
+           (cover-call "CLEAR-COVERAGE")))
+
+(defun keep-coverage-marks ()
+  "Copy the coverage marks of the code loaded so far into sb-cover's
+records (its REFRESH-COVERAGE-INFO). A file's top-level forms run once
+from code nothing keeps, and sb-cover forgets the marks of code the
+collector frees: kept right after each file loads, they count."
+  #+sbcl (when (find-package "SB-COVER")
+           (cover-call "REFRESH-COVERAGE-INFO")))
+
+(defvar *coverage-pages* nil
+  "While COVERAGE-REPORT runs in a thread, a list (in a box) gathering the
+per-file data sb-cover's report computes for each page it writes.")
+
+#+sbcl
+(defun capture-coverage-page (original html file counts states source)
+  "Around sb-cover's PRINT-REPORT: keep FILE's COUNTS, STATES (the state of
+each character of SOURCE as the page colours it) and SOURCE."
+  (when *coverage-pages*
+    (push (list file counts states source) (car *coverage-pages*)))
+  (funcall original html file counts states source))
+
+(defun coverage-line-kinds (states source)
+  "The lines of SOURCE the report colours as not run: ((LINE KIND) ...),
+KIND :NOT-EXECUTED where a non-blank character is in code never executed
+(sb-cover's states 2, 10), else :ONE-BRANCH where a conditional took one
+way only (states 6, 9). Lines are 1-based."
+  (let ((lines '()) (line 1) (kind nil))
+    (flet ((finish ()
+             (when kind (push (list line kind) lines))
+             (setf kind nil)))
+      (loop for char across source
+            for state across states
+            do (cond ((char= char #\Newline) (finish) (incf line))
+                     ((member char '(#\Space #\Tab)))
+                     ((member state '(2 10)) (setf kind :not-executed))
+                     ((and (member state '(6 9)) (null kind)) (setf kind :one-branch))))
+      (finish))
+    (nreverse lines)))
+
+(defun coverage-report (directory files)
+  "Write sb-cover's HTML report of FILES (truenames' namestrings) into
+DIRECTORY and return (:index P :files ((:path P :expressions (COVERED
+TOTAL) :branches (COVERED TOTAL) :lines ((LINE KIND) ...)) ...)), from the
+data the report itself computes for each page (its PRINT-REPORT, wrapped
+while it runs), so the lines named are the lines the pages colour."
+  #+sbcl
+  (let* ((print-report (find-symbol "PRINT-REPORT" "SB-COVER"))
+         (ok (find-symbol "OK-OF" "SB-COVER"))
+         (all (find-symbol "ALL-OF" "SB-COVER"))
+         (*coverage-pages* (list nil))
+         (wanted (lambda (file)
+                   (let ((true (ignore-errors (namestring (truename file)))))
+                     (and true (member true files :test #'string=) t)))))
+    (unless (sb-int:encapsulated-p print-report 'cl-mcp-coverage)
+      (sb-int:encapsulate print-report 'cl-mcp-coverage #'capture-coverage-page))
+    ;; REPORT returns NIL when no file had data, having written an index
+    ;; that says so: the index is the page written.
+    (let ((index (let ((*error-output* (make-broadcast-stream)))
+                   (cover-call "REPORT" directory :if-matches wanted)
+                   (probe-file (merge-pathnames "cover-index.html" directory)))))
+      (flet ((share (count) (list (funcall ok count) (funcall all count))))
+        (list :index (and index (namestring index))
+              :files (sort (loop for (file counts states source) in (car *coverage-pages*)
+                                 collect (list :path (namestring (truename file))
+                                               :expressions (share (getf counts :expression))
+                                               :branches (share (getf counts :branch))
+                                               :lines (coverage-line-kinds states source)))
+                           #'string< :key #'second)))))
+  #-sbcl (progn directory files (list :index nil :files nil)))

@@ -273,13 +273,22 @@ expression in the same test (the next check of that form)."
                                  (list :expr (ignore-errors (form-shape (getf r :expr)))))
                                (list :nth (1- (incf (gethash key seen 0))))))))))
 
-(defun test-system (name &key test force id (max-output 50000))
+(defun test-system (name &key test force coverage id (max-output 50000))
+  "RUN-TEST-SYSTEM, or with COVERAGE (a directory for the HTML report),
+TEST-SYSTEM-WITH-COVERAGE (coverage.lisp)."
+  (if coverage
+      (test-system-with-coverage name coverage :test test :id id :max-output max-output)
+      (run-test-system name :test test :force force :id id :max-output max-output)))
+
+(defun run-test-system (name &key test force coverage-systems id (max-output 50000))
   "Run (ASDF:TEST-SYSTEM NAME) with output captured (standard input is at
 end-of-file, so it never waits). With TEST (a FiveAM test or suite name),
 the systems' test actions are skipped (their dependencies still loaded)
 and only that test runs (a TEST that names none gives the :error
 (:type \"UNKNOWN-TEST\" :message S), S naming the nearest tests). FORCE
-rebuilds the system and its test systems (SYSTEMS-UNDER). Returns (:system
+rebuilds the system and its test systems (SYSTEMS-UNDER);
+COVERAGE-SYSTEMS rebuilds those instrumented for coverage (their
+dependencies first loaded as usual, see coverage.lisp). Returns (:system
 S :success T-or-NIL :outcome \"passed\"|\"failed\"|\"error\"|\"unknown\"
 :summary NIL-or-(:framework S :passed N :failed N :skipped N) :failures
 (TEST-FAILURES' plists) :source-files (P...) :diagnostics (...) :warnings-p :failure-p :failed :stdout S :stderr S
@@ -289,7 +298,7 @@ read from the tail of the output (frameworks.lisp). :success is T only for
 the outcome \"passed\": no error, a recognised result and no failed check;
 output no reader recognises is \"unknown\"."
   (when (null (ignore-errors (asdf:find-system (string-downcase (string name)) nil)))
-    (return-from test-system
+    (return-from run-test-system
       (list :system (string-downcase (string name)) :success nil :outcome "error" :summary nil
             :failures nil :diagnostics nil :warnings-p nil :failure-p t :failed nil
             :stdout "" :stderr "" :elapsed-ms 0
@@ -312,9 +321,14 @@ output no reader recognises is \"unknown\"."
                        (lambda ()
                          (call-copying-output
                           (lambda ()
-                            (if force
-                                (asdf:test-system name :force (systems-under name))
-                                (asdf:test-system name))
+                            (cond (coverage-systems
+                                   (load-dependencies-plainly coverage-systems)
+                                   (call-with-coverage-policy
+                                    (lambda ()
+                                      (asdf:test-system name :force coverage-systems))))
+                                  (force
+                                   (asdf:test-system name :force (systems-under name)))
+                                  (t (asdf:test-system name)))
                             (when test
                               (let ((*skip-test-perform* nil))
                                 (setf unknown (run-named-test test)))))

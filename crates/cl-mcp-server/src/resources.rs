@@ -3,7 +3,10 @@
 //! `lisp://` resources: `lisp://image/info`, and the templates
 //! `lisp://package/{name}`, `lisp://symbol/{package}/{name}`,
 //! `lisp://system/{name}` (read through the same code as the tools, with
-//! completion of their variables from the image).
+//! completion of their variables from the image), and the coverage
+//! reports (`coverage.rs`).
+
+mod coverage;
 
 use std::path::Path;
 use std::sync::{Arc, OnceLock};
@@ -97,6 +100,7 @@ pub fn list(session: &Session, cursor: Option<&str>) -> Result<Value, ResourceEr
         resources.push(json!({"uri": "lisp://image/info", "name": "Lisp image",
             "description": "The session's Lisp image: implementation, version, pid, uptime, features, loaded systems.",
             "mimeType": "text/plain"}));
+        resources.extend(coverage::listed(session));
     }
     resources.extend(files.iter().skip(start).take(PAGE).map(|p| {
         let rel = p
@@ -127,7 +131,7 @@ pub fn read_file_uri(session: &Session, uri: &str) -> Result<Value, ResourceErro
 
 /// The `lisp://` resource templates.
 pub fn templates() -> Value {
-    json!([
+    let mut all = json!([
         {"uriTemplate": "lisp://package/{name}", "name": "Lisp package",
          "description": "A package of the live image: nicknames, used packages, documentation, external symbols.",
          "mimeType": "text/plain"},
@@ -137,7 +141,11 @@ pub fn templates() -> Value {
         {"uriTemplate": "lisp://system/{name}", "name": "ASDF system",
          "description": "An ASDF system: version, description, author, license, dependencies, source file, loaded.",
          "mimeType": "text/plain"},
-    ])
+    ]);
+    if let Some(list) = all.as_array_mut() {
+        list.push(coverage::template());
+    }
+    all
 }
 
 /// Every tool, whatever `--tools` offers: resources read through them.
@@ -158,6 +166,9 @@ pub async fn read_lisp_uri(session: Arc<Session>, uri: &str) -> Result<Value, Re
         .strip_prefix("lisp://")
         .ok_or_else(|| ResourceError::Invalid(format!("Not a lisp:// URI: {uri}")))?;
     let parts: Vec<&str> = path.split('/').collect();
+    if let ["coverage", system, page] = parts.as_slice() {
+        return coverage::read(&session, uri, &uri_part(uri, system)?, page);
+    }
     let ctx = ToolContext::new(session, CancellationToken::new());
     let via_tool = |name: &'static str, args: Value| {
         let ctx = ctx.clone();
@@ -192,7 +203,8 @@ pub async fn read_lisp_uri(session: Arc<Session>, uri: &str) -> Result<Value, Re
         _ => {
             return Err(ResourceError::NotFound(format!(
                 "Unknown lisp:// resource {uri}: use lisp://image/info, lisp://package/NAME, \
-                 lisp://symbol/PACKAGE/NAME or lisp://system/NAME"
+                 lisp://symbol/PACKAGE/NAME, lisp://system/NAME or \
+                 lisp://coverage/SYSTEM/index.html"
             )))
         }
     };

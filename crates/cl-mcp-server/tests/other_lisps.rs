@@ -243,6 +243,19 @@ fn session(name: &str, impl_type: &str) {
     assert_eq!(r.structured["summary"]["passed"], 1, "{name}: {}", r.text);
     assert_eq!(r.structured["summary"]["failed"], 1, "{name}: {}", r.text);
     assert!(r.text.contains("FAILS-ON-PURPOSE"), "{name}: {}", r.text);
+    // Coverage is SBCL's sb-cover: refused before the run, naming the Lisp.
+    let r = call(
+        &mut s,
+        15,
+        "asdf-test-system",
+        json!({"system": "olsys", "coverage": true}),
+    );
+    assert!(
+        r.is_error && r.text.contains("sb-cover") && r.text.contains(impl_type),
+        "{name}: {}",
+        r.text
+    );
+    assert!(r.structured.get("coverage").is_none(), "{name}: {}", r.text);
 
     // code-find on the loaded system: the source file under the root
     // (CLISP records the fasl ASDF loaded; impl-clisp.lisp maps it back).

@@ -81,6 +81,10 @@ fn official_python_sdk_connects_lists_and_calls() {
         "{stdout}"
     );
     assert!(
+        stdout.contains("coverage: calc.lisp:6 not executed; report"),
+        "{stdout}"
+    );
+    assert!(
         stdout.contains("several images: matrix of sbcl, ecl, clisp"),
         "{stdout}"
     );

@@ -488,6 +488,27 @@ fn a_confined_image_cannot_change_what_later_images_load() {
         "{}",
         r.text
     );
+    // sb-cover's reports: into the project's own coverage dir, not another's.
+    let own = std::fs::read_dir(cache.join("coverage"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| {
+            p.file_name()
+                .unwrap()
+                .to_string_lossy()
+                .starts_with("root-")
+        })
+        .expect("the project's coverage dir, made at the start");
+    let other = cache.join("coverage").join("other-0000000000000000");
+    std::fs::create_dir_all(&other).unwrap();
+    let r = eval(&mut s, 8, &write_form(&own.join("report.html")));
+    assert!(!r.is_error, "{}", r.text);
+    let r = eval(&mut s, 9, &write_form(&other.join("report.html")));
+    assert!(
+        r.is_error && r.text.contains("Permission denied"),
+        "{}",
+        r.text
+    );
     drop(s);
 
     // Unconfined, the image can change the core; the next start finds it

@@ -32,6 +32,7 @@ const EMBEDDED: &[(&str, &str)] = &[
     ("build.lisp", include_str!("../../lisp/build.lisp")),
     ("systems.lisp", include_str!("../../lisp/systems.lisp")),
     ("test-run.lisp", include_str!("../../lisp/test-run.lisp")),
+    ("coverage.lisp", include_str!("../../lisp/coverage.lisp")),
     ("inspector.lisp", include_str!("../../lisp/inspector.lisp")),
     ("trace.lisp", include_str!("../../lisp/trace.lisp")),
     ("profiler.lisp", include_str!("../../lisp/profiler.lisp")),

@@ -173,6 +173,8 @@ pub struct Places<'a> {
     pub cache: &'a Path,
     /// The project's fasl directory inside the cache: writable.
     pub fasl: &'a Path,
+    /// The project's coverage reports inside the cache: writable.
+    pub coverage: &'a Path,
     pub lisp: &'a Path,
     pub swank_loader: Option<&'a Path>,
 }
@@ -256,9 +258,14 @@ fn xdg(var: &str, fallback: &str) -> Option<PathBuf> {
 /// cores, Swank's fasls and their manifests: what every later image loads)
 /// nor ASDF's shared fasl cache or Quicklisp's directory (what every Lisp
 /// of the user loads): only the project's own fasl directory there, where
-/// the image's ASDF and `lisp-compile-file` put their output.
+/// the image's ASDF and `lisp-compile-file` put their output, and its
+/// coverage directory, where `sb-cover` writes its HTML report.
 pub fn write_dirs(cfg: &SandboxConfig, places: &Places) -> Vec<PathBuf> {
-    let mut dirs = vec![places.root.to_path_buf(), places.fasl.to_path_buf()];
+    let mut dirs = vec![
+        places.root.to_path_buf(),
+        places.fasl.to_path_buf(),
+        places.coverage.to_path_buf(),
+    ];
     dirs.push(std::env::temp_dir());
     dirs.push(PathBuf::from("/dev/shm"));
     dirs.extend(cfg.allow_write.iter().cloned());

@@ -21,6 +21,7 @@ use super::lisp_call::{
 use super::output::DEFAULT_MAX_OUTPUT;
 use super::{cap_output, tool, Annotations, ToolContext, ToolDef, ToolGroup, ToolOutput};
 
+pub mod coverage;
 mod matrix;
 mod test_locations;
 
@@ -142,6 +143,10 @@ struct TestArgs {
     timeout_seconds: Option<f64>,
     /// Run in an image of each Lisp at once (`all`: every one installed).
     lisps: Option<LispsArg>,
+    // SBCL: rebuild the project's files instrumented (sb-cover), report
+    // what the tests left unrun, then build normally again. No doc
+    // comment: the tool's description says it (the schema budget).
+    coverage: Option<bool>,
 }
 
 /// Pass/fail counts: of checks, from the framework's own results (FiveAM,
@@ -233,9 +238,19 @@ struct TestOutput {
     /// passed; failures and diagnostics are per Lisp, here).
     #[serde(skip_serializing_if = "Option::is_none")]
     matrix: Option<Matrix>,
+    /// With `coverage: true`: each file's covered share, the lines never
+    /// run, and the HTML report.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    coverage: Option<coverage::CoverageOutput>,
 }
 
 async fn asdf_test_system(a: TestArgs, ctx: ToolContext) -> ToolOutput {
+    if a.coverage == Some(true) && a.lisps.is_some() {
+        return ToolOutput::error(
+            "coverage: true measures in one SBCL image (sb-cover); it cannot go with `lisps`. \
+             Run the matrix without coverage, and coverage without `lisps` in an SBCL session.",
+        );
+    }
     match a.lisps.clone() {
         Some(lisps) => test_matrix(a, &lisps, ctx).await,
         None => test_one(a, ctx).await,
@@ -280,6 +295,7 @@ async fn test_matrix(a: TestArgs, lisps: &LispsArg, ctx: ToolContext) -> ToolOut
         elapsed_ms: started.elapsed().as_millis() as i64,
         error: None,
         matrix: Some(m),
+        coverage: None,
     };
     ToolOutput::structured(text, serde_json::to_value(out).unwrap_or_default()).with_error(!success)
 }
@@ -295,6 +311,16 @@ async fn test_one(a: TestArgs, ctx: ToolContext) -> ToolOutput {
     }
     if a.force == Some(true) {
         keys.push(("force", Value::t()));
+    }
+    let report_dir = match a.coverage {
+        Some(true) => match coverage::fresh_report_dir(&ctx.session, &a.system) {
+            Ok(d) => Some(d),
+            Err(e) => return ToolOutput::error(e),
+        },
+        _ => None,
+    };
+    if let Some(d) = &report_dir {
+        keys.push(("coverage", Value::string(format!("{}/", d.display()))));
     }
     let form = helper_form("test-system", vec![Value::string(a.system.clone())], keys);
     let what = format!("asdf-test-system {}", a.system);
@@ -344,8 +370,16 @@ async fn test_one(a: TestArgs, ctx: ToolContext) -> ToolOutput {
         elapsed_ms: build.elapsed_ms,
         error: build.error.clone(),
         matrix: None,
+        coverage: report_dir.as_ref().and_then(|d| {
+            let c = v.plist_get("coverage").filter(|c| !c.is_nil())?;
+            coverage::CoverageOutput::from_plist(c, &root, &a.system, d)
+        }),
     };
-    let text = render_test_run(&a, &out, &v, &root, timeout);
+    let mut text = render_test_run(&a, &out, &v, &root, timeout);
+    if let Some(c) = &out.coverage {
+        text.push_str("\n\n");
+        text.push_str(&c.render());
+    }
     let is_error = !out.success;
     ToolOutput::structured(text, serde_json::to_value(out).unwrap_or_default()).with_error(is_error)
 }
@@ -366,8 +400,11 @@ fn render_test_run(
         Some(t) => format!("Test {t} of {}", a.system),
         None => format!("Tests of {}", a.system),
     };
-    if let Some(message) = unknown_test_message(v) {
+    if let Some(message) = refusal_message(v, "UNKNOWN-TEST") {
         return format!("{what}: no such test. {message}");
+    }
+    if let Some(message) = refusal_message(v, "COVERAGE-UNSUPPORTED") {
+        return format!("{what} not run: {message}.");
     }
     let mut text = match &out.summary {
         Some(s) => format!(
@@ -456,11 +493,12 @@ fn render_test_run(
     text
 }
 
-/// The message of a run refused for an unknown test name (with the nearest
-/// names), if that is what ended it.
-fn unknown_test_message(v: &Value) -> Option<String> {
+/// The message of a run refused before it ran, if that is what ended it:
+/// `UNKNOWN-TEST` (an unknown test name, with the nearest names) or
+/// `COVERAGE-UNSUPPORTED` (coverage asked of a Lisp without sb-cover).
+fn refusal_message(v: &Value, kind: &str) -> Option<String> {
     let e = v.plist_get("error").filter(|e| !e.is_nil())?;
-    (plist_str(e, "type").as_deref() == Some("UNKNOWN-TEST"))
+    (plist_str(e, "type").as_deref() == Some(kind))
         .then(|| plist_str(e, "message").unwrap_or_default())
 }
 
@@ -675,7 +713,8 @@ pub fn tools() -> Vec<ToolDef> {
             ToolGroup::Asdf,
             "Run a system's tests",
             "Run `asdf:test-system` (never waits for input): counts, each failed check (FiveAM, \
-             Fiasco: expected/actual at its line); `test` runs one test or suite; `force` rebuilds.",
+             Fiasco: expected/actual at its line); `force` rebuilds; `coverage` (SBCL): lines \
+             never run.",
             Annotations::MUTATING,
             |a: TestArgs, ctx: ToolContext| async move {
                 let c = ctx.clone();

@@ -7,7 +7,8 @@ any failure.
 
 Given a Swank address, it also attaches to that image (the user's) and
 takes over an application thread waiting in the debugger. It also runs a
-FiveAM project's tests in a project of their own.
+FiveAM project's tests in a project of their own, and measures a project's
+coverage (its HTML report read back and parsed).
 
 Usage: python3 python_sdk_client.py /path/to/cl-mcp-server project-root [http-url [swank-address]]
 """
@@ -16,6 +17,7 @@ import asyncio
 import os
 import sys
 import tempfile
+from html.parser import HTMLParser
 
 import jsonschema
 
@@ -396,6 +398,101 @@ async def test_run(binary: str, base: str) -> None:
     print(f"test run: {len(text)} bytes, failures at their checks, nearest names, force")
 
 
+COVERAGE_FILES = {
+    "calc.asd": """(defsystem "calc"
+  :components ((:file "calc"))
+  :in-order-to ((test-op (test-op "calc/tests"))))
+(defsystem "calc/tests"
+  :depends-on ("calc" "fiveam")
+  :components ((:file "calc-tests"))
+  :perform (test-op (o c) (symbol-call :fiveam :run! :calc)))
+""",
+    "calc.lisp": """(defpackage :calc (:use :cl) (:export #:half #:unused))
+(in-package :calc)
+(defun half (x)
+  (/ x 2))
+(defun unused (x)
+  (list x x))
+""",
+    "calc-tests.lisp": """(defpackage :calc-tests (:use :cl :fiveam))
+(in-package :calc-tests)
+(def-suite :calc)
+(in-suite :calc)
+(test halves (is (= 2 (calc:half 4))))
+""",
+}
+
+
+class CoverageHtml(HTMLParser):
+    """What a coverage page shows: its tables' classes, its heading, and
+    each link's text with its target."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tables: list = []
+        self.rows = 0
+        self.links: dict = {}
+        self.heading = ""
+        self._href = None
+        self._in_h3 = False
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        if tag == "table":
+            self.tables.append(a.get("class"))
+        elif tag == "tr" and a.get("class") in ("odd", "even"):
+            self.rows += 1
+        elif tag == "a":
+            self._href = a.get("href")
+        elif tag == "h3":
+            self._in_h3 = True
+
+    def handle_endtag(self, tag):
+        if tag == "a":
+            self._href = None
+        elif tag == "h3":
+            self._in_h3 = False
+
+    def handle_data(self, data):
+        if self._href:
+            self.links[data.strip()] = self._href
+        if self._in_h3:
+            self.heading += data
+
+
+def parsed(html: str) -> CoverageHtml:
+    page = CoverageHtml()
+    page.feed(html)
+    return page
+
+
+async def coverage(binary: str, base: str) -> None:
+    """A project's coverage as an agent asks for it: the lines never run
+    (the SDK validates the result), the HTML report read as resources and
+    parsed: the index's table names the file and links to its page."""
+    root = os.path.join(base, "calc")
+    target = project_server(binary, root, COVERAGE_FILES)
+    async with Client(target, mode="legacy", read_timeout_seconds=300) as client:
+        r = await call(client, "asdf-test-system", {"system": "calc", "coverage": True})
+        c = r.structured_content["coverage"]
+        src = next(f for f in c["files"] if f["path"] == "calc.lisp")
+        assert src["uncovered"] == [{"line": 6, "endLine": 6, "kind": "not-executed"}], src
+        assert "calc.lisp:6: not executed" in text_of(r), text_of(r)
+        res = await client.read_resource(c["reportUri"])
+        index = res.contents[0]
+        assert index.mime_type == "text/html", index
+        page = parsed(index.text)
+        assert "summary" in page.tables and page.rows == 2, (page.tables, page.rows)
+        link = page.links["calc.lisp"]
+        res = await client.read_resource(f"lisp://coverage/calc/{link}")
+        file_page = parsed(res.contents[0].text)
+        assert os.path.join(root, "calc.lisp") in file_page.heading, file_page.heading
+        assert "summary" in file_page.tables, file_page.tables
+        listed = await client.list_resources()
+        assert any(str(x.uri) == c["reportUri"] for x in listed.resources), listed
+    print(f"coverage: calc.lisp:6 not executed; report {len(index.text)} bytes parsed, file page linked")
+
+
 PORTAB_FILES = {
     "portab.asd": """(defsystem "portab"
   :components ((:file "portab"))
@@ -499,6 +596,7 @@ async def main() -> None:
         await cold_start(binary, os.path.join(cold, "sbcl"), "sbcl")
     with tempfile.TemporaryDirectory() as base:
         await test_run(binary, base)
+        await coverage(binary, base)
         await several_images(binary, base)
     stdio = StdioServerParameters(command=binary, args=["--project-root", root])
     await run(stdio, "stdio", "auto")  # probes server/discover: the stateless era

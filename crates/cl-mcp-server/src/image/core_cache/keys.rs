@@ -44,6 +44,13 @@ pub fn project_key(root: &Path) -> String {
     format!("{name}-{hash:016x}")
 }
 
+/// Where `asdf-test-system`'s coverage reports of the project at `root`
+/// go: `<cache>/coverage/<project_key>/`, one directory per system. The
+/// image may write there (the sandbox grants it), as in its fasl dir.
+pub fn coverage_dir(cache: &Path, root: &Path) -> PathBuf {
+    cache.join("coverage").join(project_key(root))
+}
+
 impl CoreCache {
     /// Computes the keys (no files are touched). `quicklisp` is a
     /// `setup.lisp` to load before the helpers.

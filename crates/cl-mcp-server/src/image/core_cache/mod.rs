@@ -54,7 +54,7 @@ pub use build::Built;
 pub use check::{check_plan, CHECK_TIMEOUT};
 pub use cleanup::remove_entry;
 pub use files::private_dir;
-pub use keys::{default_cache_dir, project_key};
+pub use keys::{coverage_dir, default_cache_dir, project_key};
 
 /// What to run to start an image.
 #[derive(Debug, Clone)]

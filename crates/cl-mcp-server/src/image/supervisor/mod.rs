@@ -261,7 +261,6 @@ impl Image {
     pub fn mode(&self) -> ImageMode {
         self.inner.mode
     }
-
     /// Waits until the image is up (starting it if needed).
     pub async fn ready(&self) -> Result<(), ImageError> {
         self.live().await.map(|_| ())

@@ -187,11 +187,21 @@ impl Image {
                     cache.display()
                 ))
             })?;
+        let coverage = core_cache::coverage_dir(&cache, &root);
+        core_cache::private_dir(&cache.join("coverage"))
+            .and_then(|_| core_cache::private_dir(&coverage))
+            .map_err(|e| {
+                ImageError::StartFailed(format!(
+                    "cannot prepare the coverage directory under {}: {e}",
+                    cache.display()
+                ))
+            })?;
         let debian_loader = Path::new(locate::DEBIAN_SWANK_LOADER);
         let places = sandbox::Places {
             root: &root,
             cache: &cache,
             fasl: &fasl_dir,
+            coverage: &coverage,
             lisp: &plan.lisp,
             swank_loader: self
                 .inner
