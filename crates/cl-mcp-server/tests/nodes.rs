@@ -53,6 +53,7 @@ fn agents_survive_a_node_killed_behind_haproxy() {
         "forged key: lost",
         "a name refused in the stateless era",
         "Mcp-Param-Image checked against the argument",
+        "legacy session pinned to its node",
         "image lost: The image node-",
         "\"lost\": ",
     ] {

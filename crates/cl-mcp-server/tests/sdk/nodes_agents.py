@@ -197,6 +197,34 @@ async def refusals(proxy, nodes, handle):
     print("Mcp-Param-Image checked against the argument")
 
 
+async def legacy_session(proxy):
+    """A legacy session through the proxy: every request must reach the
+    node that answered its initialize (the stick table on Mcp-Session-Id),
+    or that node's session would be unknown elsewhere. Its images take
+    names as before, and handles."""
+    async with Client(proxy, mode="legacy", read_timeout_seconds=300) as client:
+        tools = {t.name: t for t in (await client.list_tools()).tools}
+        assert tools["evaluate-lisp"].input_schema["properties"]["image"]["x-mcp-header"] == "Image"
+        r = await client.call_tool("evaluate-lisp", {"code": "(defvar *pinned* 41)"})
+        assert not r.is_error, text_of(r)
+        for _ in range(6):
+            r = await client.call_tool("evaluate-lisp", {"code": "(incf *pinned*)"})
+            assert not r.is_error, text_of(r)
+        assert r.structured_content["values"] == ["47"], r.structured_content
+        r = await client.call_tool("image-start", {"lisp": "sbcl", "name": "second"})
+        assert not r.is_error, text_of(r)
+        handle = r.structured_content["image"]["handle"]
+        assert handle.split("/")[1].startswith("second~"), handle
+        for image in ["second", handle]:
+            r = await client.call_tool("evaluate-lisp", {"code": "(boundp '*pinned*)", "image": image})
+            assert r.structured_content["values"] == ["NIL"], r
+        r = await client.call_tool("image-list", {})
+        assert [i["name"] for i in r.structured_content["images"]] == ["sbcl", "second"], r.structured_content
+        r = await client.call_tool("image-stop", {"name": handle})
+        assert not r.is_error, text_of(r)
+    print("legacy session pinned to its node; names and handles both address its images")
+
+
 async def main():
     proxy, project, agents, steps = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
     nodes = {}
@@ -213,6 +241,7 @@ async def main():
         await halfway.acquire()
     first_nodes = {a.n: a.nodes[0] for a in crew}
     await refusals(proxy, nodes, crew[0].handle)
+    await legacy_session(proxy)
     victim = first_nodes[0]
     os.kill(nodes[victim][1], signal.SIGKILL)
     print(f"killed {victim} with {sum(1 for v in first_nodes.values() if v == victim)} agents' images")
