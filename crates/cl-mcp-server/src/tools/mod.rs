@@ -364,10 +364,14 @@ impl ToolContext {
         let resolved = self
             .session
             .resolve_image(given, self.stateless, &self.nodes_down);
+        // An image found gone was taken out of the session: forget its
+        // bookkeeping too (a wrong key leaves a live image's alone).
         if let (Err(crate::session::ImageChoiceError::Lost(_)), Some(h)) =
             (&resolved, crate::session::ImageHandle::parse(given))
         {
-            self.state.forget_image(&h.name);
+            if self.session.image_named(&h.name).is_err() {
+                self.state.forget_image(&h.name);
+            }
         }
         let target = resolved?;
         let mut ctx = self.clone();
