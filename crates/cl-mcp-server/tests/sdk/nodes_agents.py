@@ -77,7 +77,7 @@ class Agent:
     async def lisp(self, client, code):
         """Evaluates code in the agent's image; None when the image is lost."""
         r = await self.call(client, "evaluate-lisp", {"code": code, "image": self.handle})
-        if r.is_error and "is lost" in text_of(r):
+        if r.is_error and f"The image {self.handle} is lost" in text_of(r):
             self.lost += 1
             print(f"agent {self.n}: image lost: {text_of(r)}")
             return None
@@ -149,7 +149,7 @@ class Agent:
         r = await self.call(client, "image-stop", {"name": self.handle})
         assert not r.is_error, text_of(r)
         r = await client.call_tool("evaluate-lisp", {"code": "1", "image": self.handle})
-        assert r.is_error and "is lost" in text_of(r), text_of(r)
+        assert r.is_error and f"The image {self.handle} is lost" in text_of(r), text_of(r)
 
 
 async def refusals(proxy, nodes, handle):
@@ -185,7 +185,7 @@ async def refusals(proxy, nodes, handle):
     print(f"misrouted handle refused, naming {node}")
     forged = handle.rsplit("~", 1)[0] + "~" + "0" * 24
     status, r = await post(proxy, {**code, "image": forged}, forged)
-    assert r["result"]["isError"] and "is lost" in r["result"]["content"][0]["text"], r
+    assert r["result"]["isError"] and f"The image {forged} is lost" in r["result"]["content"][0]["text"], r
     print("forged key: lost")
     status, r = await post(proxy, {**code, "image": "sbcl-1"}, "sbcl-1")
     assert r["result"]["isError"] and "by its handle" in r["result"]["content"][0]["text"], r
