@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Installs what cl-mcp-server needs on a Debian machine: SBCL and Swank (the
-# Lisp image), the Lisp libraries and SBCL sources the tests read, and the
-# official MCP clients the client-compatibility tests drive (Python SDK in a
-# venv; Node, the TypeScript SDK, the MCP Inspector and the conformance suites
-# under target/js). Idempotent: does nothing that is already done. All output
+# Lisp image), the Lisp libraries and SBCL sources the tests read, HAProxy
+# (the many-nodes test and benchmark), and the official MCP clients the
+# client-compatibility tests drive (Python SDK in a venv; Node, the
+# TypeScript SDK, the MCP Inspector and the conformance suites under
+# target/js). Idempotent: does nothing that is already done. All output
 # goes to stderr.
 set -euo pipefail
 exec 1>&2
@@ -11,7 +12,7 @@ cd "$(dirname "$0")/.."
 
 DEBS=(sbcl cl-swank sbcl-source cl-alexandria cl-ppcre cl-yason cl-usocket
       cl-bordeaux-threads cl-hunchentoot cl-fiveam cl-fiasco cl-rt cl-ptester
-      cl-xlunit ecl clisp abcl python3-venv)
+      cl-xlunit ecl clisp abcl python3-venv haproxy)
 
 missing=()
 for p in "${DEBS[@]}"; do

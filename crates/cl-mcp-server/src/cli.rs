@@ -181,6 +181,23 @@ pub struct ServerOptions {
         default_value_t = 600
     )]
     pub debugger_idle_secs: u64,
+    /// This server's name in image handles (NODE/NAME~KEY), by which a proxy
+    /// in front of several servers routes a call to the node running its
+    /// image: letters, digits, `-`, `_`, `.`. Default: the host name (give
+    /// each server on one host its own).
+    #[arg(long, env = "CL_MCP_NODE_ID", global = true, value_name = "NAME")]
+    pub node_id: Option<String>,
+    /// Stop an image a stateless (2026-07-28) request started after S
+    /// seconds without a call addressed to it (its handle is then lost); 1
+    /// to 86400.
+    #[arg(
+        long,
+        env = "CL_MCP_STATELESS_IMAGE_IDLE_SECS",
+        global = true,
+        value_name = "S",
+        default_value_t = crate::config::DEFAULT_STATELESS_IMAGE_IDLE_SECS
+    )]
+    pub stateless_image_idle_secs: u64,
     /// Longest accepted message line, in bytes.
     #[arg(long, env = "CL_MCP_MAX_MESSAGE_BYTES", global = true, default_value_t = 16 * 1024 * 1024)]
     pub max_message_bytes: usize,
@@ -274,6 +291,23 @@ impl ServerOptions {
         config.image = self.image_config()?;
         config.shared_image = self.shared_image;
         config.eager_image = !self.lazy_image;
+        if let Some(id) = &self.node_id {
+            if !crate::config::valid_node_id(id) {
+                return Err(ConfigError::Invalid(
+                    "--node-id: 1 to 63 letters, digits, `-`, `_` or `.`",
+                ));
+            }
+            config.node_id = id.clone();
+        }
+        if !(1..=crate::config::MAX_STATELESS_IMAGE_IDLE_SECS)
+            .contains(&self.stateless_image_idle_secs)
+        {
+            return Err(ConfigError::Invalid(
+                "--stateless-image-idle-secs: 1 to 86400 (an image nobody may still hold must end)",
+            ));
+        }
+        config.stateless_image_idle =
+            std::time::Duration::from_secs(self.stateless_image_idle_secs);
         if self.memory_limit.is_some_and(|m| m < 256) {
             return Err(ConfigError::Invalid(
                 "--memory-limit must be at least 256 (MiB): the image itself needs about 100",

@@ -31,6 +31,12 @@ pub struct ServerConfig {
     /// `--debugger-idle-secs`: a pending debugger nobody touched for this
     /// long is aborted.
     pub debugger_idle_secs: u64,
+    /// `--node-id`: this server's name in image handles (`NODE/NAME~KEY`),
+    /// which a proxy routes by.
+    pub node_id: String,
+    /// `--stateless-image-idle-secs`: an image a stateless request started
+    /// is stopped after this long without a call.
+    pub stateless_image_idle: std::time::Duration,
 }
 
 impl Default for ServerConfig {
@@ -47,7 +53,57 @@ impl Default for ServerConfig {
             eager_image: true,
             image: crate::image::ImageConfig::from_env(),
             debugger_idle_secs: 600,
+            node_id: default_node_id(),
+            stateless_image_idle: std::time::Duration::from_secs(DEFAULT_STATELESS_IMAGE_IDLE_SECS),
         }
+    }
+}
+
+/// How long an image started statelessly lives without a call, unless told.
+pub const DEFAULT_STATELESS_IMAGE_IDLE_SECS: u64 = 1800;
+/// The longest `--stateless-image-idle-secs` accepted (a day): an image
+/// nobody holds a handle to must end some time.
+pub const MAX_STATELESS_IMAGE_IDLE_SECS: u64 = 86_400;
+
+/// Whether `id` may name a node: 1 to 63 letters, digits, `-`, `_`, `.`
+/// (a host name's characters; never `/` or `~`, which separate a handle's
+/// parts).
+pub fn valid_node_id(id: &str) -> bool {
+    (1..=63).contains(&id.len())
+        && id
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+}
+
+/// The node id when `--node-id` is not given: the host name (its
+/// characters outside a node id's replaced by `-`), else `node-` and the
+/// first 12 characters of `/etc/machine-id`, both stable across restarts;
+/// else `node`.
+pub fn default_node_id() -> String {
+    let from_file = |path: &str| {
+        std::fs::read_to_string(path)
+            .ok()
+            .map(|s| s.trim().to_string())
+    };
+    if let Some(host) = from_file("/proc/sys/kernel/hostname").filter(|h| !h.is_empty()) {
+        let cleaned: String = host
+            .chars()
+            .take(63)
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.') {
+                    c
+                } else {
+                    '-'
+                }
+            })
+            .collect();
+        if valid_node_id(&cleaned) {
+            return cleaned;
+        }
+    }
+    match from_file("/etc/machine-id").filter(|m| m.len() >= 12) {
+        Some(m) => format!("node-{}", &m[..12]),
+        None => "node".into(),
     }
 }
 

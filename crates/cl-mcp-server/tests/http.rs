@@ -795,3 +795,88 @@ async fn a_long_evaluation_runs_as_a_task() {
     assert_eq!(done["status"], "completed", "{done}");
     assert_eq!(done["result"]["isError"], true, "{done}");
 }
+
+/// An image a stateless request starts is addressed by its handle (its
+/// `image` mirrored in `Mcp-Param-Image`), keeps its state across requests,
+/// and is stopped after `--stateless-image-idle-secs` without a call: the
+/// handle is then said lost, as is the handle of an image that died.
+#[tokio::test]
+async fn a_stateless_image_lives_by_its_handle_until_idle() {
+    let s = start(&[
+        "--node-id",
+        "n1",
+        "--stateless-image-idle-secs",
+        "1",
+        "--lazy-image",
+    ]);
+    let body = modern(
+        "tools/call",
+        1,
+        json!({"name":"image-start","arguments":{"lisp":"sbcl"}}),
+    );
+    let v: Value = modern_post(&s, &body)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let image = &v["result"]["structuredContent"]["image"];
+    let handle = image["handle"].as_str().unwrap_or_else(|| panic!("{v}"));
+    assert!(handle.starts_with("n1/sbcl-1~"), "{v}");
+    assert_eq!(image["name"], "sbcl-1");
+    let eval = |code: &str| {
+        let body = modern(
+            "tools/call",
+            2,
+            json!({"name":"evaluate-lisp","arguments":{"code":code,"image":handle}}),
+        );
+        modern_post(&s, &body).header("mcp-param-image", handle)
+    };
+    for (code, value) in [("(defvar *kept* 5)", "*KEPT*"), ("(* 2 *kept*)", "10")] {
+        let v: Value = eval(code).send().await.unwrap().json().await.unwrap();
+        assert_eq!(v["result"]["structuredContent"]["values"][0], value, "{v}");
+    }
+    // An image that dies is lost too, never started again under its handle.
+    let v: Value = modern_post(&s, &body)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let dying = v["result"]["structuredContent"]["image"]["handle"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{v}"))
+        .to_string();
+    assert!(dying.starts_with("n1/sbcl-2~"), "{v}");
+    let on_dying = |code: &str| {
+        let body = modern(
+            "tools/call",
+            3,
+            json!({"name":"evaluate-lisp","arguments":{"code":code,"image":dying}}),
+        );
+        modern_post(&s, &body).header("mcp-param-image", dying.as_str())
+    };
+    let v: Value = on_dying("(sb-ext:exit :code 3 :abort t)")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(v["result"]["isError"], true, "{v}");
+    let v: Value = on_dying("1").send().await.unwrap().json().await.unwrap();
+    let text = v["result"]["content"][0]["text"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(text.contains(&format!("The image {dying} is lost")), "{v}");
+    tokio::time::sleep(std::time::Duration::from_millis(2500)).await;
+    let v: Value = eval("*kept*").send().await.unwrap().json().await.unwrap();
+    assert_eq!(v["result"]["isError"], true, "{v}");
+    let text = v["result"]["content"][0]["text"].as_str().unwrap();
+    assert!(
+        text.contains(&format!("The image {handle} is lost")) && text.contains("image-start"),
+        "{text}"
+    );
+}

@@ -60,6 +60,7 @@ impl Engine {
                 running: AtomicUsize::new(0),
                 finished: Notify::new(),
                 notify,
+                nodes_down: Default::default(),
             }),
         }
     }
@@ -78,6 +79,13 @@ enum Started {
 }
 
 impl Connection {
+    /// Says which nodes the proxy in front reported down (see
+    /// `ToolContext::nodes_down`); set once, before the connection's
+    /// first request.
+    pub fn note_nodes_down(&self, nodes: Vec<String>) {
+        let _ = self.inner.nodes_down.set(nodes);
+    }
+
     /// The session behind this connection.
     pub fn session(&self) -> &Arc<Session> {
         &self.inner.session

@@ -59,6 +59,9 @@ pub(crate) struct ConnState {
     pub(crate) finished: Notify,
     /// Messages not tied to a request (our requests to the client).
     pub(crate) notify: Outbound,
+    /// Nodes the proxy in front said are down (`X-Node-Down` on a
+    /// stateless POST): tools tell a handle of theirs from a misrouted one.
+    pub(crate) nodes_down: std::sync::OnceLock<Vec<String>>,
 }
 
 /// Why a request this server sent to the client got no result.
@@ -187,6 +190,15 @@ pub(crate) struct RequestCtx {
 }
 
 impl RequestCtx {
+    /// A tool call's context for this request: its session, cancellation,
+    /// era and the nodes the proxy said are down.
+    pub(crate) fn tool_context(&self, cancel: CancellationToken) -> crate::tools::ToolContext {
+        crate::tools::ToolContext::new(self.conn.session.clone(), cancel).in_era(
+            super::era::is_modern(self.era),
+            self.conn.nodes_down.get().cloned().unwrap_or_default(),
+        )
+    }
+
     /// Sends `notifications/progress` every 500 ms once the request has run
     /// for a second, with the status line `status` returns (a call still
     /// waiting to start says so in its own words), until dropped.

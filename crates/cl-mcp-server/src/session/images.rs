@@ -19,6 +19,10 @@ pub struct NamedImage {
     /// The `lisp` it was started with, as given (a name or a path).
     pub lisp: String,
     pub image: Image,
+    /// The secret part of its handle (`handles`).
+    pub key: String,
+    /// Calls on it, for the idle timeout and to see it lost.
+    pub usage: std::sync::Arc<super::handles::ImageUsage>,
 }
 
 /// Why an image cannot be chosen, started or stopped.
@@ -48,6 +52,38 @@ pub enum ImageChoiceError {
     First(String),
     #[error("An attached session (--swank) runs no further images of its own.")]
     Attached,
+    #[error(
+        "The image {handle} lives on node {node}; this is node {here}, which never serves \
+         another node's image. Send the call to {node}: behind a proxy, set the Mcp-Param-Image \
+         header to the handle (MCP 2026-07-28 clients mirror `image` there) and the proxy routes \
+         it to {node}."
+    )]
+    OtherNode {
+        handle: String,
+        node: String,
+        here: String,
+    },
+    #[error(
+        "The image {handle} is lost: its node {node} is down, and the image's state went with \
+         it. image-start starts a new image (on a node that is up); define again what you need."
+    )]
+    NodeDown { handle: String, node: String },
+    #[error(
+        "The image {0} is lost: it was stopped (image-stop, or idle too long), or it died, and \
+         its state went with it. image-start starts a new image; define again what you need."
+    )]
+    Lost(String),
+    #[error(
+        "A stateless (MCP 2026-07-28) call addresses an image by its handle, as image-start \
+         gives it (NODE/NAME~KEY), not by the name {0:?}."
+    )]
+    NeedsHandle(String),
+    #[error(
+        "{0:?} is neither an image handle (NODE/NAME~KEY, as image-start gives) nor an image name."
+    )]
+    BadHandle(String),
+    #[error("Cannot mint an image handle: {0}")]
+    NoKey(std::io::Error),
 }
 
 /// Whether `name` may name an image.

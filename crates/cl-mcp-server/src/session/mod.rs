@@ -9,8 +9,10 @@ use crate::config::ServerConfig;
 use crate::image::Image;
 use crate::sync::{MutexExt, RwLockExt};
 
+pub mod handles;
 pub mod images;
 
+pub use handles::ImageHandle;
 pub use images::{ImageChoiceError, NamedImage};
 
 /// State shared by every request of one MCP session.
@@ -34,6 +36,10 @@ pub struct Session {
     /// What the owners of per-session state want done when the session ends
     /// (`Session::on_end`), run once by `Session::end`.
     end_hooks: std::sync::Mutex<Vec<EndHook>>,
+    /// The key of the first image's handle, minted when first asked for.
+    first_key: OnceLock<String>,
+    /// Images started by stateless requests so far: their names' numbers.
+    stateless_started: std::sync::atomic::AtomicU64,
 }
 
 /// Work to do when a session ends: gets the session, returns the work.
@@ -97,6 +103,8 @@ impl Session {
             read_roots: RwLock::new(Vec::new()),
             id: NEXT_SESSION.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
             end_hooks: Default::default(),
+            first_key: OnceLock::new(),
+            stateless_started: Default::default(),
         })
     }
 
@@ -173,6 +181,89 @@ impl Session {
         }
     }
 
+    /// The handle of image `name` with key `key` on this node.
+    pub fn handle_of(&self, name: &str, key: &str) -> String {
+        ImageHandle {
+            node: self.config.node_id.clone(),
+            name: name.to_string(),
+            key: key.to_string(),
+        }
+        .to_string()
+    }
+
+    /// The handle of the session's first image (its key minted on first
+    /// request). In the stateless era every stateless request without
+    /// `image` shares this image, as they share the session.
+    pub fn first_image_handle(&self) -> Result<String, ImageChoiceError> {
+        let key = match self.first_key.get() {
+            Some(k) => k.clone(),
+            None => {
+                let fresh = handles::new_key().map_err(ImageChoiceError::NoKey)?;
+                self.first_key.get_or_init(|| fresh).clone()
+            }
+        };
+        Ok(self.handle_of(&self.first_image_name(), &key))
+    }
+
+    /// The image a call's `image` argument names: `None` for the first
+    /// image, a further one's handle otherwise. `given` is a handle
+    /// (`NODE/NAME~KEY`) or, in a legacy session, a name. `stateless`: the
+    /// call is a stateless request (names of further images are refused:
+    /// only their handles carry the key). `nodes_down`: the nodes the proxy
+    /// said are down (a handle of theirs is an image lost, not a misroute).
+    /// A further image found gone (it died, or was stopped) is taken out
+    /// of the session and said lost.
+    pub fn resolve_image(
+        &self,
+        given: &str,
+        stateless: bool,
+        nodes_down: &[String],
+    ) -> Result<Option<NamedImage>, ImageChoiceError> {
+        let Some(handle) = ImageHandle::parse(given) else {
+            if given.contains('/') || given.contains('~') {
+                return Err(ImageChoiceError::BadHandle(given.to_string()));
+            }
+            if stateless && given != self.first_image_name() {
+                return Err(ImageChoiceError::NeedsHandle(given.to_string()));
+            }
+            return self.image_named(given);
+        };
+        if handle.node != self.config.node_id {
+            if nodes_down.contains(&handle.node) {
+                return Err(ImageChoiceError::NodeDown {
+                    handle: given.to_string(),
+                    node: handle.node,
+                });
+            }
+            return Err(ImageChoiceError::OtherNode {
+                handle: given.to_string(),
+                node: handle.node,
+                here: self.config.node_id.clone(),
+            });
+        }
+        let lost = || ImageChoiceError::Lost(given.to_string());
+        if handle.name == self.first_image_name() {
+            return match self.first_key.get() {
+                Some(k) if handle.key_is(k) => Ok(None),
+                _ => Err(lost()),
+            };
+        }
+        let found = self
+            .others
+            .reading()
+            .iter()
+            .find(|o| o.name == handle.name && handle.key_is(&o.key))
+            .cloned()
+            .ok_or_else(lost)?;
+        if found.usage.gone_since_seen(found.image.info().generation) {
+            if let Ok(gone) = self.remove_image(&found.name) {
+                tokio::spawn(async move { gone.image.shutdown().await });
+            }
+            return Err(lost());
+        }
+        Ok(Some(found))
+    }
+
     /// The images started besides the first, in start order.
     pub fn other_images(&self) -> Vec<NamedImage> {
         self.others.reading().clone()
@@ -182,22 +273,36 @@ impl Session {
     /// implementation's name or a path) named `name` (default: the
     /// implementation's name). It is configured as the first image is
     /// (cache, sandbox, limits, the project root), always local.
+    ///
+    /// `stateless`: started by a stateless request, which has no session
+    /// of its own, so the name gets a number (`sbcl-3`) that no other
+    /// client's image has; the handle is how the client addresses it.
     pub fn start_image(
         &self,
         name: Option<&str>,
         lisp: &str,
+        stateless: bool,
     ) -> Result<NamedImage, ImageChoiceError> {
         if self.config.image.attach.is_some() {
             return Err(ImageChoiceError::Attached);
         }
         let (path, kind) = images::resolve_lisp(lisp)?;
-        let name = match name {
+        let mut name = match name {
             Some(n) => n.to_string(),
             None => images::default_name(lisp, kind),
         };
         if !images::valid_name(&name) {
             return Err(ImageChoiceError::BadName(name));
         }
+        if stateless {
+            let n = 1 + self
+                .stateless_started
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let suffix = format!("-{n}");
+            name.truncate(40 - suffix.len());
+            name.push_str(&suffix);
+        }
+        let key = handles::new_key().map_err(ImageChoiceError::NoKey)?;
         let mut others = self.others.writing();
         if name == self.first_image_name() || others.iter().any(|o| o.name == name) {
             return Err(ImageChoiceError::Taken(name));
@@ -210,6 +315,8 @@ impl Session {
             kind,
             lisp: lisp.to_string(),
             image: Image::new(config),
+            key,
+            usage: Default::default(),
         };
         others.push(started.clone());
         Ok(started)

@@ -1,6 +1,9 @@
 //! A session's several images: `image-start`, `image-list`, `image-stop`.
 //! Every tool of the Lisp-backed groups then takes `image` (the framework
-//! picks it: `ToolDef::call`); `session::images` keeps them.
+//! picks it: `ToolDef::call`); `session::images` keeps them. Each image has
+//! a handle (`session::handles`): in the stateless era the one way to
+//! address an image started by `image-start`, which then lives until
+//! `image-stop` or `--stateless-image-idle-secs` without a call.
 
 use std::time::Instant;
 
@@ -30,8 +33,11 @@ struct StartArgs {
 #[derive(Serialize, JsonSchema, Clone)]
 #[serde(rename_all = "camelCase")]
 pub(crate) struct ImageEntry {
-    /// What the `image` argument of a tool takes.
+    /// Its name in the session (what `image` takes in a legacy session).
     name: String,
+    /// What `image` takes in any era and on any node behind a proxy:
+    /// `NODE/NAME~KEY`.
+    handle: String,
     /// The `lisp` it was started with (the first image: `--lisp`).
     lisp: String,
     /// The implementation, once it runs (or where its name says it).
@@ -52,6 +58,7 @@ pub(crate) struct ImageEntry {
 
 fn entry(
     name: String,
+    handle: String,
     lisp: String,
     kind: Option<String>,
     first: bool,
@@ -65,6 +72,7 @@ fn entry(
     };
     ImageEntry {
         name,
+        handle,
         lisp,
         implementation: info
             .as_ref()
@@ -81,9 +89,10 @@ fn entry(
     }
 }
 
-fn other_entry(o: &NamedImage) -> ImageEntry {
+fn other_entry(session: &crate::session::Session, o: &NamedImage) -> ImageEntry {
     entry(
         o.name.clone(),
+        session.handle_of(&o.name, &o.key),
         o.lisp.clone(),
         o.kind.map(|k| k.name().to_string()),
         false,
@@ -91,7 +100,9 @@ fn other_entry(o: &NamedImage) -> ImageEntry {
     )
 }
 
-/// Every image of the session, the first first.
+/// Every image of the session, the first first. A stateless call sees the
+/// first image only: the others were started by other clients, whose
+/// handles are theirs to know.
 pub(crate) fn session_images(ctx: &ToolContext) -> Vec<ImageEntry> {
     let session = &ctx.session;
     let config = &session.config.image;
@@ -101,14 +112,25 @@ pub(crate) fn session_images(ctx: &ToolContext) -> Vec<ImageEntry> {
         (None, None) => "sbcl".into(),
     };
     let first_kind = session.first_image_kind().map(|k| k.name().to_string());
+    let first_handle = session
+        .first_image_handle()
+        .unwrap_or_else(|e| e.to_string());
     let mut all = vec![entry(
         session.first_image_name(),
+        first_handle,
         first_lisp,
         first_kind,
         true,
         session.image_if_started().as_ref(),
     )];
-    all.extend(session.other_images().iter().map(other_entry));
+    if !ctx.stateless {
+        all.extend(
+            session
+                .other_images()
+                .iter()
+                .map(|o| other_entry(session, o)),
+        );
+    }
     all
 }
 
@@ -139,7 +161,14 @@ struct ListOutput {
 
 async fn image_list(_a: NoArgs, ctx: ToolContext) -> ToolOutput {
     let images = session_images(&ctx);
-    let text = images.iter().map(entry_line).collect::<Vec<_>>().join("\n");
+    let mut text = images.iter().map(entry_line).collect::<Vec<_>>().join("\n");
+    if ctx.stateless {
+        text.push_str(&format!(
+            "\nNode {}. Images image-start started are addressed by the handle it gave; not \
+             listed here (a stateless call has no session to list them for).",
+            ctx.session.config.node_id
+        ));
+    }
     ToolOutput::structured(
         text,
         serde_json::to_value(ListOutput { images }).unwrap_or_default(),
@@ -167,7 +196,10 @@ async fn image_start(a: StartArgs, ctx: ToolContext) -> ToolOutput {
         Ok(t) => t,
         Err(e) => return ToolOutput::error(e),
     };
-    let started = match ctx.session.start_image(a.name.as_deref(), &a.lisp) {
+    let started = match ctx
+        .session
+        .start_image(a.name.as_deref(), &a.lisp, ctx.stateless)
+    {
         Ok(s) => s,
         Err(e) => return ToolOutput::error(e.to_string()),
     };
@@ -194,19 +226,32 @@ async fn image_start(a: StartArgs, ctx: ToolContext) -> ToolOutput {
         }
         Err(_) => false,
     };
-    let image = other_entry(&started);
+    started
+        .usage
+        .gone_since_seen(started.image.info().generation);
+    if ctx.stateless {
+        tokio::spawn(stop_when_idle(ctx.clone(), started.clone()));
+    }
+    let image = other_entry(&ctx.session, &started);
+    // A legacy session may name it; a stateless client has only the handle.
+    let address = if ctx.stateless {
+        &image.handle
+    } else {
+        &image.name
+    };
     let text = if ready {
         format!(
-            "Started image {} in {} ms. Tools take `image: {:?}` to address it.",
+            "Started image {} in {} ms. Tools take `image: {:?}` to address it (its handle: {}).",
             entry_line(&image),
             elapsed_ms,
-            image.name
+            address,
+            image.handle
         )
     } else {
         format!(
             "The image {:?} is still starting after {} s; calls addressed to it wait for it \
              (image-list shows its state).",
-            image.name,
+            address,
             wait.as_secs()
         )
     };
@@ -216,6 +261,34 @@ async fn image_start(a: StartArgs, ctx: ToolContext) -> ToolOutput {
         elapsed_ms,
     };
     ToolOutput::structured(text, serde_json::to_value(out).unwrap_or_default())
+}
+
+/// Stops an image a stateless request started once no call has addressed
+/// it for `--stateless-image-idle-secs` (nobody may hold its handle any
+/// more); returns when it is stopped, or gone otherwise.
+async fn stop_when_idle(ctx: ToolContext, image: NamedImage) {
+    let idle = ctx.session.config.stateless_image_idle;
+    let every = (idle / 4).clamp(
+        std::time::Duration::from_millis(250),
+        std::time::Duration::from_secs(30),
+    );
+    loop {
+        tokio::time::sleep(every).await;
+        // Gone with its session's end (`Session::end`) or stopped.
+        let still_there = ctx
+            .session
+            .other_images()
+            .iter()
+            .any(|o| o.name == image.name && o.key == image.key);
+        if !still_there {
+            return;
+        }
+        if image.usage.idle_for(idle) {
+            tracing::info!(image = %image.name, idle_secs = idle.as_secs(), "stopping an idle stateless image");
+            stop(&ctx, &image.name).await;
+            return;
+        }
+    }
 }
 
 /// Takes image `name` out of the session and ends it.
@@ -229,6 +302,7 @@ async fn stop(ctx: &ToolContext, name: &str) -> Option<NamedImage> {
 #[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct StopArgs {
+    /// The image's handle (or, in a legacy session, its name).
     name: String,
 }
 
@@ -238,17 +312,19 @@ struct StopOutput {
 }
 
 async fn image_stop(a: StopArgs, ctx: ToolContext) -> ToolOutput {
-    if let Err(e) = ctx
+    let found = ctx
         .session
-        .image_named(&a.name)
-        .and_then(|found| match found {
-            None => Err(crate::session::ImageChoiceError::First(a.name.clone())),
-            Some(_) => Ok(()),
-        })
-    {
-        return ToolOutput::error(e.to_string());
-    }
-    match stop(&ctx, &a.name).await {
+        .resolve_image(&a.name, ctx.stateless, &ctx.nodes_down)
+        .and_then(|found| {
+            found.ok_or_else(|| {
+                crate::session::ImageChoiceError::First(ctx.session.first_image_name())
+            })
+        });
+    let name = match found {
+        Ok(image) => image.name,
+        Err(e) => return ToolOutput::error(e.to_string()),
+    };
+    match stop(&ctx, &name).await {
         Some(_) => ToolOutput::structured(
             format!(
                 "Stopped image {:?}: its state is gone; image-start starts a new one.",
@@ -268,7 +344,7 @@ pub fn tools() -> Vec<ToolDef> {
             ToolGroup::Image,
             "Start another image",
             "Start another image of any installed Lisp, named (default: the Lisp's name); Lisp \
-             tools then take `image: NAME`.",
+             tools then take `image`: its handle (any era; stateless calls must) or name.",
             Annotations::MUTATING,
             image_start,
         )
@@ -294,6 +370,7 @@ pub fn tools() -> Vec<ToolDef> {
             image_stop,
         )
         .with_output_schema::<StopOutput>()
+        .with_param_header("name", super::IMAGE_HEADER)
         .without_image_choice(),
     ]
 }

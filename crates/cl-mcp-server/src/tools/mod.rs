@@ -318,6 +318,12 @@ pub struct ToolContext {
     pub client_capabilities: Value,
     /// The client's answers to this tool's requests for input, if any.
     pub input: ClientInput,
+    /// The call is a stateless (2026-07-28) request: images are addressed
+    /// by handle, and an image it starts lives until stopped or idle.
+    pub stateless: bool,
+    /// Nodes the proxy in front said are down (`X-Node-Down`): a handle of
+    /// theirs names an image lost.
+    pub nodes_down: Vec<String>,
 }
 
 impl ToolContext {
@@ -335,7 +341,43 @@ impl ToolContext {
             changes: None,
             client_capabilities: Value::Null,
             input: ClientInput::default(),
+            stateless: false,
+            nodes_down: Vec::new(),
         }
+    }
+
+    /// The same call, as a request of the stateless era or not, with the
+    /// nodes its proxy said are down.
+    pub fn in_era(mut self, stateless: bool, nodes_down: Vec<String>) -> Self {
+        self.stateless = stateless;
+        self.nodes_down = nodes_down;
+        self
+    }
+
+    /// The same call addressed to the image its `image` argument names: a
+    /// handle, or (in a legacy session) a name. See
+    /// [`Session::resolve_image`].
+    pub fn for_image_argument(
+        &self,
+        given: &str,
+    ) -> Result<ToolContext, crate::session::ImageChoiceError> {
+        let resolved = self
+            .session
+            .resolve_image(given, self.stateless, &self.nodes_down);
+        // An image found gone was taken out of the session: forget its
+        // bookkeeping too (a wrong key leaves a live image's alone).
+        if let (Err(crate::session::ImageChoiceError::Lost(_)), Some(h)) =
+            (&resolved, crate::session::ImageHandle::parse(given))
+        {
+            if self.session.image_named(&h.name).is_err() {
+                self.state.forget_image(&h.name);
+            }
+        }
+        let target = resolved?;
+        let mut ctx = self.clone();
+        ctx.eval = self.state.eval_of(target.as_ref().map(|t| t.name.as_str()));
+        ctx.target = target;
+        Ok(ctx)
     }
 
     /// The same call addressed to the session's image `name` (`image`
@@ -565,10 +607,15 @@ where
 
 /// The `image` argument's schema, added to each tool that takes it (the
 /// server's instructions and `image-start` say what it is: kept short, as
-/// every Lisp tool repeats it).
+/// every Lisp tool repeats it). Mirrored in `Mcp-Param-Image` by
+/// 2026-07-28 HTTP clients, so a proxy routes a call to the node that runs
+/// its image (the handle's first part).
 fn image_property() -> Value {
-    json!({ "type": "string" })
+    json!({ "type": "string", "x-mcp-header": IMAGE_HEADER })
 }
+
+/// The `x-mcp-header` name of the arguments naming an image.
+pub const IMAGE_HEADER: &str = "Image";
 
 /// Takes the `image` argument out of `args`: its value when it is a
 /// string, an error naming it when it is something else.
@@ -580,8 +627,8 @@ fn take_image_argument(tool: &str, args: &mut Value) -> Result<Option<String>, T
         None | Some(Value::Null) => Ok(None),
         Some(Value::String(s)) => Ok(Some(s)),
         Some(other) => Err(ToolError::Argument(format!(
-            "Invalid arguments for tool '{tool}': field `image`: expected the name of one of the \
-             session's images (a string, see image-list), got {}.",
+            "Invalid arguments for tool '{tool}': field `image`: expected an image's handle or \
+             name (a string, see image-list), got {}.",
             schema::json_type_name(&other)
         ))),
     }
@@ -672,12 +719,13 @@ impl ToolDef {
         }
         let ctx = match take_image_argument(self.name, &mut args) {
             Ok(None) => ctx,
-            Ok(Some(name)) => match ctx.for_image(&name) {
+            Ok(Some(given)) => match ctx.for_image_argument(&given) {
                 Ok(c) => c,
                 Err(e) => return ToolOutput::error(e.to_string()),
             },
             Err(e) => return ToolOutput::error(e),
         };
+        let _busy = ctx.target.as_ref().map(|t| t.usage.enter());
         (self.handler)(args, ctx).await
     }
 

@@ -58,8 +58,8 @@ pub(super) fn start_task(
     let out = conn.notify.clone();
     let legacy = req.era == Era::Legacy;
     let (tool_name, running) = (name.to_string(), task.clone());
+    let ctx = req.tool_context(running.cancel.clone());
     tokio::spawn(async move {
-        let ctx = ToolContext::new(conn.session.clone(), running.cancel.clone());
         let output = match conn.engine.tools.get(&tool_name) {
             Some(tool) => tool.call(arguments, ctx).await,
             None => crate::tools::ToolOutput::error(format!("Unknown tool: {tool_name}")),
@@ -158,7 +158,7 @@ pub(super) async fn call_tool_as_task(
         .tasks()
         .create(None, true)
         .map_err(|e| McpError::internal(e.to_string()))?;
-    let mut ctx = ToolContext::new(req.conn.session.clone(), task.cancel.clone());
+    let mut ctx = req.tool_context(task.cancel.clone());
     ctx.client_capabilities = declared;
     ctx.input = input;
     let (settled_tx, settled) = tokio::sync::oneshot::channel();

@@ -17,7 +17,7 @@ use crate::protocol::input;
 use crate::protocol::jsonrpc;
 use crate::protocol::request::{ConnState, RequestCtx};
 use crate::sync::MutexExt;
-use crate::tools::{TaskSupport, ToolContext, ToolDef, ToolOutput};
+use crate::tools::{TaskSupport, ToolDef, ToolOutput};
 
 /// `tools/list`: the array described once by the engine.
 pub(super) fn list(req: &RequestCtx) -> Value {
@@ -137,7 +137,8 @@ async fn run_now(
     arguments: Value,
     declared: Value,
 ) -> Result<Value, McpError> {
-    let mut ctx = ToolContext::new(req.conn.session.clone(), req.cancel.clone())
+    let mut ctx = req
+        .tool_context(req.cancel.clone())
         .with_log_sink(log_sink(req))
         .with_change_sink(change_sink(req));
     ctx.client_capabilities = declared;

@@ -146,7 +146,9 @@ fn image_for(ctx: &ToolContext, lisp: &str) -> Result<ToolContext, String> {
     {
         return ctx.for_image(&o.name).map_err(|e| e.to_string());
     }
-    let started = session.start_image(None, lisp).map_err(|e| e.to_string())?;
+    let started = session
+        .start_image(None, lisp, false)
+        .map_err(|e| e.to_string())?;
     ctx.for_image(&started.name).map_err(|e| e.to_string())
 }
 

@@ -37,6 +37,7 @@ pub(super) async fn post_modern(
     }
     let (notify, _) = outbound::channel();
     let conn = state.engine.connect_to(state.stateless.clone(), notify);
+    conn.note_nodes_down(nodes_down(&headers));
     let (tx, mut rx) = outbound::channel();
     let mut guard = CancelOnDrop(conn.handle_text_cancellable(&text, &tx));
     drop(tx);
@@ -51,3 +52,22 @@ pub(super) async fn post_modern(
     }
     sse_until_final(first, rx, guard)
 }
+
+/// The nodes a proxy in front says are down: `X-Node-Down` headers, each a
+/// comma-separated list (the HAProxy recipe sets it for a call routed by
+/// the handle of a node its health checks found down). Only ever turns an
+/// error about another node's handle into "image lost".
+fn nodes_down(headers: &HeaderMap) -> Vec<String> {
+    headers
+        .get_all(NODE_DOWN_HEADER)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(str::trim)
+        .filter(|n| !n.is_empty())
+        .map(String::from)
+        .collect()
+}
+
+/// The header a proxy names down nodes in.
+pub const NODE_DOWN_HEADER: &str = "x-node-down";
