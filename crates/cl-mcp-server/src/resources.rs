@@ -5,6 +5,8 @@
 //! `lisp://system/{name}` (read through the same code as the tools, with
 //! completion of their variables from the image).
 
+mod flame_graphs;
+
 use std::path::Path;
 use std::sync::{Arc, OnceLock};
 
@@ -167,6 +169,7 @@ pub async fn read_lisp_uri(session: Arc<Session>, uri: &str) -> Result<Value, Re
         }
     };
     let out = match parts.as_slice() {
+        ["profile", id, file] => return flame_graphs::read(&ctx.session, uri, id, file),
         ["image", "info"] => via_tool("image-info", json!({})).await,
         ["symbol", package, name] if !name.is_empty() => {
             via_tool(
@@ -192,7 +195,8 @@ pub async fn read_lisp_uri(session: Arc<Session>, uri: &str) -> Result<Value, Re
         _ => {
             return Err(ResourceError::NotFound(format!(
                 "Unknown lisp:// resource {uri}: use lisp://image/info, lisp://package/NAME, \
-                 lisp://symbol/PACKAGE/NAME or lisp://system/NAME"
+                 lisp://symbol/PACKAGE/NAME, lisp://system/NAME or a profile's \
+                 lisp://profile/ID/flamegraph.svg"
             )))
         }
     };

@@ -16,6 +16,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::code::{render_build_error, render_interruption, Location};
+use super::flame_graph::{self, FlameGraphError};
 use super::lisp_call::{
     self as image, helper_form, plist_bool, plist_i64, plist_items, plist_list, plist_str,
     plist_strings,
@@ -522,6 +523,9 @@ struct ProfileArgs {
     package: Option<String>,
     /// Default 120.
     timeout_seconds: Option<f64>,
+    /// Draw a flame graph of the sampled stacks (default true): an SVG
+    /// resource, linked, and a PNG image in the result.
+    flame_graph: Option<bool>,
 }
 
 #[derive(Serialize, JsonSchema)]
@@ -557,6 +561,18 @@ struct ProfileOutput {
     values: Vec<String>,
     stdout: String,
     elapsed_ms: i64,
+    /// The flame graph's SVG resource (`resources/read`), when drawn.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    flame_graph: Option<String>,
+    /// The same flame graph as a PNG resource.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    flame_graph_png: Option<String>,
+    /// The sampled stacks, folded (`ROOT;...;LEAF COUNT`), for the drawing.
+    #[serde(skip)]
+    stacks: Vec<String>,
+    /// The PNG's width and height, when drawn.
+    #[serde(skip)]
+    png_size: Option<(u32, u32)>,
 }
 
 /// The profiled functions, with their shares of `samples` in percent to
@@ -630,16 +646,56 @@ fn render_profile(o: &ProfileOutput) -> String {
     for v in &o.values {
         text.push_str(&format!("\n=> {v}"));
     }
+    if let (Some(uri), Some((w, h))) = (&o.flame_graph, o.png_size) {
+        text.push_str(&format!(
+            "\n\nFlame graph: {uri} (SVG: search, zoom in a browser; a {w}x{h} PNG follows)"
+        ));
+    }
     text
 }
 
-async fn profile_code(a: ProfileArgs, ctx: ToolContext) -> ToolOutput {
+/// Draws the profile's flame graph and keeps it for the session: the
+/// content blocks that show it (PNG image, link to the SVG), or why it
+/// could not be drawn.
+async fn draw_flame_graph(
+    o: &mut ProfileOutput,
+    code: &str,
+    ctx: &ToolContext,
+) -> Result<Vec<serde_json::Value>, FlameGraphError> {
+    let stacks = std::mem::take(&mut o.stacks);
+    let code: String = code.split_whitespace().collect::<Vec<_>>().join(" ");
+    let title = if code.chars().count() > 70 {
+        format!("{}...", code.chars().take(67).collect::<String>())
+    } else {
+        code
+    };
+    let subtitle = format!(
+        "{} profile, {} samples in {} ms: a frame's width is its share of the samples, \
+         callers below callees",
+        o.mode, o.samples, o.elapsed_ms
+    );
+    let graph = tokio::task::spawn_blocking(move || flame_graph::draw(&stacks, &title, &subtitle))
+        .await
+        .map_err(|e| FlameGraphError::Draw(std::io::Error::other(e)))??;
+    let (id, graph) = ctx.state.flame_graphs.keep(graph);
+    let blocks = vec![
+        flame_graph::image_block(&graph),
+        flame_graph::link_block(id, &graph),
+    ];
+    o.flame_graph = Some(flame_graph::svg_uri(id));
+    o.flame_graph_png = Some(flame_graph::png_uri(id));
+    o.png_size = Some((graph.png_width, graph.png_height));
+    Ok(blocks)
+}
+
+/// The profile's result, and the content blocks showing its flame graph.
+async fn profile_code(a: ProfileArgs, ctx: ToolContext) -> (ToolOutput, Vec<serde_json::Value>) {
     let timeout = match image::timeout_arg(a.timeout_seconds, 120.0) {
         Ok(t) => t,
-        Err(e) => return ToolOutput::error(e),
+        Err(e) => return (ToolOutput::error(e), Vec::new()),
     };
     if let Err(e) = image::check_read_depth(&a.code, "`code`") {
-        return ToolOutput::error(e);
+        return (ToolOutput::error(e), Vec::new());
     }
     let mut keys = package_keys(&a.package);
     let mode = match a.mode.unwrap_or_default() {
@@ -660,13 +716,13 @@ async fn profile_code(a: ProfileArgs, ctx: ToolContext) -> ToolOutput {
     .await
     {
         Ok(r) => r,
-        Err(e) => return ToolOutput::error(e),
+        Err(e) => return (ToolOutput::error(e), Vec::new()),
     };
     if let Some(failure) = user_code_failure(&v, "The profiled code", timeout) {
-        return with_queue_note(failure, &queued);
+        return (with_queue_note(failure, &queued), Vec::new());
     }
     let samples = plist_i64(&v, "samples").unwrap_or(0);
-    let out = ProfileOutput {
+    let mut out = ProfileOutput {
         mode: plist_str(&v, "mode").unwrap_or_default(),
         samples,
         top: a.top.unwrap_or(20).clamp(1, 200) as usize,
@@ -678,12 +734,38 @@ async fn profile_code(a: ProfileArgs, ctx: ToolContext) -> ToolOutput {
         values: plist_strings(&v, "values"),
         stdout: plist_str(&v, "stdout").unwrap_or_default(),
         elapsed_ms: plist_i64(&v, "elapsed-ms").unwrap_or(0),
+        flame_graph: None,
+        flame_graph_png: None,
+        stacks: plist_strings(&v, "stacks"),
+        png_size: None,
     };
-    let text = render_profile(&out);
-    with_queue_note(
+    let mut pictures = Vec::new();
+    let mut not_drawn = None;
+    if a.flame_graph != Some(false) && !out.stacks.is_empty() {
+        match draw_flame_graph(&mut out, &a.code, &ctx).await {
+            Ok(blocks) => pictures = blocks,
+            Err(e) => not_drawn = Some(e),
+        }
+    }
+    let mut text = render_profile(&out);
+    if let Some(e) = not_drawn {
+        text.push_str(&format!("\n\n[No flame graph: {e}]"));
+    }
+    let output = with_queue_note(
         ToolOutput::structured(text, serde_json::to_value(out).unwrap_or_default()),
         &queued,
-    )
+    );
+    (output, pictures)
+}
+
+/// `output` with `pictures` (content blocks) after its text.
+fn with_pictures(mut output: ToolOutput, pictures: Vec<serde_json::Value>) -> ToolOutput {
+    if !pictures.is_empty() {
+        let mut blocks = vec![serde_json::json!({"type": "text", "text": output.text})];
+        blocks.extend(pictures);
+        output.blocks = Some(blocks);
+    }
+    output
 }
 
 // ---------------------------------------------------------------------------
@@ -873,11 +955,14 @@ pub fn tools() -> Vec<ToolDef> {
             ToolGroup::Debug,
             "Profile code",
             "Run `code` (compiled first) under the statistical profiler (`mode` cpu/alloc): top \
-             functions by self and cumulative samples; `countCalls` counts calls exactly.",
+             functions by self and cumulative samples, and a flame graph of the sampled stacks \
+             (PNG image, SVG resource; `flameGraph: false` skips it); `countCalls` counts calls \
+             exactly.",
             Annotations::MUTATING,
             |a: ProfileArgs, ctx: ToolContext| async move {
                 let c = ctx.clone();
-                image::finish(&c, profile_code(a, ctx).await)
+                let (output, pictures) = profile_code(a, ctx).await;
+                with_pictures(image::finish(&c, output), pictures)
             },
         )
         .with_output_schema::<ProfileOutput>(),
@@ -924,6 +1009,10 @@ mod tests {
             values: Vec::new(),
             stdout: String::new(),
             elapsed_ms: 1,
+            flame_graph: None,
+            flame_graph_png: None,
+            stacks: Vec::new(),
+            png_size: None,
         };
         let text = render_profile(&out);
         let rows = |title: &str| {
