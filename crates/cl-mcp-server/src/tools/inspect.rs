@@ -420,31 +420,28 @@ fn render_trace(o: &TraceOutput) -> String {
     if o.records.is_empty() {
         lines.push("No calls recorded.".into());
     } else {
-        let threads: std::collections::BTreeSet<&str> =
-            o.records.iter().map(|r| r.thread.as_str()).collect();
-        lines.push(format!("{} call(s):", o.records.len()));
+        // Calls that nest show as a call tree (a call above the calls made
+        // inside it, indented by depth), each thread's calls apart.
+        let nests = o.records.iter().any(|r| r.depth > 0);
+        let mut threads: Vec<(&str, Vec<&TraceRecord>)> = Vec::new();
         for r in &o.records {
-            let indent = "  ".repeat(r.depth.clamp(0, 40) as usize + 1);
-            let outcome = match r.outcome.as_str() {
-                "returned" if r.values.is_empty() => " => ; No values".to_string(),
-                "returned" => format!(" => {}", r.values.join(", ")),
-                "non-local-exit" => " exited non-locally".to_string(),
-                _ => " (still running)".to_string(),
-            };
-            let thread = if threads.len() > 1 {
-                format!("  [{}]", r.thread)
-            } else {
-                String::new()
-            };
-            let took = r
-                .elapsed_us
-                .map_or(String::new(), |us| format!("  ({})", microseconds_text(us)));
-            lines.push(format!(
-                "{indent}{}: ({} {}){outcome}{took}{thread}",
-                r.depth,
-                r.function,
-                r.arguments.join(" ")
-            ));
+            match threads.iter_mut().find(|(t, _)| *t == r.thread) {
+                Some((_, calls)) => calls.push(r),
+                None => threads.push((&r.thread, vec![r])),
+            }
+        }
+        lines.push(if nests {
+            format!("{} call(s), as a call tree:", o.records.len())
+        } else {
+            format!("{} call(s):", o.records.len())
+        });
+        for (thread, calls) in &threads {
+            if threads.len() > 1 {
+                lines.push(format!("  [thread {thread}]"));
+            }
+            for r in calls {
+                lines.push(trace_line(r, nests));
+            }
         }
     }
     if o.more > 0 {
@@ -457,6 +454,30 @@ fn render_trace(o: &TraceOutput) -> String {
         ));
     }
     lines.join("\n")
+}
+
+/// One call: in a tree, indented and numbered by its depth.
+fn trace_line(r: &TraceRecord, tree: bool) -> String {
+    let outcome = match r.outcome.as_str() {
+        "returned" if r.values.is_empty() => " => ; No values".to_string(),
+        "returned" => format!(" => {}", r.values.join(", ")),
+        "non-local-exit" => " exited non-locally".to_string(),
+        _ => " (still running)".to_string(),
+    };
+    let took = r
+        .elapsed_us
+        .map_or(String::new(), |us| format!("  ({})", microseconds_text(us)));
+    let call = if r.arguments.is_empty() {
+        format!("({}){outcome}{took}", r.function)
+    } else {
+        format!("({} {}){outcome}{took}", r.function, r.arguments.join(" "))
+    };
+    if tree {
+        let indent = "  ".repeat(r.depth.clamp(0, 40) as usize + 1);
+        format!("{indent}{}: {call}", r.depth)
+    } else {
+        format!("  {call}")
+    }
 }
 
 /// A call's duration in words: `85 µs`, `12.3 ms`, `2.04 s`.
@@ -1046,6 +1067,39 @@ mod tests {
         assert!(text.contains("traced FACT"), "{text}");
         assert!(
             text.contains("\n  0: (FACT 2) => 2  (1.5 ms)\n    1: (FACT 1) => 1  (85 µs)"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn trace_records_that_do_not_nest_are_a_list_and_threads_apart() {
+        let v = data::read(
+            r#"(:traced ("F" "G") :changes ()
+                :records ((:id 1 :depth 0 :name "F" :thread "a" :arguments ("1") :outcome "returned" :values ("2") :elapsed-us 5)
+                          (:id 2 :depth 0 :name "F" :thread "b" :arguments ("3") :outcome "running" :values ())
+                          (:id 3 :depth 0 :name "G" :thread "a" :arguments () :outcome "non-local-exit" :values ()))
+                :more 0 :dropped 0)"#,
+        )
+        .unwrap();
+        let text = render_trace(&trace_output(&v));
+        assert!(
+            text.ends_with(
+                "3 call(s):\n  [thread a]\n  (F 1) => 2  (5 µs)\n  (G) exited non-locally\n  \
+                 [thread b]\n  (F 3) (still running)"
+            ),
+            "{text}"
+        );
+        // One nested call makes it a tree.
+        let v = data::read(
+            r#"(:traced ("F") :changes ()
+                :records ((:id 1 :depth 0 :name "F" :thread "a" :arguments ("1") :outcome "returned" :values ("1" "2"))
+                          (:id 2 :depth 1 :name "G" :thread "a" :arguments () :outcome "returned" :values ()))
+                :more 0 :dropped 0)"#,
+        )
+        .unwrap();
+        let text = render_trace(&trace_output(&v));
+        assert!(
+            text.ends_with("as a call tree:\n  0: (F 1) => 1, 2\n    1: (G) => ; No values"),
             "{text}"
         );
     }
