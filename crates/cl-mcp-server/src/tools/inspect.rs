@@ -544,8 +544,6 @@ struct ProfileArgs {
     package: Option<String>,
     /// Default 120.
     timeout_seconds: Option<f64>,
-    /// Draw a flame graph of the sampled stacks (default true): an SVG
-    /// resource, linked, and a PNG image in the result.
     flame_graph: Option<bool>,
 }
 
@@ -975,10 +973,9 @@ pub fn tools() -> Vec<ToolDef> {
             "profile-code",
             ToolGroup::Debug,
             "Profile code",
-            "Run `code` (compiled first) under the statistical profiler (`mode` cpu/alloc): top \
-             functions by self and cumulative samples, and a flame graph of the sampled stacks \
-             (PNG image, SVG resource; `flameGraph: false` skips it); `countCalls` counts calls \
-             exactly.",
+            "Run `code` under the statistical profiler (`mode` cpu/alloc): top functions by self \
+             and cumulative samples, a flame graph (PNG, SVG link); \
+             `countCalls` counts calls exactly.",
             Annotations::MUTATING,
             |a: ProfileArgs, ctx: ToolContext| async move {
                 let c = ctx.clone();
