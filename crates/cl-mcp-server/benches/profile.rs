@@ -9,6 +9,9 @@
 //! `BENCH-HOT`'s share, and the round trip with and without the flame
 //! graph (its drawing cost) with the PNG's size.
 //!
+//! First, the drawing alone, in process: `flame_graph::draw` (inferno's SVG
+//! and resvg's PNG) of 500 made-up stacks 20 frames deep, median of 9.
+//!
 //! `PROFILE_AB=other-binary` runs that build too (e.g. main's, before the
 //! flame graph) in the same rows, taking turns with this one; its rows have
 //! no drawing columns.
@@ -121,7 +124,34 @@ fn load_average() -> String {
         .join(" ")
 }
 
+/// Median time of drawing 500 stacks 20 frames deep, and the PNG's size.
+fn drawing_cost() -> (Duration, usize) {
+    let stacks: Vec<String> = (0..500)
+        .map(|i| {
+            let frames: Vec<String> = (0..20)
+                .map(|d| format!("PKG::FUNCTION-{}", (i >> (d % 9)) % 7 + d))
+                .collect();
+            format!("{} {}", frames.join(";"), 1 + i % 13)
+        })
+        .collect();
+    let mut times = Vec::new();
+    let mut png = 0;
+    for _ in 0..9 {
+        let t = std::time::Instant::now();
+        let g = cl_mcp_server::tools::flame_graph::draw(&stacks, "bench", "drawing").unwrap();
+        times.push(t.elapsed());
+        png = g.png.len();
+    }
+    times.sort();
+    (times[times.len() / 2], png)
+}
+
 fn main() {
+    let (draw, png) = drawing_cost();
+    println!(
+        "drawing 500 stacks 20 frames deep (SVG and PNG): median {:.1} ms, PNG {png} bytes",
+        draw.as_secs_f64() * 1e3
+    );
     let n: usize = std::env::var("PROFILE_N")
         .ok()
         .and_then(|v| v.parse().ok())
