@@ -636,15 +636,23 @@ or the implementation's debugger, and the condition it entered with."
 (defun call-with-statistical-profile (thunk mode)
   "Call THUNK under the statistical profiler, sampling the current thread
 only (MODE :CPU or :ALLOC). Returns (values THUNK-VALUES REPORT), REPORT
-being (:samples N :elsewhere N :nodes ((NAME SELF CUMULATIVE) ...)), or
-(values NIL :UNSUPPORTED) where no profiler exists."
+being (:samples N :elsewhere N :nodes ((NAME SELF CUMULATIVE) ...) :stacks
+((NAMES . COUNT) ...)), NAMES a sampled stack's function names from root
+to leaf, or (values NIL :UNSUPPORTED) where no profiler exists."
   #+sbcl
   (progn
     (sb-sprof:reset)
     (let ((vals nil))
       (unwind-protect
            (progn
-             (sb-sprof:start-profiling :mode mode :sample-interval 0.001
+             ;; :CPU samples through sb-sprof's :TIME clock: a timer thread
+             ;; signals this thread alone every millisecond. sb-sprof's
+             ;; :CPU mode arms the process-wide profiling timer, which fires
+             ;; at the kernel's tick (4 ms here) on whichever thread runs,
+             ;; and a sample landing on another thread is lost: a busy
+             ;; image or a loaded machine left a few samples per second.
+             (sb-sprof:start-profiling :mode (if (eq mode :alloc) :alloc :time)
+                                       :sample-interval 0.001
                                        :max-samples 200000
                                        :threads (list sb-thread:*current-thread*))
              (setf vals (multiple-value-list (funcall thunk))))
@@ -658,9 +666,35 @@ being (:samples N :elsewhere N :nodes ((NAME SELF CUMULATIVE) ...)), or
                                            (list (sb-sprof::node-name node)
                                                  (sb-sprof::node-count node)
                                                  (sb-sprof::node-accrued-count node)))
-                                         (sb-sprof::graph-vertices graph)))
-                    (list :samples 0 :elsewhere 0 :nodes nil))))))
+                                         (sb-sprof::graph-vertices graph))
+                          :stacks (sampled-stacks))
+                    (list :samples 0 :elsewhere 0 :nodes nil :stacks nil))))))
   #-sbcl (values (progn mode (multiple-value-list (funcall thunk))) :unsupported))
+
+#+sbcl
+(defun sampled-stacks ()
+  "The stacks of the last profile's samples, each once with its count:
+((NAMES . COUNT) ...), NAMES root first, named as sb-sprof's report names
+them. Reads sb-sprof's samples (MAP-TRACES, and the internal walk over a
+trace's program counters and node naming that its call graph uses)."
+  (let ((counts (make-hash-table :test 'equal)))
+    (sb-sprof::with-lookup-tables ()
+      (sb-sprof:map-traces
+       (lambda (thread trace)
+         (declare (ignore thread))
+         (let ((names '()))
+           ;; The walk goes from the root to the leaf.
+           (sb-sprof::map-trace-pc-locs
+            (lambda (info pc-or-offset)
+              (declare (ignore pc-or-offset))
+              (let ((node (sb-sprof::lookup-node info)))
+                (when node (push (sb-sprof::node-name node) names))))
+            trace)
+           (when names
+             (incf (gethash (nreverse names) counts 0)))))
+       sb-sprof::*samples*))
+    (loop for names being the hash-keys of counts using (hash-value n)
+          collect (cons names n))))
 
 (defun closure-values (function)
   "The values a closure closed over (in the order the compiler keeps

@@ -17,6 +17,7 @@ machinery around the profiled code, which every sample passes through."
                    "(LAMBDA ()) in #<code")))
           ((null symbol) nil)
           ((our-package-p (symbol-package symbol)) t)
+          ((profiler-own-frame-p name) t)
           ((member symbol '(eval funcall apply load)) t)
           ((implementation-internal-package-p (or (symbol-package symbol)
                                                   (find-package "KEYWORD")))
@@ -46,7 +47,7 @@ calls; returns (values THUNK-VALUES COUNTS) with COUNTS ((SPEC . N)...)."
   "Run CODE (compiled) under the statistical profiler in MODE (:cpu or
 :alloc), counting calls of the functions named in COUNT-CALLS. Returns
 (:samples N :mode S :functions ((:name S :self N :cumulative N :self-percent
-F :cumulative-percent F)...) :calls ((:name :count)...)
+F :cumulative-percent F)...) :stacks (\"ROOT;...;LEAF N\"...) :calls ((:name :count)...)
 :values (S...) :stdout :stderr :elapsed-ms), or :error (a condition plist) / :interrupted,
 or (:error MESSAGE)."
   (let* ((package* (or (resolve-package package) (session-package session)))
@@ -87,7 +88,7 @@ or (:error MESSAGE)."
                                (getf report :nodes))))
         (flet ((entry (node)
                  (destructuring-bind (name self cumulative) node
-                   (list :name (if (stringp name) name (short-print name 300))
+                   (list :name (profiled-name name)
                          :self self :cumulative cumulative
                          :self-percent (percent self samples)
                          :cumulative-percent (percent cumulative samples))))
@@ -103,6 +104,7 @@ or (:error MESSAGE)."
                                      (append by-self
                                              (sort (set-difference (top-by #'third) by-self)
                                                    #'> :key #'third))))
+                :stacks (folded-stacks (getf report :stacks))
                 :calls (loop for (spec . n) in (reverse counts)
                              collect (list :name (short-print spec) :count n))
                 :values (printed-list (getf result :value))
@@ -110,6 +112,40 @@ or (:error MESSAGE)."
                 :stderr (getf result :stderr)
                 :warnings (getf result :warnings)
                 :elapsed-ms (getf result :elapsed-ms)))))))
+
+(defun profiler-own-frame-p (name)
+  (let ((symbol (frame-name-symbol name)))
+    (and symbol (symbol-package symbol)
+         (string= (package-name (symbol-package symbol)) "SB-SPROF"))))
+
+(defun profiled-name (name)
+  (if (stringp name) name (short-print name 300)))
+
+(defparameter *most-folded-stacks* 3000
+  "Most distinct stacks a profile sends for its flame graph (the most
+sampled ones).")
+
+(defun folded-stacks (stacks)
+  "STACKS ((NAMES . COUNT)...) as folded lines \"ROOT;...;LEAF COUNT\", the
+lines a flame graph is drawn from: the noise frames left out as in the
+tables (stacks then alike merged), the most sampled first."
+  (let ((counts (make-hash-table :test 'equal)))
+    (loop for (names . n) in stacks
+          for kept = (loop for name in names
+                           unless (profiler-noise-p name)
+                             ;; The folded format splits frames at ; and
+                             ;; the count at the last space.
+                             collect (substitute-if #\: (lambda (c) (member c '(#\; #\Newline #\Return)))
+                                                    (profiled-name name)))
+          ;; A sample taken as the profiler stopped.
+          when (and kept (notany #'profiler-own-frame-p names))
+            do (incf (gethash (format nil "~{~A~^;~}" kept) counts 0) n))
+    (let ((lines (sort (loop for line being the hash-keys of counts using (hash-value n)
+                             collect (cons line n))
+                       #'> :key #'cdr)))
+      (loop for (line . n) in lines
+            repeat *most-folded-stacks*
+            collect (format nil "~A ~D" line n)))))
 
 (defun percent (part whole)
   (if (and whole (plusp whole))

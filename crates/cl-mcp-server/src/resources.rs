@@ -8,6 +8,8 @@
 
 mod coverage;
 
+mod flame_graphs;
+
 use std::path::Path;
 use std::sync::{Arc, OnceLock};
 
@@ -178,6 +180,7 @@ pub async fn read_lisp_uri(session: Arc<Session>, uri: &str) -> Result<Value, Re
         }
     };
     let out = match parts.as_slice() {
+        ["profile", id, file] => return flame_graphs::read(&ctx.session, uri, id, file),
         ["image", "info"] => via_tool("image-info", json!({})).await,
         ["symbol", package, name] if !name.is_empty() => {
             via_tool(
@@ -203,7 +206,8 @@ pub async fn read_lisp_uri(session: Arc<Session>, uri: &str) -> Result<Value, Re
         _ => {
             return Err(ResourceError::NotFound(format!(
                 "Unknown lisp:// resource {uri}: use lisp://image/info, lisp://package/NAME, \
-                 lisp://symbol/PACKAGE/NAME, lisp://system/NAME or \
+                 lisp://symbol/PACKAGE/NAME, lisp://system/NAME, a profile's \
+                 lisp://profile/ID/flamegraph.svg or \
                  lisp://coverage/SYSTEM/index.html"
             )))
         }

@@ -2,7 +2,8 @@
 //! against a real SBCL: `inspect-object` (a CLOS instance and a hash table,
 //! drilled into and back out of), `trace-functions` (a recursive function,
 //! a method and a setf function), `profile-code` (a slow function whose hot
-//! spot the profile names) and `list-threads` (list, backtrace, kill).
+//! spot the profile names; a flame graph, SVG and PNG, with the hot
+//! function widest) and `list-threads` (list, backtrace, kill).
 //! The harness validates every `structuredContent` against its schema.
 
 mod common;
@@ -357,6 +358,137 @@ fn profile_names_the_hot_spot_and_counts_calls() {
     let r = call(&mut s, 6, "profile-code", json!({"code": "(car 5)"}));
     assert!(r.is_error, "{}", r.text);
     assert!(r.text.contains("TYPE-ERROR"), "{}", r.text);
+}
+
+/// The frames of a flame graph's SVG: (name, samples) from each frame's
+/// `<title>` ("NAME (N samples, P%)") and its `fg:w`.
+fn flame_frames(svg: &str) -> Vec<(String, u64)> {
+    let options = roxmltree::ParsingOptions {
+        allow_dtd: true,
+        ..Default::default()
+    };
+    let doc = roxmltree::Document::parse_with_options(svg, options)
+        .unwrap_or_else(|e| panic!("not XML: {e}"));
+    doc.descendants()
+        .filter(|n| n.has_tag_name("g"))
+        .filter_map(|g| {
+            let title = g.children().find(|c| c.has_tag_name("title"))?.text()?;
+            let rect = g.children().find(|c| c.has_tag_name("rect"))?;
+            let width = rect
+                .attributes()
+                .find(|a| a.name() == "w")?
+                .value()
+                .parse()
+                .ok()?;
+            Some((title.split(" (").next()?.to_string(), width))
+        })
+        .collect()
+}
+
+#[test]
+fn profile_draws_a_flame_graph_with_the_hot_function_widest() {
+    let mut s = lisp_server(&[]);
+    // FLAME-HOT does nine tenths of FLAME-WORK's work, FLAME-COLD one tenth.
+    let r = eval(
+        &mut s,
+        1,
+        "(defun flame-hot (n)
+           (declare (optimize speed) (type fixnum n))
+           (let ((s 0)) (declare (type fixnum s))
+             (dotimes (i n s) (setf s (logand (+ s (* i 7) (ash s -3)) #xffffff)))))
+         (defun flame-cold (n)
+           (declare (optimize speed) (type fixnum n))
+           (let ((s 0)) (declare (type fixnum s))
+             (dotimes (i n s) (setf s (logand (+ s (* i 3) (ash s -3)) #xffffff)))))
+         (defun flame-work (reps) (loop repeat reps sum (+ (flame-hot 900000) (flame-cold 100000))))",
+    );
+    assert!(!r.is_error, "{}", r.text);
+    let resp = s.request(json!({"jsonrpc":"2.0","id":2,"method":"tools/call",
+        "params":{"name":"profile-code","arguments":{"code":"(flame-work 600)"}}}));
+    let result = &resp["result"];
+    let text = result["content"][0]["text"].as_str().unwrap();
+    assert_eq!(result["isError"], false, "{resp}");
+    let st = &result["structuredContent"];
+    // Sampled every millisecond of the evaluation's thread: a run of about
+    // a second has hundreds of samples (sb-sprof's process-wide CPU timer
+    // gave a few dozen on a loaded machine).
+    let samples = st["samples"].as_i64().unwrap();
+    let elapsed = st["elapsedMs"].as_i64().unwrap().max(1);
+    assert!(samples * 1000 / elapsed >= 300, "{text}");
+
+    // The content: the table, the PNG, the link to the SVG.
+    let blocks = result["content"].as_array().unwrap();
+    let kinds: Vec<&str> = blocks.iter().map(|b| b["type"].as_str().unwrap()).collect();
+    assert_eq!(kinds, ["text", "image", "resource_link"], "{resp}");
+    assert_eq!(blocks[1]["mimeType"], "image/png");
+    let svg_uri = st["flameGraph"].as_str().unwrap();
+    assert_eq!(blocks[2]["uri"], svg_uri);
+    assert_eq!(blocks[2]["mimeType"], "image/svg+xml");
+
+    // The PNG decodes to the size the text states.
+    use base64::Engine as _;
+    let png = base64::engine::general_purpose::STANDARD
+        .decode(blocks[1]["data"].as_str().unwrap())
+        .unwrap();
+    let info = png::Decoder::new(std::io::Cursor::new(&png))
+        .read_info()
+        .unwrap()
+        .info()
+        .clone();
+    assert_eq!(info.width, 800);
+    let stated = format!("a {}x{} PNG follows", info.width, info.height);
+    assert!(text.contains(&stated), "{stated} not in {text}");
+
+    // The SVG resource parses and names both functions, the hot one the
+    // widest frame below the one that calls both.
+    let r = s.request(json!({"jsonrpc":"2.0","id":3,"method":"resources/read",
+        "params":{"uri": svg_uri}}));
+    let content = &r["result"]["contents"][0];
+    assert_eq!(content["mimeType"], "image/svg+xml", "{r}");
+    let frames = flame_frames(content["text"].as_str().unwrap());
+    let width_of = |name: &str| {
+        frames
+            .iter()
+            .filter(|(n, _)| n == name)
+            .map(|(_, w)| *w)
+            .sum::<u64>()
+    };
+    let (hot, cold) = (width_of("FLAME-HOT"), width_of("FLAME-COLD"));
+    assert!(cold > 0, "{frames:?}");
+    let widest_callee = frames
+        .iter()
+        .filter(|(n, _)| n != "all" && n != "FLAME-WORK")
+        .max_by_key(|(_, w)| *w)
+        .unwrap();
+    assert_eq!(widest_callee.0, "FLAME-HOT", "{frames:?}");
+    assert!(hot > 5 * cold, "hot {hot}, cold {cold}: {frames:?}");
+    assert!(
+        !frames
+            .iter()
+            .any(|(n, _)| n.contains("CL-MCP") || n.contains("SWANK")),
+        "{frames:?}"
+    );
+
+    // The PNG is a resource too; an unknown id says what the session keeps.
+    let png_uri = st["flameGraphPng"].as_str().unwrap();
+    let r = s.request(json!({"jsonrpc":"2.0","id":4,"method":"resources/read",
+        "params":{"uri": png_uri}}));
+    assert_eq!(r["result"]["contents"][0]["blob"], blocks[1]["data"], "{r}");
+    let r = s.request(json!({"jsonrpc":"2.0","id":5,"method":"resources/read",
+        "params":{"uri": "lisp://profile/999999/flamegraph.svg"}}));
+    assert!(
+        r["error"]["data"].to_string().contains("last 8 profiles"),
+        "{r}"
+    );
+
+    // flameGraph: false: the table alone.
+    let r = s.request(json!({"jsonrpc":"2.0","id":6,"method":"tools/call",
+        "params":{"name":"profile-code","arguments":{"code":"(flame-work 20)","flameGraph":false}}}));
+    assert_eq!(r["result"]["content"].as_array().unwrap().len(), 1, "{r}");
+    assert!(
+        r["result"]["structuredContent"].get("flameGraph").is_none(),
+        "{r}"
+    );
 }
 
 #[test]

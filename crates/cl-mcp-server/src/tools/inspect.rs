@@ -16,6 +16,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::code::{render_build_error, render_interruption, Location};
+use super::flame_graph::{self, FlameGraphError};
 use super::lisp_call::{
     self as image, helper_form, plist_bool, plist_i64, plist_items, plist_list, plist_str,
     plist_strings,
@@ -419,31 +420,28 @@ fn render_trace(o: &TraceOutput) -> String {
     if o.records.is_empty() {
         lines.push("No calls recorded.".into());
     } else {
-        let threads: std::collections::BTreeSet<&str> =
-            o.records.iter().map(|r| r.thread.as_str()).collect();
-        lines.push(format!("{} call(s):", o.records.len()));
+        // Calls that nest show as a call tree (a call above the calls made
+        // inside it, indented by depth), each thread's calls apart.
+        let nests = o.records.iter().any(|r| r.depth > 0);
+        let mut threads: Vec<(&str, Vec<&TraceRecord>)> = Vec::new();
         for r in &o.records {
-            let indent = "  ".repeat(r.depth.clamp(0, 40) as usize + 1);
-            let outcome = match r.outcome.as_str() {
-                "returned" if r.values.is_empty() => " => ; No values".to_string(),
-                "returned" => format!(" => {}", r.values.join(", ")),
-                "non-local-exit" => " exited non-locally".to_string(),
-                _ => " (still running)".to_string(),
-            };
-            let thread = if threads.len() > 1 {
-                format!("  [{}]", r.thread)
-            } else {
-                String::new()
-            };
-            let took = r
-                .elapsed_us
-                .map_or(String::new(), |us| format!("  ({})", microseconds_text(us)));
-            lines.push(format!(
-                "{indent}{}: ({} {}){outcome}{took}{thread}",
-                r.depth,
-                r.function,
-                r.arguments.join(" ")
-            ));
+            match threads.iter_mut().find(|(t, _)| *t == r.thread) {
+                Some((_, calls)) => calls.push(r),
+                None => threads.push((&r.thread, vec![r])),
+            }
+        }
+        lines.push(if nests {
+            format!("{} call(s), as a call tree:", o.records.len())
+        } else {
+            format!("{} call(s):", o.records.len())
+        });
+        for (thread, calls) in &threads {
+            if threads.len() > 1 {
+                lines.push(format!("  [thread {thread}]"));
+            }
+            for r in calls {
+                lines.push(trace_line(r, nests));
+            }
         }
     }
     if o.more > 0 {
@@ -456,6 +454,30 @@ fn render_trace(o: &TraceOutput) -> String {
         ));
     }
     lines.join("\n")
+}
+
+/// One call: in a tree, indented and numbered by its depth.
+fn trace_line(r: &TraceRecord, tree: bool) -> String {
+    let outcome = match r.outcome.as_str() {
+        "returned" if r.values.is_empty() => " => ; No values".to_string(),
+        "returned" => format!(" => {}", r.values.join(", ")),
+        "non-local-exit" => " exited non-locally".to_string(),
+        _ => " (still running)".to_string(),
+    };
+    let took = r
+        .elapsed_us
+        .map_or(String::new(), |us| format!("  ({})", microseconds_text(us)));
+    let call = if r.arguments.is_empty() {
+        format!("({}){outcome}{took}", r.function)
+    } else {
+        format!("({} {}){outcome}{took}", r.function, r.arguments.join(" "))
+    };
+    if tree {
+        let indent = "  ".repeat(r.depth.clamp(0, 40) as usize + 1);
+        format!("{indent}{}: {call}", r.depth)
+    } else {
+        format!("  {call}")
+    }
 }
 
 /// A call's duration in words: `85 µs`, `12.3 ms`, `2.04 s`.
@@ -522,6 +544,7 @@ struct ProfileArgs {
     package: Option<String>,
     /// Default 120.
     timeout_seconds: Option<f64>,
+    flame_graph: Option<bool>,
 }
 
 #[derive(Serialize, JsonSchema)]
@@ -557,6 +580,18 @@ struct ProfileOutput {
     values: Vec<String>,
     stdout: String,
     elapsed_ms: i64,
+    /// The flame graph's SVG resource (`resources/read`), when drawn.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    flame_graph: Option<String>,
+    /// The same flame graph as a PNG resource.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    flame_graph_png: Option<String>,
+    /// The sampled stacks, folded (`ROOT;...;LEAF COUNT`), for the drawing.
+    #[serde(skip)]
+    stacks: Vec<String>,
+    /// The PNG's width and height, when drawn.
+    #[serde(skip)]
+    png_size: Option<(u32, u32)>,
 }
 
 /// The profiled functions, with their shares of `samples` in percent to
@@ -630,16 +665,56 @@ fn render_profile(o: &ProfileOutput) -> String {
     for v in &o.values {
         text.push_str(&format!("\n=> {v}"));
     }
+    if let (Some(uri), Some((w, h))) = (&o.flame_graph, o.png_size) {
+        text.push_str(&format!(
+            "\n\nFlame graph: {uri} (SVG: search, zoom in a browser; a {w}x{h} PNG follows)"
+        ));
+    }
     text
 }
 
-async fn profile_code(a: ProfileArgs, ctx: ToolContext) -> ToolOutput {
+/// Draws the profile's flame graph and keeps it for the session: the
+/// content blocks that show it (PNG image, link to the SVG), or why it
+/// could not be drawn.
+async fn draw_flame_graph(
+    o: &mut ProfileOutput,
+    code: &str,
+    ctx: &ToolContext,
+) -> Result<Vec<serde_json::Value>, FlameGraphError> {
+    let stacks = std::mem::take(&mut o.stacks);
+    let code: String = code.split_whitespace().collect::<Vec<_>>().join(" ");
+    let title = if code.chars().count() > 70 {
+        format!("{}...", code.chars().take(67).collect::<String>())
+    } else {
+        code
+    };
+    let subtitle = format!(
+        "{} profile, {} samples in {} ms: a frame's width is its share of the samples, \
+         callers below callees",
+        o.mode, o.samples, o.elapsed_ms
+    );
+    let graph = tokio::task::spawn_blocking(move || flame_graph::draw(&stacks, &title, &subtitle))
+        .await
+        .map_err(|e| FlameGraphError::Draw(std::io::Error::other(e)))??;
+    let (id, graph) = ctx.state.flame_graphs.keep(graph);
+    let blocks = vec![
+        flame_graph::image_block(&graph),
+        flame_graph::link_block(id, &graph),
+    ];
+    o.flame_graph = Some(flame_graph::svg_uri(id));
+    o.flame_graph_png = Some(flame_graph::png_uri(id));
+    o.png_size = Some((graph.png_width, graph.png_height));
+    Ok(blocks)
+}
+
+/// The profile's result, and the content blocks showing its flame graph.
+async fn profile_code(a: ProfileArgs, ctx: ToolContext) -> (ToolOutput, Vec<serde_json::Value>) {
     let timeout = match image::timeout_arg(a.timeout_seconds, 120.0) {
         Ok(t) => t,
-        Err(e) => return ToolOutput::error(e),
+        Err(e) => return (ToolOutput::error(e), Vec::new()),
     };
     if let Err(e) = image::check_read_depth(&a.code, "`code`") {
-        return ToolOutput::error(e);
+        return (ToolOutput::error(e), Vec::new());
     }
     let mut keys = package_keys(&a.package);
     let mode = match a.mode.unwrap_or_default() {
@@ -660,13 +735,13 @@ async fn profile_code(a: ProfileArgs, ctx: ToolContext) -> ToolOutput {
     .await
     {
         Ok(r) => r,
-        Err(e) => return ToolOutput::error(e),
+        Err(e) => return (ToolOutput::error(e), Vec::new()),
     };
     if let Some(failure) = user_code_failure(&v, "The profiled code", timeout) {
-        return with_queue_note(failure, &queued);
+        return (with_queue_note(failure, &queued), Vec::new());
     }
     let samples = plist_i64(&v, "samples").unwrap_or(0);
-    let out = ProfileOutput {
+    let mut out = ProfileOutput {
         mode: plist_str(&v, "mode").unwrap_or_default(),
         samples,
         top: a.top.unwrap_or(20).clamp(1, 200) as usize,
@@ -678,12 +753,38 @@ async fn profile_code(a: ProfileArgs, ctx: ToolContext) -> ToolOutput {
         values: plist_strings(&v, "values"),
         stdout: plist_str(&v, "stdout").unwrap_or_default(),
         elapsed_ms: plist_i64(&v, "elapsed-ms").unwrap_or(0),
+        flame_graph: None,
+        flame_graph_png: None,
+        stacks: plist_strings(&v, "stacks"),
+        png_size: None,
     };
-    let text = render_profile(&out);
-    with_queue_note(
+    let mut pictures = Vec::new();
+    let mut not_drawn = None;
+    if a.flame_graph != Some(false) && !out.stacks.is_empty() {
+        match draw_flame_graph(&mut out, &a.code, &ctx).await {
+            Ok(blocks) => pictures = blocks,
+            Err(e) => not_drawn = Some(e),
+        }
+    }
+    let mut text = render_profile(&out);
+    if let Some(e) = not_drawn {
+        text.push_str(&format!("\n\n[No flame graph: {e}]"));
+    }
+    let output = with_queue_note(
         ToolOutput::structured(text, serde_json::to_value(out).unwrap_or_default()),
         &queued,
-    )
+    );
+    (output, pictures)
+}
+
+/// `output` with `pictures` (content blocks) after its text.
+fn with_pictures(mut output: ToolOutput, pictures: Vec<serde_json::Value>) -> ToolOutput {
+    if !pictures.is_empty() {
+        let mut blocks = vec![serde_json::json!({"type": "text", "text": output.text})];
+        blocks.extend(pictures);
+        output.blocks = Some(blocks);
+    }
+    output
 }
 
 // ---------------------------------------------------------------------------
@@ -872,12 +973,14 @@ pub fn tools() -> Vec<ToolDef> {
             "profile-code",
             ToolGroup::Debug,
             "Profile code",
-            "Run `code` (compiled first) under the statistical profiler (`mode` cpu/alloc): top \
-             functions by self and cumulative samples; `countCalls` counts calls exactly.",
+            "Run `code` under the statistical profiler (`mode` cpu/alloc): top functions by self \
+             and cumulative samples, a flame graph (PNG, SVG link); \
+             `countCalls` counts calls exactly.",
             Annotations::MUTATING,
             |a: ProfileArgs, ctx: ToolContext| async move {
                 let c = ctx.clone();
-                image::finish(&c, profile_code(a, ctx).await)
+                let (output, pictures) = profile_code(a, ctx).await;
+                with_pictures(image::finish(&c, output), pictures)
             },
         )
         .with_output_schema::<ProfileOutput>(),
@@ -924,6 +1027,10 @@ mod tests {
             values: Vec::new(),
             stdout: String::new(),
             elapsed_ms: 1,
+            flame_graph: None,
+            flame_graph_png: None,
+            stacks: Vec::new(),
+            png_size: None,
         };
         let text = render_profile(&out);
         let rows = |title: &str| {
@@ -957,6 +1064,39 @@ mod tests {
         assert!(text.contains("traced FACT"), "{text}");
         assert!(
             text.contains("\n  0: (FACT 2) => 2  (1.5 ms)\n    1: (FACT 1) => 1  (85 µs)"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn trace_records_that_do_not_nest_are_a_list_and_threads_apart() {
+        let v = data::read(
+            r#"(:traced ("F" "G") :changes ()
+                :records ((:id 1 :depth 0 :name "F" :thread "a" :arguments ("1") :outcome "returned" :values ("2") :elapsed-us 5)
+                          (:id 2 :depth 0 :name "F" :thread "b" :arguments ("3") :outcome "running" :values ())
+                          (:id 3 :depth 0 :name "G" :thread "a" :arguments () :outcome "non-local-exit" :values ()))
+                :more 0 :dropped 0)"#,
+        )
+        .unwrap();
+        let text = render_trace(&trace_output(&v));
+        assert!(
+            text.ends_with(
+                "3 call(s):\n  [thread a]\n  (F 1) => 2  (5 µs)\n  (G) exited non-locally\n  \
+                 [thread b]\n  (F 3) (still running)"
+            ),
+            "{text}"
+        );
+        // One nested call makes it a tree.
+        let v = data::read(
+            r#"(:traced ("F") :changes ()
+                :records ((:id 1 :depth 0 :name "F" :thread "a" :arguments ("1") :outcome "returned" :values ("1" "2"))
+                          (:id 2 :depth 1 :name "G" :thread "a" :arguments () :outcome "returned" :values ()))
+                :more 0 :dropped 0)"#,
+        )
+        .unwrap();
+        let text = render_trace(&trace_output(&v));
+        assert!(
+            text.ends_with("as a call tree:\n  0: (F 1) => 1, 2\n    1: (G) => ; No values"),
             "{text}"
         );
     }

@@ -26,6 +26,7 @@ pub mod code;
 pub mod debug;
 pub mod error;
 pub mod eval;
+pub mod flame_graph;
 pub mod fs;
 pub mod fs_paths;
 pub mod image;

@@ -1,7 +1,8 @@
 //! What the tools keep for each session, outside `Session` (which knows no
 //! tool types): the evaluation bookkeeping ([`EvalState`], one per image of
-//! the session) and the pending
-//! debuggers ([`Debuggers`]). [`attach_session`] creates it once per
+//! the session), the pending
+//! debuggers ([`Debuggers`]) and the last profiles' flame graphs
+//! ([`FlameGraphs`]). [`attach_session`] creates it once per
 //! session and registers its end (`Session::on_end`): the pending
 //! debuggers are aborted and the session's traces undone in a shared
 //! image (`debug::end_session`).
@@ -15,6 +16,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, LazyLock, Mutex, Weak};
 
 use super::debug::{self, Debuggers};
+use super::flame_graph::FlameGraphs;
 use super::turn::EvalTurn;
 use crate::session::{ImageKey, Session};
 use crate::sync::MutexExt;
@@ -29,6 +31,9 @@ pub struct SessionTools {
     /// Evaluations suspended in the debugger (`evaluate-lisp` with
     /// `debug: true`); aborted when the session ends.
     pub debuggers: Debuggers,
+    /// The flame graphs of the session's last profiles (`profile-code`),
+    /// read as `lisp://profile/...` resources.
+    pub flame_graphs: FlameGraphs,
     /// The image's queues, held as long as a session uses them.
     _turns: Arc<ImageTurns>,
 }
@@ -141,6 +146,7 @@ pub fn attach_session(session: &Session) -> Arc<SessionTools> {
         eval: Arc::new(EvalState::new(&turns)),
         others: Default::default(),
         debuggers: Default::default(),
+        flame_graphs: Default::default(),
         _turns: turns,
     });
     all.insert(session.id, Arc::downgrade(&state));

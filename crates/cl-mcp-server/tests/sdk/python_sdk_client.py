@@ -14,6 +14,7 @@ Usage: python3 python_sdk_client.py /path/to/cl-mcp-server project-root [http-ur
 """
 
 import asyncio
+import base64
 import os
 import sys
 import tempfile
@@ -162,6 +163,17 @@ async def run(target, label: str, mode: str) -> None:
         assert [p["label"] for p in r.structured_content["parts"]] == ["key (1 2)", "(1 2)"], r.structured_content
         r = await call(client, "profile-code", {"code": "(loop repeat 1000 sum (sdk-twice 3))", "countCalls": ["sdk-twice"]})
         assert r.structured_content["calls"] == [{"name": "SDK-TWICE", "count": 1000}], r.structured_content
+        # The flame graph: a PNG image block and a link to the SVG, both
+        # validated by the SDK's content types.
+        await call(client, "evaluate-lisp", {"code": "(defun sdk-spin (n) (let ((s 0)) (dotimes (i n s) (setf s (logand (+ s i) 65535)))))"})
+        r = await call(client, "profile-code", {"code": "(loop repeat 20 sum (sdk-spin 1000000))"})
+        kinds = [type(b).__name__ for b in r.content]
+        assert kinds == ["TextContent", "ImageContent", "ResourceLink"], (kinds, text_of(r))
+        image, link = r.content[1], r.content[2]
+        assert image.mime_type == "image/png" and base64.b64decode(image.data).startswith(b"\x89PNG"), image.mime_type
+        assert str(link.uri) == r.structured_content["flameGraph"], (link, r.structured_content)
+        svg = await client.read_resource(str(link.uri))
+        assert "SDK-SPIN" in svg.contents[0].text, svg.contents[0].text[:300]
         r = await call(client, "list-threads", {})
         assert any(t["current"] for t in r.structured_content["threads"]), r.structured_content
 
