@@ -282,6 +282,12 @@ impl Image {
             kind: live.as_ref().and_then(|l| l.kind),
             sandbox: live.as_ref().and_then(|l| l.sandbox.clone()),
             limits: live.as_ref().and_then(|l| l.limits.clone()),
+            launcher: self
+                .inner
+                .config
+                .launcher
+                .as_ref()
+                .map(|p| p.display().to_string()),
             eval_channel: channel_open,
             eval_socket: live
                 .as_ref()

@@ -106,6 +106,7 @@ impl Image {
             memory_limit_mb: self.inner.config.memory_limit_mb,
             permit,
             pumps: [out_done, err_done],
+            grace: None,
         }
         .spawn();
         let pending = Pending {
@@ -169,24 +170,11 @@ impl Image {
     /// The private fasl directory of this project and the sandbox the image
     /// will run in (its weakness on this kernel noted).
     fn confine(&self, plan: &LaunchPlan) -> Result<(PathBuf, Confinement), ImageError> {
-        let cache = self
-            .inner
-            .config
-            .cache_dir
-            .clone()
-            .unwrap_or_else(default_cache_dir);
-        let root = match &self.inner.config.project_root {
-            Some(r) => r.reading().clone(),
-            None => std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/")),
-        };
-        let fasl_dir = core_cache::private_dir(&cache.join("fasl"))
-            .and_then(|dir| core_cache::private_dir(&dir.join(core_cache::project_key(&root))))
-            .map_err(|e| {
-                ImageError::StartFailed(format!(
-                    "cannot prepare the private fasl directory under {}: {e}",
-                    cache.display()
-                ))
-            })?;
+        let ImagePlaces {
+            cache,
+            root,
+            fasl_dir,
+        } = self.image_places()?;
         let debian_loader = Path::new(locate::DEBIAN_SWANK_LOADER);
         let places = sandbox::Places {
             root: &root,
@@ -211,6 +199,56 @@ impl Image {
         Ok((fasl_dir, confinement))
     }
 
+    /// The cache, the project root (now) and the project's private fasl
+    /// directory, made if missing.
+    pub(super) fn image_places(&self) -> Result<ImagePlaces, ImageError> {
+        let cache = self
+            .inner
+            .config
+            .cache_dir
+            .clone()
+            .unwrap_or_else(default_cache_dir);
+        let root = match &self.inner.config.project_root {
+            Some(r) => r.reading().clone(),
+            None => std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/")),
+        };
+        let fasl_dir = core_cache::private_dir(&cache.join("fasl"))
+            .and_then(|dir| core_cache::private_dir(&dir.join(core_cache::project_key(&root))))
+            .map_err(|e| {
+                ImageError::StartFailed(format!(
+                    "cannot prepare the private fasl directory under {}: {e}",
+                    cache.display()
+                ))
+            })?;
+        Ok(ImagePlaces {
+            cache,
+            root,
+            fasl_dir,
+        })
+    }
+
+    /// `--memory-limit` for this Lisp: its arguments and its environment
+    /// (set after `plan.env`, which would otherwise override it).
+    pub(super) fn memory_settings(
+        &self,
+        plan: &LaunchPlan,
+    ) -> (Vec<std::ffi::OsString>, Vec<(String, String)>) {
+        let Some(mb) = self.inner.config.memory_limit_mb else {
+            return (Vec::new(), Vec::new());
+        };
+        let current = plan
+            .env
+            .iter()
+            .find(|(k, _)| k == "JDK_JAVA_OPTIONS")
+            .map(|(_, v)| v.to_string())
+            .or_else(|| std::env::var("JDK_JAVA_OPTIONS").ok());
+        let mut env = plan.kind.memory_env(mb, current.as_deref());
+        if plan.kind.soft_memory_limit() {
+            env.push(("CL_MCP_MEMORY_LIMIT_MB".into(), mb.to_string()));
+        }
+        (plan.kind.memory_args(mb), env)
+    }
+
     /// The image's command: its caps (processes, memory) and sandbox set
     /// in the child before it runs the Lisp, its arguments and environment.
     fn command(
@@ -222,7 +260,6 @@ impl Image {
     ) -> (tokio::process::Command, PreparedCaps) {
         let config = &self.inner.config;
         let mut cmd = tokio::process::Command::new(&plan.lisp);
-        let mut memory_env = Vec::new();
         // The image's own heap, plus room for what it starts.
         let memory_cap = config
             .memory_limit_mb
@@ -252,19 +289,9 @@ impl Image {
         if let Some(env) = sandbox::image_environment(confinement.report.mode) {
             cmd.env_clear().envs(env);
         }
+        let (memory_args, memory_env) = self.memory_settings(plan);
+        cmd.args(memory_args);
         if let Some(mb) = config.memory_limit_mb {
-            cmd.args(plan.kind.memory_args(mb));
-            let current = plan
-                .env
-                .iter()
-                .find(|(k, _)| k == "JDK_JAVA_OPTIONS")
-                .map(|(_, v)| v.to_string())
-                .or_else(|| std::env::var("JDK_JAVA_OPTIONS").ok());
-            // Set after `plan.env`, which would otherwise override it.
-            memory_env = plan.kind.memory_env(mb, current.as_deref());
-            if plan.kind.soft_memory_limit() {
-                memory_env.push(("CL_MCP_MEMORY_LIMIT_MB".into(), mb.to_string()));
-            }
             if let Some(bytes) = plan.kind.address_space_cap(mb) {
                 // SAFETY: one setrlimit(2) call on a struct on the stack, no
                 // allocation (async-signal-safe, as required after fork).
@@ -371,6 +398,13 @@ impl Image {
             tracing::warn!(core = %core.display(), "the Lisp exited while starting from the cached core, which passes its check; the next start retries it");
         }
     }
+}
+
+/// Where an image keeps its files: see [`Image::image_places`].
+pub(super) struct ImagePlaces {
+    pub(super) cache: PathBuf,
+    pub(super) root: PathBuf,
+    pub(super) fasl_dir: PathBuf,
 }
 
 /// A started process not yet connected to: what a failed start needs to
