@@ -11,7 +11,7 @@ cd "$(dirname "$0")/.."
 
 DEBS=(sbcl cl-swank sbcl-source cl-alexandria cl-ppcre cl-yason cl-usocket
       cl-bordeaux-threads cl-hunchentoot cl-fiveam cl-fiasco cl-rt cl-ptester
-      cl-xlunit ecl clisp abcl python3-venv)
+      cl-xlunit ecl clisp abcl python3-venv iproute2)
 
 missing=()
 for p in "${DEBS[@]}"; do
