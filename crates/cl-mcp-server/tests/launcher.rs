@@ -96,6 +96,7 @@ fn local_launcher_starts_restarts_and_notices_deaths() {
     // The image dies: the next call says so once and runs in a fresh one.
     let pid = info(&mut s, 6).structured["pid"].as_i64().unwrap();
     let launcher_pid = parent_of(pid);
+    // SAFETY: kill(2) on the image's pid, read from image-info just now.
     unsafe { libc::kill(pid as i32, libc::SIGKILL) };
     wait_until(
         "the launcher exits with its image",
@@ -114,6 +115,7 @@ fn local_launcher_starts_restarts_and_notices_deaths() {
     eval(&mut s, 8, "(defvar *kept* 2)");
     let pid = info(&mut s, 9).structured["pid"].as_i64().unwrap();
     let launcher_pid = parent_of(pid);
+    // SAFETY: kill(2) on the launcher, the image's parent just now.
     unsafe { libc::kill(launcher_pid as i32, libc::SIGKILL) };
     wait_until("the orphaned image exits", Duration::from_secs(10), || {
         !alive(pid)
@@ -187,6 +189,7 @@ fn failing_garbage_and_wrong_secret_launchers_are_clear_errors() {
 #[test]
 fn netns_launcher_runs_the_image_in_its_own_network_namespace() {
     let test = "netns_launcher_runs_the_image_in_its_own_network_namespace";
+    // SAFETY: geteuid(2) has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
         common::skip_unavailable(test, "root (ip netns needs it)");
         return;

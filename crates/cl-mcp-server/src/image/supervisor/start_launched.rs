@@ -330,8 +330,8 @@ fn launcher_failure(name: &str, why: &str, tail: &LastWords) -> String {
     let said: Vec<String> = tail
         .stderr()
         .iter()
+        .filter(|&l| !l.trim().is_empty())
         .cloned()
-        .filter(|l| !l.trim().is_empty())
         .collect();
     let mut text = format!(
         "the image launcher {name} (--image-launcher) did not give a usable image: {why}. A \
