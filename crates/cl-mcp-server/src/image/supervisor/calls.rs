@@ -232,7 +232,9 @@ impl Image {
             return false;
         };
         match (live.mode, live.pid) {
-            (ImageMode::Local, Some(pid)) => {
+            // A launched image's pid is set only when its launcher says it
+            // runs on this host.
+            (ImageMode::Local | ImageMode::Launched, Some(pid)) => {
                 let Ok(pid) = i32::try_from(pid) else {
                     return false;
                 };
