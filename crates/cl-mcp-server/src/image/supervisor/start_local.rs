@@ -313,6 +313,10 @@ impl Image {
             .args(&plan.args)
             .envs(plan.env.iter().map(|(k, v)| (k, v)))
             .env("CL_MCP_SWANK_SECRET", secret)
+            // A local image's Swank is on loopback, where the server looks,
+            // whatever the server's environment says for launched images.
+            .env_remove("CL_MCP_SWANK_INTERFACE")
+            .env_remove("CL_MCP_SWANK_PORT")
             .env("CL_MCP_FASL_DIR", fasl_dir)
             .envs(memory_env)
             .stdin(Stdio::piped())
