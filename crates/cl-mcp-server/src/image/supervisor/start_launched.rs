@@ -28,7 +28,7 @@ use std::time::{Duration, Instant, SystemTime};
 use serde::Deserialize;
 use swank_client::{RexOutcome, SwankClient, Thread};
 use tokio::io::BufReader;
-use tokio::sync::oneshot;
+use tokio::sync::{oneshot, watch};
 
 use crate::image::core_cache::LaunchPlan;
 use crate::image::last_words::LastWords;
@@ -60,9 +60,16 @@ struct Endpoint {
     pid: Option<u32>,
 }
 
-/// Why a launcher's first line is not an endpoint.
+/// Why a launcher gave no endpoint.
 #[derive(Debug, thiserror::Error)]
 enum EndpointError {
+    #[error("it printed no endpoint within {0} s")]
+    Late(u64),
+    #[error("{why}; the launcher ended: {status}")]
+    Ended {
+        why: Box<EndpointError>,
+        status: String,
+    },
     #[error("it printed nothing before closing its stdout")]
     Nothing,
     #[error("its first line {line:?} is not the endpoint line ({why})")]
@@ -85,6 +92,39 @@ fn parse_endpoint(line: Option<&str>) -> Result<Endpoint, EndpointError> {
         return Err(EndpointError::EmptyHost);
     }
     Ok(endpoint)
+}
+
+/// The launcher's endpoint line, read within `within`; on a failure the
+/// launcher is stopped (through `kill`) and its exit status, when it comes
+/// within a moment, said.
+async fn await_endpoint(
+    first: oneshot::Receiver<Option<String>>,
+    exit: &watch::Receiver<Option<String>>,
+    kill: oneshot::Sender<()>,
+    within: Duration,
+) -> Result<(Endpoint, oneshot::Sender<()>), EndpointError> {
+    let Ok(first) = tokio::time::timeout(within, first).await else {
+        let _ = kill.send(());
+        return Err(EndpointError::Late(within.as_secs()));
+    };
+    match parse_endpoint(first.ok().flatten().as_deref()) {
+        Ok(endpoint) => Ok((endpoint, kill)),
+        Err(why) => {
+            let _ = kill.send(());
+            // Its exit status says more than a closed pipe.
+            let mut exit = exit.clone();
+            let _ =
+                tokio::time::timeout(Duration::from_secs(2), exit.wait_for(|s| s.is_some())).await;
+            let status = exit.borrow().clone();
+            Err(match status {
+                Some(status) => EndpointError::Ended {
+                    why: Box::new(why),
+                    status,
+                },
+                None => why,
+            })
+        }
+    }
 }
 
 /// `HOST:PORT`, an IPv6 address in brackets.
@@ -160,32 +200,10 @@ impl Image {
         let failed = |why: String| -> ImageError {
             ImageError::StartFailed(launcher_failure(&name, &why, &tail))
         };
-        let first = match tokio::time::timeout(self.inner.config.start_timeout, first_rx).await {
-            Ok(first) => first.ok().flatten(),
-            Err(_) => {
-                let _ = kill_tx.send(());
-                return Err(failed(format!(
-                    "it printed no endpoint within {} s",
-                    self.inner.config.start_timeout.as_secs()
-                )));
-            }
-        };
-        let endpoint = match parse_endpoint(first.as_deref()) {
+        let within = self.inner.config.start_timeout;
+        let (endpoint, kill_tx) = match await_endpoint(first_rx, &exit_rx, kill_tx, within).await {
             Ok(e) => e,
-            Err(why) => {
-                let _ = kill_tx.send(());
-                // Its exit status and last words say more than a closed pipe.
-                let mut exit = exit_rx.clone();
-                let _ =
-                    tokio::time::timeout(Duration::from_secs(2), exit.wait_for(|s| s.is_some()))
-                        .await;
-                let status = exit.borrow().clone();
-                let why = match status {
-                    Some(s) => format!("{why}; the launcher ended: {s}"),
-                    None => why.to_string(),
-                };
-                return Err(failed(why));
-            }
+            Err(why) => return Err(failed(why.to_string())),
         };
         let address = socket_address(&endpoint.host, endpoint.port);
         let secret = endpoint.secret.unwrap_or(secret);
