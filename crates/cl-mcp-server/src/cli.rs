@@ -126,6 +126,15 @@ pub struct ServerOptions {
         value_name = "FILE"
     )]
     pub swank_secret_file: Option<PathBuf>,
+    /// Start each image through this executable (its own host, namespace or pod) and connect to the Swank endpoint it prints; `local` (the default) starts images here. See README "Images launched elsewhere".
+    #[arg(
+        long,
+        env = "CL_MCP_IMAGE_LAUNCHER",
+        global = true,
+        value_name = "CMD",
+        conflicts_with = "swank"
+    )]
+    pub image_launcher: Option<PathBuf>,
     /// All sessions share one image (default: each session has its own).
     #[arg(long, env = "CL_MCP_SHARED_IMAGE", global = true)]
     pub shared_image: bool,
@@ -386,6 +395,44 @@ impl ServerOptions {
         Ok(())
     }
 
+    /// `--image-launcher`: `None` for the built-in local launcher, else an
+    /// executable file (a bare name is looked up on `PATH` when run).
+    fn launcher(&self) -> Result<Option<PathBuf>, ConfigError> {
+        let Some(cmd) = self
+            .image_launcher
+            .as_ref()
+            .filter(|c| !c.as_os_str().is_empty())
+        else {
+            return Ok(None);
+        };
+        if cmd.as_os_str() == "local" {
+            return Ok(None);
+        }
+        if cmd.components().count() > 1 {
+            use std::os::unix::fs::PermissionsExt;
+            let meta = std::fs::metadata(cmd).map_err(|source| ConfigError::Path {
+                flag: "--image-launcher",
+                path: cmd.clone(),
+                source,
+            })?;
+            if !meta.is_file() || meta.permissions().mode() & 0o111 == 0 {
+                return Err(ConfigError::Path {
+                    flag: "--image-launcher",
+                    path: cmd.clone(),
+                    source: std::io::Error::new(
+                        std::io::ErrorKind::PermissionDenied,
+                        "not an executable file",
+                    ),
+                });
+            }
+            // Absolute: the server's working directory is not the image's.
+            return Ok(Some(
+                std::path::absolute(cmd).unwrap_or_else(|_| cmd.clone()),
+            ));
+        }
+        Ok(Some(cmd.clone()))
+    }
+
     /// The image's configuration: sandbox, Lisp, cache, limits.
     fn image_config(&self) -> Result<crate::image::ImageConfig, ConfigError> {
         use crate::image::sandbox::{parse_connect, SandboxConfig, SandboxMode};
@@ -422,6 +469,7 @@ impl ServerOptions {
             swank_loader: self.swank_loader.clone(),
             attach: self.swank.clone(),
             attach_secret_file: self.swank_secret_file.clone(),
+            launcher: self.launcher()?,
             use_core_cache: !self.no_core_cache,
             cache_dir: self.cache_dir.clone(),
             lisp_runtime_args: self

@@ -175,7 +175,7 @@ pub async fn run(engine: Arc<Engine>) -> ExitCode {
     if all_ok {
         all_ok &= check_eval(&engine, &session).await;
     }
-    if session.image().mode() == crate::image::ImageMode::Local {
+    if session.image().mode().owned() {
         session.image().shutdown().await;
     }
     if all_ok {

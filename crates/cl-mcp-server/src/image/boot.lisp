@@ -11,7 +11,11 @@
 ;;;;   read so programs started from the image do not inherit it.
 ;;;; - The port: Swank binds 127.0.0.1 port 0 (the OS picks), and MAIN prints
 ;;;;   "CL-MCP-SWANK-PORT <n>" on stdout, which the server reads. Helpers can
-;;;;   read it from CL-MCP-BOOT:*SWANK-PORT*.
+;;;;   read it from CL-MCP-BOOT:*SWANK-PORT*. An image started by an
+;;;;   --image-launcher elsewhere (a network namespace, a pod) is told where
+;;;;   to listen instead: CL_MCP_SWANK_INTERFACE (an address of its host,
+;;;;   0.0.0.0 for all) and CL_MCP_SWANK_PORT (a fixed port); the secret
+;;;;   still guards the one connection Swank accepts.
 ;;;; - Lifetime: the server holds the image's stdin open; when the server
 ;;;;   exits (even by kill -9) stdin reaches end-of-file and the image exits.
 ;;;;   A Lisp without threads (CLISP) serves Swank on its one thread instead
@@ -94,6 +98,40 @@ the backend accepts through sb-bsd-sockets (SBCL, ECL)."
                   (when setter (ignore-errors (funcall setter t client)))
                   client)))
         (setf (get accept 'nodelay-installed) t)))))
+
+(defun swank-interface ()
+  "Where Swank listens: CL_MCP_SWANK_INTERFACE, else loopback."
+  (let ((interface (getenv "CL_MCP_SWANK_INTERFACE")))
+    (if (and interface (plusp (length interface))) interface "127.0.0.1")))
+
+(defun swank-port ()
+  "The port Swank binds: CL_MCP_SWANK_PORT, else 0 (the OS picks)."
+  (let ((port (getenv "CL_MCP_SWANK_PORT")))
+    (or (and port (ignore-errors (parse-integer port))) 0)))
+
+(defun refuse-strangers ()
+  "A connection to Swank that does not know the secret is closed at once and
+its thread ended (Swank would leave it in the debugger, the connection open,
+the server waiting for an answer that never comes). Swank then listens no
+more: it accepts one connection. Where the thread has no ABORT restart,
+Swank's own behaviour stands."
+  (let ((auth 'swank::authenticate-client))
+    (when (and (fboundp auth) (not (get auth 'refusal-installed)))
+      (let ((old (fdefinition auth)))
+        (setf (fdefinition auth)
+              (lambda (stream)
+                (handler-bind
+                    ((error (lambda (e)
+                              (let ((abort (find-restart 'abort)))
+                                (when abort
+                                  (format (process-stderr)
+                                          "~&cl-mcp-boot: refused a Swank connection: ~A~%"
+                                          (safe-text e))
+                                  (finish-output (process-stderr))
+                                  (ignore-errors (close stream :abort t))
+                                  (invoke-restart abort))))))
+                  (funcall old stream))))
+        (setf (get auth 'refusal-installed) t)))))
 
 (defun announce (port)
   (setf *swank-port* port)
@@ -187,8 +225,9 @@ its own project. Ahead of the user's own translations."
                                                        (process-stdout)))
               (setf *standard-input* stdin))
           (when threads
-            (let ((swank::*loopback-interface* "127.0.0.1"))
-              (swank::setup-server 0 #'announce :spawn nil nil))))
+            (refuse-strangers)
+            (let ((swank::*loopback-interface* (swank-interface)))
+              (swank::setup-server (swank-port) #'announce :spawn nil nil))))
       (error (e)
         (format (process-stderr) "~&cl-mcp-boot: cannot start Swank: ~A~%" (safe-text e))
         (finish-output (process-stderr))
@@ -200,11 +239,11 @@ its own project. Ahead of the user's own translations."
         ;; no condition but a RESET that unwinds everything, Swank's loop
         ;; included: the image then exits, saying why, and the server
         ;; reports the death (a fresh image follows) instead of a wedged one.
-        (let ((swank::*loopback-interface* "127.0.0.1")
+        (let ((swank::*loopback-interface* (swank-interface))
               (done nil))
           #+clisp (note-exit-calls)
           (unwind-protect
-               (progn (swank::setup-server 0 #'announce nil nil nil)
+               (progn (swank::setup-server (swank-port) #'announce nil nil nil)
                       (setf done t))
             (cond (done)
                   (*exit-code*

@@ -56,6 +56,10 @@ pub struct ImageConfig {
     pub attach: Option<String>,
     /// `--swank-secret-file F`: the attached Swank's secret (first line).
     pub attach_secret_file: Option<PathBuf>,
+    /// `--image-launcher CMD`: an executable that starts each image and
+    /// prints its Swank endpoint (see `supervisor/start_launched.rs`);
+    /// `None`: the built-in local launcher.
+    pub launcher: Option<PathBuf>,
     /// Core cache directory; `None`: `$XDG_CACHE_HOME/cl-mcp-server` or
     /// `~/.cache/cl-mcp-server`.
     pub cache_dir: Option<PathBuf>,
@@ -104,6 +108,7 @@ impl Default for ImageConfig {
             swank_loader: None,
             attach: None,
             attach_secret_file: None,
+            launcher: None,
             cache_dir: None,
             use_core_cache: true,
             load_quicklisp: true,
@@ -137,19 +142,33 @@ impl ImageConfig {
     }
 }
 
-/// Local (started and supervised by us) or attached (the user's image).
+/// Local (started and supervised by us), launched (started by
+/// `--image-launcher` and supervised through it) or attached (the user's
+/// image).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ImageMode {
     /// An image this server started; it may be killed and restarted.
     Local,
+    /// An image `--image-launcher` started for us, possibly on another host;
+    /// stopped, restarted and watched through the launcher, like a local one.
+    Launched,
     /// A Swank the user runs; never killed, quit or restarted by us.
     Attached,
+}
+
+impl ImageMode {
+    /// Whether the server owns the image's life (starts, stops, restarts
+    /// it, counts its deaths): local and launched images.
+    pub fn owned(self) -> bool {
+        self != ImageMode::Attached
+    }
 }
 
 impl fmt::Display for ImageMode {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
             ImageMode::Local => "local",
+            ImageMode::Launched => "launched",
             ImageMode::Attached => "attached",
         })
     }

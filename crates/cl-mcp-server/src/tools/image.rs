@@ -23,8 +23,16 @@ struct NoArgs {}
 #[derive(Serialize, JsonSchema, Default)]
 #[serde(rename_all = "camelCase")]
 struct InfoOutput {
-    /// `local` (started by this server) or `attached` (the user's image).
+    /// `local` (started by this server), `launched` (started by
+    /// `--image-launcher`) or `attached` (the user's image).
     mode: String,
+    /// The `--image-launcher` that started a launched image: its sandbox
+    /// and limits are the launcher's, not this server's.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    launcher: Option<String>,
+    /// Where the image's Swank listens (`HOST:PORT`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    swank_address: Option<String>,
     implementation: String,
     version: String,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -108,6 +116,8 @@ fn info_output(image: &Image, v: &Value) -> InfoOutput {
     let info = image.info();
     InfoOutput {
         mode: info.mode.to_string(),
+        launcher: info.launcher.clone(),
+        swank_address: info.swank_address.clone(),
         implementation: plist_str(v, "implementation").unwrap_or_default(),
         version: plist_str(v, "version").unwrap_or_default(),
         pid: plist_i64(v, "pid").or(info.pid.map(i64::from)),
@@ -139,6 +149,12 @@ fn render_info(o: &InfoOutput) -> String {
     );
     if let Some(pid) = o.pid {
         text.push_str(&format!("\nPID: {pid}"));
+    }
+    if let Some(l) = &o.launcher {
+        text.push_str(&format!(
+            "\nLaunched by: {l} (Swank at {})",
+            o.swank_address.as_deref().unwrap_or("?")
+        ));
     }
     if let Some(up) = o.uptime_seconds {
         text.push_str(&format!("\nUptime: {up} s"));
@@ -172,6 +188,9 @@ fn render_info(o: &InfoOutput) -> String {
         None if o.mode == "attached" => {
             text.push_str("\nsandbox: none (an attached image is never confined by this server)")
         }
+        None if o.launcher.is_some() => text.push_str(
+            "\nsandbox: the image launcher's (this server does not confine a launched image)",
+        ),
         None => {}
     }
     for d in &o.pending_debuggers {

@@ -232,7 +232,9 @@ impl Image {
             return false;
         };
         match (live.mode, live.pid) {
-            (ImageMode::Local, Some(pid)) => {
+            // A launched image's pid is set only when its launcher says it
+            // runs on this host.
+            (ImageMode::Local | ImageMode::Launched, Some(pid)) => {
                 let Ok(pid) = i32::try_from(pid) else {
                     return false;
                 };
@@ -282,6 +284,12 @@ impl Image {
             kind: live.as_ref().and_then(|l| l.kind),
             sandbox: live.as_ref().and_then(|l| l.sandbox.clone()),
             limits: live.as_ref().and_then(|l| l.limits.clone()),
+            launcher: self
+                .inner
+                .config
+                .launcher
+                .as_ref()
+                .map(|p| p.display().to_string()),
             eval_channel: channel_open,
             eval_socket: live
                 .as_ref()

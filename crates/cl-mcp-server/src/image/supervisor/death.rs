@@ -36,7 +36,7 @@ impl Image {
             );
         }
         match live.mode {
-            ImageMode::Local => {
+            ImageMode::Local | ImageMode::Launched => {
                 let status = live
                     .exit_status(Duration::from_secs(2))
                     .await
@@ -62,7 +62,7 @@ impl Image {
         {
             deaths.pop_front();
         }
-        if self.inner.mode == ImageMode::Local && deaths.len() >= cfg.crash_limit {
+        if self.inner.mode.owned() && deaths.len() >= cfg.crash_limit {
             let last = deaths
                 .back()
                 .map(|(_, why)| why.clone())
@@ -144,7 +144,7 @@ pub(super) fn on_connection_end(inner: &Inner, live: &Arc<Live>, why: &str) {
             .death_cause()
             .map(|c| format!(": {c}"))
             .unwrap_or_default();
-        let next = if dead.mode == ImageMode::Local {
+        let next = if dead.mode.owned() {
             " and the next call starts a fresh one"
         } else {
             ""
@@ -158,7 +158,7 @@ pub(super) fn on_connection_end(inner: &Inner, live: &Arc<Live>, why: &str) {
             ),
         );
     });
-    if live.mode == ImageMode::Local {
+    if live.mode.owned() {
         inner
             .deaths
             .guard()

@@ -29,8 +29,15 @@ impl Image {
             live.stopped_on_purpose.store(true, Ordering::SeqCst);
             live.dead.store(true, Ordering::SeqCst);
             live.request_kill();
-            if live.mode == ImageMode::Local {
-                live.exit_status(Duration::from_secs(5)).await;
+            if live.mode.owned() {
+                // A launcher may take a moment to clean up (a namespace,
+                // a pod): its exit is the image's.
+                live.exit_status(Duration::from_secs(if live.mode == ImageMode::Local {
+                    5
+                } else {
+                    15
+                }))
+                .await;
             }
         }
         *self.inner.current.guard() = None;
@@ -73,25 +80,27 @@ impl Image {
         self.check_crash_loop()?;
         // Before a generation is counted: a refused call starts nothing.
         let permit = match self.inner.mode {
-            ImageMode::Local => self.image_permit()?,
+            ImageMode::Local | ImageMode::Launched => self.image_permit()?,
             ImageMode::Attached => None,
         };
         let generation = self.inner.generation.fetch_add(1, Ordering::SeqCst) + 1;
         let live = match self.inner.mode {
-            ImageMode::Local => match self.start_local_healing(generation, permit).await {
-                Ok(live) => live,
-                Err(e) => {
-                    // Failed starts count like deaths: a Lisp that cannot
-                    // start is not retried on every call forever.
-                    if let ImageError::StartFailed(why) = &e {
-                        self.inner
-                            .deaths
-                            .guard()
-                            .push_back((Instant::now(), format!("failed to start: {why}")));
+            ImageMode::Local | ImageMode::Launched => {
+                match self.start_owned(generation, permit).await {
+                    Ok(live) => live,
+                    Err(e) => {
+                        // Failed starts count like deaths: a Lisp that cannot
+                        // start is not retried on every call forever.
+                        if let ImageError::StartFailed(why) = &e {
+                            self.inner
+                                .deaths
+                                .guard()
+                                .push_back((Instant::now(), format!("failed to start: {why}")));
+                        }
+                        return Err(e);
                     }
-                    return Err(e);
                 }
-            },
+            }
             ImageMode::Attached => self.attach(generation).await?,
         };
         *slot = Some(live.clone());
@@ -151,7 +160,7 @@ pub(super) async fn reclaim_when_idle(inner: Weak<Inner>, idle: Duration) {
         if live.dead.load(Ordering::SeqCst)
             || inner.in_flight.load(Ordering::SeqCst) > 0
             || idle_for < idle
-            || live.mode != ImageMode::Local
+            || !live.mode.owned()
         {
             continue;
         }

@@ -13,7 +13,7 @@ use crate::image::last_words::LastWords;
 const PORT_MARKER: &str = "CL-MCP-SWANK-PORT ";
 
 /// Longest line of image output the log keeps (bytes; the rest is cut).
-const LOG_LINE_CAP: usize = 4096;
+pub(super) const LOG_LINE_CAP: usize = 4096;
 /// Lines of image output logged per [`LOG_INTERVAL`]; the rest are counted
 /// and reported as one "[N lines suppressed]" line.
 const LOG_LINES_PER_INTERVAL: u32 = 100;
@@ -21,7 +21,7 @@ const LOG_INTERVAL: Duration = Duration::from_secs(1);
 
 /// Reads one line of at most `cap` bytes (the rest of a longer line is
 /// skipped, never buffered); `None` at end of stream.
-async fn next_capped_line<R: tokio::io::AsyncBufRead + Unpin>(
+pub(super) async fn next_capped_line<R: tokio::io::AsyncBufRead + Unpin>(
     r: &mut R,
     cap: usize,
 ) -> std::io::Result<Option<String>> {
@@ -106,8 +106,8 @@ fn log_suppressed(pid: Option<u32>, stream: &'static str, n: u64) {
     tracing::warn!(target: "lisp", pid, stream, "[{n} lines suppressed]");
 }
 
-pub(super) async fn log_stdout(
-    out: tokio::process::ChildStdout,
+pub(super) async fn log_stdout<R: tokio::io::AsyncRead + Unpin>(
+    out: R,
     pid: Option<u32>,
     port: oneshot::Sender<u16>,
     tail: Arc<LastWords>,

@@ -4,7 +4,8 @@
 //!
 //! The rooms: [`calls`] (the handle's API), [`lifecycle`] (getting a live
 //! image, stopping, idleness), [`launch_plan`] and [`start_local`] (a local
-//! image), [`attach`] (the user's Swank), [`live`] (one running image),
+//! image), [`start_launched`] (an image `--image-launcher` starts),
+//! [`attach`] (the user's Swank), [`live`] (one running image),
 //! [`events`] (Swank events), [`death`] (deaths, crash loops),
 //! [`log_pump`] (the image's output), [`reaper`] (its exit), [`channel`],
 //! [`secret`], [`proc_stat`].
@@ -21,6 +22,7 @@ mod log_pump;
 mod proc_stat;
 mod reaper;
 mod secret;
+mod start_launched;
 mod start_local;
 
 use std::collections::VecDeque;
@@ -84,6 +86,9 @@ pub struct ImageInfo {
     pub sandbox: Option<SandboxReport>,
     /// Its resource limits in words (`None`: attached, or not started).
     pub limits: Option<String>,
+    /// The `--image-launcher` that started the image (`None`: local or
+    /// attached); its sandbox and limits are the launcher's.
+    pub launcher: Option<String>,
     /// Whether evaluations take the evaluation channel (see `direct`);
     /// `None` when no image runs.
     pub eval_channel: Option<bool>,
@@ -219,12 +224,14 @@ impl Image {
     pub fn new_idle(config: ImageConfig) -> Image {
         let mode = if config.attach.is_some() {
             ImageMode::Attached
+        } else if config.launcher.is_some() {
+            ImageMode::Launched
         } else {
             ImageMode::Local
         };
         let (events, _) = broadcast::channel(1024);
         let (notes, _) = broadcast::channel(64);
-        let idle = config.idle_timeout.filter(|_| mode == ImageMode::Local);
+        let idle = config.idle_timeout.filter(|_| mode.owned());
         let image = Image {
             inner: Arc::new(Inner {
                 config,

@@ -24,6 +24,10 @@ pub(super) struct Reaper {
     pub(super) permit: Option<tokio::sync::OwnedSemaphorePermit>,
     /// The stdout and stderr readers.
     pub(super) pumps: [JoinHandle<()>; 2],
+    /// An `--image-launcher`'s time to clean up when asked to stop: its
+    /// stdin is closed and it gets SIGTERM, and SIGKILL only after this.
+    /// `None` (a local image): SIGKILL after a moment.
+    pub(super) grace: Option<Duration>,
 }
 
 impl Reaper {
@@ -45,24 +49,25 @@ impl Reaper {
             memory_limit_mb,
             permit,
             pumps,
+            grace,
         } = self;
-        let _stdin = stdin;
+        let mut stdin = stdin;
         let (status, killed) = tokio::select! {
             s = child.wait() => (s, false),
-            // It may be ending on its own (killed from outside, say):
-            // a dying process's socket closes before its exit status
-            // can be collected, so give it a moment before killing it.
-            _ = kill_rx => match tokio::time::timeout(
-                Duration::from_millis(250),
-                child.wait(),
-            )
-            .await
-            {
-                Ok(s) => (s, false),
-                Err(_) => {
-                    let _ = child.start_kill();
-                    (child.wait().await, true)
+            _ = kill_rx => match grace {
+                Some(wait) => {
+                    drop(stdin.take());
+                    if let Some(pid) = pid.and_then(|p| i32::try_from(p).ok()) {
+                        // SAFETY: kill(2) on the launcher we started and
+                        // have not reaped yet (so the pid is still ours).
+                        unsafe { libc::kill(pid, libc::SIGTERM) };
+                    }
+                    stop_within(&mut child, wait).await
                 }
+                // It may be ending on its own (killed from outside, say):
+                // a dying process's socket closes before its exit status
+                // can be collected, so give it a moment before killing it.
+                None => stop_within(&mut child, Duration::from_millis(250)).await,
             },
         };
         let text = match status {
@@ -91,6 +96,20 @@ impl Reaper {
         }
         drop(permit);
         let _ = exit_tx.send(Some(text));
+    }
+}
+
+/// The process's exit within `wait`, else after SIGKILL (then `true`).
+async fn stop_within(
+    child: &mut tokio::process::Child,
+    wait: Duration,
+) -> (std::io::Result<std::process::ExitStatus>, bool) {
+    match tokio::time::timeout(wait, child.wait()).await {
+        Ok(s) => (s, false),
+        Err(_) => {
+            let _ = child.start_kill();
+            (child.wait().await, true)
+        }
     }
 }
 

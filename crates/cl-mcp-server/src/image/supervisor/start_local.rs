@@ -106,6 +106,7 @@ impl Image {
             memory_limit_mb: self.inner.config.memory_limit_mb,
             permit,
             pumps: [out_done, err_done],
+            grace: None,
         }
         .spawn();
         let pending = Pending {
@@ -169,6 +170,40 @@ impl Image {
     /// The private fasl directory of this project and the sandbox the image
     /// will run in (its weakness on this kernel noted).
     fn confine(&self, plan: &LaunchPlan) -> Result<(PathBuf, Confinement), ImageError> {
+        let ImagePlaces {
+            cache,
+            root,
+            fasl_dir,
+            coverage,
+        } = self.image_places()?;
+        let debian_loader = Path::new(locate::DEBIAN_SWANK_LOADER);
+        let places = sandbox::Places {
+            root: &root,
+            cache: &cache,
+            fasl: &fasl_dir,
+            coverage: &coverage,
+            lisp: &plan.lisp,
+            swank_loader: self
+                .inner
+                .config
+                .swank_loader
+                .as_deref()
+                .or_else(|| debian_loader.is_file().then_some(debian_loader)),
+        };
+        let confinement = sandbox::prepare(&self.inner.config.sandbox, &places)
+            .map_err(|e| ImageError::StartFailed(e.to_string()))?;
+        if let Some(w) = &confinement.report.warning {
+            if !SANDBOX_WARNING_LOGGED.swap(true, Ordering::SeqCst) {
+                tracing::warn!(mode = confinement.report.mode.as_str(), "sandbox: {w}");
+            }
+            self.inner.note(NoteLevel::Warning, format!("sandbox: {w}"));
+        }
+        Ok((fasl_dir, confinement))
+    }
+
+    /// The cache, the project root (now) and the project's private fasl
+    /// and coverage directories, made if missing.
+    pub(super) fn image_places(&self) -> Result<ImagePlaces, ImageError> {
         let cache = self
             .inner
             .config
@@ -196,29 +231,34 @@ impl Image {
                     cache.display()
                 ))
             })?;
-        let debian_loader = Path::new(locate::DEBIAN_SWANK_LOADER);
-        let places = sandbox::Places {
-            root: &root,
-            cache: &cache,
-            fasl: &fasl_dir,
-            coverage: &coverage,
-            lisp: &plan.lisp,
-            swank_loader: self
-                .inner
-                .config
-                .swank_loader
-                .as_deref()
-                .or_else(|| debian_loader.is_file().then_some(debian_loader)),
+        Ok(ImagePlaces {
+            cache,
+            root,
+            fasl_dir,
+            coverage,
+        })
+    }
+
+    /// `--memory-limit` for this Lisp: its arguments and its environment
+    /// (set after `plan.env`, which would otherwise override it).
+    pub(super) fn memory_settings(
+        &self,
+        plan: &LaunchPlan,
+    ) -> (Vec<std::ffi::OsString>, Vec<(String, String)>) {
+        let Some(mb) = self.inner.config.memory_limit_mb else {
+            return (Vec::new(), Vec::new());
         };
-        let confinement = sandbox::prepare(&self.inner.config.sandbox, &places)
-            .map_err(|e| ImageError::StartFailed(e.to_string()))?;
-        if let Some(w) = &confinement.report.warning {
-            if !SANDBOX_WARNING_LOGGED.swap(true, Ordering::SeqCst) {
-                tracing::warn!(mode = confinement.report.mode.as_str(), "sandbox: {w}");
-            }
-            self.inner.note(NoteLevel::Warning, format!("sandbox: {w}"));
+        let current = plan
+            .env
+            .iter()
+            .find(|(k, _)| k == "JDK_JAVA_OPTIONS")
+            .map(|(_, v)| v.to_string())
+            .or_else(|| std::env::var("JDK_JAVA_OPTIONS").ok());
+        let mut env = plan.kind.memory_env(mb, current.as_deref());
+        if plan.kind.soft_memory_limit() {
+            env.push(("CL_MCP_MEMORY_LIMIT_MB".into(), mb.to_string()));
         }
-        Ok((fasl_dir, confinement))
+        (plan.kind.memory_args(mb), env)
     }
 
     /// The image's command: its caps (processes, memory) and sandbox set
@@ -232,7 +272,6 @@ impl Image {
     ) -> (tokio::process::Command, PreparedCaps) {
         let config = &self.inner.config;
         let mut cmd = tokio::process::Command::new(&plan.lisp);
-        let mut memory_env = Vec::new();
         // The image's own heap, plus room for what it starts.
         let memory_cap = config
             .memory_limit_mb
@@ -262,19 +301,9 @@ impl Image {
         if let Some(env) = sandbox::image_environment(confinement.report.mode) {
             cmd.env_clear().envs(env);
         }
+        let (memory_args, memory_env) = self.memory_settings(plan);
+        cmd.args(memory_args);
         if let Some(mb) = config.memory_limit_mb {
-            cmd.args(plan.kind.memory_args(mb));
-            let current = plan
-                .env
-                .iter()
-                .find(|(k, _)| k == "JDK_JAVA_OPTIONS")
-                .map(|(_, v)| v.to_string())
-                .or_else(|| std::env::var("JDK_JAVA_OPTIONS").ok());
-            // Set after `plan.env`, which would otherwise override it.
-            memory_env = plan.kind.memory_env(mb, current.as_deref());
-            if plan.kind.soft_memory_limit() {
-                memory_env.push(("CL_MCP_MEMORY_LIMIT_MB".into(), mb.to_string()));
-            }
             if let Some(bytes) = plan.kind.address_space_cap(mb) {
                 // SAFETY: one setrlimit(2) call on a struct on the stack, no
                 // allocation (async-signal-safe, as required after fork).
@@ -296,6 +325,10 @@ impl Image {
             .args(&plan.args)
             .envs(plan.env.iter().map(|(k, v)| (k, v)))
             .env("CL_MCP_SWANK_SECRET", secret)
+            // A local image's Swank is on loopback, where the server looks,
+            // whatever the server's environment says for launched images.
+            .env_remove("CL_MCP_SWANK_INTERFACE")
+            .env_remove("CL_MCP_SWANK_PORT")
             .env("CL_MCP_FASL_DIR", fasl_dir)
             .envs(memory_env)
             .stdin(Stdio::piped())
@@ -381,6 +414,15 @@ impl Image {
             tracing::warn!(core = %core.display(), "the Lisp exited while starting from the cached core, which passes its check; the next start retries it");
         }
     }
+}
+
+/// Where an image keeps its files: see [`Image::image_places`].
+pub(super) struct ImagePlaces {
+    pub(super) cache: PathBuf,
+    pub(super) root: PathBuf,
+    pub(super) fasl_dir: PathBuf,
+    /// Where `asdf-test-system {coverage: true}` writes its report.
+    pub(super) coverage: PathBuf,
 }
 
 /// A started process not yet connected to: what a failed start needs to

@@ -1,0 +1,287 @@
+//! `--image-launcher`: images started by an executable the server runs,
+//! reached over their Swank endpoint. Through the built binary, a real SBCL
+//! and the shipped launchers (`scripts/launchers/`): the local one
+//! (evaluate, restart, the image's death and the launcher's), the netns one
+//! (the image in a network namespace of its own), a wrong secret, and
+//! launchers that fail or print garbage.
+
+mod common;
+mod eval_support;
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use eval_support::{call, eval, lisp_server, Reply};
+use serde_json::json;
+
+fn launcher(name: &str) -> String {
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/launchers");
+    repo.join(name)
+        .canonicalize()
+        .unwrap()
+        .to_string_lossy()
+        .into_owned()
+}
+
+fn alive(pid: i64) -> bool {
+    // A zombie is gone for our purpose: it runs nothing.
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+        s.rsplit(')')
+            .next()
+            .is_some_and(|r| !r.trim_start().starts_with('Z'))
+    })
+}
+
+fn parent_of(pid: i64) -> i64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let after = stat.rsplit(')').next().unwrap();
+    after.split_whitespace().nth(1).unwrap().parse().unwrap()
+}
+
+fn cmdline(pid: i64) -> String {
+    std::fs::read(format!("/proc/{pid}/cmdline"))
+        .map(|b| String::from_utf8_lossy(&b).replace('\0', " "))
+        .unwrap_or_default()
+}
+
+fn wait_until(what: &str, limit: Duration, mut done: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !done() {
+        assert!(start.elapsed() < limit, "{what} within {limit:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn info(s: &mut common::Server, id: i64) -> Reply {
+    let r = call(s, id, "image-info", json!({}));
+    assert!(!r.is_error, "{}", r.text);
+    common::assert_conforms("image-info", &r.structured);
+    r
+}
+
+#[test]
+fn local_launcher_starts_restarts_and_notices_deaths() {
+    let local = launcher("local");
+    let mut s = lisp_server(&["--image-launcher", &local]);
+    assert_eq!(eval(&mut s, 1, "(+ 1 2)").text, "=> 3");
+    let r = info(&mut s, 2);
+    assert_eq!(r.structured["mode"], "launched", "{}", r.text);
+    assert_eq!(r.structured["launcher"], local.as_str());
+    assert!(r.structured.get("sandbox").is_none(), "{}", r.structured);
+    assert!(
+        r.text.contains("Launched by: ") && r.text.contains("sandbox: the image launcher's"),
+        "{}",
+        r.text
+    );
+    // The image is the launcher's child, not the server's.
+    let pid = r.structured["pid"].as_i64().unwrap();
+    let launcher_pid = parent_of(pid);
+    assert!(
+        cmdline(launcher_pid).contains("launchers/local"),
+        "{}",
+        cmdline(launcher_pid)
+    );
+
+    // A restart stops the image through its launcher and launches anew.
+    eval(&mut s, 3, "(defvar *kept* 1)");
+    let r = call(&mut s, 4, "image-restart", json!({}));
+    assert!(!r.is_error, "{}", r.text);
+    wait_until(
+        "the old image and its launcher gone",
+        Duration::from_secs(15),
+        || !alive(pid) && !alive(launcher_pid),
+    );
+    assert_eq!(eval(&mut s, 5, "(boundp '*kept*)").text, "=> NIL");
+
+    // The image dies: the next call says so once and runs in a fresh one.
+    let pid = info(&mut s, 6).structured["pid"].as_i64().unwrap();
+    let launcher_pid = parent_of(pid);
+    // SAFETY: kill(2) on the image's pid, read from image-info just now.
+    unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+    wait_until(
+        "the launcher exits with its image",
+        Duration::from_secs(10),
+        || !alive(launcher_pid),
+    );
+    let r = eval(&mut s, 7, "(+ 2 2)");
+    assert!(
+        r.text.starts_with("[NOTICE] ") && r.text.ends_with("=> 4"),
+        "{}",
+        r.text
+    );
+
+    // The launcher dies (its image would run on): noticed by its exit, the
+    // image goes with it (its lifeline closes), a fresh one answers.
+    eval(&mut s, 8, "(defvar *kept* 2)");
+    let pid = info(&mut s, 9).structured["pid"].as_i64().unwrap();
+    let launcher_pid = parent_of(pid);
+    // SAFETY: kill(2) on the launcher, the image's parent just now.
+    unsafe { libc::kill(launcher_pid as i32, libc::SIGKILL) };
+    wait_until("the orphaned image exits", Duration::from_secs(10), || {
+        !alive(pid)
+    });
+    let r = eval(&mut s, 10, "(boundp '*kept*)");
+    assert!(r.text.ends_with("=> NIL"), "{}", r.text);
+    assert_ne!(info(&mut s, 11).structured["pid"].as_i64().unwrap(), pid);
+}
+
+/// A launcher script in a temporary directory.
+fn script(dir: &Path, name: &str, body: &str) -> String {
+    use std::os::unix::fs::PermissionsExt;
+    let path: PathBuf = dir.join(name);
+    std::fs::write(&path, format!("#!/bin/bash\n{body}\n")).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    path.to_string_lossy().into_owned()
+}
+
+#[test]
+fn failing_garbage_and_wrong_secret_launchers_are_clear_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let failing = script(
+        dir.path(),
+        "failing",
+        "echo 'cannot reach the cluster' >&2\nexit 3",
+    );
+    let mut s = lisp_server(&["--image-launcher", &failing]);
+    let r = eval(&mut s, 1, "(+ 1 2)");
+    assert!(r.is_error, "{}", r.text);
+    for said in [
+        "did not give a usable image",
+        "printed nothing",
+        "exit status 3",
+        "cannot reach the cluster",
+    ] {
+        assert!(r.text.contains(said), "{said}: {}", r.text);
+    }
+    drop(s);
+
+    let garbage = script(
+        dir.path(),
+        "garbage",
+        "echo 'Pod ready at 10.0.0.7'\nexec sleep 60",
+    );
+    let mut s = lisp_server(&["--image-launcher", &garbage]);
+    let r = eval(&mut s, 1, "(+ 1 2)");
+    assert!(r.is_error, "{}", r.text);
+    assert!(
+        r.text.contains("is not the endpoint line") && r.text.contains("Pod ready at 10.0.0.7"),
+        "{}",
+        r.text
+    );
+    drop(s);
+
+    // The image expects another secret than the one the server holds:
+    // Swank refuses the connection, and the server says so.
+    let wrong = script(
+        dir.path(),
+        "wrong-secret",
+        &format!(
+            "CL_MCP_SWANK_SECRET=not-the-servers exec {} \"$@\"",
+            launcher("local")
+        ),
+    );
+    let mut s = lisp_server(&["--image-launcher", &wrong]);
+    let r = eval(&mut s, 1, "(+ 1 2)");
+    assert!(r.is_error, "{}", r.text);
+    assert!(r.text.contains("the secret was refused"), "{}", r.text);
+}
+
+#[test]
+fn netns_launcher_runs_the_image_in_its_own_network_namespace() {
+    let test = "netns_launcher_runs_the_image_in_its_own_network_namespace";
+    // SAFETY: geteuid(2) has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        common::skip_unavailable(test, "root (ip netns needs it)");
+        return;
+    }
+    if !Path::new("/usr/sbin/ip").exists() && !Path::new("/sbin/ip").exists() {
+        common::skip_missing(test, "ip (Debian's iproute2)");
+        return;
+    }
+    let mut s = lisp_server(&["--image-launcher", &launcher("netns")]);
+    assert_eq!(eval(&mut s, 1, "(+ 1 2)").text, "=> 3");
+    let r = info(&mut s, 2);
+    let address = r.structured["swankAddress"].as_str().unwrap().to_string();
+    assert!(
+        address.starts_with("10.213."),
+        "reached over the veth: {address}"
+    );
+    let pid = r.structured["pid"].as_i64().unwrap();
+    let ns = |pid: &str| std::fs::read_link(format!("/proc/{pid}/ns/net")).unwrap();
+    let image_ns = ns(&pid.to_string());
+    assert_ne!(
+        image_ns,
+        ns("self"),
+        "the image runs in another network namespace"
+    );
+    // Its loopback is its own: a port the image opens there is not ours
+    // (asked through SBCL's sockets).
+    if common::on_sbcl() {
+        let r = eval(
+            &mut s,
+            3,
+            "(let ((s (make-instance 'sb-bsd-sockets:inet-socket :type :stream :protocol :tcp))) \
+               (sb-bsd-sockets:socket-bind s #(127 0 0 1) 0) (sb-bsd-sockets:socket-listen s 1) \
+               (nth-value 1 (sb-bsd-sockets:socket-name s)))",
+        );
+        let port: u16 = r.text.trim_start_matches("=> ").parse().unwrap();
+        assert!(
+            std::net::TcpStream::connect(("127.0.0.1", port)).is_err(),
+            "{port}"
+        );
+    }
+    let slot = {
+        let octets: Vec<u32> = address
+            .split([':', '.'])
+            .take(4)
+            .map(|o| o.parse().unwrap())
+            .collect();
+        (octets[2] * 256 + octets[3] - 2) / 4
+    };
+    let netns_file = PathBuf::from(format!("/run/netns/clmcp-{slot}"));
+    assert!(netns_file.exists(), "{}", netns_file.display());
+    // A restart gives a fresh namespace; the server's end removes it.
+    let r = call(&mut s, 4, "image-restart", json!({}));
+    assert!(!r.is_error, "{}", r.text);
+    let pid2 = info(&mut s, 5).structured["pid"].as_i64().unwrap();
+    assert!(!alive(pid));
+    assert_ne!(ns(&pid2.to_string()), image_ns);
+    assert_eq!(eval(&mut s, 6, "(* 6 7)").text, "=> 42");
+    drop(s);
+    wait_until("the namespace removed", Duration::from_secs(15), || {
+        !netns_file.exists()
+    });
+}
+
+#[test]
+fn python_sdk_reads_a_launched_images_info() {
+    let python = std::env::var("PYTHON").unwrap_or_else(|_| "python3".into());
+    let probe = std::process::Command::new(&python)
+        .args(["-c", "import mcp"])
+        .output();
+    assert!(
+        probe.is_ok_and(|o| o.status.success()),
+        "the MCP Python SDK is not installed: run `{python} -m pip install mcp` (.ci/run does)"
+    );
+    let script = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/sdk/python_sdk_launcher.py"
+    );
+    let cache = std::env::temp_dir().join("cl-mcp-server-test-cache");
+    let out = std::process::Command::new(&python)
+        .args([
+            script,
+            env!("CARGO_BIN_EXE_cl-mcp-server"),
+            &launcher("local"),
+        ])
+        .arg(&cache)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "SDK client failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("launched: launched by "), "{stdout}");
+}
