@@ -37,7 +37,7 @@ struct LoadArgs {
     force: Option<bool>,
     /// Default 600.
     timeout_seconds: Option<f64>,
-    /// Load in an image of each Lisp at once (`all`: every one installed).
+    /// In an image of each Lisp at once (`all`: each installed).
     lisps: Option<LispsArg>,
 }
 
@@ -141,7 +141,7 @@ struct TestArgs {
     force: Option<bool>,
     /// Default 600.
     timeout_seconds: Option<f64>,
-    /// Run in an image of each Lisp at once (`all`: every one installed).
+    /// In an image of each Lisp at once (`all`: each installed).
     lisps: Option<LispsArg>,
     // SBCL: rebuild the project's files instrumented (sb-cover), report
     // what the tests left unrun, then build normally again. No doc

@@ -469,8 +469,8 @@ pub fn tools() -> Vec<ToolDef> {
         ToolGroup::Eval,
         "Evaluate Common Lisp",
         "Evaluate forms in the persistent image: output, warnings, `=> value` lines; on error \
-         the type, message, backtrace, restarts (`debug: true`: wait in the debugger). Timeouts \
-         keep the image's state.",
+         the type, message, backtrace, restarts (`debug: true`: wait in the debugger). A timeout \
+         keeps all state.",
         Annotations::MUTATING,
         |a: EvalArgs, ctx: ToolContext| async move {
             let c = ctx.clone();

@@ -59,9 +59,8 @@ pub fn tools() -> Vec<ToolDef> {
             "code-find-references",
             ToolGroup::Code,
             "Find references",
-            "Who refers to a symbol, per the image's cross references (`kind`): callers, users of \
-             a variable or macro, methods on a class; the project's only unless `projectOnly` is \
-             false.",
+            "Who refers to a symbol (`kind`), per the image's cross references: callers, users of \
+             a variable or macro, methods on a class; `projectOnly` (default true).",
             Annotations::READ_ONLY,
             |a: RefsArgs, ctx: ToolContext| async move {
                 let c = ctx.clone();

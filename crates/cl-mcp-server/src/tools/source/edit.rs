@@ -99,8 +99,8 @@ pub fn tool_def() -> ToolDef {
         ToolGroup::Source,
         "Edit a Lisp definition",
         "Replace, delete, or insert before/after one top-level definition (`formType`, \
-         `formName`); the rest stays byte-identical. Writes nothing that would not read or would \
-         change another form. Returns a diff.",
+         `formName`); the rest stays byte-identical. Writes nothing unreadable or \
+         changing another form. Returns a diff.",
         Annotations::DESTRUCTIVE,
         |a: EditArgs, ctx: ToolContext| off_workers(move || edit(a, &ctx)),
     )
