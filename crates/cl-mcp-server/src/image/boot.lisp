@@ -188,7 +188,10 @@ its own project. Ahead of the user's own translations."
               (setf *standard-input* stdin))
           (when threads
             (let ((swank::*loopback-interface* "127.0.0.1"))
-              (swank::setup-server 0 #'announce :spawn nil nil))))
+              (swank::setup-server 0 #'announce :spawn nil nil)))
+          ;; ABCL: ABCL-INTROSPECT's annotations, held back during the
+          ;; start, are made on a thread of their own (prelude.lisp).
+          #+abcl (finish-backend-modules))
       (error (e)
         (format (process-stderr) "~&cl-mcp-boot: cannot start Swank: ~A~%" (safe-text e))
         (finish-output (process-stderr))
