@@ -98,11 +98,21 @@ SYS::*INVOKE-DEBUGGER-HOOK* first, as SBCL does its own."
           (sys::*invoke-debugger-hook* hook))
       (funcall thunk)))
 
+  (defun await-introspection ()
+    "Frames are named and Swank's own hidden by ABCL-INTROSPECT's
+annotations, which a start makes on a thread of its own just after Swank
+is up (prelude.lisp's FINISH-BACKEND-MODULES): an error in the first
+seconds waits for them."
+    (let ((await (find-symbol "AWAIT-BACKEND-ANNOTATIONS" "CL-MCP-BOOT")))
+      (when (and await (fboundp await))
+        (funcall await))))
+
   (defun call-without-outer-handlers (thunk on-error)
     "The portable fallback (impl-sbcl.lisp), with the stack saved where
 swank/abcl reads its frames from: SYS::*SAVED-BACKTRACE*, which only ABCL's
 own debugger fills, so the error's backtrace is the stack where it arrived."
     (handler-bind ((error (lambda (c)
+                            (await-introspection)
                             (let ((sys::*saved-backtrace* (sys:backtrace)))
                               (funcall on-error c)))))
       (funcall thunk)))

@@ -227,7 +227,10 @@ its own project. Ahead of the user's own translations."
           (when threads
             (refuse-strangers)
             (let ((swank::*loopback-interface* (swank-interface)))
-              (swank::setup-server (swank-port) #'announce :spawn nil nil))))
+              (swank::setup-server (swank-port) #'announce :spawn nil nil)))
+          ;; ABCL: ABCL-INTROSPECT's annotations, held back during the
+          ;; start, are made on a thread of their own (prelude.lisp).
+          #+abcl (finish-backend-modules))
       (error (e)
         (format (process-stderr) "~&cl-mcp-boot: cannot start Swank: ~A~%" (safe-text e))
         (finish-output (process-stderr))

@@ -125,10 +125,60 @@ start: some Lisps compute their defaults from the locale at start-up."
 ;;; ABCL: what Swank's backend requires, with CL-USER current.
 
 #+abcl
+(defparameter *backend-module-directory*
+  (and *load-truename*
+       (make-pathname :directory (append (pathname-directory *load-truename*)
+                                         '("abcl-modules"))
+                      :name nil :type nil :version nil :defaults *load-truename*))
+  "Where a fasl cache entry keeps JSS and ABCL-INTROSPECT compiled (beside
+this file, written by COMPILE-SWANK-BACKEND-MODULES); absent elsewhere.")
+
+#+abcl
+(defvar *deferred-fset-hooks* '()
+  "ABCL-INTROSPECT's FSET hooks, held back while the start loads Swank and
+the helpers (see LOAD-COMPILED-BACKEND-MODULES).")
+
+#+abcl
+(defvar *annotation-thread* nil
+  "The thread annotating the image's functions for ABCL-INTROSPECT after the
+start (see FINISH-BACKEND-MODULES), or NIL.")
+
+#+abcl
+(defun backend-module-fasls ()
+  "The compiled JSS and ABCL-INTROSPECT files of this cache entry, in load
+order (their names start with their position), or NIL."
+  (let ((dir *backend-module-directory*))
+    (and dir (probe-file dir)
+         (sort (directory (merge-pathnames "*.abcl" dir)) #'string<
+               :key #'file-namestring))))
+
+#+abcl
+(defun load-compiled-backend-modules (fasls)
+  "Load JSS and ABCL-INTROSPECT from FASLS, compiled into this cache entry,
+without ASDF's planning (the jar's systems found, their .asd files loaded,
+every file's date checked: seconds on ABCL), and tell ASDF they are loaded.
+ABCL-INTROSPECT installs an FSET hook that, at the next definition, walks
+every function of the image by reflection (seconds) and then annotates each
+new definition: held back here, so the start loads Swank and the helpers
+without it; FINISH-BACKEND-MODULES puts it back and walks once, after the
+start."
+  (dolist (fasl fasls)
+    (load fasl)
+    (let ((hook (find-symbol "FSET-HOOK-ANNOTATE-INTERNAL-FUNCTION" "SYSTEM")))
+      (when (and hook (member hook sys::*fset-hooks*))
+        (pushnew hook *deferred-fset-hooks*)
+        (setf sys::*fset-hooks* (remove hook sys::*fset-hooks*)))))
+  (let ((immutable (find-symbol "REGISTER-IMMUTABLE-SYSTEM" "ASDF")))
+    (when (and immutable (fboundp immutable))
+      (dolist (system '("jss" "abcl-introspect"))
+        (funcall immutable system)))))
+
+#+abcl
 (defun require-swank-backend-modules ()
-  "Load what Swank's ABCL backend requires (ABCL-CONTRIB, and through ASDF
-ABCL-INTROSPECT with JSS) with CL-USER the current package. ASDF compiles
-them into the user's shared ASDF cache, and a fasl ABCL compiles records
+  "Load what Swank's ABCL backend requires (ABCL-CONTRIB, then JSS and
+ABCL-INTROSPECT) with CL-USER the current package: from this cache entry's
+compiled files when it has them, else through ASDF. ASDF compiles them
+into the user's shared ASDF cache, and a fasl ABCL compiles records
 the package current then: compiled while Swank's backend loads (its own
 REQUIRE), they named SWANK/ABCL, which a plain ABCL loading them lacks
 (\"The name SWANK/ABCL does not designate any package\"); and from there,
@@ -139,10 +189,138 @@ did (it treats ABCL-INTROSPECT as optional)."
     (ignore-errors
      (require "ASDF")
      (require "ABCL-CONTRIB")
+     (let ((fasls (backend-module-fasls)))
+       (when fasls
+         (handler-case (load-compiled-backend-modules fasls)
+           (error (e)
+             (let ((out (process-stderr)))
+               (format out "~&cl-mcp: the cached JSS and ABCL-INTROSPECT failed to load (~A); loading them through ASDF~%"
+                       (safe-text e))
+               (finish-output out))))))
      (require "ABCL-INTROSPECT"))))
 
 #+abcl
 (require-swank-backend-modules)
+
+#+abcl
+(defun asdf-call (name &rest args)
+  "Call ASDF's function NAME (ASDF is loaded after this file is read)."
+  (apply (find-symbol name "ASDF") args))
+
+#+abcl
+(defun system-source-files (name)
+  "The source files of ASDF system NAME and of the systems it depends on,
+dependencies first, each system's in the order of its definition (the
+order ASDF loads JSS's and ABCL-INTROSPECT's in), as (SYSTEM FILE PATHNAME)."
+  (let ((seen '())
+        (files '()))
+    (labels ((walk (component system)
+               (cond ((typep component (find-symbol "CL-SOURCE-FILE" "ASDF"))
+                      (push (list system (asdf-call "COMPONENT-NAME" component)
+                                  (asdf-call "COMPONENT-PATHNAME" component))
+                            files))
+                     ((typep component (find-symbol "PARENT-COMPONENT" "ASDF"))
+                      (dolist (child (asdf-call "COMPONENT-CHILDREN" component))
+                        (walk child system)))))
+             (visit (name)
+               (unless (member name seen :test #'string-equal)
+                 (push name seen)
+                 (let ((system (asdf-call "FIND-SYSTEM" name)))
+                   (dolist (dependency (asdf-call "SYSTEM-DEPENDS-ON" system))
+                     (when (or (stringp dependency) (symbolp dependency))
+                       (visit (string-downcase (string dependency)))))
+                   (walk system (asdf-call "COMPONENT-NAME" system))))))
+      (visit name))
+    (nreverse files)))
+
+#+abcl
+(defun compile-swank-backend-modules (directory)
+  "A cache build: compile the source files of ABCL-INTROSPECT and what it
+depends on (JSS), in load order, into DIRECTORY's abcl-modules/ as
+NN-SYSTEM-FILE.abcl, with CL-USER current. REQUIRE-SWANK-BACKEND-MODULES
+has loaded them through ASDF already; when that failed, each is loaded once
+compiled, as ASDF would (a later file uses an earlier one's reader macros).
+Nothing is written when ASDF does not know ABCL-INTROSPECT: the start then
+loads it through ASDF as before."
+  (when (and (find-package "ASDF")
+             (asdf-call "FIND-SYSTEM" "abcl-introspect" nil))
+    (let ((out (merge-pathnames (make-pathname :directory '(:relative "abcl-modules"))
+                                directory))
+          (loaded (find "ABCL-INTROSPECT" *modules* :test #'string-equal))
+          (*package* (find-package "COMMON-LISP-USER"))
+          (i 0))
+      (dolist (file (system-source-files "abcl-introspect"))
+        (destructuring-bind (system name source) file
+          (let ((fasl (compile-atomically
+                       source
+                       (merge-pathnames
+                        (make-pathname :name (format nil "~2,'0D-~A-~A" i system name)
+                                       :type "abcl")
+                        out))))
+            (unless loaded
+              (load fasl)))
+          (incf i))))))
+
+#+abcl
+(defparameter *annotation-delay* 2
+  "Seconds after the start before ABCL-INTROSPECT's annotations are made:
+on the JVM's few cores they would slow the start's first request (its
+first use of ABCL's compiler took 5 s instead of 2 beside them, under
+load), which usually arrives at once.")
+
+#+abcl
+(defvar *annotate-now* nil
+  "Set by AWAIT-BACKEND-ANNOTATIONS: make the annotations without waiting
+for *ANNOTATION-DELAY* to pass.")
+
+#+abcl
+(defun finish-backend-modules ()
+  "After the start: put back the FSET hooks LOAD-COMPILED-BACKEND-MODULES
+held back, each new definition annotated by them from now on, and on a
+thread of its own, *ANNOTATION-DELAY* seconds later, let ABCL-INTROSPECT
+annotate every function of the image once: what it does at the first
+definition after it loads (its backlog), done here so no definition (the
+first request's) waits for it."
+  (when *deferred-fset-hooks*
+    (let ((hooks *deferred-fset-hooks*)
+          (backlog (find-symbol "*ANNOTATE-FUNCTION-BACKLOG?*" "SYSTEM"))
+          (start (get-internal-real-time)))
+      (setf *deferred-fset-hooks* '())
+      (when backlog
+        (setf (symbol-value backlog) nil))
+      (dolist (hook hooks)
+        (pushnew hook sys::*fset-hooks*))
+      (setf *annotation-thread*
+            (threads:make-thread
+             (lambda ()
+               (loop until (or *annotate-now*
+                               (> (- (get-internal-real-time) start)
+                                  (* *annotation-delay* internal-time-units-per-second)))
+                     do (sleep 0.05))
+               ;; The backlog flag bound true on this thread only: the
+               ;; hook walks everything here, and definitions elsewhere go
+               ;; on annotating themselves alone.
+               (ignore-errors
+                (progv (and backlog (list backlog)) (and backlog (list t))
+                  (dolist (hook hooks)
+                    (funcall hook 'finish-backend-modules #'finish-backend-modules)))))
+             :name "cl-mcp abcl-introspect annotations")))))
+
+#+abcl
+(defun await-backend-annotations (&optional (seconds 30))
+  "Make FINISH-BACKEND-MODULES's annotations now if they are still to come,
+and wait for them (at most SECONDS): the debugger names local functions and
+hides Swank's frames by them."
+  (let ((thread *annotation-thread*))
+    (when thread
+      (setf *annotate-now* t)
+      (let ((deadline (+ (get-internal-real-time)
+                         (* seconds internal-time-units-per-second))))
+        (loop while (and (threads:thread-alive-p thread)
+                         (< (get-internal-real-time) deadline))
+              do (sleep 0.01)))
+      (unless (threads:thread-alive-p thread)
+        (setf *annotation-thread* nil)))))
 
 ;;; Files written whole or not at all.
 

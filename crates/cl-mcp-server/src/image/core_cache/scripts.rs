@@ -19,6 +19,7 @@ impl CoreCache {
             quicklisp: self.quicklisp.as_deref(),
             fasl_dir,
             interpret: false,
+            contribs: self.kind != LispKind::Abcl,
         }
     }
 }
@@ -37,6 +38,10 @@ pub(super) struct ScriptStart<'a> {
     /// Load Swank's sources as they are, compiling nothing (see
     /// `use-swank-sources` in prelude.lisp).
     interpret: bool,
+    /// Load Swank's contribs at start. The helpers use none of them; off
+    /// on ABCL, where loading them takes seconds (they are still compiled,
+    /// and Swank's `swank-require` loads one at first use).
+    contribs: bool,
 }
 
 impl ScriptStart<'_> {
@@ -79,7 +84,10 @@ pub(super) fn prelude(start: &ScriptStart) -> String {
             if start.interpret {
                 s += "(cl-mcp-boot:use-swank-sources)\n";
             }
-            s += "(swank-loader:init :load-contribs t :quiet t)\n";
+            s += &format!(
+                "(swank-loader:init :load-contribs {} :quiet t)\n",
+                if start.contribs { "t" } else { "nil" }
+            );
         }
         SwankSource::Asdf => {
             s += "(require \"asdf\")\n(funcall (intern \"LOAD-SYSTEM\" \"ASDF\") \"swank\")\n";
@@ -125,6 +133,13 @@ pub(super) fn load_script(
     let check = "(cl-mcp-boot:check-cache)\n";
     match (save_to, kind) {
         (Some(out), LispKind::Ecl | LispKind::Abcl) => {
+            if kind == LispKind::Abcl {
+                // JSS and ABCL-INTROSPECT, loaded at start without ASDF.
+                s += &format!(
+                    "(cl-mcp-boot::compile-swank-backend-modules (pathname {}))\n",
+                    path_lit(&dir_path(out))
+                );
+            }
             // Compile each file into OUT and load it (later files use the
             // earlier ones' packages and macros).
             s += &format!(
@@ -247,6 +262,7 @@ mod tests {
             quicklisp: None,
             fasl_dir: Path::new("/f"),
             interpret: false,
+            contribs: true,
         }
     }
 
@@ -326,6 +342,40 @@ mod tests {
         assert!(s.trim_end().ends_with("(cl-mcp-boot:main)"), "{s}");
         let ordinary = prelude(&start(&swank));
         assert!(!ordinary.contains("use-swank-sources"), "{ordinary}");
+    }
+
+    /// ABCL: its cache build compiles JSS and ABCL-INTROSPECT into the
+    /// entry (loaded at start without ASDF) before the helpers, and its
+    /// starts leave Swank's contribs unloaded; other Lisps load them.
+    #[test]
+    fn abcl_builds_its_backend_modules_and_starts_without_contribs() {
+        let swank = SwankSource::Loader("/l/swank-loader.lisp".into());
+        let abcl = ScriptStart {
+            contribs: false,
+            ..start(&swank)
+        };
+        let build = load_script(
+            LispKind::Abcl,
+            &abcl,
+            &["/h/x.lisp".into()],
+            Path::new("/h/boot.lisp"),
+            Some(Path::new("/c/abcl-k.tmp-1")),
+        );
+        let modules = build
+            .find(r#"(cl-mcp-boot::compile-swank-backend-modules (pathname "/c/abcl-k.tmp-1/"))"#)
+            .expect(&build);
+        let helpers = build.find("(cl-mcp-boot:compile-and-load f").unwrap();
+        assert!(modules < helpers, "{build}");
+        assert!(build.contains(":load-contribs nil"), "{build}");
+        let ecl = load_script(
+            LispKind::Ecl,
+            &start(&swank),
+            &["/h/x.lisp".into()],
+            Path::new("/h/boot.lisp"),
+            Some(Path::new("/c/ecl-k.tmp-1")),
+        );
+        assert!(!ecl.contains("compile-swank-backend-modules"), "{ecl}");
+        assert!(ecl.contains(":load-contribs t"), "{ecl}");
     }
 
     #[test]
