@@ -545,6 +545,18 @@ fn test_runs_report_each_failure_and_run_single_tests() {
         .collect();
     assert_eq!(names, ["shop", "shop/tests"], "{}", r.text);
 
+    // One named test in a fresh image, before any whole run: the skipped
+    // TEST-OP still counts as performed for ASDF (it asserted "failed to
+    // mark it done" here).
+    let r = call(
+        &mut s,
+        5,
+        "asdf-test-system",
+        json!({"system": "shop", "test": "prices"}),
+    );
+    assert!(!r.is_error, "{}", r.text);
+    assert_eq!(r.structured["summary"]["passed"], 2, "{}", r.text);
+
     let r = call(&mut s, 1, "asdf-test-system", json!({"system": "shop"}));
     assert!(r.is_error, "{}", r.text);
     assert_eq!(r.structured["success"], false);

@@ -36,7 +36,8 @@ fn image_resources_and_templates() {
         [
             "lisp://package/{name}",
             "lisp://symbol/{package}/{name}",
-            "lisp://system/{name}"
+            "lisp://system/{name}",
+            "lisp://coverage/{system}/{page}"
         ]
     );
 

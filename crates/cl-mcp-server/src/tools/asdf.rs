@@ -378,6 +378,12 @@ async fn test_one(a: TestArgs, ctx: ToolContext) -> ToolOutput {
     let mut text = render_test_run(&a, &out, &v, &root, timeout);
     if let Some(c) = &out.coverage {
         text.push_str("\n\n");
+        if matches!(out.outcome, TestOutcome::Error) {
+            text.push_str(
+                "The run did not complete (see above): the coverage below counts only what ran \
+                 before it ended.\n",
+            );
+        }
         text.push_str(&c.render());
     }
     let is_error = !out.success;

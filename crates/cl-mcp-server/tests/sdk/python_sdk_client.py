@@ -253,7 +253,8 @@ async def debugger_limits(binary: str, root: str) -> None:
             r = await client.call_tool("inspect-object", {"code": "*sdk-spin*", "timeoutSeconds": 1})
             assert r.is_error and text_of(r).startswith("[TIMEOUT] Showing the inspected object"), text_of(r)
         after = (await call(client, "evaluate-lisp", {"code": threads})).structured_content["values"]
-        assert after == before, (before, after)
+        # No thread left running (one ending meanwhile is fine).
+        assert int(after[0]) <= int(before[0]), (before, after)
         r = await call(client, "inspect-object", {"code": "(let ((x nil)) (dotimes (i 100000 x) (setf x (list x))))"})
         assert r.structured_content["object"] == "(((#)))", r.structured_content
 
