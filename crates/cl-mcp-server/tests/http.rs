@@ -880,3 +880,77 @@ async fn a_stateless_image_lives_by_its_handle_until_idle() {
         "{text}"
     );
 }
+
+/// A stateless matrix call runs each Lisp on the node's default image when
+/// it is of that Lisp, else on an image started for the call, answered by
+/// its handle (a name reaches nothing there); a second call never lands on
+/// the first call's image, which is another client's as far as the node
+/// knows, and the handle a row gives addresses its image.
+#[tokio::test]
+async fn a_stateless_matrix_runs_on_images_of_its_own() {
+    let test = "a_stateless_matrix_runs_on_images_of_its_own";
+    let on_path = std::env::var_os("PATH")
+        .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join("clisp").is_file()));
+    if !on_path {
+        common::skip_missing(test, "clisp (apt-get install clisp)");
+        return;
+    }
+    let root = tempfile::tempdir().unwrap();
+    std::fs::write(
+        root.path().join("tiny.asd"),
+        "(defsystem \"tiny\" :components ((:file \"tiny\")))\n",
+    )
+    .unwrap();
+    std::fs::write(
+        root.path().join("tiny.lisp"),
+        "(defpackage #:tiny (:use #:cl)) (in-package #:tiny) (defun twice (x) (* 2 x))\n",
+    )
+    .unwrap();
+    let root_s = root.path().to_string_lossy().into_owned();
+    let s = start(&["--node-id", "n1", "--project-root", &root_s]);
+    let load = |id: i64| {
+        modern(
+            "tools/call",
+            id,
+            json!({"name":"asdf-load-system","arguments":{"system":"tiny","lisps":["sbcl","clisp"]}}),
+        )
+    };
+    let mut clisp_handles = Vec::new();
+    for id in [1, 2] {
+        let v: Value = modern_post(&s, &load(id))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        let rows = v["result"]["structuredContent"]["matrix"]["rows"]
+            .as_array()
+            .unwrap_or_else(|| panic!("{v}"))
+            .clone();
+        assert_eq!(rows[0]["image"], "sbcl", "{v}");
+        assert_eq!(rows[1]["built"], true, "{v}");
+        let handle = rows[1]["image"].as_str().unwrap().to_string();
+        assert!(handle.starts_with(&format!("n1/clisp-{id}~")), "{v}");
+        clisp_handles.push(handle);
+    }
+    // The row's handle addresses its image, where the system is loaded.
+    let handle = &clisp_handles[0];
+    let body = modern(
+        "tools/call",
+        3,
+        json!({"name":"evaluate-lisp","arguments":{"code":"(list (lisp-implementation-type) (tiny::twice 21))","image":handle}}),
+    );
+    let v: Value = modern_post(&s, &body)
+        .header("mcp-param-image", handle.as_str())
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        v["result"]["structuredContent"]["values"][0], "(\"CLISP\" 42)",
+        "{v}"
+    );
+}

@@ -12,7 +12,7 @@ use crate::sync::{MutexExt, RwLockExt};
 pub mod handles;
 pub mod images;
 
-pub use handles::ImageHandle;
+pub use handles::{ImageHandle, ImageUsage};
 pub use images::{ImageChoiceError, NamedImage};
 
 /// State shared by every request of one MCP session.

@@ -266,7 +266,7 @@ async fn image_start(a: StartArgs, ctx: ToolContext) -> ToolOutput {
 /// Stops an image a stateless request started once no call has addressed
 /// it for `--stateless-image-idle-secs` (nobody may hold its handle any
 /// more); returns when it is stopped, or gone otherwise.
-async fn stop_when_idle(ctx: ToolContext, image: NamedImage) {
+pub(crate) async fn stop_when_idle(ctx: ToolContext, image: NamedImage) {
     let idle = ctx.session.config.stateless_image_idle;
     let every = (idle / 4).clamp(
         std::time::Duration::from_millis(250),

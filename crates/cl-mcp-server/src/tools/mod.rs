@@ -414,6 +414,21 @@ impl ToolContext {
         }
     }
 
+    /// How a client addresses the image the call addresses: in a
+    /// stateless call a further image's handle (its name reaches nothing
+    /// there), else its name.
+    pub fn image_address(&self) -> String {
+        match &self.target {
+            Some(t) if self.stateless => self.session.handle_of(&t.name, &t.key),
+            _ => self.image_name(),
+        }
+    }
+
+    /// The use count of a further image addressed (its idle timeout's clock).
+    pub fn image_usage(&self) -> Option<std::sync::Arc<crate::session::ImageUsage>> {
+        self.target.as_ref().map(|t| t.usage.clone())
+    }
+
     /// The evaluation bookkeeping of the addressed image.
     pub fn eval_state(&self) -> &session_state::EvalState {
         &self.eval

@@ -75,7 +75,8 @@ pub(super) struct Matrix {
 pub(super) struct MatrixRow {
     /// The implementation asked for.
     pub lisp: String,
-    /// The session's image that ran it (`image` of later calls).
+    /// The image that ran it, as later calls' `image` takes it (its name;
+    /// in a stateless call, its handle).
     pub image: String,
     /// Whether the system (and for tests, the test system) built.
     pub built: bool,
@@ -128,12 +129,31 @@ pub(super) struct TestOnLisp {
 
 /// The context addressing the session's image for `lisp`: the image named
 /// so, else one of its implementation, else a new one named after it.
+/// A stateless call has no session of its own: its rows run on the node's
+/// default image where it is of that Lisp, else on an image started for the
+/// call as `image-start` would (reached by its handle, stopped when idle),
+/// never on an image another client started.
 fn image_for(ctx: &ToolContext, lisp: &str) -> Result<ToolContext, String> {
     let session = &ctx.session;
+    let kind = LispKind::from_name(lisp);
+    if ctx.stateless {
+        if kind.is_some() && kind == session.first_image_kind() {
+            return ctx
+                .for_image(&session.first_image_name())
+                .map_err(|e| e.to_string());
+        }
+        let started = session
+            .start_image(None, lisp, true)
+            .map_err(|e| e.to_string())?;
+        tokio::spawn(crate::tools::images::stop_when_idle(
+            ctx.clone(),
+            started.clone(),
+        ));
+        return ctx.for_image(&started.name).map_err(|e| e.to_string());
+    }
     if let Ok(c) = ctx.for_image(lisp) {
         return Ok(c);
     }
-    let kind = LispKind::from_name(lisp);
     if kind.is_some() && kind == session.first_image_kind() {
         return ctx
             .for_image(&session.first_image_name())
@@ -168,7 +188,10 @@ where
         async move {
             let t0 = Instant::now();
             let (image, out) = match target {
-                Ok(c) => (c.image_name(), run(c).await),
+                Ok(c) => {
+                    let _busy = c.image_usage().map(|u| u.enter());
+                    (c.image_address(), run(c.clone()).await)
+                }
                 Err(e) => (lisp.clone(), ToolOutput::error(e)),
             };
             let n = done.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
