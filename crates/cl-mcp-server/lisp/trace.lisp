@@ -212,7 +212,18 @@ trace records and inspections, forget its current package. Returns
                                    (short-print spec) (short-print (second spec)))))
               (t (values spec nil))))
     (error (e)
-      (values nil (format nil "Cannot read ~S as a function name: ~A" string (print-capped e 300))))))
+      (values nil (format nil "Cannot read ~S as a function name: ~A" string (reason-only e))))))
+
+(defun reason-only (e)
+  "E's report, capped; a reader error's without the position and stream
+SBCL appends (they name only our string stream holding the user's name)."
+  (let* ((text (print-capped e 300))
+         (hits (and (typep e 'reader-error)
+                    (loop for marker in (list (format nil "~%~%") "  Line: " " Stream: ")
+                          for at = (search marker text)
+                          when at collect at)))
+         (cut (and hits (reduce #'min hits))))
+    (string-right-trim '(#\Space #\Newline) (if cut (subseq text 0 cut) text))))
 
 (defun trace-request (&key trace untrace untrace-all session package (limit 200)
                         (clear t))

@@ -230,6 +230,21 @@ fn trace_records_a_recursive_function_with_its_nesting() {
     assert!(r.is_error, "{}", r.text);
     assert!(r.text.contains("names no function"), "{}", r.text);
     assert!(r.structured["traced"].as_array().unwrap().is_empty());
+    // A name that does not read says why, without the reader's stream.
+    let r = call(
+        &mut s,
+        9,
+        "trace-functions",
+        json!({"trace": ["cl-user::x y", "sb-impl:no-such-external-xyz"]}),
+    );
+    assert!(r.is_error, "{}", r.text);
+    assert!(
+        r.text.contains("Cannot read \"sb-impl:no-such-external-xyz\" as a function name: ")
+            && !r.text.contains("Stream:")
+            && !r.text.contains("STRING-INPUT-STREAM"),
+        "{}",
+        r.text
+    );
 }
 
 #[test]
