@@ -169,6 +169,16 @@ fn trace_records_a_recursive_function_with_its_nesting() {
         r.text
     );
 
+    // `limit` 0 shows no call and says so, without taking any.
+    let r = call(&mut s, 40, "trace-functions", json!({"limit": 0}));
+    assert!(
+        r.text.contains("No calls shown (`limit` 0).")
+            && !r.text.contains("No calls recorded")
+            && r.text.contains("more records, the oldest first"),
+        "{}",
+        r.text
+    );
+
     let r = call(&mut s, 4, "trace-functions", json!({}));
     assert!(!r.is_error, "{}", r.text);
     let recs = r.structured["records"].as_array().unwrap();
@@ -239,7 +249,8 @@ fn trace_records_a_recursive_function_with_its_nesting() {
     );
     assert!(r.is_error, "{}", r.text);
     assert!(
-        r.text.contains("Cannot read \"sb-impl:no-such-external-xyz\" as a function name: ")
+        r.text
+            .contains("Cannot read \"sb-impl:no-such-external-xyz\" as a function name: ")
             && !r.text.contains("Stream:")
             && !r.text.contains("STRING-INPUT-STREAM"),
         "{}",

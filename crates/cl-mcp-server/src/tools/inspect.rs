@@ -417,7 +417,9 @@ fn render_trace(o: &TraceOutput) -> String {
     } else {
         format!("Traced: {}", o.traced.join(", "))
     });
-    if o.records.is_empty() {
+    if o.records.is_empty() && o.more > 0 {
+        lines.push("No calls shown (`limit` 0).".into());
+    } else if o.records.is_empty() {
         lines.push("No calls recorded.".into());
     } else {
         // Calls that nest show as a call tree (a call above the calls made
@@ -445,7 +447,11 @@ fn render_trace(o: &TraceOutput) -> String {
         }
     }
     if o.more > 0 {
-        lines.push(format!("[{} more records: call again]", o.more));
+        lines.push(format!(
+            "[{} more records, the oldest first: call again to read them (each call takes \
+             those it shows, unless `keep`)]",
+            o.more
+        ));
     }
     if o.dropped > 0 {
         lines.push(format!(
