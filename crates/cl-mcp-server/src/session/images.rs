@@ -46,8 +46,8 @@ pub enum ImageChoiceError {
     )]
     NoLisp { given: String, installed: String },
     #[error(
-        "{0:?} is the session's first image: it stays as long as the session (image-restart \
-         gives it a fresh start)."
+        "{0:?} is the default image (a session's first; for stateless calls, the server's): it \
+         stays as long as its session or server (image-restart gives it a fresh start)."
     )]
     First(String),
     #[error("An attached session (--swank) runs no further images of its own.")]
