@@ -636,8 +636,8 @@ or the implementation's debugger, and the condition it entered with."
 (defun call-with-statistical-profile (thunk mode)
   "Call THUNK under the statistical profiler, sampling the current thread
 only (MODE :CPU or :ALLOC). Returns (values THUNK-VALUES REPORT), REPORT
-being (:samples N :elsewhere N :nodes ((NAME SELF CUMULATIVE) ...) :stacks
-((NAMES . COUNT) ...)), NAMES a sampled stack's function names from root
+being (:stacks ((NAMES . COUNT) ...)) (the tables are computed from them,
+`profile-tables'), NAMES a sampled stack's function names from root
 to leaf, or (values NIL :UNSUPPORTED) where no profiler exists."
   #+sbcl
   (progn
@@ -657,18 +657,10 @@ to leaf, or (values NIL :UNSUPPORTED) where no profiler exists."
                                        :threads (list sb-thread:*current-thread*))
              (setf vals (multiple-value-list (funcall thunk))))
         (sb-sprof:stop-profiling))
-      (let ((graph (sb-sprof:report :type nil)))
-        (values vals
-                (if graph
-                    (list :samples (sb-sprof::call-graph-nsamples graph)
-                          :elsewhere (sb-sprof::call-graph-elsewhere-count graph)
-                          :nodes (mapcar (lambda (node)
-                                           (list (sb-sprof::node-name node)
-                                                 (sb-sprof::node-count node)
-                                                 (sb-sprof::node-accrued-count node)))
-                                         (sb-sprof::graph-vertices graph))
-                          :stacks (sampled-stacks))
-                    (list :samples 0 :elsewhere 0 :nodes nil :stacks nil))))))
+      ;; The report (its call graph unused) gathers the threads' samples
+      ;; into the ones SAMPLED-STACKS reads.
+      (sb-sprof:report :type nil)
+      (values vals (list :stacks (sampled-stacks)))))
   #-sbcl (values (progn mode (multiple-value-list (funcall thunk))) :unsupported))
 
 #+sbcl

@@ -83,12 +83,11 @@ or (:error MESSAGE)."
         (return-from profile-request
           (list :error (format nil "~A has no statistical profiler the server knows; profile-code needs SBCL (sb-sprof)."
                                (lisp-implementation-type)))))
-      (let* ((samples (getf report :samples))
-             (nodes (remove-if (lambda (n) (profiler-noise-p (first n)))
-                               (getf report :nodes))))
+      (multiple-value-bind (samples unattributed nodes stacks)
+          (profile-tables (getf report :stacks) specs)
         (flet ((entry (node)
                  (destructuring-bind (name self cumulative) node
-                   (list :name (profiled-name name)
+                   (list :name name
                          :self self :cumulative cumulative
                          :self-percent (percent self samples)
                          :cumulative-percent (percent cumulative samples))))
@@ -97,6 +96,7 @@ or (:error MESSAGE)."
                    (subseq sorted 0 (min top (length sorted))))))
           (list :mode (string-downcase (symbol-name mode))
                 :samples samples
+                :unattributed unattributed
                 ;; The top functions by self samples, then those of the top
                 ;; by cumulative samples not among them.
                 :functions (mapcar #'entry
@@ -104,7 +104,7 @@ or (:error MESSAGE)."
                                      (append by-self
                                              (sort (set-difference (top-by #'third) by-self)
                                                    #'> :key #'third))))
-                :stacks (folded-stacks (getf report :stacks))
+                :stacks stacks
                 :calls (loop for (spec . n) in (reverse counts)
                              collect (list :name (short-print spec) :count n))
                 :values (printed-list (getf result :value))
@@ -125,27 +125,87 @@ or (:error MESSAGE)."
   "Most distinct stacks a profile sends for its flame graph (the most
 sampled ones).")
 
-(defun folded-stacks (stacks)
-  "STACKS ((NAMES . COUNT)...) as folded lines \"ROOT;...;LEAF COUNT\", the
-lines a flame graph is drawn from: the noise frames left out as in the
-tables (stacks then alike merged), the most sampled first."
-  (let ((counts (make-hash-table :test 'equal)))
+;; Named so that no function's printed name can be it.
+(defparameter *unattributed-frame* "(the code's own forms)"
+  "The flame graph's frame for samples in no function the code called:
+in the profiled forms themselves.")
+
+(defun counting-wrapper-frame-p (name)
+  "Frames of countCalls' wrapper around a counted function (Swank's WRAP
+over SBCL's encapsulation, which calls our counting closure, and the &REST
+list and APPLY they make, whose frames can come before the wrapper's own).
+Not COUNT-CALLS-OF: it is below the profiled code on every stack."
+  (let ((symbol (frame-name-symbol name)))
+    (cond ((stringp name)
+           ;; foreign and assembly routines
+           (some (lambda (word) (search word name))
+                 '("listify_rest_arg" "TAIL-CALL-CALLABLE-VARIABLE" "LISTIFY-&REST")))
+          ((and symbol (symbol-package symbol)
+                (or (our-package-p (symbol-package symbol))
+                    (implementation-internal-package-p (symbol-package symbol))))
+           (member (symbol-name symbol)
+                   '("SBCL-WRAP" "WRAP" "ENCAPSULATION"
+                     "TAIL-CALL-CALLABLE-VARIABLE" "LISTIFY-&REST")
+                   :test #'string=)))))
+
+(defun profiled-frames (names specs)
+  "The printed names of the frames of a sampled stack NAMES (root first)
+the profile shows: not noise, and, when SPECS (the counted functions) are
+wrapped, none from a counting wrapper's frame to the counted function it
+calls (its cost stays with the caller). The folded format splits frames at
+; and the count at the last space, so those are replaced."
+  (let ((in-wrapper nil))
+    (loop for (caller name) on (cons nil names)
+          while name
+          do (cond ((and specs
+                         (or (counting-wrapper-frame-p name)
+                             ;; The wrapper's &REST list as it is entered,
+                             ;; before its own frame is (compiled code
+                             ;; calls LIST only through APPLY or FUNCALL).
+                             (and (eq name 'list) (member caller specs :test #'equal))))
+                    (setf in-wrapper t))
+                   ((and in-wrapper (member name specs :test #'equal)) (setf in-wrapper nil)))
+          unless (or in-wrapper (profiler-noise-p name))
+            collect (substitute-if #\: (lambda (c) (member c '(#\; #\Newline #\Return)))
+                                   (profiled-name name)))))
+
+(defun profile-tables (stacks specs)
+  "From the sampled STACKS ((NAMES . COUNT)...), SPECS the counted
+functions: (values SAMPLES UNATTRIBUTED NODES FOLDED). A sample taken as
+the profiler stopped (an SB-SPROF frame on its stack) is left out whole.
+UNATTRIBUTED counts the samples with no frame kept (in the profiled forms
+themselves), drawn as *UNATTRIBUTED-FRAME*. NODES ((NAME SELF CUMULATIVE)...):
+SELF the samples whose last kept frame is NAME, CUMULATIVE those with NAME
+on the stack, once per sample however deep a recursion. FOLDED the lines
+\"ROOT;...;LEAF COUNT\" a flame graph is drawn from, the most sampled first
+(at most *MOST-FOLDED-STACKS*): tables and graph count the same samples."
+  (let ((folded (make-hash-table :test 'equal))
+        (self (make-hash-table :test 'equal))
+        (cumulative (make-hash-table :test 'equal))
+        (samples 0)
+        (unattributed 0))
     (loop for (names . n) in stacks
-          for kept = (loop for name in names
-                           unless (profiler-noise-p name)
-                             ;; The folded format splits frames at ; and
-                             ;; the count at the last space.
-                             collect (substitute-if #\: (lambda (c) (member c '(#\; #\Newline #\Return)))
-                                                    (profiled-name name)))
-          ;; A sample taken as the profiler stopped.
-          when (and kept (notany #'profiler-own-frame-p names))
-            do (incf (gethash (format nil "~{~A~^;~}" kept) counts 0) n))
-    (let ((lines (sort (loop for line being the hash-keys of counts using (hash-value n)
-                             collect (cons line n))
-                       #'> :key #'cdr)))
-      (loop for (line . n) in lines
-            repeat *most-folded-stacks*
-            collect (format nil "~A ~D" line n)))))
+          for kept = (profiled-frames names specs)
+          unless (some #'profiler-own-frame-p names)
+            do (incf samples n)
+               (if kept
+                   (progn (incf (gethash (car (last kept)) self 0) n)
+                          (dolist (name (remove-duplicates kept :test #'string=))
+                            (incf (gethash name cumulative 0) n)))
+                   (incf unattributed n))
+               (incf (gethash (format nil "~{~A~^;~}" (or kept (list *unattributed-frame*)))
+                              folded 0)
+                     n))
+    (values samples
+            unattributed
+            (loop for name being the hash-keys of cumulative using (hash-value c)
+                  collect (list name (gethash name self 0) c))
+            (let ((lines (sort (loop for line being the hash-keys of folded using (hash-value n)
+                                     collect (cons line n))
+                               #'> :key #'cdr)))
+              (loop for (line . n) in lines
+                    repeat *most-folded-stacks*
+                    collect (format nil "~A ~D" line n))))))
 
 (defun percent (part whole)
   (if (and whole (plusp whole))

@@ -384,6 +384,107 @@ fn profile_names_the_hot_spot_and_counts_calls() {
     let r = call(&mut s, 6, "profile-code", json!({"code": "(car 5)"}));
     assert!(r.is_error, "{}", r.text);
     assert!(r.text.contains("TYPE-ERROR"), "{}", r.text);
+
+    // A recursive function is counted once per sample: its cumulative
+    // samples are at most all of them, as wide as in the flame graph. No
+    // frame of the profiler's stopping (a thread waiting on a semaphore)
+    // is in the tables, and the sample it took is in neither count.
+    let r = eval(
+        &mut s,
+        7,
+        "(defun prof-fib (n) (if (< n 2) n (+ (prof-fib (- n 1)) (prof-fib (- n 2)))))",
+    );
+    assert!(!r.is_error, "{}", r.text);
+    let r = call(
+        &mut s,
+        8,
+        "profile-code",
+        json!({"code": "(loop repeat 3000 do (prof-fib 15))", "top": 50}),
+    );
+    assert!(!r.is_error, "{}", r.text);
+    let samples = r.structured["samples"].as_i64().unwrap();
+    let fib = profiled(&r.structured, "PROF-FIB").unwrap_or_else(|| panic!("{}", r.text));
+    assert!(fib["cumulative"].as_i64().unwrap() <= samples, "{}", r.text);
+    assert!(
+        fib["cumulative"].as_i64().unwrap() * 10 >= samples * 9,
+        "{}",
+        r.text
+    );
+    let all = r.structured["functions"].to_string();
+    for noise in ["SB-THREAD", "SEMAPHORE", "FUTEX", "syscall", "SB-SPROF"] {
+        assert!(!all.contains(noise), "{noise} in {}", r.text);
+    }
+    let graph = read_svg(&mut s, 9, r.structured["flameGraph"].as_str().unwrap());
+    let frames = flame_frames(&graph);
+    assert_eq!(width_of(&frames, "all"), samples as u64, "{frames:?}");
+
+    // Counted functions: the counting wrapper's frames are not in the
+    // profile, the text says where its cost went.
+    let r = call(
+        &mut s,
+        10,
+        "profile-code",
+        json!({"code": "(loop repeat 1000 do (prof-fib 15))", "countCalls": ["prof-fib"],
+               "top": 50}),
+    );
+    assert!(!r.is_error, "{}", r.text);
+    let fib = profiled(&r.structured, "PROF-FIB").unwrap_or_else(|| panic!("{}", r.text));
+    assert!(fib["selfPercent"].as_f64().unwrap() > 80.0, "{}", r.text);
+    let all = r.structured["functions"].to_string();
+    for wrapper in ["LIST", "TAIL-CALL", "listify", "ENCAPSULATION", "WRAP"] {
+        assert!(!all.contains(wrapper), "{wrapper} in {}", r.text);
+    }
+    assert!(r.text.contains("counting wrapper"), "{}", r.text);
+
+    // Time in the code's own forms is said to be unattributed, not shown
+    // as a table of the machinery around them.
+    let r = call(
+        &mut s,
+        11,
+        "profile-code",
+        json!({"code": "(dotimes (i 200000000) (setq i i))"}),
+    );
+    assert!(!r.is_error, "{}", r.text);
+    assert!(
+        r.structured["unattributed"].as_i64().unwrap() > 0,
+        "{}",
+        r.text
+    );
+    assert!(r.text.contains("code's own forms"), "{}", r.text);
+    assert!(
+        r.text.contains("wrap that work in a function"),
+        "{}",
+        r.text
+    );
+    assert_eq!(r.structured["functions"], json!([]), "{}", r.text);
+}
+
+/// The entry of `functions` named `name` in a profile's result.
+fn profiled<'a>(st: &'a Value, name: &str) -> Option<&'a Value> {
+    st["functions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["name"] == name)
+}
+
+/// The text of the SVG resource `uri`.
+fn read_svg(s: &mut common::Server, id: u64, uri: &str) -> String {
+    let r = s.request(json!({"jsonrpc":"2.0","id":id,"method":"resources/read",
+        "params":{"uri": uri}}));
+    r["result"]["contents"][0]["text"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{r}"))
+        .to_string()
+}
+
+/// The samples of all frames named `name`.
+fn width_of(frames: &[(String, u64)], name: &str) -> u64 {
+    frames
+        .iter()
+        .filter(|(n, _)| n == name)
+        .map(|(_, w)| *w)
+        .sum()
 }
 
 /// The frames of a flame graph's SVG: (name, samples) from each frame's
@@ -448,6 +549,16 @@ fn profile_draws_a_flame_graph_with_the_hot_function_widest() {
     assert_eq!(kinds, ["text", "image", "resource_link"], "{resp}");
     assert_eq!(blocks[1]["mimeType"], "image/png");
     let svg_uri = st["flameGraph"].as_str().unwrap();
+    // The id is random (96 bits in hex), not a count another client of
+    // the session could guess.
+    let id = svg_uri
+        .strip_prefix("lisp://profile/")
+        .and_then(|rest| rest.strip_suffix("/flamegraph.svg"))
+        .unwrap_or_else(|| panic!("{svg_uri}"));
+    assert!(
+        id.len() == 24 && id.chars().all(|c| c.is_ascii_hexdigit()),
+        "{svg_uri}"
+    );
     assert_eq!(blocks[2]["uri"], svg_uri);
     assert_eq!(blocks[2]["mimeType"], "image/svg+xml");
 

@@ -10,10 +10,9 @@ use crate::tools::flame_graph::{base64, KEPT};
 
 /// `resources/read` of `lisp://profile/<id>/<file>`.
 pub fn read(session: &Session, uri: &str, id: &str, file: &str) -> Result<Value, ResourceError> {
-    let graph = id
-        .parse::<u64>()
-        .ok()
-        .and_then(|id| crate::tools::attach_session(session).flame_graphs.get(id))
+    let graph = crate::tools::attach_session(session)
+        .flame_graphs
+        .get(id)
         .ok_or_else(|| {
             ResourceError::NotFound(format!(
                 "No flame graph {uri}: a session keeps the flame graphs of its last {KEPT} \

@@ -4,10 +4,12 @@
 //! of the same stacks as a PNG a client shows at once. A session keeps its
 //! last [`KEPT`] flame graphs ([`FlameGraphs`], in the session's tool
 //! state), offered as the resources `lisp://profile/<id>/flamegraph.svg`
-//! and `.../flamegraph.png` (read in `resources/flame_graphs.rs`).
+//! and `.../flamegraph.png` (read in `resources/flame_graphs.rs`). An id is
+//! 96 random bits (a handle key's), not a count: the link in the result is
+//! what reads the graph, and a client sharing the session (stateless HTTP)
+//! cannot guess another's.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use base64::Engine as _;
@@ -44,6 +46,8 @@ pub enum FlameGraphError {
          or pass flameGraph: false"
     )]
     NoFont,
+    #[error("no random id for the flame graph (/dev/urandom): {0}")]
+    Id(std::io::Error),
     #[error("the flame graph's PNG could not be made: {0}")]
     Png(String),
 }
@@ -58,43 +62,42 @@ pub struct FlameGraph {
     pub png_height: u32,
 }
 
-/// A session's flame graphs, by id (ids never reused in the process).
+/// A session's flame graphs, by id (random: see the module's comment).
 #[derive(Default)]
 pub struct FlameGraphs {
-    kept: Mutex<VecDeque<(u64, Arc<FlameGraph>)>>,
+    kept: Mutex<VecDeque<(String, Arc<FlameGraph>)>>,
 }
 
-static NEXT_ID: AtomicU64 = AtomicU64::new(1);
-
 impl FlameGraphs {
-    /// Keeps `graph`, dropping the oldest past [`KEPT`]; returns its id.
-    pub fn keep(&self, graph: FlameGraph) -> (u64, Arc<FlameGraph>) {
-        let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
+    /// Keeps `graph`, dropping the oldest past [`KEPT`]; returns its id
+    /// (an error when `/dev/urandom` cannot be read).
+    pub fn keep(&self, graph: FlameGraph) -> std::io::Result<(String, Arc<FlameGraph>)> {
+        let id = crate::session::handles::new_key()?;
         let graph = Arc::new(graph);
         let mut kept = self.kept.guard();
-        kept.push_back((id, graph.clone()));
+        kept.push_back((id.clone(), graph.clone()));
         while kept.len() > KEPT {
             kept.pop_front();
         }
-        (id, graph)
+        Ok((id, graph))
     }
 
-    pub fn get(&self, id: u64) -> Option<Arc<FlameGraph>> {
+    pub fn get(&self, id: &str) -> Option<Arc<FlameGraph>> {
         self.kept
             .guard()
             .iter()
-            .find(|(i, _)| *i == id)
+            .find(|(i, _)| i == id)
             .map(|(_, g)| g.clone())
     }
 }
 
 /// The SVG resource's URI.
-pub fn svg_uri(id: u64) -> String {
+pub fn svg_uri(id: &str) -> String {
     format!("lisp://profile/{id}/flamegraph.svg")
 }
 
 /// The PNG resource's URI.
-pub fn png_uri(id: u64) -> String {
+pub fn png_uri(id: &str) -> String {
     format!("lisp://profile/{id}/flamegraph.png")
 }
 
@@ -206,7 +209,7 @@ pub fn image_block(graph: &FlameGraph) -> Value {
 }
 
 /// The link to the SVG resource, as an MCP `resource_link` content block.
-pub fn link_block(id: u64, graph: &FlameGraph) -> Value {
+pub fn link_block(id: &str, graph: &FlameGraph) -> Value {
     json!({
         "type": "resource_link",
         "uri": svg_uri(id),
@@ -235,7 +238,7 @@ mod tests {
     #[test]
     fn a_session_keeps_its_last_graphs() {
         let graphs = FlameGraphs::default();
-        let ids: Vec<u64> = (0..KEPT + 2)
+        let ids: Vec<String> = (0..KEPT + 2)
             .map(|_| {
                 graphs
                     .keep(FlameGraph {
@@ -244,12 +247,21 @@ mod tests {
                         png_width: 0,
                         png_height: 0,
                     })
+                    .unwrap()
                     .0
             })
             .collect();
-        assert!(graphs.get(ids[0]).is_none());
-        assert!(graphs.get(ids[1]).is_none());
-        assert!(graphs.get(ids[2]).is_some());
-        assert!(graphs.get(*ids.last().unwrap()).is_some());
+        assert!(graphs.get(&ids[0]).is_none());
+        assert!(graphs.get(&ids[1]).is_none());
+        assert!(graphs.get(&ids[2]).is_some());
+        assert!(graphs.get(ids.last().unwrap()).is_some());
+        // Random, 96 bits in hex, all different.
+        assert!(ids
+            .iter()
+            .all(|id| id.len() == 24 && id.chars().all(|c| c.is_ascii_hexdigit())));
+        let mut distinct = ids.clone();
+        distinct.sort();
+        distinct.dedup();
+        assert_eq!(distinct.len(), ids.len());
     }
 }

@@ -577,6 +577,9 @@ struct CallCount {
 struct ProfileOutput {
     mode: String,
     samples: i64,
+    /// Samples in no function the code called: in its own forms, which
+    /// the profile does not attribute.
+    unattributed: i64,
     /// How many rows each table of the text shows (`top`).
     #[serde(skip)]
     top: usize,
@@ -637,6 +640,13 @@ fn render_profile(o: &ProfileOutput) -> String {
     if o.samples == 0 {
         text.push_str(" (the code ran too briefly to be sampled: repeat it in a loop)");
     }
+    if o.unattributed > 0 && (o.functions.is_empty() || o.unattributed * 5 >= o.samples) {
+        text.push_str(&format!(
+            "\n\n{} of the {} samples were in the code's own forms, which the profile does not \
+             attribute to anything: wrap that work in a function (defun) and profile a call of it",
+            o.unattributed, o.samples
+        ));
+    }
     let table = |title: &str, fs: Vec<&ProfiledFunction>| {
         let mut t = format!("\n\n{title}\n   self%   cumul%  function");
         for f in fs {
@@ -660,7 +670,10 @@ fn render_profile(o: &ProfileOutput) -> String {
         text.push_str(&table("By cumulative samples:", by_cumulative));
     }
     if !o.calls.is_empty() {
-        text.push_str("\n\nCalls:");
+        text.push_str(
+            "\n\nCalls (the counting wrapper's frames are left out of the profile; its cost is \
+             in the self samples of the counted functions' callers):",
+        );
         for c in &o.calls {
             text.push_str(&format!("\n  {} {}", c.count, c.name));
         }
@@ -702,13 +715,17 @@ async fn draw_flame_graph(
     let graph = tokio::task::spawn_blocking(move || flame_graph::draw(&stacks, &title, &subtitle))
         .await
         .map_err(|e| FlameGraphError::Draw(std::io::Error::other(e)))??;
-    let (id, graph) = ctx.state.flame_graphs.keep(graph);
+    let (id, graph) = ctx
+        .state
+        .flame_graphs
+        .keep(graph)
+        .map_err(FlameGraphError::Id)?;
     let blocks = vec![
         flame_graph::image_block(&graph),
-        flame_graph::link_block(id, &graph),
+        flame_graph::link_block(&id, &graph),
     ];
-    o.flame_graph = Some(flame_graph::svg_uri(id));
-    o.flame_graph_png = Some(flame_graph::png_uri(id));
+    o.flame_graph = Some(flame_graph::svg_uri(&id));
+    o.flame_graph_png = Some(flame_graph::png_uri(&id));
     o.png_size = Some((graph.png_width, graph.png_height));
     Ok(blocks)
 }
@@ -750,6 +767,7 @@ async fn profile_code(a: ProfileArgs, ctx: ToolContext) -> (ToolOutput, Vec<serd
     let mut out = ProfileOutput {
         mode: plist_str(&v, "mode").unwrap_or_default(),
         samples,
+        unattributed: plist_i64(&v, "unattributed").unwrap_or(0),
         top: a.top.unwrap_or(20).clamp(1, 200) as usize,
         functions: profiled_functions(&v, "functions", samples),
         calls: plist_items(&v, "calls", |c| CallCount {
@@ -1018,8 +1036,8 @@ mod tests {
                             (:name "C" :self 0 :cumulative 7) (:name "D" :self 1 :cumulative 8)))"#,
         )
         .unwrap();
-        // Three samples in seven, and a count past all samples (as a
-        // profiler's cumulative count of a recursive function can be).
+        // Three samples in seven, and a count past all samples (the image
+        // counts a function once per sample; the share is capped anyway).
         let functions = profiled_functions(&v, "functions", 7);
         assert_eq!(functions[0].cumulative_percent, 100.0);
         assert_eq!(functions[0].self_percent, 71.4);
@@ -1027,6 +1045,7 @@ mod tests {
         let out = ProfileOutput {
             mode: "cpu".into(),
             samples: 7,
+            unattributed: 0,
             top: 2,
             functions,
             calls: Vec::new(),
