@@ -141,7 +141,32 @@ fn draw_svg(
     options.deterministic = true;
     let mut out = Vec::new();
     flamegraph::from_lines(&mut options, stacks.iter().map(String::as_str), &mut out)?;
-    Ok(String::from_utf8_lossy(&out).into_owned())
+    let svg = String::from_utf8_lossy(&out).into_owned();
+    Ok(match png_font {
+        Some(_) => for_a_picture(svg),
+        None => svg,
+    })
+}
+
+/// The drawing for the PNG, where nothing can be clicked: without the
+/// search button's label, and with the root frame labelled (inferno leaves
+/// its text empty; its tooltip says "all").
+fn for_a_picture(mut svg: String) -> String {
+    if let Some(start) = svg.find("<text id=\"search\"") {
+        if let Some(len) = svg[start..].find("</text>") {
+            svg.replace_range(start..start + len + "</text>".len(), "");
+        }
+    }
+    if let Some(root) = svg.find("<title>all (") {
+        if let Some(empty) = svg[root..].find("></text>") {
+            let at = root + empty + 1;
+            let closes_root = !svg[root..at].contains("</g>");
+            if closes_root {
+                svg.insert_str(at, "all");
+            }
+        }
+    }
+    svg
 }
 
 /// The system's fonts, loaded once, and the family the PNG's drawing uses
@@ -233,6 +258,17 @@ mod tests {
         assert!(g.svg.contains("HOT") && g.svg.contains("COLD"));
         assert_eq!(g.png_width, PNG_WIDTH);
         assert!(g.png.starts_with(b"\x89PNG"));
+    }
+
+    #[test]
+    fn the_picture_has_no_search_button_and_names_its_root() {
+        let stacks = vec!["MAIN;HOT 90".to_string(), "MAIN;COLD 10".to_string()];
+        let svg = draw_svg(&stacks, "t", "s", PNG_WIDTH as usize, Some("DejaVu Sans")).unwrap();
+        assert!(!svg.contains(">Search<"), "{svg}");
+        assert!(svg.contains(">all</text>"), "{svg}");
+        // The browser's drawing keeps both as inferno made them.
+        let svg = draw_svg(&stacks, "t", "s", SVG_WIDTH, None).unwrap();
+        assert!(svg.contains(">Search<") && !svg.contains(">all</text>"));
     }
 
     #[test]
