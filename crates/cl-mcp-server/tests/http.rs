@@ -587,13 +587,7 @@ async fn session_rejections_carry_the_request_id() {
 async fn mirrored_parameters_must_match_their_mcp_param_headers() {
     let s = start(&[]);
     let list = modern("tools/list", 1, json!({}));
-    let v: Value = modern_post(&s, &list)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let v: Value = answer(modern_post(&s, &list)).await;
     let tool = v["result"]["tools"]
         .as_array()
         .unwrap()
@@ -644,6 +638,11 @@ fn with_tasks(method: &str, id: i64, params: Value) -> Value {
     body["params"]["_meta"]["io.modelcontextprotocol/clientCapabilities"] =
         json!({"extensions": {"io.modelcontextprotocol/tasks": {}}});
     body
+}
+
+/// The JSON answer to a request.
+async fn answer(request: reqwest::RequestBuilder) -> Value {
+    request.send().await.unwrap().json().await.unwrap()
 }
 
 async fn post_json(s: &HttpServer, body: &Value) -> (u16, Value) {
@@ -814,13 +813,7 @@ async fn a_stateless_image_lives_by_its_handle_until_idle() {
         1,
         json!({"name":"image-start","arguments":{"lisp":"sbcl"}}),
     );
-    let v: Value = modern_post(&s, &body)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let v: Value = answer(modern_post(&s, &body)).await;
     let image = &v["result"]["structuredContent"]["image"];
     let handle = image["handle"].as_str().unwrap_or_else(|| panic!("{v}"));
     assert!(handle.starts_with("n1/sbcl-1~"), "{v}");
@@ -834,17 +827,11 @@ async fn a_stateless_image_lives_by_its_handle_until_idle() {
         modern_post(&s, &body).header("mcp-param-image", handle)
     };
     for (code, value) in [("(defvar *kept* 5)", "*KEPT*"), ("(* 2 *kept*)", "10")] {
-        let v: Value = eval(code).send().await.unwrap().json().await.unwrap();
+        let v: Value = answer(eval(code)).await;
         assert_eq!(v["result"]["structuredContent"]["values"][0], value, "{v}");
     }
     // An image that dies is lost too, never started again under its handle.
-    let v: Value = modern_post(&s, &body)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let v: Value = answer(modern_post(&s, &body)).await;
     let dying = v["result"]["structuredContent"]["image"]["handle"]
         .as_str()
         .unwrap_or_else(|| panic!("{v}"))
@@ -866,13 +853,13 @@ async fn a_stateless_image_lives_by_its_handle_until_idle() {
         .await
         .unwrap();
     assert_eq!(v["result"]["isError"], true, "{v}");
-    let v: Value = on_dying("1").send().await.unwrap().json().await.unwrap();
+    let v: Value = answer(on_dying("1")).await;
     let text = v["result"]["content"][0]["text"]
         .as_str()
         .unwrap_or_default();
     assert!(text.contains(&format!("The image {dying} is lost")), "{v}");
     tokio::time::sleep(std::time::Duration::from_millis(2500)).await;
-    let v: Value = eval("*kept*").send().await.unwrap().json().await.unwrap();
+    let v: Value = answer(eval("*kept*")).await;
     assert_eq!(v["result"]["isError"], true, "{v}");
     let text = v["result"]["content"][0]["text"].as_str().unwrap();
     assert!(
@@ -917,13 +904,7 @@ async fn a_stateless_matrix_runs_on_images_of_its_own() {
     };
     let mut clisp_handles = Vec::new();
     for id in [1, 2] {
-        let v: Value = modern_post(&s, &load(id))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let v: Value = answer(modern_post(&s, &load(id))).await;
         let rows = v["result"]["structuredContent"]["matrix"]["rows"]
             .as_array()
             .unwrap_or_else(|| panic!("{v}"))
@@ -941,14 +922,7 @@ async fn a_stateless_matrix_runs_on_images_of_its_own() {
         3,
         json!({"name":"evaluate-lisp","arguments":{"code":"(list (lisp-implementation-type) (tiny::twice 21))","image":handle}}),
     );
-    let v: Value = modern_post(&s, &body)
-        .header("mcp-param-image", handle.as_str())
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let v: Value = answer(modern_post(&s, &body).header("mcp-param-image", handle.as_str())).await;
     assert_eq!(
         v["result"]["structuredContent"]["values"][0], "(\"CLISP\" 42)",
         "{v}"

@@ -38,7 +38,7 @@ use super::live::Live;
 use super::log_pump::{log_stderr, log_stdout, next_capped_line, LOG_LINE_CAP};
 use super::reaper::Reaper;
 use super::secret::random_secret;
-use super::start_local::ImagePlaces;
+use super::start_local::{eval_worker, ImagePlaces};
 use super::{Image, NoteLevel};
 
 /// How long a launcher has to clean up (a namespace, a pod) once asked to
@@ -408,18 +408,7 @@ async fn connect_launched(
             )))
         }
     }
-    let worker = if plan.kind.has_threads() {
-        Some(
-            client
-                .spawn_worker_thread("cl-mcp-eval")
-                .await
-                .map_err(|e| {
-                    ImageError::StartFailed(format!("cannot start the evaluation thread: {e}"))
-                })?,
-        )
-    } else {
-        None
-    };
+    let worker = eval_worker(&client, plan.kind).await?;
     Ok(((client, worker), events))
 }
 

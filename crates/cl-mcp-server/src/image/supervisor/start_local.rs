@@ -14,6 +14,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::image::core_cache::{self, default_cache_dir, LaunchPlan};
 use crate::image::direct::DirectChannel;
+use crate::image::implementation::LispKind;
 use crate::image::last_words::{lisp_words, LastWords};
 use crate::image::limits::{self, PreparedCaps};
 use crate::image::sandbox::{self, Confinement};
@@ -479,19 +480,9 @@ async fn connect_local(
     };
     let direct_thread = direct.as_ref().map(|(_, id)| *id);
     let direct_socket = direct.as_ref().map(|(ch, _)| ch.socket_kind());
-    let worker = if direct_thread.is_some() {
-        direct_thread
-    } else if plan.kind.has_threads() {
-        Some(
-            client
-                .spawn_worker_thread("cl-mcp-eval")
-                .await
-                .map_err(|e| {
-                    ImageError::StartFailed(format!("cannot start the evaluation thread: {e}"))
-                })?,
-        )
-    } else {
-        None
+    let worker = match direct_thread {
+        Some(thread) => Some(thread),
+        None => eval_worker(&client, plan.kind).await?,
     };
     Ok(Connected {
         client,
@@ -539,4 +530,20 @@ impl Image {
         }
         s
     }
+}
+
+/// The persistent evaluation thread, started through Swank (`None`: a Lisp
+/// without threads evaluates each request on Swank's own loop).
+pub(super) async fn eval_worker(
+    client: &SwankClient,
+    kind: LispKind,
+) -> Result<Option<i64>, ImageError> {
+    if !kind.has_threads() {
+        return Ok(None);
+    }
+    client
+        .spawn_worker_thread("cl-mcp-eval")
+        .await
+        .map(Some)
+        .map_err(|e| ImageError::StartFailed(format!("cannot start the evaluation thread: {e}")))
 }
