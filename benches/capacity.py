@@ -15,13 +15,14 @@ CL_MCP_BIN: the server binary (default target/release/cl-mcp-server; build
 it with `cargo build --release -p cl-mcp-server`).
 """
 
-import json
 import os
+import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
+
+from mcp_stdio import StdioServer
 
 repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 binary = os.environ.get("CL_MCP_BIN", os.path.join(repo, "target/release/cl-mcp-server"))
@@ -31,28 +32,15 @@ if not os.access(binary, os.X_OK):
     sys.exit(f"{binary} is missing: cargo build --release -p cl-mcp-server")
 
 root = tempfile.mkdtemp(prefix="cl-mcp-capacity-")
-server = subprocess.Popen([binary, "--project-root", root], stdin=subprocess.PIPE,
-                          stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-last_id = 0
-
-
-def send(message: dict) -> None:
-    server.stdin.write(json.dumps(message) + "\n")
-    server.stdin.flush()
+server = StdioServer(binary, ["--project-root", root], "capacity")
 
 
 def call(name: str, arguments: dict) -> dict:
-    global last_id
-    last_id += 1
-    send({"jsonrpc": "2.0", "id": last_id, "method": "tools/call",
-          "params": {"name": name, "arguments": arguments}})
-    while True:
-        m = json.loads(server.stdout.readline())
-        if m.get("id") == last_id:
-            result = m.get("result")
-            if result is None or result.get("isError"):
-                raise SystemExit(f"{name} {arguments} failed: {m}")
-            return result
+    m = server.request("tools/call", {"name": name, "arguments": arguments})
+    result = m.get("result")
+    if result is None or result.get("isError"):
+        raise SystemExit(f"{name} {arguments} failed: {m}")
+    return result
 
 
 def kb_field(path: str, field: str) -> int:
@@ -72,12 +60,6 @@ def percentile(values: list, p: float) -> float:
     return values[min(len(values) - 1, int(round(p * (len(values) - 1))))]
 
 
-last_id += 1
-send({"jsonrpc": "2.0", "id": last_id, "method": "initialize",
-      "params": {"protocolVersion": "2025-06-18", "capabilities": {},
-                 "clientInfo": {"name": "capacity", "version": "1"}}})
-json.loads(server.stdout.readline())
-send({"jsonrpc": "2.0", "method": "notifications/initialized"})
 available_kb = kb_field("/proc/meminfo", "MemAvailable")
 call("evaluate-lisp", {"code": "(+ 1 2)"})  # the first image, warm cache
 
@@ -111,8 +93,8 @@ while started < total:
     print(f"| {len(images)} | {statistics.median(starts):.0f} | "
           f"{statistics.median(evals):.2f} / {percentile(evals, 0.95):.2f} | "
           f"{mb(per_image)} | {mb(statistics.median(rss))} | {mb(sum(pss))} | "
-          f"{mb(kb_field(f'/proc/{server.pid}/status', 'VmRSS'))} | "
+          f"{mb(kb_field(f'/proc/{server.process.pid}/status', 'VmRSS'))} | "
           f"{int(available_kb / per_image)} |", flush=True)
 
-server.stdin.close()
-server.wait(timeout=60)
+server.close()
+shutil.rmtree(root, ignore_errors=True)

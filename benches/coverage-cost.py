@@ -9,57 +9,37 @@ compiles the project's files anew, uninstrumented), taking turns, N rounds
 CL_MCP_BIN: the server binary (default target/debug/cl-mcp-server).
 """
 
-import json
 import os
 import statistics
-import subprocess
 import sys
 import time
+
+from mcp_stdio import StdioServer
 
 repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 binary = os.environ.get("CL_MCP_BIN", os.path.join(repo, "target/debug/cl-mcp-server"))
 root, system = sys.argv[1], sys.argv[2]
 rounds = int(sys.argv[3]) if len(sys.argv) > 3 else 5
-server = subprocess.Popen([binary, "--project-root", root], stdin=subprocess.PIPE,
-                          stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-last_id = 0
-
-
-def send(message: dict) -> None:
-    server.stdin.write(json.dumps(message) + "\n")
-    server.stdin.flush()
-
-
-def request(method: str, params: dict) -> dict:
-    global last_id
-    last_id += 1
-    send({"jsonrpc": "2.0", "id": last_id, "method": method, "params": params})
-    while True:
-        m = json.loads(server.stdout.readline())
-        if m.get("id") == last_id:
-            return m
+server = StdioServer(binary, ["--project-root", root], "coverage-cost")
 
 
 def test_run(args: dict) -> float:
     start = time.monotonic()
-    r = request("tools/call", {"name": "asdf-test-system", "arguments": dict(args, system=system)})
+    r = server.request("tools/call", {"name": "asdf-test-system",
+                                      "arguments": dict(args, system=system)})
     took = (time.monotonic() - start) * 1000
     assert "result" in r and not r["result"].get("isError"), r
     assert ("coverage" in r["result"]["structuredContent"]) == bool(args), r
     return took
 
 
-request("initialize", {"protocolVersion": "2025-06-18", "capabilities": {},
-                       "clientInfo": {"name": "coverage-cost", "version": "1"}})
-send({"jsonrpc": "2.0", "method": "notifications/initialized"})
 test_run({})
 times = {"plain": [], "coverage": [], "plain after coverage": []}
 for _ in range(rounds):
     times["coverage"].append(test_run({"coverage": True}))
     times["plain after coverage"].append(test_run({}))
     times["plain"].append(test_run({}))
-server.stdin.close()
-server.wait()
+server.close()
 print(f"{system}, {rounds} rounds, load average {os.getloadavg()[0]:.1f}")
 print("| run | median ms | min–max ms |")
 print("|---|---|---|")
