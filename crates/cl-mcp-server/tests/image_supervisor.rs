@@ -412,7 +412,7 @@ async fn starts_from_source_without_the_core_cache() {
 
 #[tokio::test]
 async fn a_lisp_that_cannot_start_is_reported_and_not_retried_forever() {
-    // A "Lisp" that says it is SBCL (the server asks `--version`) and
+    // A "Lisp" named and saying it is SBCL (by name, or `--version`) and
     // otherwise exits at once: every start fails.
     let dir = tempfile::tempdir().unwrap();
     let fake = dir.path().join("sbcl");
