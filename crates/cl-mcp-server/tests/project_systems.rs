@@ -547,15 +547,19 @@ fn test_runs_report_each_failure_and_run_single_tests() {
 
     // One named test in a fresh image, before any whole run: the skipped
     // TEST-OP still counts as performed for ASDF (it asserted "failed to
-    // mark it done" here).
-    let r = call(
-        &mut s,
-        5,
-        "asdf-test-system",
-        json!({"system": "shop", "test": "prices"}),
-    );
-    assert!(!r.is_error, "{}", r.text);
-    assert_eq!(r.structured["summary"]["passed"], 2, "{}", r.text);
+    // mark it done" here). (A server of its own: on CLISP a whole run after
+    // it may find FiveAM's suite empty, the trait noted below.)
+    {
+        let mut fresh = lisp_server(&["--project-root", &root_s]);
+        let r = call(
+            &mut fresh,
+            5,
+            "asdf-test-system",
+            json!({"system": "shop", "test": "prices"}),
+        );
+        assert!(!r.is_error, "{}", r.text);
+        assert_eq!(r.structured["summary"]["passed"], 2, "{}", r.text);
+    }
 
     let r = call(&mut s, 1, "asdf-test-system", json!({"system": "shop"}));
     assert!(r.is_error, "{}", r.text);
