@@ -3,11 +3,10 @@
 //! `lisp://` resources: `lisp://image/info`, and the templates
 //! `lisp://package/{name}`, `lisp://symbol/{package}/{name}`,
 //! `lisp://system/{name}` (read through the same code as the tools, with
-//! completion of their variables from the image), and the coverage
-//! reports (`coverage.rs`).
+//! completion of their variables from the image), the coverage reports
+//! (`coverage.rs`) and the session's flame graphs (`flame_graphs.rs`).
 
 mod coverage;
-
 mod flame_graphs;
 
 use std::path::Path;
@@ -133,7 +132,7 @@ pub fn read_file_uri(session: &Session, uri: &str) -> Result<Value, ResourceErro
 
 /// The `lisp://` resource templates.
 pub fn templates() -> Value {
-    let mut all = json!([
+    json!([
         {"uriTemplate": "lisp://package/{name}", "name": "Lisp package",
          "description": "A package of the live image: nicknames, used packages, documentation, external symbols.",
          "mimeType": "text/plain"},
@@ -143,11 +142,8 @@ pub fn templates() -> Value {
         {"uriTemplate": "lisp://system/{name}", "name": "ASDF system",
          "description": "An ASDF system: version, description, author, license, dependencies, source file, loaded.",
          "mimeType": "text/plain"},
-    ]);
-    if let Some(list) = all.as_array_mut() {
-        list.push(coverage::template());
-    }
-    all
+        coverage::template(),
+    ])
 }
 
 /// Every tool, whatever `--tools` offers: resources read through them.
@@ -168,9 +164,6 @@ pub async fn read_lisp_uri(session: Arc<Session>, uri: &str) -> Result<Value, Re
         .strip_prefix("lisp://")
         .ok_or_else(|| ResourceError::Invalid(format!("Not a lisp:// URI: {uri}")))?;
     let parts: Vec<&str> = path.split('/').collect();
-    if let ["coverage", system, page] = parts.as_slice() {
-        return coverage::read(&session, uri, &uri_part(uri, system)?, page);
-    }
     let ctx = ToolContext::new(session, CancellationToken::new());
     let via_tool = |name: &'static str, args: Value| {
         let ctx = ctx.clone();
@@ -181,6 +174,9 @@ pub async fn read_lisp_uri(session: Arc<Session>, uri: &str) -> Result<Value, Re
     };
     let out = match parts.as_slice() {
         ["profile", id, file] => return flame_graphs::read(&ctx.session, uri, id, file),
+        ["coverage", system, page] => {
+            return coverage::read(&ctx.session, uri, &uri_part(uri, system)?, page)
+        }
         ["image", "info"] => via_tool("image-info", json!({})).await,
         ["symbol", package, name] if !name.is_empty() => {
             via_tool(

@@ -136,22 +136,9 @@ pub(super) struct TestOnLisp {
 fn image_for(ctx: &ToolContext, lisp: &str) -> Result<ToolContext, String> {
     let session = &ctx.session;
     let kind = LispKind::from_name(lisp);
-    if ctx.stateless {
-        if kind.is_some() && kind == session.first_image_kind() {
-            return ctx
-                .for_image(&session.first_image_name())
-                .map_err(|e| e.to_string());
-        }
-        let started = session
-            .start_image(None, lisp, true)
-            .map_err(|e| e.to_string())?;
-        tokio::spawn(crate::tools::images::stop_when_idle(
-            ctx.clone(),
-            started.clone(),
-        ));
-        return ctx.for_image(&started.name).map_err(|e| e.to_string());
-    }
-    if let Ok(c) = ctx.for_image(lisp) {
+    // A stateless call names no image of the session: others' may be there.
+    let by_name = (!ctx.stateless).then(|| ctx.for_image(lisp).ok()).flatten();
+    if let Some(c) = by_name {
         return Ok(c);
     }
     if kind.is_some() && kind == session.first_image_kind() {
@@ -159,16 +146,22 @@ fn image_for(ctx: &ToolContext, lisp: &str) -> Result<ToolContext, String> {
             .for_image(&session.first_image_name())
             .map_err(|e| e.to_string());
     }
-    if let Some(o) = session
+    let of_its_kind = session
         .other_images()
         .into_iter()
-        .find(|o| kind.is_some() && o.kind == kind)
-    {
+        .find(|o| !ctx.stateless && kind.is_some() && o.kind == kind);
+    if let Some(o) = of_its_kind {
         return ctx.for_image(&o.name).map_err(|e| e.to_string());
     }
     let started = session
-        .start_image(None, lisp, false)
+        .start_image(None, lisp, ctx.stateless)
         .map_err(|e| e.to_string())?;
+    if ctx.stateless {
+        tokio::spawn(crate::tools::images::stop_when_idle(
+            ctx.clone(),
+            started.clone(),
+        ));
+    }
     ctx.for_image(&started.name).map_err(|e| e.to_string())
 }
 
