@@ -396,6 +396,54 @@ fn abcl_session() {
     session("abcl", "Armed Bear Common Lisp");
 }
 
+/// ABCL's start leaves JSS's table of short Java class names to a thread
+/// after Swank is up (prelude.lisp's DEFER-JSS-AUTO-IMPORTS): a short name
+/// asked for at once, before that thread has run, still resolves (the
+/// lookup waits for the table), and afterwards JSS is as a plain load
+/// leaves it. Also what the start's JVM options cost, as the README says:
+/// a Java exception's message is whole, its Java stack trace empty.
+#[test]
+fn abcl_short_java_class_names_at_once() {
+    require_installed("abcl");
+    let cache = std::env::temp_dir().join("cl-mcp-server-test-cache");
+    let cache = cache.to_string_lossy().into_owned();
+    let mut s = common::Server::start_with_env(
+        &["--lisp", "abcl"],
+        &[("CL_MCP_CACHE_DIR", cache.as_str())],
+    );
+    let r = s.request(json!({"jsonrpc":"2.0","id":0,"method":"initialize","params":{
+        "protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"test","version":"1"}}}));
+    assert!(r.get("result").is_some(), "initialize failed: {r}");
+    s.send(&json!({"jsonrpc":"2.0","method":"notifications/initialized"}));
+    let r = eval(&mut s, 1, "(jss:find-java-class \"ArrayList\")");
+    assert_eq!(r.text, "=> #<java class java.util.ArrayList>", "{}", r.text);
+    let r = eval(
+        &mut s,
+        2,
+        "(list jss:*do-auto-imports* (> (hash-table-count jss::*class-name-to-full-case-insensitive*) 1000))",
+    );
+    assert_eq!(r.text, "=> (T T)", "{}", r.text);
+    let r = eval(
+        &mut s,
+        3,
+        "(java:jstatic \"parseInt\" \"java.lang.Integer\" \"x\")",
+    );
+    assert!(r.is_error, "{}", r.text);
+    assert!(
+        r.text
+            .contains("NumberFormatException: For input string: \"x\""),
+        "{}",
+        r.text
+    );
+    let r = eval(
+        &mut s,
+        4,
+        "(handler-case (java:jstatic \"parseInt\" \"java.lang.Integer\" \"x\") \
+           (java:java-exception (e) (length (java:jcall \"getStackTrace\" (java:java-exception-cause e)))))",
+    );
+    assert_eq!(r.text, "=> 0", "{}", r.text);
+}
+
 #[test]
 fn unknown_binaries_are_refused_plainly() {
     // Not a Lisp: the first call says what it is and what is supported.

@@ -164,6 +164,7 @@ without it; FINISH-BACKEND-MODULES puts it back and walks once, after the
 start."
   (dolist (fasl fasls)
     (load fasl)
+    (defer-jss-auto-imports)
     (let ((hook (find-symbol "FSET-HOOK-ANNOTATE-INTERNAL-FUNCTION" "SYSTEM")))
       (when (and hook (member hook sys::*fset-hooks*))
         (pushnew hook *deferred-fset-hooks*)
@@ -172,6 +173,67 @@ start."
     (when (and immutable (fboundp immutable))
       (dolist (system '("jss" "abcl-introspect"))
         (funcall immutable system)))))
+
+#+abcl
+(defvar *jss-imports-deferred* nil
+  "True when this start loaded JSS without its auto-imports (see
+DEFER-JSS-AUTO-IMPORTS); FINISH-BACKEND-MODULES makes them.")
+
+#+abcl
+(defvar *jss-imports-done* nil
+  "True once the deferred JSS auto-imports are made (or failed).")
+
+#+abcl
+(defun defer-jss-auto-imports ()
+  "Called after each of JSS's files loads: once JSS's package exists and
+before its invoke.lisp runs, hold back its auto-imports. Loading JSS
+walks every class of the JVM's modules by reflection to fill its table of
+short class names (JSS:*DO-AUTO-IMPORTS*, about a second on this kind of
+machine); only a short Java class name in JSS code (#\"ArrayList\",
+JSS:FIND-JAVA-CLASS) reads that table. FINISH-BACKEND-MODULES makes the
+imports after the start, and a lookup before they are made waits for them
+(see WAIT-FOR-JSS-IMPORTS)."
+  (let* ((package (find-package "JSS"))
+         (flag (and package (find-symbol "*DO-AUTO-IMPORTS*" package))))
+    (when (and flag (not (boundp flag)) (not *jss-imports-deferred*))
+      (proclaim (list 'special flag))
+      (setf (symbol-value flag) nil
+            *jss-imports-deferred* t))))
+
+#+abcl
+(defvar *jss-lookup-wrappers* '()
+  "(SYMBOL . ORIGINAL-FUNCTION) of JSS's lookups that wait for the deferred
+auto-imports, put back once they are made.")
+
+#+abcl
+(defun wait-for-jss-imports-around (symbol)
+  "Make JSS's function SYMBOL wait for the deferred auto-imports before it
+reads their table."
+  (when (and symbol (fboundp symbol))
+    (let ((original (fdefinition symbol)))
+      (push (cons symbol original) *jss-lookup-wrappers*)
+      (setf (fdefinition symbol)
+            (lambda (&rest arguments)
+              (unless *jss-imports-done*
+                (await-backend-annotations 60 :imports-only t))
+              (apply original arguments))))))
+
+#+abcl
+(defun make-deferred-jss-imports ()
+  "The auto-imports JSS's load would have made, then JSS as it is after a
+plain load: the flag true again, its lookups unwrapped."
+  (unwind-protect
+       (let ((flag (find-symbol "*DO-AUTO-IMPORTS*" "JSS"))
+             (import (find-symbol "DO-AUTO-IMPORTS" "JSS")))
+         (ignore-errors
+          (when (and import (fboundp import))
+            (funcall import)))
+         (when flag
+           (setf (symbol-value flag) t)))
+    (setf *jss-imports-done* t)
+    (dolist (wrapper *jss-lookup-wrappers*)
+      (setf (fdefinition (car wrapper)) (cdr wrapper)))
+    (setf *jss-lookup-wrappers* '())))
 
 #+abcl
 (defun require-swank-backend-modules ()
@@ -263,33 +325,40 @@ loads it through ASDF as before."
 
 #+abcl
 (defparameter *annotation-delay* 2
-  "Seconds after the start before ABCL-INTROSPECT's annotations are made:
-on the JVM's few cores they would slow the start's first request (its
-first use of ABCL's compiler took 5 s instead of 2 beside them, under
-load), which usually arrives at once.")
+  "Seconds after the start before the deferred work (JSS's auto-imports,
+ABCL-INTROSPECT's annotations) is done: on the JVM's few cores it would
+slow the start's first request (its first use of ABCL's compiler took 5 s
+instead of 2 beside the annotations, under load), which usually arrives
+at once.")
 
 #+abcl
 (defvar *annotate-now* nil
-  "Set by AWAIT-BACKEND-ANNOTATIONS: make the annotations without waiting
+  "Set by AWAIT-BACKEND-ANNOTATIONS: do the deferred work without waiting
 for *ANNOTATION-DELAY* to pass.")
 
 #+abcl
 (defun finish-backend-modules ()
   "After the start: put back the FSET hooks LOAD-COMPILED-BACKEND-MODULES
 held back, each new definition annotated by them from now on, and on a
-thread of its own, *ANNOTATION-DELAY* seconds later, let ABCL-INTROSPECT
-annotate every function of the image once: what it does at the first
-definition after it loads (its backlog), done here so no definition (the
-first request's) waits for it."
-  (when *deferred-fset-hooks*
+thread of its own, *ANNOTATION-DELAY* seconds later, make JSS's deferred
+auto-imports (DEFER-JSS-AUTO-IMPORTS), then let ABCL-INTROSPECT annotate
+every function of the image once: what it does at the first definition
+after it loads (its backlog), done here so no definition (the first
+request's) waits for it."
+  (when (or *deferred-fset-hooks* *jss-imports-deferred*)
     (let ((hooks *deferred-fset-hooks*)
+          (imports *jss-imports-deferred*)
           (backlog (find-symbol "*ANNOTATE-FUNCTION-BACKLOG?*" "SYSTEM"))
           (start (get-internal-real-time)))
       (setf *deferred-fset-hooks* '())
-      (when backlog
+      (when (and hooks backlog)
         (setf (symbol-value backlog) nil))
       (dolist (hook hooks)
         (pushnew hook sys::*fset-hooks*))
+      (if imports
+          (dolist (name '("LOOKUP-CLASS-NAME" "JAPROPOS"))
+            (wait-for-jss-imports-around (find-symbol name "JSS")))
+          (setf *jss-imports-done* t))
       (setf *annotation-thread*
             (threads:make-thread
              (lambda ()
@@ -297,26 +366,31 @@ first request's) waits for it."
                                (> (- (get-internal-real-time) start)
                                   (* *annotation-delay* internal-time-units-per-second)))
                      do (sleep 0.05))
+               (when imports
+                 (make-deferred-jss-imports))
                ;; The backlog flag bound true on this thread only: the
                ;; hook walks everything here, and definitions elsewhere go
                ;; on annotating themselves alone.
-               (ignore-errors
-                (progv (and backlog (list backlog)) (and backlog (list t))
-                  (dolist (hook hooks)
-                    (funcall hook 'finish-backend-modules #'finish-backend-modules)))))
-             :name "cl-mcp abcl-introspect annotations")))))
+               (when hooks
+                 (ignore-errors
+                  (progv (and backlog (list backlog)) (and backlog (list t))
+                    (dolist (hook hooks)
+                      (funcall hook 'finish-backend-modules #'finish-backend-modules))))))
+             :name "cl-mcp abcl deferred start work")))))
 
 #+abcl
-(defun await-backend-annotations (&optional (seconds 30))
-  "Make FINISH-BACKEND-MODULES's annotations now if they are still to come,
-and wait for them (at most SECONDS): the debugger names local functions and
-hides Swank's frames by them."
+(defun await-backend-annotations (&optional (seconds 30) &key imports-only)
+  "Do FINISH-BACKEND-MODULES's deferred work now if it is still to come,
+and wait for it (at most SECONDS): the debugger names local functions and
+hides Swank's frames by the annotations; with IMPORTS-ONLY, wait only for
+JSS's auto-imports (a JSS lookup reads them)."
   (let ((thread *annotation-thread*))
     (when thread
       (setf *annotate-now* t)
       (let ((deadline (+ (get-internal-real-time)
                          (* seconds internal-time-units-per-second))))
         (loop while (and (threads:thread-alive-p thread)
+                         (not (and imports-only *jss-imports-done*))
                          (< (get-internal-real-time) deadline))
               do (sleep 0.01)))
       (unless (threads:thread-alive-p thread)

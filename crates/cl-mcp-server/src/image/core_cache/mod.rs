@@ -157,15 +157,32 @@ impl CoreCache {
     }
 }
 
-/// The JVM options an ABCL start runs with (`JDK_JAVA_OPTIONS`, which the
-/// `java` launcher reads; when the user sets it, theirs alone: a collector
-/// of their choice beside ours would stop the JVM, "Multiple garbage
-/// collectors selected"). A start loads ASDF, Swank, its contribs and the helpers — about
-/// ten thousand classes, each run a few times: the client compiler alone
-/// (`TieredStopAtLevel=1`) and the serial collector (no collector threads
-/// competing on a small machine) took a warm start from ~40 s to ~25 s on
-/// the 2-core test machine under load; peak speed of long-running code is
-/// what they cost. Empty for the other Lisps.
+/// The JVM options an ABCL start runs with, measured on the 2-core test
+/// machine (benches/README.md). A start defines about 14,000 classes (every
+/// compiled Lisp function is one), looks each up through three class
+/// loaders first (some 56,000 `ClassNotFoundException`s) and runs each a
+/// few times:
+/// - `TieredStopAtLevel=1`: the client compiler alone; `UseSerialGC`: no
+///   collector threads competing on a small machine (together ~40 → ~25 s
+///   under load; peak speed of long-running code is what they cost);
+/// - `-BytecodeVerificationRemote`: ABCL's own compiler wrote the classes,
+///   the verifier re-checks every one (-0.6 s);
+/// - `-StackTraceInThrowable`: each of those misses builds an exception
+///   whose stack trace nobody reads (-0.6 s); Java exceptions then carry
+///   no Java stack trace (Lisp backtraces are ABCL's own, unaffected);
+/// - `MetaspaceSize=256m`: no full collections for class metadata during
+///   the start (three, -0.25 s).
+///
+/// Set `JDK_JAVA_OPTIONS` to choose others: the user's replace ours.
+pub(crate) const ABCL_JVM_OPTIONS: &str = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC \
+     -XX:-UsePerfData -XX:+UnlockDiagnosticVMOptions -XX:-BytecodeVerificationRemote \
+     -XX:-StackTraceInThrowable -XX:MetaspaceSize=256m";
+
+/// The environment of an ABCL start: `JDK_JAVA_OPTIONS` (which the `java`
+/// launcher reads) set to [`ABCL_JVM_OPTIONS`], unless the user sets it:
+/// then theirs alone (a collector of their choice beside ours would stop
+/// the JVM, "Multiple garbage collectors selected"). Empty for the other
+/// Lisps.
 pub(crate) fn start_env(kind: LispKind) -> Vec<(String, String)> {
     if kind != LispKind::Abcl {
         return Vec::new();
@@ -173,8 +190,5 @@ pub(crate) fn start_env(kind: LispKind) -> Vec<(String, String)> {
     if std::env::var_os("JDK_JAVA_OPTIONS").is_some_and(|v| !v.is_empty()) {
         return Vec::new();
     }
-    vec![(
-        "JDK_JAVA_OPTIONS".to_string(),
-        "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -XX:-UsePerfData".to_string(),
-    )]
+    vec![("JDK_JAVA_OPTIONS".to_string(), ABCL_JVM_OPTIONS.to_string())]
 }
