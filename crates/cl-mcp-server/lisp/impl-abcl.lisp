@@ -127,8 +127,41 @@ name); a Java frame's text, which the backtrace treats as foreign."
            (cond ((symbolp x) x)
                  ((functionp x)
                   (or (nth-value 2 (function-lambda-expression x))
-                      (local-function-name x)))
+                      (local-function-name x)
+                      (and (helper-function-p x) 'helper-closure)))
                  (t nil))))))
+
+  (defvar *helper-class-prefixes* nil
+    "The Java class-name prefixes of the helpers' compiled files, e.g.
+\"org.armedbear.lisp.eval_tmp27CUP8X0FK_\" (see HELPER-FUNCTION-P).")
+
+  (defun helper-class-prefixes ()
+    "Each helper file's compiled functions are classes named after the
+file it was compiled to (its temporary name, unique per build): the
+prefixes of the classes of this package's functions."
+    (or *helper-class-prefixes*
+        (setf *helper-class-prefixes*
+              (let ((prefixes '()))
+                (do-symbols (symbol (find-package "CL-MCP-SERVER"))
+                  (when (and (eq (symbol-package symbol) (find-package "CL-MCP-SERVER"))
+                             (fboundp symbol)
+                             (not (macro-function symbol)))
+                    (let* ((name (ignore-errors
+                                  (java:jcall "getName"
+                                              (java:jcall "getClass" (fdefinition symbol)))))
+                           (end (and name (position #\_ name :from-end t))))
+                      (when (and end (search "_tmp" name))
+                        (pushnew (subseq name 0 (1+ end)) prefixes :test #'string=)))))
+                prefixes))))
+
+  (defun helper-function-p (function)
+    "True for a compiled function of the helpers without a name of its own
+(a closure made before ABCL-INTROSPECT's annotations named its kind, in
+an image's first seconds): its frames are the helpers', not the user's."
+    (let ((name (ignore-errors (java:jcall "getName" (java:jcall "getClass" function)))))
+      (and name
+           (some (lambda (prefix) (eql 0 (search prefix name)))
+                 (helper-class-prefixes)))))
 
   (defun local-function-name (function)
     "(LAMBDA () :IN F) for a compiled local function of the helpers' F,

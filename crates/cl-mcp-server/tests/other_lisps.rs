@@ -444,6 +444,36 @@ fn abcl_short_java_class_names_at_once() {
     assert_eq!(r.text, "=> 0", "{}", r.text);
 }
 
+/// An error in an ABCL image's first seconds, before ABCL-INTROSPECT's
+/// annotations name the helpers' closures, still shows the user's frames
+/// alone: not the handler's closure and the signalling machinery above
+/// them (impl-abcl.lisp's HELPER-FUNCTION-P).
+#[test]
+fn abcl_first_error_shows_user_frames() {
+    require_installed("abcl");
+    let cache = std::env::temp_dir().join("cl-mcp-server-test-cache");
+    let cache = cache.to_string_lossy().into_owned();
+    let mut s = common::Server::start_with_env(
+        &["--lisp", "abcl"],
+        &[("CL_MCP_CACHE_DIR", cache.as_str())],
+    );
+    let r = s.request(json!({"jsonrpc":"2.0","id":0,"method":"initialize","params":{
+        "protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"test","version":"1"}}}));
+    assert!(r.get("result").is_some(), "initialize failed: {r}");
+    s.send(&json!({"jsonrpc":"2.0","method":"notifications/initialized"}));
+    let r = eval(
+        &mut s,
+        1,
+        "(defun ol-jx (s) (java:jstatic \"parseInt\" \"java.lang.Integer\" s)) (ol-jx \"x\")",
+    );
+    assert!(r.is_error, "{}", r.text);
+    assert!(
+        r.text.contains("[Backtrace]\n0: (OL-JX \"x\")"),
+        "{}",
+        r.text
+    );
+}
+
 #[test]
 fn unknown_binaries_are_refused_plainly() {
     // Not a Lisp: the first call says what it is and what is supported.
