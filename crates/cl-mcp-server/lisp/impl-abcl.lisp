@@ -135,24 +135,34 @@ name); a Java frame's text, which the backtrace treats as foreign."
     "The Java class-name prefixes of the helpers' compiled files, e.g.
 \"org.armedbear.lisp.eval_tmp27CUP8X0FK_\" (see HELPER-FUNCTION-P).")
 
+  (defun scan-helper-class-prefixes ()
+    "The prefixes of the Java classes of this package's functions that
+come from a file compiled under a temporary name."
+    (let ((prefixes '())
+          (package (find-package "CL-MCP-SERVER")))
+      (do-symbols (symbol package)
+        (when (and (eq (symbol-package symbol) package)
+                   (fboundp symbol)
+                   (not (macro-function symbol)))
+          (let* ((name (ignore-errors
+                        (java:jcall "getName" (java:jcall "getClass" (fdefinition symbol)))))
+                 (end (and name (position #\_ name :from-end t))))
+            (when (and end (search "_tmp" name))
+              (pushnew (subseq name 0 (1+ end)) prefixes :test #'string=)))))
+      prefixes))
+
   (defun helper-class-prefixes ()
     "Each helper file's compiled functions are classes named after the
-file it was compiled to (its temporary name, unique per build): the
-prefixes of the classes of this package's functions."
-    (or *helper-class-prefixes*
-        (setf *helper-class-prefixes*
-              (let ((prefixes '()))
-                (do-symbols (symbol (find-package "CL-MCP-SERVER"))
-                  (when (and (eq (symbol-package symbol) (find-package "CL-MCP-SERVER"))
-                             (fboundp symbol)
-                             (not (macro-function symbol)))
-                    (let* ((name (ignore-errors
-                                  (java:jcall "getName"
-                                              (java:jcall "getClass" (fdefinition symbol)))))
-                           (end (and name (position #\_ name :from-end t))))
-                      (when (and end (search "_tmp" name))
-                        (pushnew (subseq name 0 (1+ end)) prefixes :test #'string=)))))
-                prefixes))))
+file it was compiled to (its temporary name, unique per build:
+prelude.lisp's TEMPORARY-SIBLING, NAME-tmpXXXX): the prefixes of the
+classes of this package's functions, computed once (:NONE when the
+helpers were loaded from source)."
+    (let ((known *helper-class-prefixes*))
+      (cond ((eq known :none) '())
+            (known known)
+            (t (let ((found (scan-helper-class-prefixes)))
+                 (setf *helper-class-prefixes* (or found :none))
+                 found)))))
 
   (defun helper-function-p (function)
     "True for a compiled function of the helpers without a name of its own

@@ -409,7 +409,12 @@ fn abcl_short_java_class_names_at_once() {
     let cache = cache.to_string_lossy().into_owned();
     let mut s = common::Server::start_with_env(
         &["--lisp", "abcl"],
-        &[("CL_MCP_CACHE_DIR", cache.as_str())],
+        // The server's own JVM options even where the developer's shell
+        // sets some (an empty value counts as unset).
+        &[
+            ("CL_MCP_CACHE_DIR", cache.as_str()),
+            ("JDK_JAVA_OPTIONS", ""),
+        ],
     );
     let r = s.request(json!({"jsonrpc":"2.0","id":0,"method":"initialize","params":{
         "protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"test","version":"1"}}}));

@@ -224,13 +224,15 @@ its own project. Ahead of the user's own translations."
                     *terminal-io* (make-two-way-stream (make-concatenated-stream)
                                                        (process-stdout)))
               (setf *standard-input* stdin))
+          ;; ABCL: JSS's class index and ABCL-INTROSPECT's annotations,
+          ;; held back during the start, are made on a thread of its own
+          ;; (prelude.lisp); JSS's lookups wait for the index from before
+          ;; Swank serves the first request.
+          #+abcl (finish-backend-modules)
           (when threads
             (refuse-strangers)
             (let ((swank::*loopback-interface* (swank-interface)))
-              (swank::setup-server (swank-port) #'announce :spawn nil nil)))
-          ;; ABCL: ABCL-INTROSPECT's annotations, held back during the
-          ;; start, are made on a thread of their own (prelude.lisp).
-          #+abcl (finish-backend-modules))
+              (swank::setup-server (swank-port) #'announce :spawn nil nil))))
       (error (e)
         (format (process-stderr) "~&cl-mcp-boot: cannot start Swank: ~A~%" (safe-text e))
         (finish-output (process-stderr))

@@ -321,6 +321,16 @@ fn internal_package(name: &str) -> bool {
         || name == "COMMON-LISP"
 }
 
+/// Whether `lines` hold a boot guard's report (see [`lisp_words`]).
+pub(super) fn has_boot_report(lines: &[&str]) -> bool {
+    lines.iter().any(|l| is_boot_report(l))
+}
+
+fn is_boot_report(line: &str) -> bool {
+    let line = line.trim();
+    line.starts_with("cl-mcp-boot:") || line.starts_with("cl-mcp:")
+}
+
 /// What a Lisp's last lines of output say went wrong: the boot guard's
 /// report (`cl-mcp-boot: CONDITION: message (while loading FILE)`) when
 /// there is one, else the last 15 lines that are not blank.
@@ -333,7 +343,7 @@ pub(super) fn lisp_words(lines: &[&str]) -> String {
     let reports: Vec<&str> = lines
         .iter()
         .map(|l| l.trim())
-        .filter(|l| l.starts_with("cl-mcp-boot:") || l.starts_with("cl-mcp:"))
+        .filter(|l| is_boot_report(l))
         .collect();
     if !reports.is_empty() {
         return reports.join("\n");

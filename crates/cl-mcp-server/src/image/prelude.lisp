@@ -177,11 +177,23 @@ start."
 #+abcl
 (defvar *jss-imports-deferred* nil
   "True when this start loaded JSS without its auto-imports (see
-DEFER-JSS-AUTO-IMPORTS); FINISH-BACKEND-MODULES makes them.")
+DEFER-JSS-AUTO-IMPORTS) and FINISH-BACKEND-MODULES has not yet taken them
+over.")
 
 #+abcl
 (defvar *jss-imports-done* nil
   "True once the deferred JSS auto-imports are made (or failed).")
+
+#+abcl
+(defvar *jss-imports-lock* (threads:make-mutex)
+  "Held while the deferred JSS auto-imports are made: by the deferred
+thread, or by a lookup that found that thread gone.")
+
+#+abcl
+(defvar *imports-now* nil
+  "Set by a JSS lookup waiting for the deferred auto-imports: make them
+without waiting for *ANNOTATION-DELAY* to pass (the annotations still
+wait for it).")
 
 #+abcl
 (defun defer-jss-auto-imports ()
@@ -189,10 +201,10 @@ DEFER-JSS-AUTO-IMPORTS); FINISH-BACKEND-MODULES makes them.")
 before its invoke.lisp runs, hold back its auto-imports. Loading JSS
 walks every class of the JVM's modules by reflection to fill its table of
 short class names (JSS:*DO-AUTO-IMPORTS*, about a second on this kind of
-machine); only a short Java class name in JSS code (#\"ArrayList\",
-JSS:FIND-JAVA-CLASS) reads that table. FINISH-BACKEND-MODULES makes the
-imports after the start, and a lookup before they are made waits for them
-(see WAIT-FOR-JSS-IMPORTS)."
+machine); only a short Java class name in JSS code reads that table
+((JSS:NEW 'ARRAYLIST), JSS:FIND-JAVA-CLASS). FINISH-BACKEND-MODULES makes
+the imports after the start, and a lookup before they are made waits for
+them (WAIT-FOR-JSS-IMPORTS-AROUND)."
   (let* ((package (find-package "JSS"))
          (flag (and package (find-symbol "*DO-AUTO-IMPORTS*" package))))
     (when (and flag (not (boundp flag)) (not *jss-imports-deferred*))
@@ -201,39 +213,61 @@ imports after the start, and a lookup before they are made waits for them
             *jss-imports-deferred* t))))
 
 #+abcl
+(defun await-jss-imports ()
+  "Wait until the deferred JSS auto-imports are made (at most a minute),
+asking the deferred thread to make them at once; when that thread is gone
+(killed, or it never started), make them here."
+  (unless *jss-imports-done*
+    (setf *imports-now* t)
+    (let ((deadline (+ (get-internal-real-time) (* 60 internal-time-units-per-second))))
+      (loop until (or *jss-imports-done*
+                      (> (get-internal-real-time) deadline))
+            do (let ((thread *annotation-thread*))
+                 (if (and thread (threads:thread-alive-p thread))
+                     (sleep 0.01)
+                     (make-deferred-jss-imports)))))))
+
+#+abcl
 (defvar *jss-lookup-wrappers* '()
-  "(SYMBOL . ORIGINAL-FUNCTION) of JSS's lookups that wait for the deferred
+  "(SYMBOL ORIGINAL WRAPPER) of JSS's lookups that wait for the deferred
 auto-imports, put back once they are made.")
 
 #+abcl
 (defun wait-for-jss-imports-around (symbol)
   "Make JSS's function SYMBOL wait for the deferred auto-imports before it
-reads their table."
-  (when (and symbol (fboundp symbol))
-    (let ((original (fdefinition symbol)))
-      (push (cons symbol original) *jss-lookup-wrappers*)
-      (setf (fdefinition symbol)
-            (lambda (&rest arguments)
-              (unless *jss-imports-done*
-                (await-backend-annotations 60 :imports-only t))
-              (apply original arguments))))))
+reads their table; MAKE-DEFERRED-JSS-IMPORTS puts the original back.
+SYMBOL-FUNCTION, not FDEFINITION: ABCL's FSET would record a new source
+location (and warn of a redefinition) each time."
+  (when (and symbol (fboundp symbol) (not (macro-function symbol)))
+    (let* ((original (symbol-function symbol))
+           (wrapper (lambda (&rest arguments)
+                      (await-jss-imports)
+                      (apply original arguments))))
+      (push (list symbol original wrapper) *jss-lookup-wrappers*)
+      (setf (symbol-function symbol) wrapper))))
 
 #+abcl
 (defun make-deferred-jss-imports ()
   "The auto-imports JSS's load would have made, then JSS as it is after a
-plain load: the flag true again, its lookups unwrapped."
-  (unwind-protect
-       (let ((flag (find-symbol "*DO-AUTO-IMPORTS*" "JSS"))
-             (import (find-symbol "DO-AUTO-IMPORTS" "JSS")))
-         (ignore-errors
-          (when (and import (fboundp import))
-            (funcall import)))
-         (when flag
-           (setf (symbol-value flag) t)))
-    (setf *jss-imports-done* t)
-    (dolist (wrapper *jss-lookup-wrappers*)
-      (setf (fdefinition (car wrapper)) (cdr wrapper)))
-    (setf *jss-lookup-wrappers* '())))
+plain load: the flag true again, its lookups unwrapped (a lookup the user
+has redefined meanwhile is left as it is). Once, whoever calls it."
+  (threads:with-mutex (*jss-imports-lock*)
+    (unless *jss-imports-done*
+      (unwind-protect
+           (let ((flag (find-symbol "*DO-AUTO-IMPORTS*" "JSS"))
+                 (import (find-symbol "DO-AUTO-IMPORTS" "JSS")))
+             (handler-case
+                 (when (and import (fboundp import))
+                   (funcall import))
+               (serious-condition () nil))
+             (when flag
+               (setf (symbol-value flag) t)))
+        (setf *jss-imports-done* t)
+        (dolist (entry *jss-lookup-wrappers*)
+          (destructuring-bind (symbol original wrapper) entry
+            (when (and (fboundp symbol) (eq (symbol-function symbol) wrapper))
+              (setf (symbol-function symbol) original))))
+        (setf *jss-lookup-wrappers* '())))))
 
 #+abcl
 (defun require-swank-backend-modules ()
@@ -338,59 +372,65 @@ for *ANNOTATION-DELAY* to pass.")
 
 #+abcl
 (defun finish-backend-modules ()
-  "After the start: put back the FSET hooks LOAD-COMPILED-BACKEND-MODULES
-held back, each new definition annotated by them from now on, and on a
-thread of its own, *ANNOTATION-DELAY* seconds later, make JSS's deferred
-auto-imports (DEFER-JSS-AUTO-IMPORTS), then let ABCL-INTROSPECT annotate
-every function of the image once: what it does at the first definition
-after it loads (its backlog), done here so no definition (the first
-request's) waits for it."
+  "After the start, before Swank serves anyone: put back the FSET hooks
+LOAD-COMPILED-BACKEND-MODULES held back, each new definition annotated by
+them from now on, make JSS's lookups wait for its deferred auto-imports
+(DEFER-JSS-AUTO-IMPORTS), and on a thread of its own, *ANNOTATION-DELAY*
+seconds later (the imports sooner when a lookup asks), make those imports,
+then let ABCL-INTROSPECT annotate every function of the image once: what
+it does at the first definition after it loads (its backlog), done here
+so no definition (the first request's) waits for it."
   (when (or *deferred-fset-hooks* *jss-imports-deferred*)
     (let ((hooks *deferred-fset-hooks*)
           (imports *jss-imports-deferred*)
           (backlog (find-symbol "*ANNOTATE-FUNCTION-BACKLOG?*" "SYSTEM"))
           (start (get-internal-real-time)))
-      (setf *deferred-fset-hooks* '())
+      (setf *deferred-fset-hooks* '()
+            *jss-imports-deferred* nil)
       (when (and hooks backlog)
         (setf (symbol-value backlog) nil))
       (dolist (hook hooks)
         (pushnew hook sys::*fset-hooks*))
+      (flet ((delay-over-p ()
+               (> (- (get-internal-real-time) start)
+                  (* *annotation-delay* internal-time-units-per-second))))
+        (setf *annotation-thread*
+              (threads:make-thread
+               (lambda ()
+                 (when imports
+                   (loop until (or *annotate-now* *imports-now* (delay-over-p))
+                         do (sleep 0.05))
+                   (make-deferred-jss-imports))
+                 (when hooks
+                   (loop until (or *annotate-now* (delay-over-p))
+                         do (sleep 0.05))
+                   ;; The backlog flag bound true on this thread only: the
+                   ;; hook walks everything here, and definitions elsewhere
+                   ;; go on annotating themselves alone.
+                   (handler-case
+                       (progv (and backlog (list backlog)) (and backlog (list t))
+                         (dolist (hook hooks)
+                           (funcall hook 'finish-backend-modules #'finish-backend-modules)))
+                     (serious-condition () nil))))
+               :name "cl-mcp abcl deferred start work")))
+      ;; After the thread exists: a lookup finding no thread alive makes
+      ;; the imports itself (AWAIT-JSS-IMPORTS).
       (if imports
           (dolist (name '("LOOKUP-CLASS-NAME" "JAPROPOS"))
             (wait-for-jss-imports-around (find-symbol name "JSS")))
-          (setf *jss-imports-done* t))
-      (setf *annotation-thread*
-            (threads:make-thread
-             (lambda ()
-               (loop until (or *annotate-now*
-                               (> (- (get-internal-real-time) start)
-                                  (* *annotation-delay* internal-time-units-per-second)))
-                     do (sleep 0.05))
-               (when imports
-                 (make-deferred-jss-imports))
-               ;; The backlog flag bound true on this thread only: the
-               ;; hook walks everything here, and definitions elsewhere go
-               ;; on annotating themselves alone.
-               (when hooks
-                 (ignore-errors
-                  (progv (and backlog (list backlog)) (and backlog (list t))
-                    (dolist (hook hooks)
-                      (funcall hook 'finish-backend-modules #'finish-backend-modules))))))
-             :name "cl-mcp abcl deferred start work")))))
+          (setf *jss-imports-done* t)))))
 
 #+abcl
-(defun await-backend-annotations (&optional (seconds 30) &key imports-only)
+(defun await-backend-annotations (&optional (seconds 30))
   "Do FINISH-BACKEND-MODULES's deferred work now if it is still to come,
 and wait for it (at most SECONDS): the debugger names local functions and
-hides Swank's frames by the annotations; with IMPORTS-ONLY, wait only for
-JSS's auto-imports (a JSS lookup reads them)."
+hides Swank's frames by the annotations."
   (let ((thread *annotation-thread*))
     (when thread
       (setf *annotate-now* t)
       (let ((deadline (+ (get-internal-real-time)
                          (* seconds internal-time-units-per-second))))
         (loop while (and (threads:thread-alive-p thread)
-                         (not (and imports-only *jss-imports-done*))
                          (< (get-internal-real-time) deadline))
               do (sleep 0.01)))
       (unless (threads:thread-alive-p thread)
@@ -399,7 +439,9 @@ JSS's auto-imports (a JSS lookup reads them)."
 ;;; Files written whole or not at all.
 
 (defun temporary-sibling (path)
-  "A name beside PATH for writing it, unique to this process."
+  "A name beside PATH for writing it, unique to this process. (On ABCL a
+compiled file's classes are named after it: impl-abcl.lisp's
+HELPER-CLASS-PREFIXES finds the helpers' by its -tmp.)"
   (make-pathname :name (format nil "~A-tmp~36R" (pathname-name path)
                                (random (expt 2 48) (make-random-state t)))
                  :defaults path))

@@ -120,13 +120,23 @@ pub(super) fn read_capped<R: std::io::Read + Send + 'static>(
 /// The last lines a Lisp printed (standard error, else standard output),
 /// the boot guard's report first when there is one.
 pub(super) fn last_words(stderr: &str, stdout: &str) -> String {
-    let text = if stderr.trim().is_empty() {
-        stdout
+    // The JVM's note that it read JDK_JAVA_OPTIONS (ABCL's every start)
+    // says nothing of what went wrong; ABCL's boot guard reports on
+    // standard output.
+    let stderr: Vec<&str> = stderr
+        .lines()
+        .filter(|l| !(l.starts_with("NOTE: Picked up ") && l.contains("_OPTIONS")))
+        .collect();
+    let stdout: Vec<&str> = stdout.lines().collect();
+    let both: Vec<&str> = stderr.iter().chain(stdout.iter()).copied().collect();
+    if crate::image::last_words::has_boot_report(&both) {
+        return crate::image::last_words::lisp_words(&both);
+    }
+    if stderr.iter().all(|l| l.trim().is_empty()) {
+        crate::image::last_words::lisp_words(&stdout)
     } else {
-        stderr
-    };
-    let lines: Vec<&str> = text.lines().collect();
-    crate::image::last_words::lisp_words(&lines)
+        crate::image::last_words::lisp_words(&stderr)
+    }
 }
 
 /// The calling thread's CPU time in µs (what the hash check costs, apart
@@ -151,5 +161,10 @@ mod tests {
         assert!(last_words(err, "").starts_with("cl-mcp-boot: END-OF-FILE"));
         assert_eq!(last_words("", ""), "(it printed nothing)");
         assert_eq!(last_words("", "a\nb"), "a\nb");
+        // ABCL: the JVM's note on stderr, the report on stdout.
+        let note = "NOTE: Picked up JDK_JAVA_OPTIONS: -XX:+UseSerialGC\n";
+        let out = "; loading\ncl-mcp-boot: PROGRAM-ERROR: Odd number of keyword arguments. (while loading /c/prelude.lisp)\n";
+        assert!(last_words(note, out).starts_with("cl-mcp-boot: PROGRAM-ERROR"));
+        assert_eq!(last_words(note, "a\nb"), "a\nb");
     }
 }

@@ -162,20 +162,28 @@ impl CoreCache {
 /// compiled Lisp function is one), looks each up through three class
 /// loaders first (some 56,000 `ClassNotFoundException`s) and runs each a
 /// few times:
+/// - `IgnoreUnrecognizedVMOptions` first: a JDK that drops one of the
+///   others (diagnostic options may go without notice) still starts;
 /// - `TieredStopAtLevel=1`: the client compiler alone; `UseSerialGC`: no
 ///   collector threads competing on a small machine (together ~40 → ~25 s
 ///   under load; peak speed of long-running code is what they cost);
-/// - `-BytecodeVerificationRemote`: ABCL's own compiler wrote the classes,
-///   the verifier re-checks every one (-0.6 s);
-/// - `-StackTraceInThrowable`: each of those misses builds an exception
-///   whose stack trace nobody reads (-0.6 s); Java exceptions then carry
-///   no Java stack trace (Lisp backtraces are ABCL's own, unaffected);
+/// - `-BytecodeVerificationRemote`: no class outside the JDK is verified
+///   as it loads — ABCL's, the user's jars', and what ABCL compiles for
+///   the user (-0.6 to -1.5 s); a class ABCL's compiler got wrong then
+///   misbehaves (or crashes the JVM) when it runs instead of being refused;
+/// - `-StackTraceInThrowable`: each of those misses built an exception
+///   whose stack trace nobody reads (-0.6 s); Java exceptions (and
+///   `Thread.getStackTrace`) then carry no Java stack trace (Lisp
+///   backtraces are ABCL's own, unaffected);
 /// - `MetaspaceSize=256m`: no full collections for class metadata during
 ///   the start (three, -0.25 s).
 ///
-/// Set `JDK_JAVA_OPTIONS` to choose others: the user's replace ours.
-pub(crate) const ABCL_JVM_OPTIONS: &str = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC \
-     -XX:-UsePerfData -XX:+UnlockDiagnosticVMOptions -XX:-BytecodeVerificationRemote \
+/// The image's own JVMs (`run-program "java"`, Maven through `abcl-asdf`)
+/// inherit them through the environment. Set `JDK_JAVA_OPTIONS` to choose
+/// others: the user's replace ours (README, "Other implementations").
+pub(crate) const ABCL_JVM_OPTIONS: &str = "-XX:+IgnoreUnrecognizedVMOptions \
+     -XX:TieredStopAtLevel=1 -XX:+UseSerialGC -XX:-UsePerfData \
+     -XX:+UnlockDiagnosticVMOptions -XX:-BytecodeVerificationRemote \
      -XX:-StackTraceInThrowable -XX:MetaspaceSize=256m";
 
 /// The environment of an ABCL start: `JDK_JAVA_OPTIONS` (which the `java`
