@@ -35,8 +35,43 @@ pub(super) fn write_if_changed(path: &Path, text: &str) -> std::io::Result<()> {
     if std::fs::read_to_string(path).is_ok_and(|old| old == text) {
         return Ok(());
     }
-    // Write then rename, so a concurrent reader never loads half a file.
-    let tmp = path.with_extension(format!("tmp-{}", std::process::id()));
+    // Write then rename, so a concurrent reader never loads half a file;
+    // the temporary name unique to this call, not only to this process (an
+    // ECL cold start writes the same sources from the start and from its
+    // background build at once: with one name per process, one rename
+    // found the other's file gone, "No such file or directory").
+    static WRITES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = WRITES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let tmp = path.with_extension(format!("tmp-{}-{n}", std::process::id()));
     std::fs::write(&tmp, text)?;
     std::fs::rename(&tmp, path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Threads of one process writing the same file at once (an ECL cold
+    /// start and its background build) all succeed.
+    #[test]
+    fn concurrent_rewrites_in_one_process() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("prelude.lisp");
+        let threads: Vec<_> = (0..8)
+            .map(|i| {
+                let path = path.clone();
+                std::thread::spawn(move || {
+                    for j in 0..200 {
+                        // Alternating texts, so every call writes.
+                        write_if_changed(&path, &format!("text {}", (i + j) % 2)).unwrap();
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().flatten().collect();
+        assert_eq!(left.len(), 1, "temporary files left: {left:?}");
+    }
 }
