@@ -396,21 +396,15 @@ fn abcl_session() {
     session("abcl", "Armed Bear Common Lisp");
 }
 
-/// ABCL's start leaves JSS's table of short Java class names to a thread
-/// after Swank is up (prelude.lisp's DEFER-JSS-AUTO-IMPORTS): a short name
-/// asked for at once, before that thread has run, still resolves (the
-/// lookup waits for the table), and afterwards JSS is as a plain load
-/// leaves it. Also what the start's JVM options cost, as the README says:
-/// a Java exception's message is whole, its Java stack trace empty.
-#[test]
-fn abcl_short_java_class_names_at_once() {
+/// A new ABCL server (the tests' shared cache), past its handshake, with
+/// the server's own JVM options even where the developer's shell sets some
+/// (an empty `JDK_JAVA_OPTIONS` counts as unset).
+fn fresh_abcl_server() -> common::Server {
     require_installed("abcl");
     let cache = std::env::temp_dir().join("cl-mcp-server-test-cache");
     let cache = cache.to_string_lossy().into_owned();
     let mut s = common::Server::start_with_env(
         &["--lisp", "abcl"],
-        // The server's own JVM options even where the developer's shell
-        // sets some (an empty value counts as unset).
         &[
             ("CL_MCP_CACHE_DIR", cache.as_str()),
             ("JDK_JAVA_OPTIONS", ""),
@@ -420,6 +414,18 @@ fn abcl_short_java_class_names_at_once() {
         "protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"test","version":"1"}}}));
     assert!(r.get("result").is_some(), "initialize failed: {r}");
     s.send(&json!({"jsonrpc":"2.0","method":"notifications/initialized"}));
+    s
+}
+
+/// ABCL's start leaves JSS's table of short Java class names to a thread
+/// after Swank is up (prelude.lisp's DEFER-JSS-AUTO-IMPORTS): a short name
+/// asked for at once, before that thread has run, still resolves (the
+/// lookup waits for the table), and afterwards JSS is as a plain load
+/// leaves it. Also what the start's JVM options cost, as the README says:
+/// a Java exception's message is whole, its Java stack trace empty.
+#[test]
+fn abcl_short_java_class_names_at_once() {
+    let mut s = fresh_abcl_server();
     let r = eval(&mut s, 1, "(jss:find-java-class \"ArrayList\")");
     assert_eq!(r.text, "=> #<java class java.util.ArrayList>", "{}", r.text);
     let r = eval(
@@ -455,17 +461,7 @@ fn abcl_short_java_class_names_at_once() {
 /// them (impl-abcl.lisp's HELPER-FUNCTION-P).
 #[test]
 fn abcl_first_error_shows_user_frames() {
-    require_installed("abcl");
-    let cache = std::env::temp_dir().join("cl-mcp-server-test-cache");
-    let cache = cache.to_string_lossy().into_owned();
-    let mut s = common::Server::start_with_env(
-        &["--lisp", "abcl"],
-        &[("CL_MCP_CACHE_DIR", cache.as_str())],
-    );
-    let r = s.request(json!({"jsonrpc":"2.0","id":0,"method":"initialize","params":{
-        "protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"test","version":"1"}}}));
-    assert!(r.get("result").is_some(), "initialize failed: {r}");
-    s.send(&json!({"jsonrpc":"2.0","method":"notifications/initialized"}));
+    let mut s = fresh_abcl_server();
     let r = eval(
         &mut s,
         1,
