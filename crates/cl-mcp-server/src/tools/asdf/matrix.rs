@@ -405,6 +405,7 @@ pub(super) fn render(what: &str, m: &Matrix, started: Instant, test_run: bool) -
             "passed",
             "failed",
             "outcome",
+            "time",
             "first diagnostic",
         ]
         .into_iter()
@@ -555,6 +556,29 @@ mod tests {
             r("ecl", "failed", &[("P::A", "x")]),
         ];
         assert!(differing(&same).is_empty());
+    }
+
+    /// Every row has the header's cells: a test run's row once had one
+    /// more (its time) than its header, and the first diagnostic fell out
+    /// of the text.
+    #[test]
+    fn every_column_has_its_header() {
+        for test_run in [true, false] {
+            let mut row = r("abcl", "failed", &[]);
+            row.first_diagnostic = Some("main.lisp:3:1: style-warning: X".into());
+            row.elapsed_ms = 5400;
+            let m = Matrix {
+                rows: vec![row],
+                differing: Vec::new(),
+            };
+            let text = render("Tested trial", &m, Instant::now(), test_run);
+            let lines: Vec<&str> = text.lines().filter(|l| l.starts_with('|')).collect();
+            let cells = |l: &str| l.matches('|').count();
+            assert_eq!(cells(lines[0]), cells(lines[2]), "{text}");
+            assert!(lines[0].contains("time"), "{text}");
+            assert!(lines[2].contains("| 5.4 s"), "{text}");
+            assert!(lines[2].contains("style-warning: X"), "{text}");
+        }
     }
 
     #[test]
