@@ -161,7 +161,18 @@ keep Swank's numbers, with gaps where machinery frames are left out)."
             :restarts (debugger-restart-plists)
             :frames (loop for (i f call) in page
                           collect (frame-plist i f :location t :call call))
-            :total-frames (length frames))))))
+            :total-frames (length frames)
+            :actions (debugger-actions))))))
+
+(defun debugger-actions ()
+  "The debugger-restart actions this Lisp can carry out, as their names:
+those its Swank backend lacks (BACKEND-OPERATION-PROBLEM) and stepping
+without a stepper are left out, so the hint after a debugger's text
+offers nothing that would be refused."
+  (append (list "abort" "continue")
+          (unless (backend-operation-problem :return) (list "return"))
+          (unless (backend-operation-problem :restart) (list "restart"))
+          (when (stepper-available-p) (list "step" "next" "out"))))
 
 (defun debugger-evaluation-output ()
   "What the evaluation suspended in this debugger printed so far, its

@@ -66,6 +66,13 @@ fn fix_the_function_and_restart_its_frame() {
     );
     assert!(r.is_error);
     assert!(r.text.starts_with("[DEBUGGER level 1]"), "{}", r.text);
+    // SBCL: every action is offered.
+    assert!(
+        r.text
+            .ends_with("action abort, continue, return, restart, step, next, out)."),
+        "{}",
+        r.text
+    );
     assert!(
         r.text.contains("The value NIL is not of type INTEGER"),
         "{}",
@@ -1657,6 +1664,8 @@ fn debugger_on_abcl_refuses_what_its_backend_lacks() {
     let r = eval_with(&mut s, 2, "(walk-outer 20)", json!({"debug": true}));
     assert!(started.elapsed() < Duration::from_secs(1), "{}", r.text);
     assert!(r.text.starts_with("[DEBUGGER level 1]"), "{}", r.text);
+    // The closing hint offers only what ABCL can do.
+    assert!(r.text.ends_with("action abort, continue)."), "{}", r.text);
     let inner = frame_index(&r.structured, "WALK-INNER");
     let outer = frame_index(&r.structured, "WALK-OUTER");
     let r = call(

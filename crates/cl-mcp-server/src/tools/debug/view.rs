@@ -4,7 +4,9 @@
 use super::pending::{Pending, Waited};
 use crate::tools::eval::{render_text, EvalOutput, InterruptCause};
 use crate::tools::fs_paths::display_path;
-use crate::tools::lisp_call::{call_on_thread, helper_form, plist_i64, plist_items, plist_str};
+use crate::tools::lisp_call::{
+    call_on_thread, helper_form, plist_i64, plist_items, plist_str, plist_strings,
+};
 use crate::tools::ToolError;
 use crate::tools::{ToolContext, ToolOutput};
 use lisp_syntax::data::Value;
@@ -50,6 +52,10 @@ pub struct DebuggerInfo {
     /// User frames, innermost first.
     pub frames: Vec<FrameInfo>,
     pub total_frames: i64,
+    /// The `action`s of debugger-restart this Lisp can do (for the text's
+    /// closing hint; the tool's description and its refusals say the rest).
+    #[serde(skip)]
+    pub actions: Vec<String>,
     /// The thread, for a thread's debugger (`debugger` 0: not taken over).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub thread: Option<i64>,
@@ -77,6 +83,7 @@ pub(super) fn debugger_info(ctx: &ToolContext, id: u64, v: &Value) -> DebuggerIn
             line: plist_i64(f, "line"),
         }),
         total_frames: plist_i64(v, "total-frames").unwrap_or(0),
+        actions: plist_strings(v, "actions"),
         thread: None,
     }
 }
@@ -144,10 +151,15 @@ pub fn render_debugger(d: &DebuggerInfo) -> String {
             )),
         }
     }
-    t.push_str(
+    let actions = if d.actions.is_empty() {
+        "abort, continue, return, restart, step, next, out".to_string()
+    } else {
+        d.actions.join(", ")
+    };
+    t.push_str(&format!(
         "\n\nInspect with debugger-frame, resolve with debugger-restart (a restart number \
-         or name, `values` for use-value/store-value; action abort, continue, return, restart, step, next, out).",
-    );
+         or name, `values` for use-value/store-value; action {actions})."
+    ));
     t
 }
 
