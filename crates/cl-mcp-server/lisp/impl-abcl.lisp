@@ -135,6 +135,11 @@ name); a Java frame's text, which the backtrace treats as foreign."
     "The Java class-name prefixes of the helpers' compiled files, e.g.
 \"org.armedbear.lisp.eval_tmp27CUP8X0FK_\" (see HELPER-FUNCTION-P).")
 
+  (defun java-class-name (object)
+    "The name of OBJECT's Java class (a compiled function's is named after
+the file it was compiled to), or NIL."
+    (ignore-errors (java:jcall "getName" (java:jcall "getClass" object))))
+
   (defun scan-helper-class-prefixes ()
     "The prefixes of the Java classes of this package's functions that
 come from a file compiled under a temporary name."
@@ -144,8 +149,7 @@ come from a file compiled under a temporary name."
         (when (and (eq (symbol-package symbol) package)
                    (fboundp symbol)
                    (not (macro-function symbol)))
-          (let* ((name (ignore-errors
-                        (java:jcall "getName" (java:jcall "getClass" (fdefinition symbol)))))
+          (let* ((name (java-class-name (fdefinition symbol)))
                  (end (and name (position #\_ name :from-end t))))
             (when (and end (search "_tmp" name))
               (pushnew (subseq name 0 (1+ end)) prefixes :test #'string=)))))
@@ -168,7 +172,7 @@ helpers were loaded from source)."
     "True for a compiled function of the helpers without a name of its own
 (a closure made before ABCL-INTROSPECT's annotations named its kind, in
 an image's first seconds): its frames are the helpers', not the user's."
-    (let ((name (ignore-errors (java:jcall "getName" (java:jcall "getClass" function)))))
+    (let ((name (java-class-name function)))
       (and name
            (some (lambda (prefix) (eql 0 (search prefix name)))
                  (helper-class-prefixes)))))

@@ -196,6 +196,17 @@ without waiting for *ANNOTATION-DELAY* to pass (the annotations still
 wait for it).")
 
 #+abcl
+(defun wait-until (predicate seconds &optional (step 0.01))
+  "Call PREDICATE every STEP seconds until it returns true or SECONDS have
+passed; its last value."
+  (let ((deadline (+ (get-internal-real-time)
+                     (* seconds internal-time-units-per-second))))
+    (loop (let ((done (funcall predicate)))
+            (when (or done (>= (get-internal-real-time) deadline))
+              (return done)))
+          (sleep step))))
+
+#+abcl
 (defun defer-jss-auto-imports ()
   "Called after each of JSS's files loads: once JSS's package exists and
 before its invoke.lisp runs, hold back its auto-imports. Loading JSS
@@ -219,13 +230,12 @@ asking the deferred thread to make them at once; when that thread is gone
 (killed, or it never started), make them here."
   (unless *jss-imports-done*
     (setf *imports-now* t)
-    (let ((deadline (+ (get-internal-real-time) (* 60 internal-time-units-per-second))))
-      (loop until (or *jss-imports-done*
-                      (> (get-internal-real-time) deadline))
-            do (let ((thread *annotation-thread*))
-                 (if (and thread (threads:thread-alive-p thread))
-                     (sleep 0.01)
-                     (make-deferred-jss-imports)))))))
+    (wait-until (lambda ()
+                  (let ((thread *annotation-thread*))
+                    (unless (and thread (threads:thread-alive-p thread))
+                      (make-deferred-jss-imports)))
+                  *jss-imports-done*)
+                60)))
 
 #+abcl
 (defvar *jss-lookup-wrappers* '()
@@ -398,12 +408,12 @@ so no definition (the first request's) waits for it."
               (threads:make-thread
                (lambda ()
                  (when imports
-                   (loop until (or *annotate-now* *imports-now* (delay-over-p))
-                         do (sleep 0.05))
+                   (wait-until (lambda () (or *annotate-now* *imports-now* (delay-over-p)))
+                               *annotation-delay* 0.05)
                    (make-deferred-jss-imports))
                  (when hooks
-                   (loop until (or *annotate-now* (delay-over-p))
-                         do (sleep 0.05))
+                   (wait-until (lambda () (or *annotate-now* (delay-over-p)))
+                               *annotation-delay* 0.05)
                    ;; The backlog flag bound true on this thread only: the
                    ;; hook walks everything here, and definitions elsewhere
                    ;; go on annotating themselves alone.
@@ -428,12 +438,7 @@ hides Swank's frames by the annotations."
   (let ((thread *annotation-thread*))
     (when thread
       (setf *annotate-now* t)
-      (let ((deadline (+ (get-internal-real-time)
-                         (* seconds internal-time-units-per-second))))
-        (loop while (and (threads:thread-alive-p thread)
-                         (< (get-internal-real-time) deadline))
-              do (sleep 0.01)))
-      (unless (threads:thread-alive-p thread)
+      (when (wait-until (lambda () (not (threads:thread-alive-p thread))) seconds)
         (setf *annotation-thread* nil)))))
 
 ;;; Files written whole or not at all.
