@@ -70,16 +70,11 @@ fn session(name: &str, impl_type: &str) {
         std::fs::write(root.join(file), text).unwrap();
     }
     let root_s = root.to_string_lossy().into_owned();
-    let cache = std::env::temp_dir().join("cl-mcp-server-test-cache");
-    let cache = cache.to_string_lossy().into_owned();
-    let mut s = common::Server::start_with_env(
+    let cache = shared_cache();
+    let mut s = common::Server::initialized_with_env(
         &["--lisp", name, "--project-root", &root_s],
         &[("CL_MCP_CACHE_DIR", cache.as_str())],
     );
-    let r = s.request(json!({"jsonrpc":"2.0","id":0,"method":"initialize","params":{
-        "protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"test","version":"1"}}}));
-    assert!(r.get("result").is_some(), "initialize failed: {r}");
-    s.send(&json!({"jsonrpc":"2.0","method":"notifications/initialized"}));
 
     // Values and stdout.
     let r = eval(&mut s, 1, "(lisp-implementation-type)");
@@ -396,25 +391,25 @@ fn abcl_session() {
     session("abcl", "Armed Bear Common Lisp");
 }
 
+/// The cache directory the tests of other Lisps share (a warm ABCL or
+/// ECL cache is minutes of compiling saved).
+fn shared_cache() -> String {
+    let cache = std::env::temp_dir().join("cl-mcp-server-test-cache");
+    cache.to_string_lossy().into_owned()
+}
+
 /// A new ABCL server (the tests' shared cache), past its handshake, with
 /// the server's own JVM options even where the developer's shell sets some
 /// (an empty `JDK_JAVA_OPTIONS` counts as unset).
 fn fresh_abcl_server() -> common::Server {
     require_installed("abcl");
-    let cache = std::env::temp_dir().join("cl-mcp-server-test-cache");
-    let cache = cache.to_string_lossy().into_owned();
-    let mut s = common::Server::start_with_env(
+    common::Server::initialized_with_env(
         &["--lisp", "abcl"],
         &[
-            ("CL_MCP_CACHE_DIR", cache.as_str()),
+            ("CL_MCP_CACHE_DIR", shared_cache().as_str()),
             ("JDK_JAVA_OPTIONS", ""),
         ],
-    );
-    let r = s.request(json!({"jsonrpc":"2.0","id":0,"method":"initialize","params":{
-        "protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"test","version":"1"}}}));
-    assert!(r.get("result").is_some(), "initialize failed: {r}");
-    s.send(&json!({"jsonrpc":"2.0","method":"notifications/initialized"}));
-    s
+    )
 }
 
 /// ABCL's start leaves JSS's table of short Java class names to a thread
