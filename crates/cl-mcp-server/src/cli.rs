@@ -107,6 +107,15 @@ pub struct ServerOptions {
     /// The Lisp to run: a path, or sbcl, ecl, clisp, abcl, ccl (found on PATH and recognised by its --version). Default: sbcl.
     #[arg(long, env = "CL_MCP_LISP", global = true, value_name = "PATH|NAME")]
     pub lisp: Option<PathBuf>,
+    /// A further Lisp executable that image-start and lisps may run by path (besides --lisp; implementations on PATH are taken by name). Repeatable.
+    #[arg(
+        long = "allow-lisp",
+        env = "CL_MCP_ALLOW_LISP",
+        global = true,
+        value_name = "PATH",
+        value_delimiter = ','
+    )]
+    pub allow_lisp: Vec<PathBuf>,
     /// Swank's swank-loader.lisp (default: Debian's cl-swank, then ASDF, then Quicklisp).
     #[arg(long, env = "SWANK_LOADER", global = true, value_name = "PATH")]
     pub swank_loader: Option<PathBuf>,
@@ -466,6 +475,7 @@ impl ServerOptions {
         let image = crate::image::ImageConfig {
             sandbox,
             lisp: self.lisp.clone(),
+            allowed_lisps: dirs("--allow-lisp", &self.allow_lisp)?,
             swank_loader: self.swank_loader.clone(),
             attach: self.swank.clone(),
             attach_secret_file: self.swank_secret_file.clone(),

@@ -9,6 +9,7 @@ use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 use crate::image::core_cache::{self, default_cache_dir, CoreCache};
+use crate::image::jail::{ProcessJail, Purpose};
 use crate::image::locate;
 use crate::protocol::Engine;
 use crate::tools::ToolContext;
@@ -86,18 +87,20 @@ async fn check_core_cache(cache: CoreCache, dir: &std::path::Path) -> bool {
         let broken = match cache.cached_plan() {
             Err(why) => Some(why),
             Ok(None) => None,
-            Ok(Some(plan)) => match core_cache::check_plan(&plan, core_cache::CHECK_TIMEOUT) {
-                Ok(took) => {
-                    return Ok(format!(
-                        "cached; starts and passes its check in {} ms",
-                        took.as_millis()
-                    ))
+            Ok(Some(plan)) => {
+                match core_cache::check_plan(&plan, core_cache::CHECK_TIMEOUT, Purpose::Ask) {
+                    Ok(took) => {
+                        return Ok(format!(
+                            "cached; starts and passes its check in {} ms",
+                            took.as_millis()
+                        ))
+                    }
+                    Err(why) => {
+                        cache.discard();
+                        Some(why)
+                    }
                 }
-                Err(why) => {
-                    cache.discard();
-                    Some(why)
-                }
-            },
+            }
         };
         let built = cache.build().map_err(|e| e.to_string())?;
         let repaired = broken.or(built.tampered).or(built.repaired);
@@ -189,7 +192,9 @@ pub async fn run(engine: Arc<Engine>) -> ExitCode {
 /// A local image's setup: the Lisp, Swank, the core cache. False when the
 /// doctor cannot go on.
 async fn check_local_setup(config: &crate::image::ImageConfig) -> bool {
-    let (lisp, kind) = match locate::find_lisp_kind(config) {
+    // The user's own command: what it runs runs with the user's rights.
+    let jail = ProcessJail::none();
+    let (lisp, kind) = match locate::find_lisp_kind(config, &jail) {
         Ok(l) => l,
         Err(e) => {
             report(
@@ -204,7 +209,7 @@ async fn check_local_setup(config: &crate::image::ImageConfig) -> bool {
             return false;
         }
     };
-    let version = crate::image::implementation::version_text(&lisp, Duration::from_secs(30))
+    let version = crate::image::implementation::version_text(&lisp, Duration::from_secs(30), &jail)
         .unwrap_or_default();
     let version = version.lines().next().unwrap_or_default();
     report(
@@ -213,7 +218,7 @@ async fn check_local_setup(config: &crate::image::ImageConfig) -> bool {
         &format!("{} ({kind}: {version})", lisp.display()),
         None,
     );
-    let swank = match locate::find_swank(config, || locate::asdf_finds_swank(&lisp, kind)) {
+    let swank = match locate::find_swank(config, || locate::asdf_finds_swank(&lisp, kind, &jail)) {
         Ok(s) => s,
         Err(e) => {
             report(

@@ -473,7 +473,9 @@ fn abcl_first_error_shows_user_frames() {
 #[test]
 fn unknown_binaries_are_refused_plainly() {
     // Not a Lisp: the first call says what it is and what is supported.
-    let dir = tempfile::tempdir().unwrap();
+    // (Outside the temp dir, where the image may write: a Lisp there is
+    // never run.)
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
     let fake = dir.path().join("notalisp");
     std::fs::write(&fake, "#!/bin/sh\necho 'Frobnicator 1.0'\n").unwrap();
     use std::os::unix::fs::PermissionsExt;

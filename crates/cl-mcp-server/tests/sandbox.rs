@@ -589,3 +589,193 @@ fn strict_keeps_the_servers_environment_and_proc_from_the_image() {
     let r = eval(&mut s, 1, "(sb-ext:posix-getenv \"CL_MCP_PLANTED_SECRET\")");
     assert_eq!(r.text, "=> \"s3cret-in-env\"");
 }
+
+/// An executable shell script at `path` running `body`.
+fn script(path: &Path, body: &str) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(path, format!("#!/bin/sh\n{body}\n")).unwrap();
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).unwrap();
+}
+
+/// Which Lisps may run is decided at start: `image-start` and `lisps` take
+/// an implementation's name or a path the server was started with; a
+/// script an agent wrote in the project is never run, not even its
+/// `--version`, whatever it is given as.
+#[test]
+fn image_start_runs_only_the_lisps_the_server_was_started_with() {
+    let d = dirs();
+    let marker = d.outside.join("escaped");
+    let planted = d.root.join("tools/lisp");
+    script(
+        &planted,
+        &format!("touch {}\necho 'SBCL 2.2.9'", marker.display()),
+    );
+    let allowed = d.outside.join("bin/mylisp");
+    script(&allowed, "echo 'SBCL 2.2.9'");
+    let mut s = server(
+        &d,
+        &[
+            "--sandbox",
+            "strict",
+            "--allow-lisp",
+            allowed.to_str().unwrap(),
+        ],
+    );
+    let planted_s = planted.to_str().unwrap();
+    let r = call(&mut s, 1, "image-start", json!({"lisp": planted_s}));
+    assert!(r.is_error, "{}", r.text);
+    assert!(
+        r.text.contains("--allow-lisp") && r.text.contains("not a Lisp this server may run"),
+        "{}",
+        r.text
+    );
+    let r = call(
+        &mut s,
+        2,
+        "asdf-test-system",
+        json!({"system": "x", "lisps": [planted_s]}),
+    );
+    assert!(r.is_error && r.text.contains("--allow-lisp"), "{}", r.text);
+    // A path given at start may be named; an implementation by its name.
+    let r = call(&mut s, 3, "image-start", json!({"lisp": "/bin/sh"}));
+    assert!(r.is_error && r.text.contains("--allow-lisp"), "{}", r.text);
+    assert!(!marker.exists(), "the planted script ran");
+}
+
+/// A Lisp under the project root or where the image may write is never
+/// run, even when the server was started with it: an agent could rewrite
+/// it (the file tools write the root; the image, its writable places).
+#[test]
+fn a_lisp_the_agent_could_write_is_never_run() {
+    let d = dirs();
+    let marker = d.outside.join("escaped");
+    let body = format!("touch {}\necho 'SBCL 2.2.9'", marker.display());
+    let in_root = d.root.join("bin/sbcl-local");
+    script(&in_root, &body);
+    let in_tmp = d.server_tmp.join("sbcl-tmp");
+    script(&in_tmp, &body);
+    for (id, lisp, place) in [
+        (1, &in_root, "under the project root"),
+        (2, &in_tmp, "where the image may write"),
+    ] {
+        let mut s = server(&d, &["--lisp", lisp.to_str().unwrap()]);
+        let r = eval(&mut s, id, "(+ 1 2)");
+        assert!(r.is_error, "{}", r.text);
+        assert!(
+            r.text.contains("refusing to run the Lisp") && r.text.contains(place),
+            "{}",
+            r.text
+        );
+    }
+    // Given at start as a further Lisp: refused when it starts.
+    let mut s = server(&d, &["--allow-lisp", in_root.to_str().unwrap()]);
+    let r = call(
+        &mut s,
+        3,
+        "image-start",
+        json!({"lisp": in_root.to_str().unwrap(), "name": "planted"}),
+    );
+    assert!(r.is_error, "{}", r.text);
+    assert!(r.text.contains("under the project root"), "{}", r.text);
+    assert!(!marker.exists(), "a Lisp the agent could write ran");
+}
+
+/// The probe (`--version`) of a Lisp the server may run runs inside the
+/// image's sandbox: a write outside the allowed places fails, one into the
+/// project root succeeds (so the probe did run).
+#[test]
+fn the_lisp_probe_runs_inside_the_sandbox() {
+    let d = dirs();
+    let outside = d.outside.join("probe-outside");
+    let inside = d.root.join("probe-inside");
+    let lisp = d.outside.join("bin/odd-lisp");
+    script(
+        &lisp,
+        &format!(
+            "touch {} 2>/dev/null\ntouch {}\necho 'Frobnicator 1.0'",
+            outside.display(),
+            inside.display()
+        ),
+    );
+    let mut s = server(&d, &["--lisp", lisp.to_str().unwrap()]);
+    let r = eval(&mut s, 1, "(+ 1 2)");
+    assert!(r.is_error && r.text.contains("Frobnicator"), "{}", r.text);
+    assert!(inside.exists(), "the probe did not run");
+    assert!(!outside.exists(), "the probe wrote outside the sandbox");
+}
+
+/// A cache the image could write is refused (inside the project root), or
+/// kept out of the image's reach (under the temp dir: the image gets a
+/// private temp dir instead of the whole one).
+#[test]
+fn the_cache_is_out_of_the_images_reach() {
+    let d = dirs();
+    let in_root = d.root.join(".cache");
+    let mut s = server_with(&d, &[], &in_root, &[]);
+    let r = eval(&mut s, 1, "(+ 1 2)");
+    assert!(r.is_error, "{}", r.text);
+    assert!(
+        r.text.contains("--cache-dir") && r.text.contains("where the image may write"),
+        "{}",
+        r.text
+    );
+    drop(s);
+    // Under the server's temp dir: the image writes its own temp dir there,
+    // not the cache.
+    let cache = d.server_tmp.join("cache");
+    let mut s = server_with(&d, &[], &cache, &[]);
+    let r = eval(&mut s, 2, "(namestring (uiop:temporary-directory))");
+    assert!(!r.is_error, "{}", r.text);
+    assert!(r.text.contains("cl-mcp-server-tmp-"), "{}", r.text);
+    let tmp_file = "(with-open-file (s (merge-pathnames \"t.txt\" (uiop:temporary-directory)) \
+                    :direction :output :if-exists :supersede) (write-string \"x\" s) :written)";
+    let r = eval(&mut s, 3, tmp_file);
+    assert_eq!(r.text, "=> :WRITTEN");
+    let r = eval(&mut s, 4, &write_form(&cache.join("planted")));
+    assert_refused(&r, "--allow-write");
+    let r = eval(&mut s, 5, &write_form(&d.server_tmp.join("loose")));
+    assert_refused(&r, "--allow-write");
+    let r = call(&mut s, 6, "image-info", json!({}));
+    let write = r.structured["sandbox"]["write"].to_string();
+    assert!(write.contains("cl-mcp-server-tmp-"), "{write}");
+}
+
+/// `strict` reads no other project's compiled code or coverage report in
+/// the shared cache; its own are readable and writable.
+#[test]
+fn strict_reads_no_other_projects_cache() {
+    let d = dirs();
+    let cache = d.outside.join("cache");
+    for sub in [
+        "fasl/otherproj-0123456789abcdef",
+        "coverage/otherproj-0123456789abcdef",
+    ] {
+        std::fs::create_dir_all(cache.join(sub)).unwrap();
+        std::fs::write(cache.join(sub).join("secret.lisp"), "(secret)").unwrap();
+    }
+    let mut s = server_with(&d, &["--sandbox", "strict"], &cache, &[]);
+    let read = |p: &Path| {
+        format!(
+            "(with-open-file (s {}) (values (read-line s)))",
+            lisp_path(p)
+        )
+    };
+    for (id, sub) in [(1, "fasl"), (2, "coverage")] {
+        let p = cache
+            .join(sub)
+            .join("otherproj-0123456789abcdef/secret.lisp");
+        let r = eval(&mut s, id, &read(&p));
+        assert_refused(&r, "--allow-read");
+        assert!(!r.text.contains("(secret)"), "{}", r.text);
+    }
+    // Its own fasl directory: writable and readable.
+    let r = eval(
+        &mut s,
+        3,
+        "(let ((p (merge-pathnames \"mine.txt\" (uiop:ensure-directory-pathname (uiop:getenv \"CL_MCP_FASL_DIR\"))))) \
+         (with-open-file (s p :direction :output :if-exists :supersede) (write-string \"own\" s)) \
+         (with-open-file (s p) (values (read-line s))))",
+    );
+    assert_eq!(r.text, "=> \"own\"");
+}

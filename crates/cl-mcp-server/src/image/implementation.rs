@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::Duration;
 
+use super::jail::{ProcessJail, Purpose};
 use super::stamp::file_stamp;
 use super::ImageError;
 use crate::sync::MutexExt;
@@ -373,7 +374,8 @@ static DETECTED: Mutex<Option<HashMap<String, LispKind>>> = Mutex::new(None);
 /// per path and stamp. The name spares ABCL a whole JVM's start (2–4 s)
 /// before the server answers `initialize` (its tool list notes what the
 /// implementation lacks) and again before the image starts.
-pub fn detect(lisp: &Path) -> Result<LispKind, ImageError> {
+/// The `--version` run is confined by `jail` (the image's sandbox and caps).
+pub fn detect(lisp: &Path, jail: &ProcessJail) -> Result<LispKind, ImageError> {
     if let Some(kind) = kind_by_file_name(lisp) {
         return Ok(kind);
     }
@@ -381,7 +383,7 @@ pub fn detect(lisp: &Path) -> Result<LispKind, ImageError> {
     if let Some(k) = DETECTED.guard().as_ref().and_then(|m| m.get(&key).copied()) {
         return Ok(k);
     }
-    let text = version_text(lisp, Duration::from_secs(30))?;
+    let text = version_text(lisp, Duration::from_secs(30), jail)?;
     let kind = LispKind::classify(&text).ok_or_else(|| {
         ImageError::Implementation(format!(
             "{} is not a Lisp this server knows how to start (its --version said {:?}); \
@@ -412,13 +414,25 @@ fn kind_by_file_name(lisp: &Path) -> Option<LispKind> {
 
 /// What `lisp --version` prints (stdout, else stderr), waiting at most
 /// `wait`; its stdin is closed so a Lisp that starts a REPL instead ends.
-pub fn version_text(lisp: &Path, wait: Duration) -> Result<String, ImageError> {
+/// Run in `jail`.
+pub fn version_text(lisp: &Path, wait: Duration, jail: &ProcessJail) -> Result<String, ImageError> {
     use std::process::{Command, Stdio};
-    let mut child = Command::new(lisp)
-        .arg("--version")
+    let mut cmd = Command::new(lisp);
+    cmd.arg("--version")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
+        .stderr(Stdio::piped());
+    jail.run(Purpose::Ask, &mut cmd, |cmd| {
+        wait_for_version(cmd, lisp, wait)
+    })
+}
+
+fn wait_for_version(
+    cmd: &mut std::process::Command,
+    lisp: &Path,
+    wait: Duration,
+) -> Result<String, ImageError> {
+    let mut child = cmd
         .spawn()
         .map_err(|e| ImageError::Implementation(format!("cannot run {}: {e}", lisp.display())))?;
     let deadline = std::time::Instant::now() + wait;
@@ -531,8 +545,8 @@ mod tests {
     #[test]
     fn detects_installed_sbcl() {
         let sbcl = super::super::locate::which("sbcl").expect("sbcl on PATH");
-        assert_eq!(detect(&sbcl), Ok(LispKind::Sbcl));
-        assert!(detect(Path::new("/bin/true")).is_err());
+        assert_eq!(detect(&sbcl, &ProcessJail::none()), Ok(LispKind::Sbcl));
+        assert!(detect(Path::new("/bin/true"), &ProcessJail::none()).is_err());
     }
 
     #[test]
@@ -548,8 +562,11 @@ mod tests {
         for p in [&abcl, &quiet] {
             std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o755)).unwrap();
         }
-        assert_eq!(detect(&abcl), Ok(LispKind::Abcl));
-        assert_eq!(detect(&dir.path().join("my-lisp")), Ok(LispKind::Abcl));
-        assert!(detect(&quiet).is_err());
+        assert_eq!(detect(&abcl, &ProcessJail::none()), Ok(LispKind::Abcl));
+        assert_eq!(
+            detect(&dir.path().join("my-lisp"), &ProcessJail::none()),
+            Ok(LispKind::Abcl)
+        );
+        assert!(detect(&quiet, &ProcessJail::none()).is_err());
     }
 }

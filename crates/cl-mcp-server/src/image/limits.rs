@@ -464,18 +464,38 @@ fn remove_stale(base: &Path) {
 /// cgroup.
 pub async fn release_cgroup(dir: PathBuf) {
     for _ in 0..50 {
-        kill_members(&dir);
-        if std::fs::remove_dir(&dir).is_ok() || !dir.exists() {
-            // The shared `cl-mcp-server` parent too, once no image uses it
-            // (refused while another image's cgroup is in it).
-            if let Some(base) = dir.parent() {
-                let _ = std::fs::remove_dir(base);
-            }
+        if try_release_cgroup(&dir) {
             return;
         }
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
     tracing::warn!(cgroup = %dir.display(), "could not remove the image's cgroup");
+}
+
+/// [`release_cgroup`] for a blocking caller (a process the server ran for
+/// an image and waited for: `image/jail.rs`).
+pub fn release_cgroup_blocking(dir: &Path) {
+    for _ in 0..50 {
+        if try_release_cgroup(dir) {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    tracing::warn!(cgroup = %dir.display(), "could not remove a cgroup");
+}
+
+/// Kills what is left in the cgroup `dir` and removes it; true once it is gone.
+fn try_release_cgroup(dir: &Path) -> bool {
+    kill_members(dir);
+    if std::fs::remove_dir(dir).is_ok() || !dir.exists() {
+        // The shared `cl-mcp-server` parent too, once no image uses it
+        // (refused while another image's cgroup is in it).
+        if let Some(base) = dir.parent() {
+            let _ = std::fs::remove_dir(base);
+        }
+        return true;
+    }
+    false
 }
 
 /// Whether the kernel's OOM killer killed a process of the cgroup `dir`

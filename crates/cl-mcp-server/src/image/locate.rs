@@ -6,6 +6,7 @@
 use std::path::{Path, PathBuf};
 
 use super::implementation::{self, LispKind};
+use super::jail::{ProcessJail, Purpose};
 use super::stamp::file_stamp;
 use super::{ImageConfig, ImageError};
 
@@ -86,11 +87,19 @@ pub fn find_lisp(config: &ImageConfig) -> Result<PathBuf, ImageError> {
 }
 
 /// The Lisp executable and which implementation it is (asked once per
-/// binary).
-pub fn find_lisp_kind(config: &ImageConfig) -> Result<(PathBuf, LispKind), ImageError> {
+/// binary, in `jail`).
+pub fn find_lisp_kind(
+    config: &ImageConfig,
+    jail: &ProcessJail,
+) -> Result<(PathBuf, LispKind), ImageError> {
     let lisp = find_lisp(config)?;
-    let kind = implementation::detect(&lisp).map_err(|e| ImageError::NotFound(e.to_string()))?;
+    let kind = lisp_kind(&lisp, jail)?;
     Ok((lisp, kind))
+}
+
+/// Which implementation `lisp` is (asked once per binary, in `jail`).
+pub fn lisp_kind(lisp: &Path, jail: &ProcessJail) -> Result<LispKind, ImageError> {
+    implementation::detect(lisp, jail).map_err(|e| ImageError::NotFound(e.to_string()))
 }
 
 fn home() -> Option<PathBuf> {
@@ -140,21 +149,21 @@ pub fn find_quicklisp() -> Option<PathBuf> {
         .filter(|p| p.is_file())
 }
 
-/// Asks the Lisp whether ASDF can find a `swank` system.
-pub fn asdf_finds_swank(lisp: &Path, kind: LispKind) -> bool {
+/// Asks the Lisp (run in `jail`) whether ASDF can find a `swank` system.
+pub fn asdf_finds_swank(lisp: &Path, kind: LispKind, jail: &ProcessJail) -> bool {
     let form = format!(
         "(progn (require \"asdf\") (if (funcall (intern \"FIND-SYSTEM\" \"ASDF\") \"swank\" nil) {} {}))",
         kind.exit_form(0),
         kind.exit_form(1)
     );
-    std::process::Command::new(lisp)
-        .args(kind.start_args(None))
+    let mut cmd = std::process::Command::new(lisp);
+    cmd.args(kind.start_args(None))
         .arg(kind.eval_flag())
         .arg(form)
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .status()
+        .stderr(std::process::Stdio::null());
+    jail.run(Purpose::Ask, &mut cmd, |cmd| cmd.status())
         .is_ok_and(|s| s.success())
 }
 

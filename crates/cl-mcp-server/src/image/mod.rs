@@ -24,6 +24,7 @@ mod direct;
 mod error;
 pub mod helpers;
 pub mod implementation;
+pub mod jail;
 mod last_words;
 pub mod limits;
 pub mod locate;
@@ -50,6 +51,9 @@ pub struct ImageConfig {
     /// `--lisp PATH|NAME` / `CL_MCP_LISP` (a path, or `sbcl`, `ecl`, `clisp`,
     /// `abcl`, `ccl`); `None`: `sbcl` on `PATH`.
     pub lisp: Option<PathBuf>,
+    /// `--allow-lisp PATH` (repeatable, canonical): further Lisp executables
+    /// `image-start` and `lisps` may run by path, besides `--lisp`.
+    pub allowed_lisps: Vec<PathBuf>,
     /// `--swank-loader PATH` / `SWANK_LOADER`; `None`: search (see [`locate`]).
     pub swank_loader: Option<PathBuf>,
     /// `--swank HOST:PORT`: attach to this Swank instead of starting an image.
@@ -105,6 +109,7 @@ impl Default for ImageConfig {
     fn default() -> Self {
         ImageConfig {
             lisp: None,
+            allowed_lisps: Vec::new(),
             swank_loader: None,
             attach: None,
             attach_secret_file: None,

@@ -175,6 +175,9 @@ pub struct Places<'a> {
     pub fasl: &'a Path,
     /// The project's coverage reports inside the cache: writable.
     pub coverage: &'a Path,
+    /// The image's temp dir: the system's, or a private one under it when
+    /// the cache lies there (see [`image_temp_dir`]).
+    pub temp: &'a Path,
     pub lisp: &'a Path,
     pub swank_loader: Option<&'a Path>,
 }
@@ -266,7 +269,7 @@ pub fn write_dirs(cfg: &SandboxConfig, places: &Places) -> Vec<PathBuf> {
         places.fasl.to_path_buf(),
         places.coverage.to_path_buf(),
     ];
-    dirs.push(std::env::temp_dir());
+    dirs.push(places.temp.to_path_buf());
     dirs.push(PathBuf::from("/dev/shm"));
     dirs.extend(cfg.allow_write.iter().cloned());
     canonical_existing(dirs)
@@ -330,10 +333,83 @@ pub fn read_dirs(cfg: &SandboxConfig, places: &Places) -> Vec<PathBuf> {
     if let Some(h) = home() {
         dirs.push(h.join("common-lisp"));
     }
-    // The cores and fasls the image starts from (read-only: see write_dirs).
-    dirs.push(places.cache.to_path_buf());
+    // The cores and fasls the image starts from (read-only: see
+    // write_dirs), but not other projects' fasls and coverage reports
+    // (their compiled code and, in the reports, their whole source): of
+    // those two directories only the project's own, which write_dirs grants.
+    dirs.extend(cache_entries_but_projects(places.cache));
     dirs.extend(cfg.allow_read.iter().cloned());
     canonical_existing(dirs)
+}
+
+/// The entries of the cache directory but its per-project ones (`fasl`,
+/// `coverage`).
+fn cache_entries_but_projects(cache: &Path) -> Vec<PathBuf> {
+    let Ok(entries) = std::fs::read_dir(cache) else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter(|e| !PROJECT_DIRS.iter().any(|d| e.file_name() == *d))
+        .map(|e| e.path())
+        .collect()
+}
+
+/// The cache's directories that hold one subdirectory per project.
+const PROJECT_DIRS: &[&str] = &["fasl", "coverage"];
+
+/// The temp dir an image gets: the system's (`TMPDIR`, else `/tmp`),
+/// unless the server's cache lies under it, where an image writing the
+/// temp dir could rewrite the cores every later image loads. Then the
+/// image gets a private directory of this project's there instead
+/// (`<tmp>/cl-mcp-server-tmp-<uid>/<project>`, 0700, ours), and its
+/// `TMPDIR` says so.
+pub fn image_temp_dir(cache: &Path, project: &str) -> std::io::Result<PathBuf> {
+    let system = std::env::temp_dir();
+    let (Ok(tmp), Ok(cache)) = (system.canonicalize(), cache.canonicalize()) else {
+        return Ok(system);
+    };
+    if !cache.starts_with(&tmp) {
+        return Ok(system);
+    }
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let uid = unsafe { libc::geteuid() };
+    let base = super::core_cache::private_dir(&tmp.join(format!("cl-mcp-server-tmp-{uid}")))?;
+    super::core_cache::private_dir(&base.join(project))
+}
+
+/// Refuses a cache the image could write: inside a directory the image
+/// may write (the project root, `--allow-write`, `/dev/shm`; the temp dir
+/// is narrowed instead, see [`image_temp_dir`]), or holding one, but for
+/// the project's own fasl and coverage directories. A core planted there
+/// would run in every later image, of any project and sandbox mode.
+pub fn check_cache_apart(write: &[PathBuf], places: &Places) -> Result<(), ImageError> {
+    let Ok(cache) = places.cache.canonicalize() else {
+        return Ok(());
+    };
+    let own: Vec<PathBuf> = [places.fasl, places.coverage]
+        .iter()
+        .filter_map(|p| p.canonicalize().ok())
+        .collect();
+    for w in write {
+        if own.contains(w) {
+            continue;
+        }
+        if cache.starts_with(w) || w.starts_with(&cache) {
+            return Err(ImageError::Sandbox(format!(
+                "the server's cache {} lies {} {}, where the image may write: an image could                  rewrite the cores and fasls every later image loads. Put the cache elsewhere                  (--cache-dir DIR or XDG_CACHE_HOME, outside the project and the --allow-write                  dirs), or start the server in the project's own directory (--project-root).",
+                cache.display(),
+                if cache.starts_with(w) { "inside" } else { "around" },
+                w.display()
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Whether `path` lies in (or is) a directory or file of `write`.
+pub fn writable_by_image(path: &Path, write: &[PathBuf]) -> bool {
+    write.iter().any(|w| path.starts_with(w))
 }
 
 /// The entries of `/proc` that belong to no process: not the numbered
@@ -368,8 +444,23 @@ fn canonical_existing(dirs: Vec<PathBuf>) -> Vec<PathBuf> {
 }
 
 /// Builds the ruleset for `cfg` (in the server, before the fork). `Err`:
-/// the image must not start (strict without Landlock, or a ruleset error).
+/// the image must not start (strict without Landlock, a cache the image
+/// could write, or a ruleset error).
 pub fn prepare(cfg: &SandboxConfig, places: &Places) -> Result<Confinement, ImageError> {
+    prepare_with(cfg, places, false)
+}
+
+/// The ruleset of a process that builds the image's cache entry: the
+/// image's, and the cache writable (where it saves the core or fasls).
+pub fn prepare_for_build(cfg: &SandboxConfig, places: &Places) -> Result<Confinement, ImageError> {
+    prepare_with(cfg, places, true)
+}
+
+fn prepare_with(
+    cfg: &SandboxConfig,
+    places: &Places,
+    builds: bool,
+) -> Result<Confinement, ImageError> {
     let abi = kernel_abi();
     if cfg.mode == SandboxMode::Off {
         return Ok(Confinement {
@@ -385,7 +476,11 @@ pub fn prepare(cfg: &SandboxConfig, places: &Places) -> Result<Confinement, Imag
             },
         });
     }
-    let write = write_dirs(cfg, places);
+    let mut write = write_dirs(cfg, places);
+    check_cache_apart(&write, places)?;
+    if builds {
+        write.extend(canonical_existing(vec![places.cache.to_path_buf()]));
+    }
     let read = (cfg.mode == SandboxMode::Strict).then(|| read_dirs(cfg, places));
     let network = if cfg.allow_net {
         "unrestricted (--allow-net)".to_string()

@@ -82,7 +82,11 @@ fn note_missing_features(tools_list: &mut Value, config: &ServerConfig) {
     match &image.lisp {
         None => kinds.push(LispKind::Sbcl),
         Some(_) => {
-            if let Ok((_, kind)) = crate::image::locate::find_lisp_kind(image) {
+            // Asked as an image would be: confined, and never a Lisp an
+            // agent could have written.
+            let kind = crate::image::jail::confined_lisp(image)
+                .and_then(|(lisp, _, jail)| crate::image::locate::lisp_kind(&lisp, &jail));
+            if let Ok(kind) = kind {
                 kinds.push(kind);
             }
         }

@@ -7,7 +7,7 @@
 use std::path::{Path, PathBuf};
 
 use crate::image::implementation::LispKind;
-use crate::image::{locate, Image};
+use crate::image::{locate, Image, ImageConfig};
 
 /// One of a session's images and what it was started as.
 #[derive(Clone)]
@@ -45,6 +45,12 @@ pub enum ImageChoiceError {
          or the path of a Lisp executable."
     )]
     NoLisp { given: String, installed: String },
+    #[error(
+        "{given:?} is not a Lisp this server may run: image-start and lisps take an \
+         implementation's name (installed here: {installed}) or a path the server was started \
+         with (--lisp, --allow-lisp PATH); start the server with --allow-lisp {given} to run it."
+    )]
+    NotAllowed { given: String, installed: String },
     #[error(
         "{0:?} is the default image (a session's first; for stateless calls, the server's): it \
          stays as long as its session or server (image-restart gives it a fresh start)."
@@ -114,8 +120,27 @@ pub fn installed_names() -> String {
 }
 
 /// What a `lisp` value (an implementation's name or a path) stands for:
-/// the executable, and the implementation where the name says it.
-pub fn resolve_lisp(given: &str) -> Result<(PathBuf, Option<LispKind>), ImageChoiceError> {
+/// the executable, and the implementation where the name says it. Which
+/// Lisps may run is the user's decision, made at start: an
+/// implementation's name (found on `PATH`, as `--lisp` is), the `--lisp`
+/// value itself, or a path given at start (`--lisp`, `--allow-lisp`);
+/// any other path is refused. (Where the executable lies is checked again
+/// when the image starts: `image::jail::runnable_lisp`.)
+pub fn resolve_lisp(
+    given: &str,
+    config: &ImageConfig,
+) -> Result<(PathBuf, Option<LispKind>), ImageChoiceError> {
+    let by_name = !given.contains('/') && LispKind::from_name(given).is_some();
+    let as_started = config
+        .lisp
+        .as_ref()
+        .is_some_and(|l| l.as_os_str() == std::ffi::OsStr::new(given));
+    if !by_name && !as_started && !allowed_path(given, config) {
+        return Err(ImageChoiceError::NotAllowed {
+            given: given.to_string(),
+            installed: installed_names(),
+        });
+    }
     let path = crate::image::implementation::resolve(given, locate::which).ok_or_else(|| {
         ImageChoiceError::NoLisp {
             given: given.to_string(),
@@ -124,6 +149,22 @@ pub fn resolve_lisp(given: &str) -> Result<(PathBuf, Option<LispKind>), ImageCho
     })?;
     let kind = kind_named(Path::new(given)).or_else(|| kind_named(&path));
     Ok((path, kind))
+}
+
+/// Whether `given` is the path of a Lisp the server was started with
+/// (`--lisp`, `--allow-lisp`), compared canonically.
+fn allowed_path(given: &str, config: &ImageConfig) -> bool {
+    let Ok(real) = Path::new(given).canonicalize() else {
+        return false;
+    };
+    let started = config
+        .lisp
+        .as_ref()
+        .and_then(|l| crate::image::implementation::resolve(&l.to_string_lossy(), locate::which));
+    started
+        .iter()
+        .chain(config.allowed_lisps.iter())
+        .any(|p| p.canonicalize().is_ok_and(|p| p == real))
 }
 
 /// The implementation a `lisp` value names: its short name, or its

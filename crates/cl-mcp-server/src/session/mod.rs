@@ -286,7 +286,7 @@ impl Session {
         if self.config.image.attach.is_some() {
             return Err(ImageChoiceError::Attached);
         }
-        let (path, kind) = images::resolve_lisp(lisp)?;
+        let (path, kind) = images::resolve_lisp(lisp, &self.config.image)?;
         let mut name = match name {
             Some(n) => n.to_string(),
             None => images::default_name(lisp, kind),

@@ -13,6 +13,7 @@ use super::scripts::{dies_with_parent, entry_args, fasl_start_script, load_scrip
 use super::CoreCache;
 use crate::image::cache_manifest;
 use crate::image::helpers;
+use crate::image::jail::Purpose;
 use crate::image::ImageError;
 
 impl CoreCache {
@@ -138,8 +139,9 @@ impl CoreCache {
             .envs(super::start_env(self.kind))
             .stdin(std::process::Stdio::null());
         dies_with_parent(&mut cmd);
-        let out = cmd
-            .output()
+        let out = self
+            .jail
+            .run(Purpose::Build, &mut cmd, |cmd| cmd.output())
             .map_err(|e| ImageError::Cache(format!("cannot run {}: {e}", self.lisp.display())));
         let _ = std::fs::remove_file(script);
         out
@@ -184,7 +186,7 @@ impl CoreCache {
             let _ = std::fs::write(self.home_path(), home.trim());
         }
         let plan = self.plan_from(tmp);
-        check_plan(&plan, CHECK_TIMEOUT)
+        check_plan(&plan, CHECK_TIMEOUT, Purpose::Build)
             .map(|_| ())
             .map_err(|e| ImageError::Cache(format!("the freshly built cache does not start: {e}")))
     }

@@ -6,6 +6,7 @@ use std::time::Instant;
 use super::scripts::dies_with_parent;
 use super::{CoreCache, LaunchPlan};
 use crate::image::cache_manifest;
+use crate::image::jail::Purpose;
 use crate::image::ImageError;
 
 impl CoreCache {
@@ -44,10 +45,13 @@ pub const CHECK_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60
 /// Starts an image from `plan` in check mode (`CL_MCP_CACHE_CHECK=1`: it
 /// checks that Swank, the helpers and the boot code are in place, prints
 /// `CL-MCP-CACHE-OK` and exits). Returns how long it took, or the Lisp's
-/// own words when it failed.
+/// own words when it failed. `purpose`: [`Purpose::Build`] for an entry
+/// being built (a strict image's rules read only the cache entries there
+/// were when they were made), else [`Purpose::Ask`].
 pub fn check_plan(
     plan: &LaunchPlan,
     timeout: std::time::Duration,
+    purpose: Purpose,
 ) -> Result<std::time::Duration, ImageError> {
     let started = Instant::now();
     let mut cmd = std::process::Command::new(&plan.lisp);
@@ -58,25 +62,29 @@ pub fn check_plan(
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped());
     dies_with_parent(&mut cmd);
-    let mut child = cmd
-        .spawn()
-        .map_err(|e| ImageError::Cache(format!("cannot run {}: {e}", plan.lisp.display())))?;
-    // Read both pipes on their own threads, so a chatty Lisp never blocks.
-    let stdout = child.stdout.take().map(read_capped);
-    let stderr = child.stderr.take().map(read_capped);
-    let status = loop {
-        match child.try_wait() {
-            Ok(Some(s)) => break Some(s),
-            Ok(None) if started.elapsed() < timeout => {
-                std::thread::sleep(std::time::Duration::from_millis(10))
+    let jail = plan.jail.clone();
+    let (status, stdout, stderr) = jail.run(purpose, &mut cmd, |cmd| {
+        let mut child = cmd
+            .spawn()
+            .map_err(|e| ImageError::Cache(format!("cannot run {}: {e}", plan.lisp.display())))?;
+        // Read both pipes on their own threads, so a chatty Lisp never blocks.
+        let stdout = child.stdout.take().map(read_capped);
+        let stderr = child.stderr.take().map(read_capped);
+        let status = loop {
+            match child.try_wait() {
+                Ok(Some(s)) => break Some(s),
+                Ok(None) if started.elapsed() < timeout => {
+                    std::thread::sleep(std::time::Duration::from_millis(10))
+                }
+                _ => {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    break None;
+                }
             }
-            _ => {
-                let _ = child.kill();
-                let _ = child.wait();
-                break None;
-            }
-        }
-    };
+        };
+        Ok::<_, ImageError>((status, stdout, stderr))
+    })?;
     let stdout = stdout.and_then(|t| t.join().ok()).unwrap_or_default();
     let stderr = stderr.and_then(|t| t.join().ok()).unwrap_or_default();
     match status {

@@ -84,6 +84,7 @@ impl CoreCache {
             quicklisp,
             swank_key,
             key,
+            jail: std::sync::Arc::new(crate::image::jail::ProcessJail::none()),
         }
     }
 

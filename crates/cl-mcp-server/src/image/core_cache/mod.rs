@@ -43,9 +43,11 @@ mod swank_fasls;
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use crate::image::helpers;
 use crate::image::implementation::LispKind;
+use crate::image::jail::ProcessJail;
 use crate::image::locate::SwankSource;
 use scripts::entry_args;
 
@@ -70,6 +72,9 @@ pub struct LaunchPlan {
     pub core: Option<PathBuf>,
     /// Which implementation runs.
     pub kind: LispKind,
+    /// How the processes run for it besides the image (a check) are
+    /// confined.
+    pub jail: Arc<ProcessJail>,
 }
 
 /// Keys and paths for one Lisp + Swank + helpers combination.
@@ -82,9 +87,18 @@ pub struct CoreCache {
     quicklisp: Option<PathBuf>,
     swank_key: String,
     key: String,
+    /// Where its builds and checks run (`image/jail.rs`).
+    jail: Arc<ProcessJail>,
 }
 
 impl CoreCache {
+    /// The same cache, its builds and checks run in `jail` (by default
+    /// they run unconfined, as for `doctor`).
+    pub fn confined(mut self, jail: Arc<ProcessJail>) -> CoreCache {
+        self.jail = jail;
+        self
+    }
+
     /// Which implementation this cache is for.
     pub fn kind(&self) -> LispKind {
         self.kind
@@ -107,6 +121,7 @@ impl CoreCache {
                 env: start_env(self.kind),
                 core: Some(core),
                 kind: self.kind,
+                jail: self.jail.clone(),
             };
         }
         let mut env = Vec::new();
@@ -128,6 +143,7 @@ impl CoreCache {
             env,
             core: Some(core),
             kind: self.kind,
+            jail: self.jail.clone(),
         }
     }
 
@@ -153,6 +169,7 @@ impl CoreCache {
             env: start_env(self.kind),
             core: None,
             kind: self.kind,
+            jail: self.jail.clone(),
         }
     }
 }

@@ -2,10 +2,11 @@
 //! missing or damaged) or from source, with the notes that say which.
 
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Instant;
 
-use crate::image::core_cache::{build_in_background, default_cache_dir, CoreCache, LaunchPlan};
-use crate::image::{locate, ImageError};
+use crate::image::core_cache::{build_in_background, CoreCache, LaunchPlan};
+use crate::image::{jail, locate, ImageError};
 
 use super::{send_note, Image, ImageNote, NoteLevel};
 use crate::sync::MutexExt;
@@ -20,11 +21,16 @@ impl Image {
             config.use_core_cache && !self.inner.core_build_failed.load(Ordering::SeqCst);
         let notes = self.inner.notes.clone();
         let (plan, build_error, repaired) = tokio::task::spawn_blocking(move || {
-            let (lisp, kind) = locate::find_lisp_kind(&config)?;
-            let swank = locate::find_swank(&config, || locate::asdf_finds_swank(&lisp, kind))?;
-            let dir = config.cache_dir.clone().unwrap_or_else(default_cache_dir);
+            // Every process run for the image, from the first `--version`
+            // on, runs confined as the image will be, and only a Lisp no
+            // agent could have written runs at all.
+            let (lisp, places, jail) = jail::confined_lisp(&config)?;
+            let jail = Arc::new(jail);
+            let kind = locate::lisp_kind(&lisp, &jail)?;
+            let swank =
+                locate::find_swank(&config, || locate::asdf_finds_swank(&lisp, kind, &jail))?;
             let quicklisp = config.load_quicklisp.then(locate::find_quicklisp).flatten();
-            let cache = CoreCache::new(dir, lisp, kind, swank, quicklisp);
+            let cache = CoreCache::new(places.cache, lisp, kind, swank, quicklisp).confined(jail);
             let mut build_error = None;
             let mut repaired = None;
             if try_core {

@@ -12,14 +12,16 @@ use std::time::{Duration, Instant, SystemTime};
 use swank_client::{SwankClient, SwankEvent};
 use tokio::sync::{mpsc, oneshot};
 
-use crate::image::core_cache::{self, default_cache_dir, LaunchPlan};
+use crate::image::core_cache::{self, LaunchPlan};
 use crate::image::direct::DirectChannel;
 use crate::image::implementation::LispKind;
+pub(super) use crate::image::jail::ImagePlaces;
+use crate::image::jail::{self, Purpose};
 use crate::image::last_words::{lisp_words, LastWords};
 use crate::image::limits::{self, PreparedCaps};
 use crate::image::sandbox::{self, Confinement};
-use crate::image::{locate, ImageError, ImageMode};
-use crate::sync::{MutexExt, RwLockExt};
+use crate::image::{ImageError, ImageMode};
+use crate::sync::MutexExt;
 
 use super::channel::open_direct;
 use super::live::Live;
@@ -67,8 +69,8 @@ impl Image {
         let started = Instant::now();
         let plan = self.launch_plan().await?;
         let secret = random_secret()?;
-        let (fasl_dir, confinement) = self.confine(&plan)?;
-        let (mut cmd, cap) = self.command(&plan, &confinement, &secret, &fasl_dir);
+        let (places, confinement) = self.confine(&plan)?;
+        let (mut cmd, cap) = self.command(&plan, &confinement, &secret, &places);
         let cgroups = cap.dirs();
         let limits_text = self.limits_text(&plan, &cap.lines);
         let mut child = match cmd.spawn() {
@@ -168,29 +170,12 @@ impl Image {
         Ok(live)
     }
 
-    /// The private fasl directory of this project and the sandbox the image
-    /// will run in (its weakness on this kernel noted).
-    fn confine(&self, plan: &LaunchPlan) -> Result<(PathBuf, Confinement), ImageError> {
-        let ImagePlaces {
-            cache,
-            root,
-            fasl_dir,
-            coverage,
-        } = self.image_places()?;
-        let debian_loader = Path::new(locate::DEBIAN_SWANK_LOADER);
-        let places = sandbox::Places {
-            root: &root,
-            cache: &cache,
-            fasl: &fasl_dir,
-            coverage: &coverage,
-            lisp: &plan.lisp,
-            swank_loader: self
-                .inner
-                .config
-                .swank_loader
-                .as_deref()
-                .or_else(|| debian_loader.is_file().then_some(debian_loader)),
-        };
+    /// The image's places (its project's private fasl and temp
+    /// directories among them) and the sandbox it will run in (its
+    /// weakness on this kernel noted).
+    fn confine(&self, plan: &LaunchPlan) -> Result<(ImagePlaces, Confinement), ImageError> {
+        let image_places = self.image_places()?;
+        let places = image_places.sandbox_places(&self.inner.config, &plan.lisp);
         let confinement = sandbox::prepare(&self.inner.config.sandbox, &places)
             .map_err(|e| ImageError::StartFailed(e.to_string()))?;
         if let Some(w) = &confinement.report.warning {
@@ -199,45 +184,13 @@ impl Image {
             }
             self.inner.note(NoteLevel::Warning, format!("sandbox: {w}"));
         }
-        Ok((fasl_dir, confinement))
+        Ok((image_places, confinement))
     }
 
-    /// The cache, the project root (now) and the project's private fasl
-    /// and coverage directories, made if missing.
+    /// The cache, the project root (now) and the project's private fasl,
+    /// coverage and temp directories, made if missing.
     pub(super) fn image_places(&self) -> Result<ImagePlaces, ImageError> {
-        let cache = self
-            .inner
-            .config
-            .cache_dir
-            .clone()
-            .unwrap_or_else(default_cache_dir);
-        let root = match &self.inner.config.project_root {
-            Some(r) => r.reading().clone(),
-            None => std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/")),
-        };
-        let fasl_dir = core_cache::private_dir(&cache.join("fasl"))
-            .and_then(|dir| core_cache::private_dir(&dir.join(core_cache::project_key(&root))))
-            .map_err(|e| {
-                ImageError::StartFailed(format!(
-                    "cannot prepare the private fasl directory under {}: {e}",
-                    cache.display()
-                ))
-            })?;
-        let coverage = core_cache::coverage_dir(&cache, &root);
-        core_cache::private_dir(&cache.join("coverage"))
-            .and_then(|_| core_cache::private_dir(&coverage))
-            .map_err(|e| {
-                ImageError::StartFailed(format!(
-                    "cannot prepare the coverage directory under {}: {e}",
-                    cache.display()
-                ))
-            })?;
-        Ok(ImagePlaces {
-            cache,
-            root,
-            fasl_dir,
-            coverage,
-        })
+        jail::image_places(&self.inner.config)
     }
 
     /// `--memory-limit` for this Lisp: its arguments and its environment
@@ -269,7 +222,7 @@ impl Image {
         plan: &LaunchPlan,
         confinement: &Confinement,
         secret: &str,
-        fasl_dir: &Path,
+        places: &ImagePlaces,
     ) -> (tokio::process::Command, PreparedCaps) {
         let config = &self.inner.config;
         let mut cmd = tokio::process::Command::new(&plan.lisp);
@@ -302,6 +255,10 @@ impl Image {
         if let Some(env) = sandbox::image_environment(confinement.report.mode) {
             cmd.env_clear().envs(env);
         }
+        if places.temp != std::env::temp_dir() {
+            // A private temp dir (the cache lies under the system's).
+            cmd.env("TMPDIR", &places.temp);
+        }
         let (memory_args, memory_env) = self.memory_settings(plan);
         cmd.args(memory_args);
         if let Some(mb) = config.memory_limit_mb {
@@ -330,7 +287,7 @@ impl Image {
             // whatever the server's environment says for launched images.
             .env_remove("CL_MCP_SWANK_INTERFACE")
             .env_remove("CL_MCP_SWANK_PORT")
-            .env("CL_MCP_FASL_DIR", fasl_dir)
+            .env("CL_MCP_FASL_DIR", &places.fasl_dir)
             .envs(memory_env)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -393,7 +350,7 @@ impl Image {
     async fn blame_cache(&self, plan: &LaunchPlan, core: &Path) {
         let check = plan.clone();
         let checked = tokio::task::spawn_blocking(move || {
-            core_cache::check_plan(&check, core_cache::CHECK_TIMEOUT)
+            core_cache::check_plan(&check, core_cache::CHECK_TIMEOUT, Purpose::Ask)
         })
         .await;
         if let Ok(Err(why)) = checked {
@@ -415,15 +372,6 @@ impl Image {
             tracing::warn!(core = %core.display(), "the Lisp exited while starting from the cached core, which passes its check; the next start retries it");
         }
     }
-}
-
-/// Where an image keeps its files: see [`Image::image_places`].
-pub(super) struct ImagePlaces {
-    pub(super) cache: PathBuf,
-    pub(super) root: PathBuf,
-    pub(super) fasl_dir: PathBuf,
-    /// Where `asdf-test-system {coverage: true}` writes its report.
-    pub(super) coverage: PathBuf,
 }
 
 /// A started process not yet connected to: what a failed start needs to

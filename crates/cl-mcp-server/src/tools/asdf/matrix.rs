@@ -18,6 +18,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value as Json;
 
 use crate::image::implementation::LispKind;
+use crate::image::ImageConfig;
 use crate::session::images;
 use crate::tools::{ToolContext, ToolError, ToolOutput};
 
@@ -33,7 +34,7 @@ pub(super) enum LispsArg {
 
 impl LispsArg {
     /// The implementations asked for, each once, in the order given.
-    pub(super) fn names(&self) -> Result<Vec<String>, ToolError> {
+    pub(super) fn names(&self, config: &ImageConfig) -> Result<Vec<String>, ToolError> {
         let asked: Vec<String> = match self {
             LispsArg::Word(w) if w.eq_ignore_ascii_case("all") => images::installed()
                 .iter()
@@ -44,7 +45,8 @@ impl LispsArg {
         };
         let mut names: Vec<String> = Vec::new();
         for n in asked {
-            images::resolve_lisp(&n).map_err(|e| ToolError::Argument(format!("lisps: {e}")))?;
+            images::resolve_lisp(&n, config)
+                .map_err(|e| ToolError::Argument(format!("lisps: {e}")))?;
             if !names.contains(&n) {
                 names.push(n);
             }
@@ -213,7 +215,9 @@ where
     F: Fn(ToolContext) -> Fut,
     Fut: Future<Output = ToolOutput>,
 {
-    let names = lisps.names().map_err(ToolOutput::error)?;
+    let names = lisps
+        .names(&ctx.session.config.image)
+        .map_err(ToolOutput::error)?;
     let started = Instant::now();
     let runs = across(ctx, &names, |c| {
         let answer = run(c.clone());
