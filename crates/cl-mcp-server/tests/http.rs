@@ -928,3 +928,30 @@ async fn a_stateless_matrix_runs_on_images_of_its_own() {
         "{v}"
     );
 }
+
+/// A stateless `image-start` names only the Lisps the server was started
+/// with: the path of a script written into the project is refused before
+/// anything runs (not even its `--version`).
+#[tokio::test]
+async fn a_stateless_image_start_runs_no_path_it_was_not_started_with() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let marker = dir.path().join("ran");
+    let planted = dir.path().join("lisp.sh");
+    std::fs::write(
+        &planted,
+        format!("#!/bin/sh\ntouch {}\necho 'SBCL 2.2.9'\n", marker.display()),
+    )
+    .unwrap();
+    std::fs::set_permissions(&planted, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let s = start(&["--lazy-image"]);
+    let body = modern(
+        "tools/call",
+        1,
+        json!({"name":"image-start","arguments":{"lisp": planted.to_str().unwrap()}}),
+    );
+    let v: Value = answer(modern_post(&s, &body)).await;
+    assert_eq!(v["result"]["isError"], true, "{v}");
+    assert!(v.to_string().contains("--allow-lisp"), "{v}");
+    assert!(!marker.exists(), "the planted script ran");
+}

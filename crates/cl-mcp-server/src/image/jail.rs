@@ -88,6 +88,24 @@ pub fn image_places(config: &ImageConfig) -> Result<ImagePlaces, ImageError> {
     })
 }
 
+/// Where an image of `config` may write (none listed under `--sandbox
+/// off`, where it may write anywhere: only the project root is then
+/// checked, which the file tools write).
+fn image_writes(config: &ImageConfig, places: &ImagePlaces, lisp: &Path) -> Vec<PathBuf> {
+    match config.sandbox.mode {
+        SandboxMode::Off => Vec::new(),
+        _ => sandbox::write_dirs(&config.sandbox, &places.sandbox_places(config, lisp)),
+    }
+}
+
+/// The `--image-launcher` executable as it is run (canonical), checked as
+/// a Lisp is ([`runnable`]).
+pub fn runnable_launcher(config: &ImageConfig, launcher: &Path) -> Result<PathBuf, ImageError> {
+    let places = image_places(config)?;
+    let write = image_writes(config, &places, launcher);
+    runnable(Executable::Launcher, launcher, &places.root, &write)
+}
+
 /// The Lisp `config` names, checked by [`runnable_lisp`], its places and
 /// the jail its helper processes run in.
 pub fn confined_lisp(
@@ -95,11 +113,7 @@ pub fn confined_lisp(
 ) -> Result<(PathBuf, ImagePlaces, ProcessJail), ImageError> {
     let lisp = locate::find_lisp(config)?;
     let places = image_places(config)?;
-    let write = match config.sandbox.mode {
-        SandboxMode::Off => Vec::new(),
-        _ => sandbox::write_dirs(&config.sandbox, &places.sandbox_places(config, &lisp)),
-    };
-    let lisp = runnable_lisp(&lisp, &places.root, &write)?;
+    let lisp = runnable_lisp(&lisp, &places.root, &image_writes(config, &places, &lisp))?;
     let jail = ProcessJail::prepare(
         &config.sandbox,
         &places.sandbox_places(config, &lisp),
@@ -255,8 +269,34 @@ impl ProcessJail {
 /// or under the project root (which the file tools write, whatever the
 /// sandbox): what an agent could have written is never run.
 pub fn runnable_lisp(lisp: &Path, root: &Path, write: &[PathBuf]) -> Result<PathBuf, ImageError> {
-    let real = lisp.canonicalize().map_err(|e| {
-        ImageError::NotFound(format!("the Lisp {} cannot be found: {e}", lisp.display()))
+    runnable(Executable::Lisp, lisp, root, write)
+}
+
+/// Which of the executables named at start is checked.
+#[derive(Clone, Copy, Debug)]
+pub enum Executable {
+    /// `--lisp`, `--allow-lisp`, an implementation on `PATH`.
+    Lisp,
+    /// `--image-launcher`.
+    Launcher,
+}
+
+/// [`runnable_lisp`] for any executable the server runs for an image.
+pub fn runnable(
+    what: Executable,
+    path: &Path,
+    root: &Path,
+    write: &[PathBuf],
+) -> Result<PathBuf, ImageError> {
+    let (noun, flags) = match what {
+        Executable::Lisp => ("Lisp", "--lisp or --allow-lisp"),
+        Executable::Launcher => ("image launcher", "--image-launcher"),
+    };
+    let real = path.canonicalize().map_err(|e| {
+        ImageError::NotFound(format!(
+            "the {noun} {} cannot be found: {e}",
+            path.display()
+        ))
     })?;
     let root = root.canonicalize().unwrap_or_else(|_| root.to_path_buf());
     let place = if real.starts_with(&root) {
@@ -270,11 +310,11 @@ pub fn runnable_lisp(lisp: &Path, root: &Path, write: &[PathBuf]) -> Result<Path
     match place {
         None => Ok(real),
         Some(place) => Err(ImageError::Implementation(format!(
-            "refusing to run the Lisp {}{}: it lies {place}, so code the image or a file tool \
-             wrote could run outside the sandbox. Install the Lisp outside the project and \
-             the image's writable places and name it with --lisp or --allow-lisp.",
-            lisp.display(),
-            if real == lisp {
+            "refusing to run the {noun} {}{}: it lies {place}, so code the image or a file \
+             tool wrote could run outside the sandbox. Install it outside the project and the \
+             image's writable places and name it with {flags}.",
+            path.display(),
+            if real == path {
                 String::new()
             } else {
                 format!(" ({})", real.display())
