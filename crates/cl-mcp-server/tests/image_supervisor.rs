@@ -497,14 +497,19 @@ async fn a_transient_start_failure_does_not_give_up_the_core() {
             .stdout,
     )
     .unwrap();
-    // A stable path and contents, so the wrapper's core is built once.
+    // A stable path and contents, so the wrapper's core is built once. Its
+    // marker lies in the image's project root: the check that follows a
+    // failed start runs in the image's sandbox, which writes only there.
+    let root = std::env::temp_dir().join("cl-mcp-server-test-flaky-root");
+    std::fs::create_dir_all(&root).unwrap();
+    let marker = root.join("flaky-sbcl.sh.fail-once");
     let wrapper = dir.join("flaky-sbcl.sh");
     let script = format!(
         "#!/bin/sh\n\
          # Fails one start from a core, as when the process limit is reached.\n\
-         if [ -e \"$0.fail-once\" ]; then\n\
+         if [ -e {marker:?} ]; then\n\
            case \" $* \" in *\" --core \"*)\n\
-             rm -f \"$0.fail-once\"\n\
+             rm -f {marker:?}\n\
              echo 'fork: Resource temporarily unavailable' >&2\n\
              exit 1;;\n\
            esac\n\
@@ -517,10 +522,10 @@ async fn a_transient_start_failure_does_not_give_up_the_core() {
         use std::os::unix::fs::PermissionsExt;
         std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).unwrap();
     }
-    let marker = dir.join("flaky-sbcl.sh.fail-once");
     let _ = std::fs::remove_file(&marker);
     let image = Image::new(ImageConfig {
         lisp: Some(wrapper.clone()),
+        project_root: Some(std::sync::Arc::new(std::sync::RwLock::new(root.clone()))),
         ..base
     });
     assert_eq!(value(&image, "(cl:+ 1 2)").await, Value::Integer(3));
