@@ -198,6 +198,13 @@ fn netns_launcher_runs_the_image_in_its_own_network_namespace() {
         common::skip_missing(test, "ip (Debian's iproute2)");
         return;
     }
+    if !Path::new("/usr/sbin/nft").exists() && !Path::new("/sbin/nft").exists() {
+        common::skip_missing(test, "nft (Debian's nftables)");
+        return;
+    }
+    // Host services the image must not reach: one on every address, one on
+    // the host's side of the veth (bound once its address is known).
+    let anywhere = std::net::TcpListener::bind("0.0.0.0:0").unwrap();
     let mut s = lisp_server(&["--image-launcher", &launcher("netns")]);
     assert_eq!(eval(&mut s, 1, "(+ 1 2)").text, "=> 3");
     let r = info(&mut s, 2);
@@ -229,6 +236,49 @@ fn netns_launcher_runs_the_image_in_its_own_network_namespace() {
             std::net::TcpStream::connect(("127.0.0.1", port)).is_err(),
             "{port}"
         );
+        // Connections the image starts are refused by its namespace's
+        // firewall: to the host's side of the veth, where a host listener
+        // on 0.0.0.0 and one on that address itself would answer.
+        let host: std::net::Ipv4Addr = {
+            let image: std::net::Ipv4Addr = address.rsplit_once(':').unwrap().0.parse().unwrap();
+            (u32::from(image) - 1).into()
+        };
+        let on_veth = std::net::TcpListener::bind((host, 0)).unwrap();
+        let ports = [
+            anywhere.local_addr().unwrap().port(),
+            on_veth.local_addr().unwrap().port(),
+        ];
+        let [a, b, c, d] = host.octets();
+        let r = eval(
+            &mut s,
+            31,
+            &format!(
+                "(flet ((try (port) \
+                   (let ((s (make-instance 'sb-bsd-sockets:inet-socket :type :stream \
+                                           :protocol :tcp))) \
+                     (unwind-protect \
+                          (handler-case (progn (sb-bsd-sockets:socket-connect \
+                                                s (vector {a} {b} {c} {d}) port) \
+                                               :connected) \
+                            (error (e) (type-of e))) \
+                       (sb-bsd-sockets:socket-close s))))) \
+                   (list (try {}) (try {})))",
+                ports[0], ports[1]
+            ),
+        );
+        assert!(
+            !r.is_error && r.text.starts_with("=> (") && !r.text.contains("CONNECTED"),
+            "the image reached the host: {}",
+            r.text
+        );
+        // The server still evaluates in it; it runs without capabilities
+        // (as root too), so it cannot undo its firewall.
+        assert_eq!(eval(&mut s, 32, "(+ 20 22)").text, "=> 42");
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+        assert!(
+            status.contains("CapEff:\t0000000000000000"),
+            "the image keeps capabilities: {status}"
+        );
     }
     let slot = {
         let octets: Vec<u32> = address
@@ -251,6 +301,46 @@ fn netns_launcher_runs_the_image_in_its_own_network_namespace() {
     wait_until("the namespace removed", Duration::from_secs(15), || {
         !netns_file.exists()
     });
+}
+
+#[test]
+fn netns_launcher_starts_no_image_without_its_firewall() {
+    let test = "netns_launcher_starts_no_image_without_its_firewall";
+    // SAFETY: geteuid(2) has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        common::skip_unavailable(test, "root (ip netns needs it)");
+        return;
+    }
+    if !Path::new("/usr/sbin/ip").exists() && !Path::new("/sbin/ip").exists() {
+        common::skip_missing(test, "ip (Debian's iproute2)");
+        return;
+    }
+    // An `nft` that cannot load rules (a kernel without nf_tables).
+    let dir = tempfile::tempdir().unwrap();
+    script(
+        dir.path(),
+        "nft",
+        "echo 'Error: Could not process rule: No such file or directory' >&2\nexit 1",
+    );
+    let wrapper = script(
+        dir.path(),
+        "no-firewall",
+        &format!(
+            "PATH={}:$PATH exec {} \"$@\"",
+            dir.path().display(),
+            launcher("netns")
+        ),
+    );
+    let mut s = lisp_server(&["--image-launcher", &wrapper]);
+    let r = eval(&mut s, 1, "(+ 1 2)");
+    assert!(r.is_error, "{}", r.text);
+    for said in [
+        "could not install the firewall",
+        "not starting an image that would reach the host",
+        "Could not process rule",
+    ] {
+        assert!(r.text.contains(said), "{said}: {}", r.text);
+    }
 }
 
 #[test]
