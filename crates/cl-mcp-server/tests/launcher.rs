@@ -187,6 +187,35 @@ fn failing_garbage_and_wrong_secret_launchers_are_clear_errors() {
 }
 
 #[test]
+fn a_silent_launcher_fails_the_first_call_after_one_start_timeout() {
+    let dir = tempfile::tempdir().unwrap();
+    let silent = script(
+        dir.path(),
+        "silent",
+        "echo 'waiting for the cluster' >&2\nexec sleep 600",
+    );
+    // The handshake starts the image in the background and the first call
+    // waits for that start: it answers when that start gives up, without a
+    // second start of its own (two timeouts).
+    let began = Instant::now();
+    let mut s = lisp_server(&["--image-launcher", &silent, "--image-start-secs", "3"]);
+    let r = eval(&mut s, 1, "(+ 1 2)");
+    let took = began.elapsed();
+    assert!(r.is_error, "{}", r.text);
+    for said in [
+        "did not give a usable image",
+        "printed no endpoint within 3 s",
+        "waiting for the cluster",
+    ] {
+        assert!(r.text.contains(said), "{said}: {}", r.text);
+    }
+    assert!(
+        took >= Duration::from_millis(2500) && took < Duration::from_millis(5500),
+        "one start timeout (3 s), not two: {took:?}"
+    );
+}
+
+#[test]
 fn netns_launcher_runs_the_image_in_its_own_network_namespace() {
     let test = "netns_launcher_runs_the_image_in_its_own_network_namespace";
     // SAFETY: geteuid(2) has no preconditions.

@@ -145,6 +145,13 @@ struct Inner {
     /// the `lisp-image` notification a client hears only with a log level.
     start_notice: Mutex<Option<String>>,
     deaths: Mutex<VecDeque<(Instant, String)>>,
+    /// Starts that have ended, failed or not: a caller that waited for one
+    /// (see [`Image::live`]) knows whether it ended while it waited.
+    starts_ended: AtomicU64,
+    /// The last start that failed (its number in `starts_ended`, and why):
+    /// the answer of every caller that waited for it, instead of a start
+    /// of its own that would double the wait.
+    failed_start: Mutex<Option<(u64, ImageError)>>,
     generation: AtomicU64,
     core_build_failed: AtomicBool,
     /// Set when a start from the cached core failed and the core failed its
@@ -243,6 +250,8 @@ impl Image {
                 state_lost: Mutex::new(None),
                 start_notice: Mutex::new(None),
                 deaths: Mutex::new(VecDeque::new()),
+                starts_ended: AtomicU64::new(0),
+                failed_start: Mutex::new(None),
                 generation: AtomicU64::new(0),
                 core_build_failed: AtomicBool::new(false),
                 cache_discarded: AtomicBool::new(false),
