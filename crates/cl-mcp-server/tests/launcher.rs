@@ -215,6 +215,78 @@ fn a_silent_launcher_fails_the_first_call_after_one_start_timeout() {
     );
 }
 
+/// Waits for a pid the launcher wrote into `file`.
+fn pid_in(file: &Path) -> i64 {
+    let mut pid = None;
+    wait_until(
+        &format!("{} written", file.display()),
+        Duration::from_secs(20),
+        || {
+            pid = std::fs::read_to_string(file)
+                .ok()
+                .and_then(|t| t.trim().parse().ok());
+            pid.is_some()
+        },
+    );
+    pid.unwrap()
+}
+
+#[test]
+fn a_launcher_still_starting_ends_with_the_server() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().display();
+    // A launcher that never prints, and a process it started.
+    let slow = script(
+        dir.path(),
+        "slow",
+        &format!(
+            "echo $$ > {d}/launcher.tmp && mv {d}/launcher.tmp {d}/launcher.pid\n\
+             sleep 600 &\n\
+             echo $! > {d}/child.tmp && mv {d}/child.tmp {d}/child.pid\n\
+             wait"
+        ),
+    );
+    let pids = |what: &str| {
+        let pid = pid_in(&dir.path().join(format!("{what}.pid")));
+        std::fs::remove_file(dir.path().join(format!("{what}.pid"))).unwrap();
+        pid
+    };
+
+    // The server ends in order (its stdin closed): the launcher and its
+    // process group end with it.
+    let s = lisp_server(&["--image-launcher", &slow]);
+    let (launcher_pid, child_pid) = (pids("launcher"), pids("child"));
+    assert!(alive(launcher_pid) && alive(child_pid));
+    let began = Instant::now();
+    let (status, _) = s.close();
+    assert!(status.success(), "{status}");
+    wait_until(
+        "the launcher and what it started gone",
+        Duration::from_secs(5),
+        || !alive(launcher_pid) && !alive(child_pid),
+    );
+    let orderly = began.elapsed();
+
+    // The server is killed (SIGKILL): the launcher hears of it from the
+    // kernel (its parent-death signal, SIGTERM) and ends.
+    let mut s = lisp_server(&["--image-launcher", &slow]);
+    let (launcher_pid, child_pid) = (pids("launcher"), pids("child"));
+    let began = Instant::now();
+    s.child.kill().unwrap();
+    s.child.wait().unwrap();
+    wait_until("the launcher gone", Duration::from_secs(5), || {
+        !alive(launcher_pid)
+    });
+    let killed = began.elapsed();
+    // What it started is its own to stop (the shipped launchers do, on
+    // SIGTERM); this one leaves its sleep behind.
+    // SAFETY: kill(2) on the test launcher's sleep, whose pid it wrote.
+    unsafe { libc::kill(child_pid as i32, libc::SIGKILL) };
+    eprintln!(
+        "launcher gone after the server's exit in {orderly:?}, after its SIGKILL in {killed:?}"
+    );
+}
+
 #[test]
 fn netns_launcher_runs_the_image_in_its_own_network_namespace() {
     let test = "netns_launcher_runs_the_image_in_its_own_network_namespace";
@@ -324,7 +396,9 @@ fn netns_launcher_runs_the_image_in_its_own_network_namespace() {
     assert!(!r.is_error, "{}", r.text);
     let pid2 = info(&mut s, 5).structured["pid"].as_i64().unwrap();
     assert!(!alive(pid));
-    assert_ne!(ns(&pid2.to_string()), image_ns);
+    // Not compared with the old namespace: its inode number, freed once
+    // the launcher removed it, may be the new one's.
+    assert_ne!(ns(&pid2.to_string()), ns("self"));
     assert_eq!(eval(&mut s, 6, "(* 6 7)").text, "=> 42");
     drop(s);
     wait_until("the namespace removed", Duration::from_secs(15), || {

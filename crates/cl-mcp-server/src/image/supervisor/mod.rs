@@ -5,7 +5,8 @@
 //! The rooms: [`calls`] (the handle's API), [`lifecycle`] (getting a live
 //! image, stopping, idleness), [`launch_plan`] and [`start_local`] (a local
 //! image), [`start_launched`] (an image `--image-launcher` starts),
-//! [`attach`] (the user's Swank), [`live`] (one running image),
+//! [`launcher_groups`] (launchers end with the server), [`attach`] (the
+//! user's Swank), [`live`] (one running image),
 //! [`events`] (Swank events), [`death`] (deaths, crash loops),
 //! [`log_pump`] (the image's output), [`reaper`] (its exit), [`channel`],
 //! [`secret`], [`proc_stat`].
@@ -16,6 +17,7 @@ mod channel;
 mod death;
 mod events;
 mod launch_plan;
+mod launcher_groups;
 mod lifecycle;
 mod live;
 mod log_pump;
@@ -38,6 +40,7 @@ use super::implementation::LispKind;
 use super::sandbox::SandboxReport;
 use super::{ImageConfig, ImageError, ImageMode};
 use crate::sync::MutexExt;
+pub use launcher_groups::end_launchers;
 use lifecycle::reclaim_when_idle;
 use live::Live;
 
