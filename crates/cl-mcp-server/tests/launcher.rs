@@ -125,6 +125,51 @@ fn local_launcher_starts_restarts_and_notices_deaths() {
     assert_ne!(info(&mut s, 11).structured["pid"].as_i64().unwrap(), pid);
 }
 
+#[test]
+fn the_launcher_is_the_servers_never_a_tools() {
+    let local = launcher("local");
+    let mut s = lisp_server(&["--image-launcher", &local]);
+    // No tool takes a launcher (or any command to run an image with).
+    let tools = s.request(json!({"jsonrpc":"2.0","id":1,"method":"tools/list"}));
+    for tool in tools["result"]["tools"].as_array().unwrap() {
+        let props = tool["inputSchema"]["properties"].as_object();
+        for name in props.into_iter().flat_map(|p| p.keys()) {
+            assert!(
+                !["launcher", "command", "cmd"]
+                    .iter()
+                    .any(|w| name.to_lowercase().contains(w)),
+                "{}: {name}",
+                tool["name"]
+            );
+        }
+    }
+    let r = call(
+        &mut s,
+        2,
+        "image-start",
+        json!({"lisp": "sbcl", "name": "second", "launcher": "/bin/sh"}),
+    );
+    assert!(r.is_error && r.text.contains("launcher"), "{}", r.text);
+    // A further image starts through the server's launcher too.
+    let r = call(
+        &mut s,
+        3,
+        "image-start",
+        json!({"lisp": "sbcl", "name": "second"}),
+    );
+    assert!(!r.is_error, "{}", r.text);
+    let r = call(&mut s, 4, "image-info", json!({"image": "second"}));
+    assert!(!r.is_error, "{}", r.text);
+    assert_eq!(r.structured["mode"], "launched", "{}", r.text);
+    assert_eq!(r.structured["launcher"], local.as_str());
+    let pid = r.structured["pid"].as_i64().unwrap();
+    assert!(
+        cmdline(parent_of(pid)).contains("launchers/local"),
+        "{}",
+        cmdline(parent_of(pid))
+    );
+}
+
 /// A launcher script in a temporary directory.
 fn script(dir: &Path, name: &str, body: &str) -> String {
     use std::os::unix::fs::PermissionsExt;
