@@ -12,7 +12,7 @@ cd "$(dirname "$0")/.."
 
 DEBS=(sbcl cl-swank sbcl-source cl-alexandria cl-ppcre cl-yason cl-usocket
       cl-bordeaux-threads cl-hunchentoot cl-fiveam cl-fiasco cl-rt cl-ptester
-      cl-xlunit ecl clisp abcl python3-venv haproxy iproute2)
+      cl-xlunit ecl clisp abcl python3-venv haproxy iproute2 nftables)
 # A font for the text of profile-code's flame graph PNG (resvg draws text
 # from font files; DejaVu Sans is the one it asks for).
 DEBS+=(fonts-dejavu-core)

@@ -181,6 +181,17 @@ pub struct ServerOptions {
     /// (its next call starts a fresh one, without the old state). Default: never.
     #[arg(long, env = "CL_MCP_IMAGE_IDLE_SECS", global = true, value_name = "S")]
     pub image_idle_secs: Option<u64>,
+    /// Give up an image's start after S seconds: a local image until its
+    /// Swank listens, an --image-launcher until it prints its endpoint;
+    /// 1 to 3600.
+    #[arg(
+        long,
+        env = "CL_MCP_IMAGE_START_SECS",
+        global = true,
+        value_name = "S",
+        default_value_t = 120
+    )]
+    pub image_start_secs: u64,
     /// Cap the processes and threads of a local image and everything it
     /// starts (a cgroup's pids.max, else RLIMIT_NPROC); 0: no cap.
     #[arg(
@@ -491,11 +502,17 @@ impl ServerOptions {
             memory_limit_mb: self.memory_limit,
             max_processes: (self.max_processes > 0).then_some(self.max_processes),
             idle_timeout: self.image_idle_secs.map(std::time::Duration::from_secs),
+            start_timeout: std::time::Duration::from_secs(self.image_start_secs),
             image_quota: self.max_images.map(crate::image::limits::ImageQuota::new),
             ..crate::image::ImageConfig::default()
         };
         if self.max_images == Some(0) {
             return Err(ConfigError::Invalid("--max-images must be at least 1"));
+        }
+        if !(1..=3600).contains(&self.image_start_secs) {
+            return Err(ConfigError::Invalid(
+                "--image-start-secs: 1 to 3600 (seconds an image's start may take)",
+            ));
         }
         if self.image_idle_secs == Some(0) {
             return Err(ConfigError::Invalid("--image-idle-secs must be at least 1"));

@@ -48,11 +48,14 @@ fn main() -> ExitCode {
                 }
             };
             let engine = Engine::new(config);
-            runtime.block_on(transport::stdio::serve(engine, stdout));
+            runtime.block_on(async {
+                transport::stdio::serve(engine, stdout).await;
+                cl_mcp_server::image::end_launchers().await;
+            });
             runtime.shutdown_timeout(std::time::Duration::from_millis(200));
             ExitCode::SUCCESS
         }
-        Command::Tcp { port, host } => runtime.block_on(async {
+        Command::Tcp { port, host } => runtime.block_on(ending_launchers(async {
             let engine = Engine::new(config);
             match transport::tcp::bind(tcp_addr(host, port)).await {
                 Ok(listener) => {
@@ -73,7 +76,7 @@ fn main() -> ExitCode {
                     ExitCode::FAILURE
                 }
             }
-        }),
+        })),
         Command::Http {
             bind,
             token,
@@ -82,7 +85,7 @@ fn main() -> ExitCode {
             session_idle_secs,
             header_timeout_secs,
             body_timeout_secs,
-        } => runtime.block_on(async {
+        } => runtime.block_on(ending_launchers(async {
             let engine = Engine::new(config);
             let options = transport::http::HttpOptions {
                 bind,
@@ -111,12 +114,25 @@ fn main() -> ExitCode {
                 return ExitCode::FAILURE;
             }
             ExitCode::SUCCESS
-        }),
-        Command::Doctor => runtime.block_on(cl_mcp_server::doctor::run(Engine::new(config))),
-        Command::Call { tool, args, json } => {
-            runtime.block_on(call(config, &tool, &args, json.as_deref()))
-        }
+        })),
+        Command::Doctor => runtime.block_on(ending_launchers(cl_mcp_server::doctor::run(
+            Engine::new(config),
+        ))),
+        Command::Call { tool, args, json } => runtime.block_on(ending_launchers(call(
+            config,
+            &tool,
+            &args,
+            json.as_deref(),
+        ))),
     }
+}
+
+/// Runs the server's work, then ends the image launchers still running
+/// (and what they started) before the runtime goes.
+async fn ending_launchers(work: impl std::future::Future<Output = ExitCode>) -> ExitCode {
+    let code = work.await;
+    cl_mcp_server::image::end_launchers().await;
+    code
 }
 
 /// Takes fd 1 for the protocol and points fd 1 at stderr, so nothing else in

@@ -125,6 +125,51 @@ fn local_launcher_starts_restarts_and_notices_deaths() {
     assert_ne!(info(&mut s, 11).structured["pid"].as_i64().unwrap(), pid);
 }
 
+#[test]
+fn the_launcher_is_the_servers_never_a_tools() {
+    let local = launcher("local");
+    let mut s = lisp_server(&["--image-launcher", &local]);
+    // No tool takes a launcher (or any command to run an image with).
+    let tools = s.request(json!({"jsonrpc":"2.0","id":1,"method":"tools/list"}));
+    for tool in tools["result"]["tools"].as_array().unwrap() {
+        let props = tool["inputSchema"]["properties"].as_object();
+        for name in props.into_iter().flat_map(|p| p.keys()) {
+            assert!(
+                !["launcher", "command", "cmd"]
+                    .iter()
+                    .any(|w| name.to_lowercase().contains(w)),
+                "{}: {name}",
+                tool["name"]
+            );
+        }
+    }
+    let r = call(
+        &mut s,
+        2,
+        "image-start",
+        json!({"lisp": "sbcl", "name": "second", "launcher": "/bin/sh"}),
+    );
+    assert!(r.is_error && r.text.contains("launcher"), "{}", r.text);
+    // A further image starts through the server's launcher too.
+    let r = call(
+        &mut s,
+        3,
+        "image-start",
+        json!({"lisp": "sbcl", "name": "second"}),
+    );
+    assert!(!r.is_error, "{}", r.text);
+    let r = call(&mut s, 4, "image-info", json!({"image": "second"}));
+    assert!(!r.is_error, "{}", r.text);
+    assert_eq!(r.structured["mode"], "launched", "{}", r.text);
+    assert_eq!(r.structured["launcher"], local.as_str());
+    let pid = r.structured["pid"].as_i64().unwrap();
+    assert!(
+        cmdline(parent_of(pid)).contains("launchers/local"),
+        "{}",
+        cmdline(parent_of(pid))
+    );
+}
+
 /// A launcher script in a temporary directory.
 fn script(dir: &Path, name: &str, body: &str) -> String {
     use std::os::unix::fs::PermissionsExt;
@@ -187,6 +232,107 @@ fn failing_garbage_and_wrong_secret_launchers_are_clear_errors() {
 }
 
 #[test]
+fn a_silent_launcher_fails_the_first_call_after_one_start_timeout() {
+    let dir = tempfile::tempdir().unwrap();
+    let silent = script(
+        dir.path(),
+        "silent",
+        "echo 'waiting for the cluster' >&2\nexec sleep 600",
+    );
+    // The handshake starts the image in the background and the first call
+    // waits for that start: it answers when that start gives up, without a
+    // second start of its own (two timeouts).
+    let began = Instant::now();
+    let mut s = lisp_server(&["--image-launcher", &silent, "--image-start-secs", "3"]);
+    let r = eval(&mut s, 1, "(+ 1 2)");
+    let took = began.elapsed();
+    assert!(r.is_error, "{}", r.text);
+    for said in [
+        "did not give a usable image",
+        "printed no endpoint within 3 s",
+        "waiting for the cluster",
+    ] {
+        assert!(r.text.contains(said), "{said}: {}", r.text);
+    }
+    assert!(
+        took >= Duration::from_millis(2500) && took < Duration::from_millis(5500),
+        "one start timeout (3 s), not two: {took:?}"
+    );
+}
+
+/// Waits for a pid the launcher wrote into `file`.
+fn pid_in(file: &Path) -> i64 {
+    let mut pid = None;
+    wait_until(
+        &format!("{} written", file.display()),
+        Duration::from_secs(20),
+        || {
+            pid = std::fs::read_to_string(file)
+                .ok()
+                .and_then(|t| t.trim().parse().ok());
+            pid.is_some()
+        },
+    );
+    pid.unwrap()
+}
+
+#[test]
+fn a_launcher_still_starting_ends_with_the_server() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().display();
+    // A launcher that never prints, and a process it started.
+    let slow = script(
+        dir.path(),
+        "slow",
+        &format!(
+            "echo $$ > {d}/launcher.tmp && mv {d}/launcher.tmp {d}/launcher.pid\n\
+             sleep 600 &\n\
+             echo $! > {d}/child.tmp && mv {d}/child.tmp {d}/child.pid\n\
+             wait"
+        ),
+    );
+    let pids = |what: &str| {
+        let pid = pid_in(&dir.path().join(format!("{what}.pid")));
+        std::fs::remove_file(dir.path().join(format!("{what}.pid"))).unwrap();
+        pid
+    };
+
+    // The server ends in order (its stdin closed): the launcher and its
+    // process group end with it.
+    let s = lisp_server(&["--image-launcher", &slow]);
+    let (launcher_pid, child_pid) = (pids("launcher"), pids("child"));
+    assert!(alive(launcher_pid) && alive(child_pid));
+    let began = Instant::now();
+    let (status, _) = s.close();
+    assert!(status.success(), "{status}");
+    wait_until(
+        "the launcher and what it started gone",
+        Duration::from_secs(5),
+        || !alive(launcher_pid) && !alive(child_pid),
+    );
+    let orderly = began.elapsed();
+
+    // The server is killed (SIGKILL): the launcher hears of it from the
+    // kernel (its parent-death signal, SIGTERM) and ends.
+    let mut s = lisp_server(&["--image-launcher", &slow]);
+    let (launcher_pid, child_pid) = (pids("launcher"), pids("child"));
+    let began = Instant::now();
+    s.child.kill().unwrap();
+    s.child.wait().unwrap();
+    wait_until("the launcher gone", Duration::from_secs(5), || {
+        !alive(launcher_pid)
+    });
+    let killed = began.elapsed();
+    // What it started is its own to stop (the shipped launchers do, on
+    // SIGTERM); this one leaves its sleep behind.
+    // SAFETY: kill(2) on the test launcher's sleep, whose pid it wrote.
+    unsafe { libc::kill(child_pid as i32, libc::SIGKILL) };
+    eprintln!(
+        "launcher gone after the server's exit in {orderly:?}, after its SIGKILL in {killed:?}"
+    );
+}
+
+#[test]
 fn netns_launcher_runs_the_image_in_its_own_network_namespace() {
     let test = "netns_launcher_runs_the_image_in_its_own_network_namespace";
     // SAFETY: geteuid(2) has no preconditions.
@@ -198,6 +344,13 @@ fn netns_launcher_runs_the_image_in_its_own_network_namespace() {
         common::skip_missing(test, "ip (Debian's iproute2)");
         return;
     }
+    if !Path::new("/usr/sbin/nft").exists() && !Path::new("/sbin/nft").exists() {
+        common::skip_missing(test, "nft (Debian's nftables)");
+        return;
+    }
+    // Host services the image must not reach: one on every address, one on
+    // the host's side of the veth (bound once its address is known).
+    let anywhere = std::net::TcpListener::bind("0.0.0.0:0").unwrap();
     let mut s = lisp_server(&["--image-launcher", &launcher("netns")]);
     assert_eq!(eval(&mut s, 1, "(+ 1 2)").text, "=> 3");
     let r = info(&mut s, 2);
@@ -229,6 +382,49 @@ fn netns_launcher_runs_the_image_in_its_own_network_namespace() {
             std::net::TcpStream::connect(("127.0.0.1", port)).is_err(),
             "{port}"
         );
+        // Connections the image starts are refused by its namespace's
+        // firewall: to the host's side of the veth, where a host listener
+        // on 0.0.0.0 and one on that address itself would answer.
+        let host: std::net::Ipv4Addr = {
+            let image: std::net::Ipv4Addr = address.rsplit_once(':').unwrap().0.parse().unwrap();
+            (u32::from(image) - 1).into()
+        };
+        let on_veth = std::net::TcpListener::bind((host, 0)).unwrap();
+        let ports = [
+            anywhere.local_addr().unwrap().port(),
+            on_veth.local_addr().unwrap().port(),
+        ];
+        let [a, b, c, d] = host.octets();
+        let r = eval(
+            &mut s,
+            31,
+            &format!(
+                "(flet ((try (port) \
+                   (let ((s (make-instance 'sb-bsd-sockets:inet-socket :type :stream \
+                                           :protocol :tcp))) \
+                     (unwind-protect \
+                          (handler-case (progn (sb-bsd-sockets:socket-connect \
+                                                s (vector {a} {b} {c} {d}) port) \
+                                               :connected) \
+                            (error (e) (type-of e))) \
+                       (sb-bsd-sockets:socket-close s))))) \
+                   (list (try {}) (try {})))",
+                ports[0], ports[1]
+            ),
+        );
+        assert!(
+            !r.is_error && r.text.starts_with("=> (") && !r.text.contains("CONNECTED"),
+            "the image reached the host: {}",
+            r.text
+        );
+        // The server still evaluates in it; it runs without capabilities
+        // (as root too), so it cannot undo its firewall.
+        assert_eq!(eval(&mut s, 32, "(+ 20 22)").text, "=> 42");
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+        assert!(
+            status.contains("CapEff:\t0000000000000000"),
+            "the image keeps capabilities: {status}"
+        );
     }
     let slot = {
         let octets: Vec<u32> = address
@@ -245,12 +441,54 @@ fn netns_launcher_runs_the_image_in_its_own_network_namespace() {
     assert!(!r.is_error, "{}", r.text);
     let pid2 = info(&mut s, 5).structured["pid"].as_i64().unwrap();
     assert!(!alive(pid));
-    assert_ne!(ns(&pid2.to_string()), image_ns);
+    // Not compared with the old namespace: its inode number, freed once
+    // the launcher removed it, may be the new one's.
+    assert_ne!(ns(&pid2.to_string()), ns("self"));
     assert_eq!(eval(&mut s, 6, "(* 6 7)").text, "=> 42");
     drop(s);
     wait_until("the namespace removed", Duration::from_secs(15), || {
         !netns_file.exists()
     });
+}
+
+#[test]
+fn netns_launcher_starts_no_image_without_its_firewall() {
+    let test = "netns_launcher_starts_no_image_without_its_firewall";
+    // SAFETY: geteuid(2) has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        common::skip_unavailable(test, "root (ip netns needs it)");
+        return;
+    }
+    if !Path::new("/usr/sbin/ip").exists() && !Path::new("/sbin/ip").exists() {
+        common::skip_missing(test, "ip (Debian's iproute2)");
+        return;
+    }
+    // An `nft` that cannot load rules (a kernel without nf_tables).
+    let dir = tempfile::tempdir().unwrap();
+    script(
+        dir.path(),
+        "nft",
+        "echo 'Error: Could not process rule: No such file or directory' >&2\nexit 1",
+    );
+    let wrapper = script(
+        dir.path(),
+        "no-firewall",
+        &format!(
+            "PATH={}:$PATH exec {} \"$@\"",
+            dir.path().display(),
+            launcher("netns")
+        ),
+    );
+    let mut s = lisp_server(&["--image-launcher", &wrapper]);
+    let r = eval(&mut s, 1, "(+ 1 2)");
+    assert!(r.is_error, "{}", r.text);
+    for said in [
+        "could not install the firewall",
+        "not starting an image that would reach the host",
+        "Could not process rule",
+    ] {
+        assert!(r.text.contains(said), "{said}: {}", r.text);
+    }
 }
 
 #[test]

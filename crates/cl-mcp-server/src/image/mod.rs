@@ -39,7 +39,7 @@ use std::time::Duration;
 
 pub use error::ImageError;
 pub use supervisor::{
-    DebuggerClaim, Image, ImageEvent, ImageInfo, ImageNote, ImageReply, NoteLevel,
+    end_launchers, DebuggerClaim, Image, ImageEvent, ImageInfo, ImageNote, ImageReply, NoteLevel,
 };
 pub use swank_client::{RexOutcome, SwankEvent, Thread};
 

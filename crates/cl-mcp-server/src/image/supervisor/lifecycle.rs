@@ -47,6 +47,9 @@ impl Image {
 impl Image {
     /// The running image, starting one if there is none (or it died).
     pub(super) async fn live(&self) -> Result<Arc<Live>, ImageError> {
+        // Read before waiting for the lock: a start that fails while this
+        // caller waits is its answer (see `live_or_start`).
+        let seen = self.inner.starts_ended.load(Ordering::SeqCst);
         {
             let slot = self.inner.slot.lock().await;
             *self.inner.last_used.guard() = Instant::now();
@@ -60,7 +63,7 @@ impl Image {
         // image and spending a generation, so the next caller starts yet
         // another.
         let this = self.clone();
-        tokio::spawn(async move { this.live_or_start().await })
+        tokio::spawn(async move { this.live_or_start(seen).await })
             .await
             .unwrap_or_else(|e| {
                 Err(ImageError::StartFailed(format!(
@@ -69,7 +72,11 @@ impl Image {
             })
     }
 
-    pub(super) async fn live_or_start(&self) -> Result<Arc<Live>, ImageError> {
+    /// `seen`: how many starts had ended when the caller came; a start
+    /// that failed since (one it waited for under the lock, the background
+    /// start at the handshake say) is its answer too: a launcher that hangs
+    /// costs one start timeout, not one per waiting caller.
+    pub(super) async fn live_or_start(&self, seen: u64) -> Result<Arc<Live>, ImageError> {
         let mut slot = self.inner.slot.lock().await;
         // Under the slot's lock, so the idle reaper (which holds it while it
         // decides) never stops an image a call is about to use.
@@ -77,6 +84,32 @@ impl Image {
         if let Some(l) = slot.as_ref().filter(|l| !l.gone()) {
             return Ok(l.clone());
         }
+        if let Some((_, why)) = self
+            .inner
+            .failed_start
+            .guard()
+            .as_ref()
+            .filter(|(n, _)| *n > seen)
+        {
+            return Err(why.clone());
+        }
+        let result = self.start_under_lock().await;
+        let ended = self.inner.starts_ended.fetch_add(1, Ordering::SeqCst) + 1;
+        let live = match result {
+            Ok(live) => live,
+            Err(e) => {
+                *self.inner.failed_start.guard() = Some((ended, e.clone()));
+                return Err(e);
+            }
+        };
+        *slot = Some(live.clone());
+        *self.inner.current.guard() = Some(live.clone());
+        *self.inner.last_used.guard() = Instant::now();
+        Ok(live)
+    }
+
+    /// A fresh image (or connection), the slot's lock held by the caller.
+    async fn start_under_lock(&self) -> Result<Arc<Live>, ImageError> {
         self.check_crash_loop()?;
         // Before a generation is counted: a refused call starts nothing.
         let permit = match self.inner.mode {
@@ -103,9 +136,6 @@ impl Image {
             }
             ImageMode::Attached => self.attach(generation).await?,
         };
-        *slot = Some(live.clone());
-        *self.inner.current.guard() = Some(live.clone());
-        *self.inner.last_used.guard() = Instant::now();
         Ok(live)
     }
 }

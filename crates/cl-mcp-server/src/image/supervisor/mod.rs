@@ -5,7 +5,8 @@
 //! The rooms: [`calls`] (the handle's API), [`lifecycle`] (getting a live
 //! image, stopping, idleness), [`launch_plan`] and [`start_local`] (a local
 //! image), [`start_launched`] (an image `--image-launcher` starts),
-//! [`attach`] (the user's Swank), [`live`] (one running image),
+//! [`launcher_groups`] (launchers end with the server), [`attach`] (the
+//! user's Swank), [`live`] (one running image),
 //! [`events`] (Swank events), [`death`] (deaths, crash loops),
 //! [`log_pump`] (the image's output), [`reaper`] (its exit), [`channel`],
 //! [`secret`], [`proc_stat`].
@@ -16,6 +17,7 @@ mod channel;
 mod death;
 mod events;
 mod launch_plan;
+mod launcher_groups;
 mod lifecycle;
 mod live;
 mod log_pump;
@@ -38,6 +40,7 @@ use super::implementation::LispKind;
 use super::sandbox::SandboxReport;
 use super::{ImageConfig, ImageError, ImageMode};
 use crate::sync::MutexExt;
+pub use launcher_groups::end_launchers;
 use lifecycle::reclaim_when_idle;
 use live::Live;
 
@@ -145,6 +148,13 @@ struct Inner {
     /// the `lisp-image` notification a client hears only with a log level.
     start_notice: Mutex<Option<String>>,
     deaths: Mutex<VecDeque<(Instant, String)>>,
+    /// Starts that have ended, failed or not: a caller that waited for one
+    /// (see [`Image::live`]) knows whether it ended while it waited.
+    starts_ended: AtomicU64,
+    /// The last start that failed (its number in `starts_ended`, and why):
+    /// the answer of every caller that waited for it, instead of a start
+    /// of its own that would double the wait.
+    failed_start: Mutex<Option<(u64, ImageError)>>,
     generation: AtomicU64,
     core_build_failed: AtomicBool,
     /// Set when a start from the cached core failed and the core failed its
@@ -243,6 +253,8 @@ impl Image {
                 state_lost: Mutex::new(None),
                 start_notice: Mutex::new(None),
                 deaths: Mutex::new(VecDeque::new()),
+                starts_ended: AtomicU64::new(0),
+                failed_start: Mutex::new(None),
                 generation: AtomicU64::new(0),
                 core_build_failed: AtomicBool::new(false),
                 cache_discarded: AtomicBool::new(false),

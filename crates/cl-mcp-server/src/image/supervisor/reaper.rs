@@ -11,6 +11,8 @@ use tokio::task::JoinHandle;
 use crate::image::last_words::describe_exit;
 use crate::image::limits;
 
+use super::launcher_groups;
+
 /// Waits for the image's process to end (or kills it when asked), then
 /// reports how it ended, after its last words are read, its cgroups
 /// released and its `--max-images` place freed.
@@ -26,7 +28,9 @@ pub(super) struct Reaper {
     pub(super) pumps: [JoinHandle<()>; 2],
     /// An `--image-launcher`'s time to clean up when asked to stop: its
     /// stdin is closed and it gets SIGTERM, and SIGKILL only after this.
-    /// `None` (a local image): SIGKILL after a moment.
+    /// `None` (a local image): SIGKILL after a moment. A launcher leads a
+    /// process group of its own (`launcher_groups`): the signals go to the
+    /// group, and what is left of it once the launcher has exited is killed.
     pub(super) grace: Option<Duration>,
 }
 
@@ -52,24 +56,32 @@ impl Reaper {
             grace,
         } = self;
         let mut stdin = stdin;
+        let group = pid
+            .and_then(|p| i32::try_from(p).ok())
+            .filter(|_| grace.is_some());
         let (status, killed) = tokio::select! {
             s = child.wait() => (s, false),
             _ = kill_rx => match grace {
                 Some(wait) => {
                     drop(stdin.take());
-                    if let Some(pid) = pid.and_then(|p| i32::try_from(p).ok()) {
-                        // SAFETY: kill(2) on the launcher we started and
-                        // have not reaped yet (so the pid is still ours).
-                        unsafe { libc::kill(pid, libc::SIGTERM) };
+                    // Not reaped yet: the group is still ours.
+                    if let Some(pid) = group {
+                        launcher_groups::signal_group(pid, libc::SIGTERM);
                     }
-                    stop_within(&mut child, wait).await
+                    stop_within(&mut child, wait, group).await
                 }
                 // It may be ending on its own (killed from outside, say):
                 // a dying process's socket closes before its exit status
                 // can be collected, so give it a moment before killing it.
-                None => stop_within(&mut child, Duration::from_millis(250)).await,
+                None => stop_within(&mut child, Duration::from_millis(250), None).await,
             },
         };
+        if let Some(pid) = group {
+            // What the launcher left running ends with it. Its pid, just
+            // reaped, still names the group while a member is left.
+            launcher_groups::signal_group(pid, libc::SIGKILL);
+            launcher_groups::unregister(pid);
+        }
         let text = match status {
             // Asked for when the image is stopped on purpose, or when
             // its connection is gone (the process could still run).
@@ -99,14 +111,19 @@ impl Reaper {
     }
 }
 
-/// The process's exit within `wait`, else after SIGKILL (then `true`).
+/// The process's exit within `wait`, else after SIGKILL (then `true`), to
+/// its process `group` too when it leads one.
 async fn stop_within(
     child: &mut tokio::process::Child,
     wait: Duration,
+    group: Option<i32>,
 ) -> (std::io::Result<std::process::ExitStatus>, bool) {
     match tokio::time::timeout(wait, child.wait()).await {
         Ok(s) => (s, false),
         Err(_) => {
+            if let Some(pid) = group {
+                launcher_groups::signal_group(pid, libc::SIGKILL);
+            }
             let _ = child.start_kill();
             (child.wait().await, true)
         }

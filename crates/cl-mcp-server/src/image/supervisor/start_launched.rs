@@ -4,8 +4,10 @@
 //! Swank endpoint it prints, and connects as in attach mode. The launcher
 //! stays running while the image lives: its exit is the image's death,
 //! and stopping it (stdin closed, SIGTERM, SIGKILL after a grace period) is
-//! how the image is stopped. Where the image runs, its sandbox and its
-//! limits are the launcher's; the server confines nothing it starts.
+//! how the image is stopped. The launcher leads a process group of its own
+//! and ends with the server, however the server ends (`launcher_groups`).
+//! Where the image runs, its sandbox and its limits are the launcher's; the
+//! server confines nothing it starts.
 //!
 //! The contract (README "Images launched elsewhere"):
 //! - arguments: the command line that runs the image on this host (the
@@ -34,6 +36,7 @@ use crate::image::core_cache::LaunchPlan;
 use crate::image::last_words::LastWords;
 use crate::image::{ImageError, ImageMode};
 
+use super::launcher_groups;
 use super::live::Live;
 use super::log_pump::{log_stderr, log_stdout, next_capped_line, LOG_LINE_CAP};
 use super::reaper::Reaper;
@@ -167,6 +170,9 @@ impl Image {
             ))
         })?;
         let pid = child.id();
+        if let Some(pid) = pid.and_then(|p| i32::try_from(p).ok()) {
+            launcher_groups::register(pid);
+        }
         let stdin = child.stdin.take();
         let stdout = child.stdout.take().expect("piped stdout");
         let stderr = child.stderr.take().expect("piped stderr");
@@ -306,6 +312,7 @@ impl Image {
             // sees its stdin close and cleans up; SIGKILL would leave its
             // namespace or pod behind.
             .kill_on_drop(false);
+        launcher_groups::dies_with_server(&mut cmd);
         Ok(cmd)
     }
 
