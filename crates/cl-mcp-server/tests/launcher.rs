@@ -171,6 +171,12 @@ fn the_launcher_is_the_servers_never_a_tools() {
 }
 
 /// A launcher script in a temporary directory.
+/// A directory for launcher scripts outside the temp dir, where the image
+/// may write (a launcher there is never run).
+fn launcher_dir() -> tempfile::TempDir {
+    tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap()
+}
+
 fn script(dir: &Path, name: &str, body: &str) -> String {
     use std::os::unix::fs::PermissionsExt;
     let path: PathBuf = dir.join(name);
@@ -181,7 +187,7 @@ fn script(dir: &Path, name: &str, body: &str) -> String {
 
 #[test]
 fn failing_garbage_and_wrong_secret_launchers_are_clear_errors() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = launcher_dir();
     let failing = script(
         dir.path(),
         "failing",
@@ -233,7 +239,7 @@ fn failing_garbage_and_wrong_secret_launchers_are_clear_errors() {
 
 #[test]
 fn a_silent_launcher_fails_the_first_call_after_one_start_timeout() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = launcher_dir();
     let silent = script(
         dir.path(),
         "silent",
@@ -278,7 +284,7 @@ fn pid_in(file: &Path) -> i64 {
 
 #[test]
 fn a_launcher_still_starting_ends_with_the_server() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = launcher_dir();
     let d = dir.path().display();
     // A launcher that never prints, and a process it started.
     let slow = script(
@@ -464,7 +470,7 @@ fn netns_launcher_starts_no_image_without_its_firewall() {
         return;
     }
     // An `nft` that cannot load rules (a kernel without nf_tables).
-    let dir = tempfile::tempdir().unwrap();
+    let dir = launcher_dir();
     script(
         dir.path(),
         "nft",
@@ -522,4 +528,28 @@ fn python_sdk_reads_a_launched_images_info() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(stdout.contains("launched: launched by "), "{stdout}");
+}
+
+/// A launcher an agent could have rewritten (under the project root, or
+/// where the image may write) is never run: it would run with the
+/// server's rights, outside every sandbox.
+#[test]
+fn a_launcher_the_agent_could_write_is_never_run() {
+    let root = tempfile::tempdir().unwrap();
+    let marker = root.path().join("ran");
+    let planted = script(
+        root.path(),
+        "launch.sh",
+        &format!("touch {}", marker.display()),
+    );
+    let root_s = root.path().to_str().unwrap();
+    let mut s = lisp_server(&["--image-launcher", &planted, "--project-root", root_s]);
+    let r = eval(&mut s, 1, "(+ 1 2)");
+    assert!(r.is_error, "{}", r.text);
+    assert!(
+        r.text.contains("refusing to run the image launcher") && r.text.contains("project root"),
+        "{}",
+        r.text
+    );
+    assert!(!marker.exists(), "the planted launcher ran");
 }

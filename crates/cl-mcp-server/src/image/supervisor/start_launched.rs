@@ -279,8 +279,12 @@ impl Image {
             fasl_dir,
             ..
         } = self.image_places()?;
+        // Never a launcher an agent could have rewritten: it runs with the
+        // server's rights, outside every sandbox.
+        let launcher = crate::image::jail::runnable_launcher(config, launcher)
+            .map_err(|e| ImageError::StartFailed(e.to_string()))?;
         let (memory_args, memory_env) = self.memory_settings(plan);
-        let mut cmd = tokio::process::Command::new(launcher);
+        let mut cmd = tokio::process::Command::new(&launcher);
         cmd.arg(&plan.lisp)
             .args(memory_args)
             .args(&config.lisp_runtime_args)
