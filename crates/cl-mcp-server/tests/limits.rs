@@ -441,6 +441,9 @@ fn without_a_cgroup_a_user_gets_rlimit_nproc_and_the_bomb_still_fails() {
     let home = tempfile::tempdir().unwrap();
     std::os::unix::fs::chown(home.path(), Some(65534), Some(65534)).unwrap();
     let home_s = home.path().to_str().unwrap();
+    // The project apart from the cache (a cache inside the project root is
+    // refused: the image could write it).
+    let proj = project_of(home.path());
     let bomb = "(let ((procs nil) (err nil)) (handler-case (dotimes (i 200) \
         (push (sb-ext:run-program \"/bin/sleep\" (list \"5\") :wait nil) procs)) \
         (error (e) (setf err (princ-to-string e)))) \
@@ -453,7 +456,9 @@ fn without_a_cgroup_a_user_gets_rlimit_nproc_and_the_bomb_still_fails() {
             .arg(env!("CARGO_BIN_EXE_cl-mcp-server"))
             .args(["--max-processes", "64", "--no-core-cache", "--cache-dir"])
             .arg(home.path().join("cache"))
-            .args(["--project-root", home_s, "call", tool])
+            .arg("--project-root")
+            .arg(&proj)
+            .args(["call", tool])
             .args(args)
             .output()
             .unwrap();
@@ -548,7 +553,7 @@ impl NobodyServer {
             .arg("--cache-dir")
             .arg(home.path().join("cache"))
             .arg("--project-root")
-            .arg(home.path())
+            .arg(project_of(home.path()))
             .args(args)
             .stdin(std::process::Stdio::piped())
             .stdout(std::process::Stdio::piped())
@@ -663,4 +668,12 @@ fn a_hard_process_limit_below_the_cap_is_clamped_and_exhaustion_is_answered() {
     assert!(!err, "{text}");
     let (text, _, _) = s.tool(6, "image-info", json!({}));
     assert!(text.contains("generation 1"), "{text}");
+}
+
+/// A project directory of nobody's inside `home`, beside the cache.
+fn project_of(home: &std::path::Path) -> std::path::PathBuf {
+    let proj = home.join("proj");
+    std::fs::create_dir_all(&proj).unwrap();
+    std::os::unix::fs::chown(&proj, Some(65534), Some(65534)).unwrap();
+    proj
 }

@@ -397,9 +397,16 @@ pub fn check_cache_apart(write: &[PathBuf], places: &Places) -> Result<(), Image
         }
         if cache.starts_with(w) || w.starts_with(&cache) {
             return Err(ImageError::Sandbox(format!(
-                "the server's cache {} lies {} {}, where the image may write: an image could                  rewrite the cores and fasls every later image loads. Put the cache elsewhere                  (--cache-dir DIR or XDG_CACHE_HOME, outside the project and the --allow-write                  dirs), or start the server in the project's own directory (--project-root).",
+                "the server's cache {} lies {} {}, where the image may write: an image could \
+                 rewrite the cores and fasls every later image loads. Put the cache elsewhere \
+                 (--cache-dir DIR or XDG_CACHE_HOME, outside the project and the --allow-write \
+                 dirs), or start the server in the project's own directory (--project-root).",
                 cache.display(),
-                if cache.starts_with(w) { "inside" } else { "around" },
+                if cache.starts_with(w) {
+                    "inside"
+                } else {
+                    "around"
+                },
                 w.display()
             )));
         }
