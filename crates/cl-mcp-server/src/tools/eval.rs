@@ -313,6 +313,7 @@ fn request_form(a: &EvalArgs, id: u64, session: &str, max_output: usize) -> Stri
 }
 
 async fn evaluate(a: EvalArgs, ctx: ToolContext) -> ToolOutput {
+    let started = std::time::Instant::now();
     let timeout = a.timeout_seconds.unwrap_or(30.0);
     if !(timeout > 0.0 && timeout.is_finite()) {
         return ToolOutput::error(
@@ -350,7 +351,8 @@ async fn evaluate(a: EvalArgs, ctx: ToolContext) -> ToolOutput {
     out.queued_ms = queued.as_ref().map(|q| q.millis());
     // Only in the text: advice for the model, not data about the outcome.
     let repair_note = if out.error.is_some() {
-        repair_note(&a.code)
+        let left = timeout_d.saturating_sub(started.elapsed());
+        bounded_repair_note(&a.code, left).await
     } else {
         None
     };
@@ -381,6 +383,29 @@ async fn evaluate(a: EvalArgs, ctx: ToolContext) -> ToolOutput {
     ToolOutput::structured(text, structured).with_error(is_error)
 }
 
+/// [`repair_note`] off the async workers, within `left` (what the
+/// evaluation's timeout leaves): past it, a note saying it was skipped
+/// (the repair goes on to its end on the blocking pool, holding nothing:
+/// it is linear in the code's length, so seconds for megabytes).
+async fn bounded_repair_note(code: &str, left: Duration) -> Option<String> {
+    let owned = code.to_string();
+    let work = tokio::task::spawn_blocking(move || repair_note(&owned));
+    match tokio::time::timeout(left, work).await {
+        Ok(note) => note.ok().flatten(),
+        Err(_) => Some(format!(
+            "[REPAIR] Not shown: placing the closers of this code ({} bytes) would take longer \
+             than the {:.1} s the evaluation's timeout left. Check it with lisp-check-parens, or \
+             write it to a file with fs-write-file, which repairs it.",
+            code.len(),
+            left.as_secs_f64()
+        )),
+    }
+}
+
+/// Longest repaired code a `[REPAIR]` note repeats; longer code is
+/// described by its changes only.
+const MAX_NOTE_ECHO: usize = 16 << 10;
+
 /// When `code` failed and does not read for its closing parentheses: the
 /// `[REPAIR]` note showing the code with its closers placed by indentation
 /// (or why they cannot be). The repaired code is never run: the model sends
@@ -398,14 +423,24 @@ fn repair_note(code: &str) -> Option<String> {
                 format!(
                     "[REPAIR] Only the extra \")\" at the end did not read ({}); the forms \
                      before it ran.",
-                    r.changes.join("; ")
+                    r.changes_phrase()
+                )
+            } else if r.text.len() > MAX_NOTE_ECHO {
+                format!(
+                    "[REPAIR] The code does not read: by its indentation it is missing or has \
+                     extra closing parentheses ({}):\n{}Nothing of the repaired code ran; the \
+                     repaired code ({} bytes) is too long to repeat here: make these changes \
+                     and send it again.",
+                    r.changes_phrase(),
+                    r.diff,
+                    r.text.len()
                 )
             } else {
                 format!(
                     "[REPAIR] The code does not read: by its indentation it is missing or has \
                      extra closing parentheses ({}):\n{}Nothing of the repaired code ran; if \
                      this is what you meant, send it again:\n{}",
-                    r.changes.join("; "),
+                    r.changes_phrase(),
                     r.diff,
                     r.text
                 )

@@ -608,7 +608,7 @@ fn write_file(a: WriteArgs, session: &Session) -> ToolOutput {
     } else {
         format!(
             "\nRepaired the parentheses by indentation before writing ({}):\n{}",
-            out.repairs.join("; "),
+            crate::tools::parens::changes_phrase(&out.repairs),
             repair_diff.trim_end()
         )
     };

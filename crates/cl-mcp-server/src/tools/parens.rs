@@ -7,6 +7,7 @@
 
 use std::path::Path;
 
+use lisp_syntax::cst::LineIndex;
 use lisp_syntax::repair::{repair_parens, Change, Refusal, Repair};
 
 /// File extensions treated as Lisp source.
@@ -23,10 +24,39 @@ pub fn is_lisp_path(path: &Path) -> bool {
 pub struct Repaired {
     /// The text with its closers placed by indentation.
     pub text: String,
-    /// `added ")" at line 12, column 30`, one per change.
+    /// `added ")" at line 12, column 30`, one per change (at most
+    /// `lisp_syntax::repair::MAX_PAREN_ERRORS`).
     pub changes: Vec<String>,
-    /// Each changed line as `-12: old` / `+12: new`.
+    /// Each changed line as `-12: old` / `+12: new`, the first
+    /// [`SHOWN_LINES`] of them, then a line counting the others.
     pub diff: String,
+}
+
+/// How many changes and changed lines an answer spells out; the others
+/// are counted.
+pub const SHOWN_LINES: usize = 20;
+
+impl Repaired {
+    /// The changes as one phrase: the first [`SHOWN_LINES`] joined by `; `,
+    /// then how many more.
+    pub fn changes_phrase(&self) -> String {
+        changes_phrase(&self.changes)
+    }
+}
+
+/// `changes` as one phrase: the first [`SHOWN_LINES`] joined by `; `, then
+/// how many more.
+pub fn changes_phrase(changes: &[String]) -> String {
+    let mut s = changes
+        .iter()
+        .take(SHOWN_LINES)
+        .cloned()
+        .collect::<Vec<_>>()
+        .join("; ");
+    if changes.len() > SHOWN_LINES {
+        s.push_str(&format!("; and {} more", changes.len() - SHOWN_LINES));
+    }
+    s
 }
 
 /// `Ok(None)` when `text` needs nothing (it reads, or its problems are not
@@ -51,28 +81,67 @@ pub fn repair(text: &str) -> Result<Option<Repaired>, Refusal> {
 }
 
 /// The changed lines, before and after (lines are the same in both texts:
-/// only `)` characters move).
+/// only `)` characters move): the first [`SHOWN_LINES`], a line longer than
+/// [`SHOWN_LINE_BYTES`] cut to that much around its first change, then how
+/// many more. Changes come in text order, so a line's changes are next to
+/// each other.
 fn diff_lines(old: &str, new: &str, changes: &[Change]) -> String {
-    let old_lines: Vec<&str> = old.split('\n').collect();
-    let new_lines: Vec<&str> = new.split('\n').collect();
-    let mut seen = Vec::new();
+    let old_lines = LineIndex::new(old);
+    let new_lines = LineIndex::new(new);
+    let mut lines: Vec<(usize, usize)> = changes.iter().map(|c| (c.line, c.offset)).collect();
+    lines.dedup_by_key(|(line, _)| *line);
     let mut out = String::new();
-    for c in changes {
-        if seen.contains(&c.line) {
-            continue;
-        }
-        seen.push(c.line);
-        let i = c.line - 1;
-        let strip = |s: &str| s.trim_end_matches('\r').to_string();
+    for &(n, at) in lines.iter().take(SHOWN_LINES) {
         out.push_str(&format!(
-            "-{}: {}\n+{}: {}\n",
-            c.line,
-            strip(old_lines.get(i).unwrap_or(&"")),
-            c.line,
-            strip(new_lines.get(i).unwrap_or(&""))
+            "-{n}: {}\n+{n}: {}\n",
+            line_text(old, &old_lines, n, at),
+            line_text(new, &new_lines, n, at),
+        ));
+    }
+    if lines.len() > SHOWN_LINES {
+        out.push_str(&format!(
+            "({} more changed lines not shown)\n",
+            lines.len() - SHOWN_LINES
         ));
     }
     out
+}
+
+/// Longest stretch of a changed line shown, in bytes.
+pub const SHOWN_LINE_BYTES: usize = 240;
+
+/// Line `n` (1-based) of `text` without its line ending; a longer one than
+/// [`SHOWN_LINE_BYTES`] cut to that much around `at` (`…` marks a cut).
+fn line_text(text: &str, index: &LineIndex, n: usize, at: usize) -> String {
+    let (Some(start), Some(end)) = (index.line_start(n), index.line_end(n)) else {
+        return String::new();
+    };
+    let end = if text[..end].ends_with('\r') {
+        end - 1
+    } else {
+        end
+    };
+    if end - start <= SHOWN_LINE_BYTES {
+        return text[start..end].to_string();
+    }
+    let floor = |mut i: usize| {
+        while !text.is_char_boundary(i) {
+            i -= 1;
+        }
+        i
+    };
+    let from = floor(
+        at.clamp(start, end)
+            .saturating_sub(SHOWN_LINE_BYTES / 2)
+            .max(start),
+    );
+    let to = floor((from + SHOWN_LINE_BYTES).min(end));
+    format!(
+        "{}{}{}",
+        if from > start { "…" } else { "" },
+        &text[from..to],
+        if to < end { "…" } else { "" }
+    )
 }
 
 #[cfg(test)]

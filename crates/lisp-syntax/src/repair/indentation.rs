@@ -21,23 +21,14 @@ type BrokenLines = Vec<(std::ops::RangeInclusive<usize>, usize)>;
 type SegmentRefusal = (Refusal, bool);
 
 /// The indentation rule (the module documentation's first part).
-pub(super) fn by_indentation(text: &str) -> Repair {
-    let parse = cst::parse(text);
-    let paren_trouble = parse.errors.iter().any(|e| {
-        matches!(
-            e.kind,
-            SyntaxErrorKind::ExtraClose
-                | SyntaxErrorKind::Unclosed(Construct::List | Construct::Vector)
-        )
-    });
-    if !paren_trouble {
-        return Repair::Unchanged;
-    }
-    let layout = Layout::of(text, &parse);
+/// `parse` is `text`'s, and holds trouble with parentheses
+/// (`paren_trouble`).
+pub(super) fn by_indentation(text: &str, parse: &cst::Parse) -> Repair {
+    let layout = Layout::of(text, parse);
     let lines = &layout.lines;
     let kept_groups = line_groups(text, &layout.toks, true);
     let ctx = layout.ctx(text, false);
-    if let Some(r) = unclosed_construct(&ctx, &parse) {
+    if let Some(r) = unclosed_construct(&ctx, parse) {
         return Repair::Refused(r);
     }
     let (mut edits, broken_lines) = match infer_units(&ctx, &kept_groups) {

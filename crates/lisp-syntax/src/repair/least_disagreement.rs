@@ -22,8 +22,11 @@ use crate::cst::{self, LineIndex};
 /// that line says nothing, while every other line still points at the end.
 /// Inside the form, one line is as likely as another where the indentation
 /// cannot tell, so no other place is ever chosen.
-pub(super) fn by_least_disagreement(text: &str) -> Option<(String, Vec<Change>)> {
-    let layout = Layout::of(text, &cst::parse(text));
+pub(super) fn by_least_disagreement(
+    text: &str,
+    parse: &cst::Parse,
+) -> Option<(String, Vec<Change>)> {
+    let layout = Layout::of(text, parse);
     let lines = &layout.lines;
     let (start, end, net) = the_broken_form(text, &layout)?;
     let form = &text[start..end];

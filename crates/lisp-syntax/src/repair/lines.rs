@@ -33,6 +33,7 @@ pub(super) struct Tok {
 pub(super) fn tokens(text: &str, parse: &cst::Parse) -> Vec<Tok> {
     let mut toks = Vec::new();
     let mut at_line_start = true;
+    let mut columns = Columns::default();
     for leaf in parse.leaves() {
         let s = leaf.text(text);
         let kind = match leaf.kind {
@@ -51,7 +52,7 @@ pub(super) fn tokens(text: &str, parse: &cst::Parse) -> Vec<Tok> {
             kind,
             start: leaf.span.start,
             end: leaf.span.end,
-            col: visual_column(text, leaf.span.start),
+            col: columns.at(text, leaf.span.start),
             first_on_line: at_line_start,
         });
         at_line_start = false;
@@ -59,11 +60,31 @@ pub(super) fn tokens(text: &str, parse: &cst::Parse) -> Vec<Tok> {
     toks
 }
 
-fn visual_column(text: &str, at: usize) -> usize {
-    let line_start = text[..at].rfind('\n').map_or(0, |i| i + 1);
-    text[line_start..at]
-        .chars()
-        .fold(0, |c, ch| if ch == '\t' { (c / 8 + 1) * 8 } else { c + 1 })
+/// Visual columns of increasing offsets, each found from the last one
+/// (tabs to multiples of 8): one pass over the text in all, however long
+/// its lines (a search back to the line start for each token was
+/// quadratic in a line's length).
+#[derive(Default)]
+struct Columns {
+    /// The last offset asked for, and its column.
+    at: usize,
+    col: usize,
+}
+
+impl Columns {
+    /// The column of `at`, not before the last offset asked for.
+    fn at(&mut self, text: &str, at: usize) -> usize {
+        let from = self.at.min(at);
+        for ch in text[from..at].chars() {
+            self.col = match ch {
+                '\n' => 0,
+                '\t' => (self.col / 8 + 1) * 8,
+                _ => self.col + 1,
+            };
+        }
+        self.at = at;
+        self.col
+    }
 }
 
 /// The tokens from one line start (outside any string or comment) to the

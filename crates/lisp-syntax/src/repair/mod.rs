@@ -37,10 +37,17 @@
 //!   form is the one place that leaves the fewest lines lined up with
 //!   nothing (`by_least_disagreement`): a form whose indentation is off in
 //!   a line but whose last line was miscounted.
+//!
+//! The work is linear in the text's length (columns are counted in one pass,
+//! however long a line), and two kinds of text are refused after the first
+//! reading, before any of it: more than [`MAX_PAREN_ERRORS`] parentheses
+//! without a partner, and lines that end in a carriage return alone (old
+//! Mac files, which read by `\n` are one line: a repair would close a form
+//! at the end of the text and swallow the forms after it).
 
 use std::fmt;
 
-use crate::cst::{self, NodeKind};
+use crate::cst::{self, Construct, NodeKind, SyntaxErrorKind};
 
 mod apply;
 mod indentation;
@@ -124,11 +131,39 @@ pub struct Refusal {
     pub fix: String,
 }
 
+/// The most closers, stray or missing, a repair takes on: a model drops or
+/// doubles a few, and beyond this the text is something else (a file of
+/// closers alone, a broken generator's output), which no indentation says
+/// much about; each one also costs a change, a line of the diff and a
+/// line of the answer. Text with more is refused at once, after one
+/// reading.
+pub const MAX_PAREN_ERRORS: usize = 1000;
+
 /// Repairs the closing parentheses of `text` from its indentation; see the
-/// module documentation.
+/// module documentation. Linear in the text's length: one reading, the
+/// rule over its tokens, one reading of the result (the second way reads
+/// one form at most a few times, within a budget of its size).
 pub fn repair_parens(text: &str) -> Repair {
-    match by_indentation(text) {
-        Repair::Refused(r) => match by_least_disagreement(text) {
+    let parse = cst::parse(text);
+    let paren_errors = parse
+        .errors
+        .iter()
+        .filter(|e| {
+            matches!(
+                e.kind,
+                SyntaxErrorKind::ExtraClose
+                    | SyntaxErrorKind::Unclosed(Construct::List | Construct::Vector)
+            )
+        })
+        .count();
+    if paren_errors == 0 {
+        return Repair::Unchanged;
+    }
+    if let Some(r) = refused_at_once(text, &parse, paren_errors) {
+        return Repair::Refused(r);
+    }
+    match by_indentation(text, &parse) {
+        Repair::Refused(r) => match by_least_disagreement(text, &parse) {
             Some((text, changes)) => Repair::Repaired { text, changes },
             None => Repair::Refused(r),
         },
@@ -136,11 +171,67 @@ pub fn repair_parens(text: &str) -> Repair {
     }
 }
 
+/// Text the repair does not read line by line: more than
+/// [`MAX_PAREN_ERRORS`] stray or unclosed lists, or lines that end in a
+/// carriage return alone (old Mac files), where the rule, reading lines by
+/// `\n`, would see one line and close lists against nothing.
+fn refused_at_once(text: &str, parse: &cst::Parse, paren_errors: usize) -> Option<Refusal> {
+    let lines = cst::LineIndex::new(text);
+    let first = &parse.errors[0];
+    let at = first.open_offset.unwrap_or(first.offset);
+    // The form the first error is in, or for a stray `)` the one before it.
+    let i = parse.forms.partition_point(|n| n.span.end <= at);
+    let form_at = match first.kind {
+        SyntaxErrorKind::ExtraClose => parse.forms[..i].iter().rfind(|n| !n.is_trivia()),
+        _ => None,
+    }
+    .or_else(|| parse.forms.get(i))
+    .map_or(0, |n| n.span.start);
+    let refusal = |line: usize, reason: String, fix: &str| Refusal {
+        form_line: lines.line_col(form_at).0,
+        form: form_label(&text[form_at..]),
+        line,
+        reason,
+        fix: fix.to_string(),
+    };
+    if paren_errors > MAX_PAREN_ERRORS {
+        return Some(refusal(
+            lines.line_col(first.offset).0,
+            format!(
+                "the text has {paren_errors} parentheses with no partner (stray \")\" or \
+                 unclosed lists), more than the {MAX_PAREN_ERRORS} a repair places"
+            ),
+            "fix the parentheses by hand (lisp-check-parens lists where), or write the text \
+             in pieces",
+        ));
+    }
+    let bytes = text.as_bytes();
+    let bare_cr = (0..bytes.len()).find(|&i| bytes[i] == b'\r' && bytes.get(i + 1) != Some(&b'\n'));
+    if let Some(i) = bare_cr {
+        return Some(refusal(
+            lines.line_col(i).0,
+            "its lines end in a carriage return alone (`\\r`, old Mac line endings), and the \
+             repair reads lines by `\\n`, so it cannot tell where a line's lists end"
+                .to_string(),
+            "convert the line endings to `\\n` (or `\\r\\n`) and write it again, or place the \
+             closers yourself",
+        ));
+    }
+    None
+}
+
 /// The first words of a form: `(defun foo`, `#+sbcl (defun foo`,
 /// `(defun (setf foo)`: its first line up to the second element of the
 /// first list on it.
 pub fn form_label(text: &str) -> String {
-    let line = text.lines().next().unwrap_or("").trim_end();
+    let line = text.lines().next().unwrap_or("");
+    // The label is 60 characters at most: a line of megabytes is read no
+    // further than that needs.
+    let line = match line.char_indices().nth(240) {
+        Some((i, _)) => &line[..i],
+        None => line,
+    }
+    .trim_end();
     let parse = cst::parse(line);
     let list = parse.top_level_forms().find_map(|f| {
         let mut node = f;

@@ -173,14 +173,16 @@ fn edit(a: EditArgs, ctx: &ToolContext) -> ToolOutput {
             r.display
         ));
     }
-    if let Err(e) = check_outside(&text, &new_text, spliced.range, spliced.inserted) {
+    if let Err(e) = check_outside(&text, &new_text, spliced.range.clone(), spliced.inserted) {
         return ToolOutput::error(format!("Not written: {e} in {}.", r.display));
     }
-    let diff = similar::TextDiff::from_lines(&text, &new_text)
-        .unified_diff()
-        .context_radius(3)
-        .header(&format!("a/{}", r.display), &format!("b/{}", r.display))
-        .to_string();
+    let diff = region_diff(
+        &r.display,
+        &text,
+        &new_text,
+        &spliced.range,
+        spliced.inserted,
+    );
     let dry = a.dry_run.unwrap_or(false);
     if !dry {
         if let Err(e) = atomic_write(&r, new_text.as_bytes()) {
@@ -211,7 +213,7 @@ fn edit(a: EditArgs, ctx: &ToolContext) -> ToolOutput {
             msg,
             "Repaired the parentheses of `content` by its indentation ({}; lines of \
              `content`):\n{repair_diff}",
-            repairs.join("; ")
+            parens::changes_phrase(&repairs)
         );
     }
     msg.push_str(&diff);
@@ -227,6 +229,116 @@ fn edit(a: EditArgs, ctx: &ToolContext) -> ToolOutput {
         repairs,
     };
     ToolOutput::structured(msg, to_json(&out))
+}
+
+/// Most lines of diff an answer holds; the rest is counted (the edit is
+/// applied in full).
+const MAX_DIFF_LINES: usize = 200;
+/// Most bytes of diff an answer holds.
+const MAX_DIFF_BYTES: usize = 16 << 10;
+/// Most bytes of one line of diff shown (`…` marks the cut).
+const MAX_DIFF_LINE_BYTES: usize = 1 << 10;
+
+/// The unified diff of an edit that replaced `range` of `old` by
+/// `inserted` bytes (everything else is the same in `new`): only the lines
+/// around the edit are compared, and what the answer shows is capped at
+/// [`MAX_DIFF_LINES`] lines and [`MAX_DIFF_BYTES`] bytes, then counted. So
+/// the cost and the answer grow with the edit, not with the file.
+fn region_diff(
+    display: &str,
+    old: &str,
+    new: &str,
+    range: &Range<usize>,
+    inserted: usize,
+) -> String {
+    const CONTEXT: usize = 3;
+    // From three lines before the edit to three after, in both texts.
+    let mut from = line_start_of(old, range.start);
+    for _ in 0..CONTEXT {
+        if from == 0 {
+            break;
+        }
+        from = line_start_of(old, from - 1);
+    }
+    let mut to = range.end;
+    for _ in 0..=CONTEXT {
+        if to >= old.len() {
+            break;
+        }
+        to = (line_end_of(old, to) + 1).min(old.len());
+    }
+    let new_to = to - range.end + range.start + inserted;
+    let (a, b) = (&old[from..to], &new[from..new_to]);
+    let first_line = old[..from].bytes().filter(|&c| c == b'\n').count();
+    let diff = similar::TextDiff::configure()
+        .deadline(std::time::Instant::now() + std::time::Duration::from_millis(500))
+        .diff_lines(a, b);
+    // The header comes with the first hunk: no change, no diff.
+    let mut out = String::new();
+    let mut lines = 0usize;
+    let mut left = 0usize;
+    let hunk_range = |r: Range<usize>| {
+        let (start, len) = (first_line + r.start + 1, r.len());
+        match len {
+            1 => start.to_string(),
+            0 => format!("{},0", start - 1),
+            _ => format!("{start},{len}"),
+        }
+    };
+    for group in diff.grouped_ops(CONTEXT) {
+        let (Some(first), Some(last)) = (group.first(), group.last()) else {
+            continue;
+        };
+        if out.is_empty() {
+            let _ = write!(out, "--- a/{display}\n+++ b/{display}\n");
+        }
+        let old_r = first.old_range().start..last.old_range().end;
+        let new_r = first.new_range().start..last.new_range().end;
+        let mut hunk = vec![format!(
+            "@@ -{} +{} @@\n",
+            hunk_range(old_r),
+            hunk_range(new_r)
+        )];
+        for op in &group {
+            for change in diff.iter_changes(op) {
+                let sign = match change.tag() {
+                    similar::ChangeTag::Delete => '-',
+                    similar::ChangeTag::Insert => '+',
+                    similar::ChangeTag::Equal => ' ',
+                };
+                let value = change.value();
+                let mut line = if value.len() > MAX_DIFF_LINE_BYTES {
+                    let mut cut = MAX_DIFF_LINE_BYTES;
+                    while !value.is_char_boundary(cut) {
+                        cut -= 1;
+                    }
+                    format!("{sign}{}…\n", &value[..cut])
+                } else {
+                    format!("{sign}{value}")
+                };
+                if change.missing_newline() {
+                    line.push_str("\n\\ No newline at end of file\n");
+                }
+                hunk.push(line);
+            }
+        }
+        for line in hunk {
+            if lines >= MAX_DIFF_LINES || out.len() + line.len() > MAX_DIFF_BYTES {
+                left += 1;
+                continue;
+            }
+            out.push_str(&line);
+            lines += 1;
+        }
+    }
+    if left > 0 {
+        let _ = writeln!(
+            out,
+            "… ({left} more diff lines not shown: the edit was applied in full; read the form \
+             with lisp-read-file to see it)"
+        );
+    }
+    out
 }
 
 /// `content` with its parentheses repaired by its indentation (not for a
@@ -804,6 +916,45 @@ mod tests {
         );
         let out = splice(SRC, &d, Operation::Replace, "  (defun b () 'bb)  ").text;
         assert!(out.ends_with("(defun b () 'bb) ; trailing\n"), "{out}");
+    }
+
+    /// The diff of the lines around an edit is the diff of the whole
+    /// files, line numbers and all.
+    #[test]
+    fn the_diff_around_an_edit_is_the_whole_files_diff() {
+        let src = format!("{}(defun z () 'z)", SRC.repeat(3));
+        for (name, op, content) in [
+            ("a", Operation::Replace, "(defun a ()\n  'aa)"),
+            ("b", Operation::Delete, ""),
+            ("b", Operation::InsertAfter, "(defun c () 'c)"),
+            ("z", Operation::Replace, "(defun z ()\n 'zz)"),
+            ("z", Operation::InsertBefore, "(defun y () 'y)"),
+        ] {
+            let all = find_target(&src, "defun", name, None);
+            let d = match all {
+                Ok(d) => d,
+                Err(_) => {
+                    let line = src
+                        .lines()
+                        .position(|l| l.starts_with(&format!("(defun {name} ")));
+                    find_target(&src, "defun", name, line.map(|l| l + 1)).unwrap()
+                }
+            };
+            let spliced = splice(&src, &d, op, content);
+            let whole = similar::TextDiff::from_lines(&src, &spliced.text)
+                .unified_diff()
+                .context_radius(3)
+                .header("a/f.lisp", "b/f.lisp")
+                .to_string();
+            let around = region_diff(
+                "f.lisp",
+                &src,
+                &spliced.text,
+                &spliced.range,
+                spliced.inserted,
+            );
+            assert_eq!(around, whole, "{name} {op:?}");
+        }
     }
 
     #[test]
