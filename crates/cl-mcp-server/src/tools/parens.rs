@@ -63,6 +63,30 @@ pub fn changes_phrase(changes: &[String]) -> String {
 /// about parentheses); `Ok(Some(_))` with the repair; `Err` with why the
 /// closers cannot be placed (the form, the line, the likely fix).
 pub fn repair(text: &str) -> Result<Option<Repaired>, Refusal> {
+    let out = repair_worded(text);
+    if text.len() >= GIVE_BACK_AFTER {
+        give_memory_back();
+    }
+    out
+}
+
+/// Text this long (a megabyte) has the repair's memory handed back to the
+/// system afterwards: its syntax trees take some 50 bytes a node, hundreds
+/// of megabytes for a text of a few, which the allocator would otherwise
+/// keep in the blocking thread's arena.
+const GIVE_BACK_AFTER: usize = 1 << 20;
+
+/// Returns the free memory of glibc's arenas to the system.
+fn give_memory_back() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim(3) only releases free memory the allocator holds;
+    // it takes no pointers and is safe to call from any thread.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
+
+fn repair_worded(text: &str) -> Result<Option<Repaired>, Refusal> {
     match repair_parens(text) {
         Repair::Unchanged => Ok(None),
         Repair::Refused(r) => Err(r),
