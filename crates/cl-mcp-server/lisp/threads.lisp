@@ -5,8 +5,46 @@
 
 ;;; Threads.
 
-(defparameter *protected-thread-names* '("control-thread" "reader-thread")
-  "Swank's connection threads: killing one cuts the server off the image.")
+(defparameter *protected-thread-names*
+  '(("control-thread" . "Swank's control thread, which every request and reply goes through")
+    ("reader-thread" . "Swank's reader thread, which reads every request of the server")
+    ("swank-indentation-cache-thread" . "Swank's indentation cache thread")
+    ("Swank Sentinel" . "Swank's sentinel thread, which keeps its connections")
+    ("cl-mcp-eval" . "the server's evaluation channel thread, which runs evaluate-lisp"))
+  "The machinery the server reaches the image through, by thread name, with
+what each one is: killing or interrupting one (a debugger there has no
+taker) cuts the server off the image or ends it. A name starting \"Swank \"
+is Swank's listener for a port.")
+
+(defun machinery-thread-p (thread)
+  "What THREAD is when it is part of the machinery of *PROTECTED-THREAD-NAMES*
+(a phrase), else NIL."
+  (let ((name (ignore-errors (swank/backend:thread-name thread))))
+    (when (stringp name)
+      (or (cdr (assoc name *protected-thread-names* :test #'string=))
+          (and (> (length name) 6) (string= "Swank " name :end2 6)
+               (digit-char-p (char name 6))
+               "Swank's listener thread")))))
+
+(defun protected-thread-refusal (thread target action)
+  "Why ACTION (:kill or :interrupt) of TARGET (whose id is THREAD) is
+refused, or NIL: the image's main thread, and Swank's and the server's own
+threads, are refused the same way for both actions."
+  (let ((verb (if (eq action :kill) "killing" "interrupting")))
+    (cond ((and (eq target (image-main-thread))
+                (or (eq action :kill) (local-image-p)))
+           ;; In an image the server started, the main thread only waits
+           ;; on the server's lifeline: a debugger there has no taker, is
+           ;; aborted, and the abort ends the image. Attached, the user's
+           ;; SLIME takes an interrupt's debugger.
+           (if (eq action :kill)
+               (format nil "Thread ~A is the image's main thread: killing it ends the image and all its state. To start afresh, use image-restart."
+                       thread)
+               (format nil "Thread ~A is the image's main thread, which only waits for the server: interrupting it would end the image and all its state. Interrupt an evaluation with image-interrupt instead."
+                       thread)))
+          ((machinery-thread-p target)
+           (format nil "Thread ~A is ~A: ~A it would cut the server off the image (its tools would no longer be answered). Refused; interrupt an evaluation with image-interrupt, or start afresh with image-restart."
+                   thread (machinery-thread-p target) verb)))))
 
 (defun image-main-thread ()
   "The thread whose end ends the image: SBCL's main thread, else the one
@@ -158,15 +196,9 @@ id from the list). Returns (:threads ((:id :name :status :in-debugger
                      (return-from thread-request
                        (list :error "The thread did not answer within 3 seconds (it blocks interrupts, e.g. inside foreign code).")))))
               (:kill
-               (when (eq target (image-main-thread))
-                 (return-from thread-request
-                   (list :error (format nil "Thread ~A is the image's main thread: killing it ends the image and all its state. To start afresh, use image-restart."
-                                        thread))))
-               (when (member (swank/backend:thread-name target) *protected-thread-names*
-                             :test #'equal)
-                 (return-from thread-request
-                   (list :error (format nil "Thread ~A is Swank's ~A: killing it would cut the server off the image."
-                                        thread (swank/backend:thread-name target)))))
+               (let ((refusal (protected-thread-refusal thread target :kill)))
+                 (when refusal
+                   (return-from thread-request (list :error refusal))))
                (swank/backend:kill-thread target)
                (loop repeat 100 while (swank/backend:thread-alive-p target) do (sleep 0.01))
                (list :thread thread :done t
@@ -174,13 +206,9 @@ id from the list). Returns (:threads ((:id :name :status :in-debugger
                                   "Asked the thread to terminate; it is still unwinding."
                                   "The thread was terminated.")))
               (:interrupt
-               ;; In an image the server started, the main thread only
-               ;; waits on the server's lifeline: a debugger there has no
-               ;; taker, is aborted, and the abort ends the image.
-               (when (and (local-image-p) (eq target (image-main-thread)))
-                 (return-from thread-request
-                   (list :error (format nil "Thread ~A is the image's main thread, which only waits for the server: interrupting it would end the image and all its state. Interrupt an evaluation with image-interrupt instead."
-                                        thread))))
+               (let ((refusal (protected-thread-refusal thread target :interrupt)))
+                 (when refusal
+                   (return-from thread-request (list :error refusal))))
                (deliver-interrupt
                 target
                 (lambda ()

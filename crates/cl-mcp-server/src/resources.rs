@@ -175,7 +175,22 @@ pub async fn read_lisp_uri(session: Arc<Session>, uri: &str) -> Result<Value, Re
     let out = match parts.as_slice() {
         ["profile", id, file] => return flame_graphs::read(&ctx.session, uri, id, file),
         ["coverage", system, page] => {
-            return coverage::read(&ctx.session, uri, &uri_part(uri, system)?, page)
+            // File I/O: off the async workers, like every file read.
+            let (session, uri, system, page) = (
+                ctx.session.clone(),
+                uri.to_string(),
+                uri_part(uri, system)?,
+                page.to_string(),
+            );
+            return tokio::task::spawn_blocking(move || {
+                coverage::read(&session, &uri, &system, &page)
+            })
+            .await
+            .unwrap_or_else(|e| {
+                Err(ResourceError::Invalid(format!(
+                    "Reading the coverage page failed: {e}"
+                )))
+            });
         }
         ["image", "info"] => via_tool("image-info", json!({})).await,
         ["symbol", package, name] if !name.is_empty() => {

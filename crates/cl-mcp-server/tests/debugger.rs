@@ -1710,3 +1710,37 @@ fn debugger_on_abcl_refuses_what_its_backend_lacks() {
     let r = call(&mut s, 7, "debugger-restart", json!({"action": "abort"}));
     assert!(r.text.contains("abandoned"), "{}", r.text);
 }
+
+/// Code running in a frame counts as the debugger's use: with
+/// `--debugger-idle-secs 2`, `(sleep 5)` in a frame is answered with its
+/// value after 5 s (the idle abort used to unwind the debugger under it,
+/// and the call was never answered), and the debugger is still there, to
+/// be aborted 2 s after that call ended.
+#[test]
+fn frame_code_running_longer_than_the_idle_time_is_answered() {
+    let mut s = lisp_server(&["--debugger-idle-secs", "2"]);
+    let r = eval_with(&mut s, 1, "(error \"in use\")", json!({"debug": true}));
+    assert!(r.text.starts_with("[DEBUGGER level 1]"), "{}", r.text);
+    let started = std::time::Instant::now();
+    s.send(
+        &json!({"jsonrpc":"2.0","id":2,"method":"tools/call","params":{
+        "name":"debugger-frame","arguments":{"code": "(sleep 5) :slept"}}}),
+    );
+    let msgs = s.collect_until(Duration::from_secs(45), |m| m["id"] == 2);
+    let r = eval_support::reply_of(msgs.last().unwrap());
+    let took = started.elapsed();
+    assert!(!r.is_error, "{}", r.text);
+    assert_eq!(r.structured["values"], json!([":SLEPT"]), "{}", r.text);
+    assert!(took < Duration::from_secs(15), "took {took:?}");
+    let r = call(&mut s, 3, "debugger-backtrace", json!({}));
+    assert!(r.text.starts_with("[DEBUGGER level 1]"), "{}", r.text);
+    std::thread::sleep(Duration::from_secs(4));
+    let r = call(&mut s, 4, "debugger-backtrace", json!({}));
+    assert!(
+        r.is_error && r.text.contains("no pending debugger"),
+        "{}",
+        r.text
+    );
+    let r = eval(&mut s, 5, "(+ 2 3)");
+    assert_eq!(r.text, "=> 5");
+}

@@ -279,8 +279,7 @@ fn fifos_are_refused_not_read() {
         let e = s.err(tool, args);
         assert!(
             e.text.contains(
-                "'pipe.lisp' is a named pipe (FIFO); the file tools read and edit regular \
-                 files only."
+                "'pipe.lisp' is a named pipe (FIFO); only regular files are read or edited"
             ),
             "{tool}: {}",
             e.text

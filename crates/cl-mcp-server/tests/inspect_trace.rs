@@ -1073,3 +1073,89 @@ fn inspecting_an_unprintable_object_leaves_nothing_running() {
     );
     assert_eq!(r.text, "=> (((#)))");
 }
+
+/// A tool call answered within `secs`, else the test fails (never hangs).
+fn call_within(s: &mut common::Server, id: i64, tool: &str, args: Value, secs: u64) -> Value {
+    s.send(&json!({"jsonrpc":"2.0","id":id,"method":"tools/call",
+        "params":{"name":tool,"arguments":args}}));
+    let msgs = s.collect_until(std::time::Duration::from_secs(secs), |m| {
+        m.get("id") == Some(&json!(id)) && (m.get("result").is_some() || m.get("error").is_some())
+    });
+    msgs.last().unwrap().clone()
+}
+
+/// Swank's control and reader threads and the server's evaluation channel
+/// are refused for `interrupt` as for `kill` (an interrupt there has no
+/// debugger taker: the control thread's ended the image, the reader's
+/// left every later call unanswered), and the image answers on after.
+#[test]
+fn swank_machinery_threads_are_neither_interrupted_nor_killed() {
+    if !common::on_sbcl() {
+        common::skip_known_gap(
+            "swank_machinery_threads_are_neither_interrupted_nor_killed",
+            "the thread names checked are those of Swank's :spawn style on SBCL",
+        );
+        return;
+    }
+    let mut s = lisp_server(&[]);
+    let r = call_within(
+        &mut s,
+        1,
+        "evaluate-lisp",
+        json!({"code": "(defvar *kept* :kept)"}),
+        120,
+    );
+    assert!(!common::tool_is_error(&r), "{r}");
+    let r = call_within(&mut s, 2, "list-threads", json!({}), 30);
+    let threads = r["result"]["structuredContent"]["threads"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{r}"))
+        .clone();
+    let id_of = |name: &str| {
+        threads
+            .iter()
+            .find(|t| t["name"] == name)
+            .unwrap_or_else(|| panic!("no {name} in {threads:?}"))["id"]
+            .as_i64()
+            .unwrap()
+    };
+    let mut n = 10;
+    for (name, what) in [
+        ("reader-thread", "Swank's reader thread"),
+        ("control-thread", "Swank's control thread"),
+        ("cl-mcp-eval", "evaluation channel"),
+    ] {
+        let id = id_of(name);
+        for action in ["interrupt", "kill"] {
+            n += 1;
+            let r = call_within(
+                &mut s,
+                n,
+                "list-threads",
+                json!({"action": action, "thread": id}),
+                30,
+            );
+            let text = common::tool_text(&r);
+            assert!(common::tool_is_error(&r), "{action} {name}: {text}");
+            assert!(text.contains(what), "{action} {name}: {text}");
+        }
+        let r = call_within(&mut s, 100 + n, "image-info", json!({}), 30);
+        assert!(!common::tool_is_error(&r), "after {name}: {r}");
+        let r = call_within(
+            &mut s,
+            200 + n,
+            "code-describe",
+            json!({"symbol": "car"}),
+            30,
+        );
+        assert!(!common::tool_is_error(&r), "after {name}: {r}");
+        let r = call_within(
+            &mut s,
+            300 + n,
+            "evaluate-lisp",
+            json!({"code": "*kept*"}),
+            30,
+        );
+        assert!(common::tool_text(&r).contains(":KEPT"), "after {name}: {r}");
+    }
+}

@@ -104,3 +104,115 @@ fn completion_of_template_variables_from_the_image() {
         "{systems}"
     );
 }
+
+/// The coverage directory of the project at `root` under `cache`
+/// (`<cache>/coverage/<root name>-<FNV-1a of the root's path>/`, as the
+/// server names it).
+fn coverage_dir(cache: &std::path::Path, root: &std::path::Path) -> std::path::PathBuf {
+    let mut h = 0xcbf2_9ce4_8422_2325u64;
+    for b in root.as_os_str().as_encoded_bytes() {
+        h ^= u64::from(*b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    let name = root.file_name().unwrap().to_string_lossy();
+    let name: String = name
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    cache.join("coverage").join(format!("{name}-{h:016x}"))
+}
+
+fn mkfifo(p: &std::path::Path) {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(p.as_os_str().as_bytes()).unwrap();
+    // SAFETY: a valid NUL-terminated path.
+    let rc = unsafe { libc::mkfifo(c.as_ptr(), 0o600) };
+    assert_eq!(rc, 0, "mkfifo {p:?}");
+}
+
+/// A named pipe where a coverage report's page should be (the image can
+/// write there), or a project document that is one: reading it is refused
+/// at once, saying what stands there, and the server goes on answering. A watchdog opens the pipes for
+/// writing after 20 s, so a read that blocks fails the test instead of
+/// hanging it.
+#[test]
+fn a_fifo_in_the_coverage_reports_is_refused_at_once() {
+    use std::time::{Duration, Instant};
+    let cache = tempfile::tempdir().unwrap();
+    let project = tempfile::tempdir().unwrap();
+    let root = project.path().canonicalize().unwrap();
+    let report = coverage_dir(cache.path(), &root).join("calc");
+    std::fs::create_dir_all(&report).unwrap();
+    mkfifo(&report.join("cover-index.html"));
+    mkfifo(&report.join("src-calc.html"));
+    // A project document that is a pipe: file:// reads take the same path.
+    mkfifo(&root.join("notes.md"));
+    std::fs::write(report.join("ok.html"), "<html>ok</html>").unwrap();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let watchdog = {
+        let (stop, report, root) = (stop.clone(), report.clone(), root.clone());
+        std::thread::spawn(move || {
+            let t0 = Instant::now();
+            while !stop.load(std::sync::atomic::Ordering::Relaxed)
+                && t0.elapsed() < Duration::from_secs(20)
+            {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            for f in ["cover-index.html", "src-calc.html"] {
+                use std::os::unix::fs::OpenOptionsExt;
+                let _ = std::fs::OpenOptions::new()
+                    .write(true)
+                    .custom_flags(libc::O_NONBLOCK)
+                    .open(report.join(f));
+            }
+            use std::os::unix::fs::OpenOptionsExt;
+            let _ = std::fs::OpenOptions::new()
+                .write(true)
+                .custom_flags(libc::O_NONBLOCK)
+                .open(root.join("notes.md"));
+        })
+    };
+    let mut s = Server::initialized(&[
+        "--project-root",
+        root.to_str().unwrap(),
+        "--cache-dir",
+        cache.path().to_str().unwrap(),
+        "--lazy-image",
+    ]);
+    let t0 = Instant::now();
+    let doc = format!("file://{}", root.join("notes.md").display());
+    for (id, uri) in [
+        (1, "lisp://coverage/calc/index.html".to_string()),
+        (2, "lisp://coverage/calc/src-calc.html".to_string()),
+        (5, doc),
+    ] {
+        s.send(&json!({"jsonrpc":"2.0","id":id,"method":"resources/read","params":{"uri":uri}}));
+    }
+    s.send(&json!({"jsonrpc":"2.0","id":3,"method":"ping"}));
+    let mut answered = std::collections::HashMap::new();
+    while answered.len() < 4 {
+        let m = s.recv_within(Duration::from_secs(10));
+        if let Some(id) = m["id"].as_i64() {
+            answered.insert(id, m);
+        }
+    }
+    let took = t0.elapsed();
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    watchdog.join().unwrap();
+    assert!(took < Duration::from_secs(5), "took {took:?}");
+    for id in [1, 2, 5] {
+        let r = &answered[&id];
+        let e = r["error"].to_string();
+        assert_eq!(r["error"]["code"], -32602, "{r}");
+        assert!(e.contains("named pipe (FIFO)"), "{e}");
+    }
+    assert_eq!(answered[&3]["result"], json!({}), "{}", answered[&3]);
+    let ok = read(&mut s, 4, "lisp://coverage/calc/ok.html");
+    assert_eq!(text(&ok), "<html>ok</html>");
+}

@@ -133,6 +133,36 @@ Swank's own behaviour stands."
                   (funcall old stream))))
         (setf (get auth 'refusal-installed) t)))))
 
+(defun exit-when-swank-cannot-start-threads ()
+  "Swank's listener makes the connection's control thread, and that makes
+the reader and indentation threads, with no handler around: a thread that
+cannot be made (the image at its process and thread limit) went to the
+debugger there, where it waited for a terminal forever, the connection open
+and no request ever answered. Such an image can serve nothing: say why on
+stderr (the server reports the Lisp's last words) and exit."
+  (dolist (name '(swank::spawn-threads-for-connection swank::control-thread))
+    (when (and (fboundp name) (not (get name 'thread-failure-exits)))
+      (let ((old (fdefinition name))
+            (what (if (eq name 'swank::control-thread)
+                      "its reader and indentation threads"
+                      "its control thread")))
+        (setf (fdefinition name)
+              (lambda (&rest args)
+                ;; Swank's dispatch loop handles its own errors (its panic
+                ;; handler closes the connection): only what fails before
+                ;; it reaches this handler.
+                (handler-bind
+                    ((error (lambda (e)
+                              (format (process-stderr)
+                                      "~&cl-mcp-boot: Swank cannot start ~A (~A): the image is at ~
+                                       its limit of processes and threads (--max-processes, or the ~
+                                       user's RLIMIT_NPROC); exiting~%"
+                                      what (safe-text e))
+                              (finish-output (process-stderr))
+                              (exit-now 3))))
+                  (apply old args))))
+        (setf (get name 'thread-failure-exits) t)))))
+
 (defun announce (port)
   (setf *swank-port* port)
   (let ((out (process-stdout)))
@@ -231,6 +261,7 @@ its own project. Ahead of the user's own translations."
           #+abcl (finish-backend-modules)
           (when threads
             (refuse-strangers)
+            (exit-when-swank-cannot-start-threads)
             (let ((swank::*loopback-interface* (swank-interface)))
               (swank::setup-server (swank-port) #'announce :spawn nil nil))))
       (error (e)

@@ -3,9 +3,11 @@
 //! `index.html` is sb-cover's index, the other pages are its per-file pages
 //! the index links to. Read from the project's coverage directory in the
 //! cache through a handle on it, so nothing the image writes there (a
-//! symbolic link) leads a read outside.
+//! symbolic link) leads a read outside, and opened as the file tools open
+//! files ([`open_regular_in`]: without waiting, then `fstat`), so a named
+//! pipe the image leaves there is refused at once instead of blocking the
+//! read until someone writes to it.
 
-use std::io::Read;
 use std::path::Path;
 
 use serde_json::{json, Value};
@@ -13,6 +15,7 @@ use serde_json::{json, Value};
 use super::ResourceError;
 use crate::session::Session;
 use crate::tools::asdf::coverage::{page_uri, project_reports, system_segment, INDEX_PAGE};
+use crate::tools::fs_paths::{open_regular_in, read_capped, ReadCapError};
 
 /// The largest page served (sb-cover's pages mark every character up).
 const PAGE_CAP_BYTES: u64 = 16 * 1024 * 1024;
@@ -49,7 +52,7 @@ pub fn listed(session: &Session) -> Vec<Value> {
 }
 
 /// `resources/read` of `lisp://coverage/<system>/<page>` (`system` already
-/// percent-decoded).
+/// percent-decoded). Blocking file I/O: run it off the async workers.
 pub fn read(
     session: &Session,
     uri: &str,
@@ -79,22 +82,32 @@ pub fn read(
         cap_std::fs::Dir::open_ambient_dir(project_reports(session), cap_std::ambient_authority())
             .map_err(|e| missing(e.to_string()))?;
     let path = Path::new(&system_segment(system)).join(file);
-    let f = reports.open(&path).map_err(|e| missing(e.to_string()))?;
-    let is_file = f.metadata().map(|m| m.is_file()).unwrap_or(false);
-    if !is_file {
-        return Err(missing("not a file".into()));
-    }
-    let mut bytes = Vec::new();
-    f.take(PAGE_CAP_BYTES + 1)
-        .read_to_end(&mut bytes)
-        .map_err(|e| ResourceError::Invalid(format!("Cannot read {uri}: {e}")))?;
-    if bytes.len() as u64 > PAGE_CAP_BYTES {
-        return Err(ResourceError::Invalid(format!(
-            "{uri} is over {} MiB; open {} in a browser",
-            PAGE_CAP_BYTES / 1024 / 1024,
-            project_reports(session).join(&path).display()
-        )));
-    }
+    let shown = format!("{}/{file}", system_segment(system));
+    let (f, meta) = match open_regular_in(&reports, &path, &shown) {
+        Ok(opened) => opened,
+        // Missing: not found. Anything else (a pipe, socket, device or
+        // directory stands there): the request cannot be served, said why.
+        Err(e) if reports.symlink_metadata(&path).is_err() => return Err(missing(e.to_string())),
+        Err(e) => {
+            return Err(ResourceError::Invalid(format!(
+                "Cannot read {uri}: {e} A coverage report's pages are regular files written by \
+                 asdf-test-system {{coverage: true}}; run it again for {system}."
+            )))
+        }
+    };
+    let bytes = match read_capped(f, meta.len(), PAGE_CAP_BYTES, &shown) {
+        Ok(bytes) => bytes,
+        Err(ReadCapError::TooBig(_)) => {
+            return Err(ResourceError::Invalid(format!(
+                "{uri} is over {} MiB; open {} in a browser",
+                PAGE_CAP_BYTES / 1024 / 1024,
+                project_reports(session).join(&path).display()
+            )))
+        }
+        Err(ReadCapError::Other(e)) => {
+            return Err(ResourceError::Invalid(format!("Cannot read {uri}: {e}")))
+        }
+    };
     let text = String::from_utf8_lossy(&bytes).into_owned();
     Ok(json!({ "contents": [{ "uri": uri, "mimeType": "text/html", "text": text }] }))
 }

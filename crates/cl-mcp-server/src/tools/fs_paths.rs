@@ -391,7 +391,8 @@ pub fn open_regular_in(
             format!("'{shown}' is a directory; use fs-list-directory to see its entries.")
         } else {
             format!(
-                "'{shown}' is {}; the file tools read and edit regular files only.",
+                "'{shown}' is {}; only regular files are read or edited (nothing waits on a \
+                 pipe, socket or device).",
                 kind_of_std(t)
             )
         }));

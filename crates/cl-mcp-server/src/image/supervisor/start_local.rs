@@ -489,9 +489,25 @@ pub(super) async fn eval_worker(
     if !kind.has_threads() {
         return Ok(None);
     }
-    client
-        .spawn_worker_thread("cl-mcp-eval")
-        .await
-        .map(Some)
-        .map_err(|e| ImageError::StartFailed(format!("cannot start the evaluation thread: {e}")))
+    // Bounded: a Swank that cannot make the thread and says nothing (its
+    // control thread stuck) must fail the start, not hold every call.
+    match tokio::time::timeout(
+        WORKER_START_LIMIT,
+        client.spawn_worker_thread("cl-mcp-eval"),
+    )
+    .await
+    {
+        Ok(r) => r.map(Some).map_err(|e| {
+            ImageError::StartFailed(format!("cannot start the evaluation thread: {e}"))
+        }),
+        Err(_) => Err(ImageError::StartFailed(format!(
+            "the image's Swank did not start the evaluation thread within {} s (it answers \
+             no request: at its limit of processes and threads? see --max-processes and the \
+             user's RLIMIT_NPROC)",
+            WORKER_START_LIMIT.as_secs()
+        ))),
+    }
 }
+
+/// How long a fresh image's Swank may take to start the evaluation thread.
+const WORKER_START_LIMIT: std::time::Duration = std::time::Duration::from_secs(20);

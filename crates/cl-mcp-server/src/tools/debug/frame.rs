@@ -27,6 +27,16 @@ fn timed_out_text(limit: Duration) -> String {
 }
 const CANCELLED: &str = "was cancelled";
 
+/// The answer of code whose debugger went away under it (`aborted`: why
+/// the server aborted it, when it did).
+fn ended_under_code(id: u64, aborted: Option<String>) -> ToolError {
+    let why = aborted.unwrap_or_else(|| "its evaluation ended".to_string());
+    ToolError::Debugger(format!(
+        "Debugger {id} is gone while `code` ran in it ({why}); the code was unwound with it. \
+         Evaluate again with debug: true to get a new debugger."
+    ))
+}
+
 /// How code sent to a debugger's thread ([`run_in_frame`]) ended.
 pub(crate) enum FrameRun {
     /// The helper's reply.
@@ -50,6 +60,8 @@ pub(crate) async fn run_in_frame(
     form: &str,
     limit: Duration,
 ) -> Result<FrameRun, ToolError> {
+    // Running code is use: the idle abort waits until it has ended.
+    let _in_use = p.in_use();
     let since = p.state().debug_seq;
     let mut rx = p.state.subscribe();
     let image = ctx.image();
@@ -92,8 +104,20 @@ pub(crate) async fn run_in_frame(
             }
             return Ok(FrameRun::Value(v));
         }
-        _ = async { rx.wait_for(|s| s.debug_seq > since || s.outcome.is_some()).await.is_ok() } => {
-            return Ok(FrameRun::Nested);
+        ended = async {
+            rx.wait_for(|s| s.debug_seq > since || s.outcome.is_some())
+                .await
+                .map(|s| (s.outcome.is_some(), s.aborted.clone()))
+        } => {
+            return match ended {
+                // A new level: the code's error nested.
+                Ok((false, _)) => Ok(FrameRun::Nested),
+                // The evaluation ended under the code (the session ended,
+                // another call restarted or aborted it): nothing answers
+                // on its thread any more, so say so now.
+                Ok((true, aborted)) => Err(ended_under_code(p.id, aborted)),
+                Err(_) => Err(ended_under_code(p.id, None)),
+            };
         }
         why = async {
             tokio::time::sleep(limit).await;

@@ -10,7 +10,7 @@ use crate::tools::session_state::SessionTools;
 use crate::tools::ToolContext;
 use crate::tools::ToolError;
 use lisp_syntax::data::Value;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 use swank_client::SwankEvent;
@@ -60,6 +60,20 @@ pub struct Pending {
     pub(super) touched: Mutex<Instant>,
     /// Wakes the monitor when `touched` moved (the idle deadline changed).
     pub(super) touch: tokio::sync::Notify,
+    /// Tool calls running on its thread now (code in a frame): while one
+    /// runs the debugger is in use, and is never aborted as idle under it.
+    pub(super) running: AtomicUsize,
+}
+
+/// A tool call running on a pending debugger's thread ([`Pending::in_use`]);
+/// its end counts as the debugger's last use.
+pub(super) struct InUse<'a>(&'a Pending);
+
+impl Drop for InUse<'_> {
+    fn drop(&mut self) {
+        self.0.running.fetch_sub(1, Ordering::SeqCst);
+        self.0.touch();
+    }
 }
 
 impl Pending {
@@ -82,6 +96,20 @@ impl Pending {
         });
     }
 
+    /// Marks a call running on its thread until the guard drops: the idle
+    /// abort waits for it (`--debugger-idle-secs` counts from its end).
+    pub(super) fn in_use(&self) -> InUse<'_> {
+        self.running.fetch_add(1, Ordering::SeqCst);
+        self.touch();
+        InUse(self)
+    }
+
+    /// Whether a call runs on its thread now ([`Self::in_use`]): the idle
+    /// deadline waits (its start and end wake the monitor).
+    pub(super) fn in_use_now(&self) -> bool {
+        self.running.load(Ordering::SeqCst) > 0
+    }
+
     /// Seconds since a tool last touched it.
     pub fn idle_secs(&self) -> u64 {
         self.touched.guard().elapsed().as_secs()
@@ -100,6 +128,7 @@ pub fn start(ctx: &ToolContext, id: u64, form: String, code: &str) -> Arc<Pendin
         state,
         touched: Mutex::new(Instant::now()),
         touch: tokio::sync::Notify::new(),
+        running: AtomicUsize::new(0),
     });
     ctx.state.debuggers.list.guard().push(pending.clone());
     let idle = Duration::from_secs(ctx.session.config.debugger_idle_secs.max(1));
@@ -164,7 +193,9 @@ async fn monitor(
                 Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
                 Err(_) => events_open = false,
             },
-            _ = tokio::time::sleep_until(idle_at), if level > 0 && !stop_sent => {
+            // A call running on its thread (code in a frame) is use: no
+            // idle deadline while it runs; its end touches it again.
+            _ = tokio::time::sleep_until(idle_at), if level > 0 && !stop_sent && !p.in_use_now() => {
                 stop_sent = true;
                 p.state.send_modify(|s| {
                     s.aborted = Some(format!(

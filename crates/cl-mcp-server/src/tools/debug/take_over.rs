@@ -47,6 +47,7 @@ pub(super) async fn take_over(ctx: &ToolContext, thread: i64) -> Result<Arc<Pend
         state,
         touched: Mutex::new(Instant::now()),
         touch: tokio::sync::Notify::new(),
+        running: std::sync::atomic::AtomicUsize::new(0),
     });
     let mut rx = p.state.subscribe();
     let events = image.subscribe();
@@ -149,7 +150,8 @@ async fn follow_taken_over(
                     break;
                 }
             },
-            _ = tokio::time::sleep_until(idle_at), if level > 0 && !stop_sent => Some(format!(
+            // A call running on its thread is use (see `Pending::in_use`).
+            _ = tokio::time::sleep_until(idle_at), if level > 0 && !stop_sent && !p.in_use_now() => Some(format!(
                 "the taken-over thread was handed back after {} s without use \
                  (--debugger-idle-secs)",
                 idle.as_secs()
