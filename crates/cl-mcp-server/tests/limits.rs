@@ -686,6 +686,7 @@ fn project_of(home: &std::path::Path) -> std::path::PathBuf {
     std::fs::create_dir_all(&proj).unwrap();
     std::os::unix::fs::chown(&proj, Some(65534), Some(65534)).unwrap();
     proj
+}
 
 /// At a process limit that leaves the image a thread or two short (the
 /// server's own threads count against the same user's `RLIMIT_NPROC`),
