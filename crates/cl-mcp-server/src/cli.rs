@@ -107,7 +107,7 @@ pub struct ServerOptions {
     /// The Lisp to run: a path, or sbcl, ecl, clisp, abcl, ccl (found on PATH and recognised by its --version). Default: sbcl.
     #[arg(long, env = "CL_MCP_LISP", global = true, value_name = "PATH|NAME")]
     pub lisp: Option<PathBuf>,
-    /// A further Lisp executable that image-start and lisps may run by path (besides --lisp; implementations on PATH are taken by name). Repeatable.
+    /// A further Lisp executable that image-start and lisps may run by path, besides the --lisp one (implementations on PATH are taken by name). Repeatable.
     #[arg(
         long = "allow-lisp",
         env = "CL_MCP_ALLOW_LISP",

@@ -767,7 +767,7 @@ fn needs_threads_a_queued_evaluation_is_told_what_it_waits_behind() {
 /// `evaluate-lisp` answers promptly instead of waiting for the sleep).
 #[test]
 fn an_evaluation_task_past_its_ttl_stays_cancellable_and_frees_the_turn() {
-    let cache = std::env::temp_dir().join("cl-mcp-server-test-cache");
+    let cache = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("cl-mcp-server-test-cache");
     let mut s =
         common::Server::initialized_with_env(&[], &[("CL_MCP_CACHE_DIR", cache.to_str().unwrap())]);
     eval(&mut s, 1, "(+ 1 2)");

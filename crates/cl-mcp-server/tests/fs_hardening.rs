@@ -501,7 +501,7 @@ fn a_gigabyte_line_is_read_with_bounded_memory() {
 
 /// A server with an image, on the tests' shared core cache.
 fn start_lisp(root: &Path) -> common::Server {
-    let cache = std::env::temp_dir().join("cl-mcp-server-test-cache");
+    let cache = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("cl-mcp-server-test-cache");
     common::Server::initialized_with_env(
         &[
             "--project-root",

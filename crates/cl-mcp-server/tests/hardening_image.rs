@@ -76,7 +76,7 @@ fn deeply_nested_text_is_refused_before_the_reader_and_the_image_lives() {
 fn image_output_floods_are_rate_limited_in_the_log() {
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("server.log");
-    let cache = std::env::temp_dir().join("cl-mcp-server-test-cache");
+    let cache = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("cl-mcp-server-test-cache");
     let cache = cache.to_string_lossy().into_owned();
     let mut s = Server::start_with_stderr(
         &[],

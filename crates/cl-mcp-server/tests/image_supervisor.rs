@@ -42,7 +42,9 @@ fn compile_swank_once() {
 fn config() -> ImageConfig {
     compile_swank_once();
     ImageConfig {
-        cache_dir: Some(std::env::temp_dir().join("cl-mcp-server-test-cache")),
+        cache_dir: Some(
+            std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("cl-mcp-server-test-cache"),
+        ),
         ..ImageConfig::from_env()
     }
 }

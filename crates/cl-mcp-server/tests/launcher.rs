@@ -338,16 +338,25 @@ fn a_launcher_still_starting_ends_with_the_server() {
     );
 }
 
-#[test]
-fn netns_launcher_runs_the_image_in_its_own_network_namespace() {
-    let test = "netns_launcher_runs_the_image_in_its_own_network_namespace";
+/// Whether network namespaces can be made here (root, `ip`); a test that
+/// needs them records why not and returns.
+fn netns_possible(test: &str) -> bool {
     // SAFETY: geteuid(2) has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
         common::skip_unavailable(test, "root (ip netns needs it)");
-        return;
+        return false;
     }
     if !Path::new("/usr/sbin/ip").exists() && !Path::new("/sbin/ip").exists() {
         common::skip_missing(test, "ip (Debian's iproute2)");
+        return false;
+    }
+    true
+}
+
+#[test]
+fn netns_launcher_runs_the_image_in_its_own_network_namespace() {
+    let test = "netns_launcher_runs_the_image_in_its_own_network_namespace";
+    if !netns_possible(test) {
         return;
     }
     if !Path::new("/usr/sbin/nft").exists() && !Path::new("/sbin/nft").exists() {
@@ -460,13 +469,7 @@ fn netns_launcher_runs_the_image_in_its_own_network_namespace() {
 #[test]
 fn netns_launcher_starts_no_image_without_its_firewall() {
     let test = "netns_launcher_starts_no_image_without_its_firewall";
-    // SAFETY: geteuid(2) has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        common::skip_unavailable(test, "root (ip netns needs it)");
-        return;
-    }
-    if !Path::new("/usr/sbin/ip").exists() && !Path::new("/sbin/ip").exists() {
-        common::skip_missing(test, "ip (Debian's iproute2)");
+    if !netns_possible(test) {
         return;
     }
     // An `nft` that cannot load rules (a kernel without nf_tables).
@@ -511,7 +514,7 @@ fn python_sdk_reads_a_launched_images_info() {
         env!("CARGO_MANIFEST_DIR"),
         "/tests/sdk/python_sdk_launcher.py"
     );
-    let cache = std::env::temp_dir().join("cl-mcp-server-test-cache");
+    let cache = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("cl-mcp-server-test-cache");
     let out = std::process::Command::new(&python)
         .args([
             script,

@@ -13,7 +13,7 @@ use eval_support::{call, eval, lisp_server};
 use serde_json::{json, Value};
 
 fn cache_dir() -> String {
-    std::env::temp_dir()
+    std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
         .join("cl-mcp-server-test-cache")
         .to_string_lossy()
         .into_owned()

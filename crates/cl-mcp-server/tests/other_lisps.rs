@@ -394,7 +394,7 @@ fn abcl_session() {
 /// The cache directory the tests of other Lisps share (a warm ABCL or
 /// ECL cache is minutes of compiling saved).
 fn shared_cache() -> String {
-    let cache = std::env::temp_dir().join("cl-mcp-server-test-cache");
+    let cache = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("cl-mcp-server-test-cache");
     cache.to_string_lossy().into_owned()
 }
 

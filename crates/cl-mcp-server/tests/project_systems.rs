@@ -129,7 +129,7 @@ fn the_users_asdf_configuration_is_read_at_every_start() {
     write_system(&elsewhere, "fromregistry", ":registry");
     let empty = root.join("project");
     std::fs::create_dir_all(&empty).unwrap();
-    let cache = std::env::temp_dir().join("cl-mcp-server-test-cache");
+    let cache = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("cl-mcp-server-test-cache");
     let registry = format!(
         "(:source-registry (:tree \"{}/\") :inherit-configuration)",
         elsewhere.display()

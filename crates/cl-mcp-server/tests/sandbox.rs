@@ -48,7 +48,7 @@ fn require_landlock() {
 }
 
 fn server(d: &Dirs, extra: &[&str]) -> common::Server {
-    let cache = std::env::temp_dir().join("cl-mcp-server-test-cache");
+    let cache = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("cl-mcp-server-test-cache");
     server_with(d, extra, &cache, &[])
 }
 
@@ -542,7 +542,7 @@ fn a_confined_image_cannot_change_what_later_images_load() {
 #[test]
 fn strict_keeps_the_servers_environment_and_proc_from_the_image() {
     let d = dirs();
-    let cache = std::env::temp_dir().join("cl-mcp-server-test-cache");
+    let cache = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("cl-mcp-server-test-cache");
     let env = [("CL_MCP_PLANTED_SECRET", "s3cret-in-env")];
     let mut s = server_with(&d, &["--sandbox", "strict"], &cache, &env);
     for (id, file) in [(1, "environ"), (2, "maps"), (3, "cmdline"), (4, "status")] {

@@ -18,7 +18,7 @@ pub struct Reply {
 /// Starts the server (with `args`) on a shared core cache directory, so the
 /// core is built once per machine and the tests start images in ~100 ms.
 pub fn lisp_server(args: &[&str]) -> Server {
-    let cache = std::env::temp_dir().join("cl-mcp-server-test-cache");
+    let cache = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("cl-mcp-server-test-cache");
     let cache = cache.to_string_lossy().into_owned();
     let mut s = Server::start_with_env(args, &[("CL_MCP_CACHE_DIR", cache.as_str())]);
     let r = s.request(json!({"jsonrpc":"2.0","id":0,"method":"initialize","params":{
