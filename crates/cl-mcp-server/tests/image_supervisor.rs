@@ -415,8 +415,9 @@ async fn starts_from_source_without_the_core_cache() {
 #[tokio::test]
 async fn a_lisp_that_cannot_start_is_reported_and_not_retried_forever() {
     // A "Lisp" named and saying it is SBCL (by name, or `--version`) and
-    // otherwise exits at once: every start fails.
-    let dir = tempfile::tempdir().unwrap();
+    // otherwise exits at once: every start fails. (Outside the temp dir,
+    // where the image may write: a Lisp there is never run.)
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
     let fake = dir.path().join("sbcl");
     std::fs::write(
         &fake,

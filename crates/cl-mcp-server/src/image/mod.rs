@@ -28,6 +28,7 @@ pub mod jail;
 mod last_words;
 pub mod limits;
 pub mod locate;
+pub mod places;
 pub mod sandbox;
 mod stamp;
 mod supervisor;

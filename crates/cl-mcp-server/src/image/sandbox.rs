@@ -176,7 +176,7 @@ pub struct Places<'a> {
     /// The project's coverage reports inside the cache: writable.
     pub coverage: &'a Path,
     /// The image's temp dir: the system's, or a private one under it when
-    /// the cache lies there (see [`image_temp_dir`]).
+    /// the cache lies there (`places::image_temp_dir`).
     pub temp: &'a Path,
     pub lisp: &'a Path,
     pub swank_loader: Option<&'a Path>,
@@ -358,29 +358,9 @@ fn cache_entries_but_projects(cache: &Path) -> Vec<PathBuf> {
 /// The cache's directories that hold one subdirectory per project.
 const PROJECT_DIRS: &[&str] = &["fasl", "coverage"];
 
-/// The temp dir an image gets: the system's (`TMPDIR`, else `/tmp`),
-/// unless the server's cache lies under it, where an image writing the
-/// temp dir could rewrite the cores every later image loads. Then the
-/// image gets a private directory of this project's there instead
-/// (`<tmp>/cl-mcp-server-tmp-<uid>/<project>`, 0700, ours), and its
-/// `TMPDIR` says so.
-pub fn image_temp_dir(cache: &Path, project: &str) -> std::io::Result<PathBuf> {
-    let system = std::env::temp_dir();
-    let (Ok(tmp), Ok(cache)) = (system.canonicalize(), cache.canonicalize()) else {
-        return Ok(system);
-    };
-    if !cache.starts_with(&tmp) {
-        return Ok(system);
-    }
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    let uid = unsafe { libc::geteuid() };
-    let base = super::core_cache::private_dir(&tmp.join(format!("cl-mcp-server-tmp-{uid}")))?;
-    super::core_cache::private_dir(&base.join(project))
-}
-
 /// Refuses a cache the image could write: inside a directory the image
 /// may write (the project root, `--allow-write`, `/dev/shm`; the temp dir
-/// is narrowed instead, see [`image_temp_dir`]), or holding one, but for
+/// is narrowed instead, see `places::image_temp_dir`), or holding one, but for
 /// the project's own fasl and coverage directories. A core planted there
 /// would run in every later image, of any project and sandbox mode.
 pub fn check_cache_apart(write: &[PathBuf], places: &Places) -> Result<(), ImageError> {

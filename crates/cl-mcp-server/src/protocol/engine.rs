@@ -84,7 +84,7 @@ fn note_missing_features(tools_list: &mut Value, config: &ServerConfig) {
         Some(_) => {
             // Asked as an image would be: confined, and never a Lisp an
             // agent could have written.
-            let kind = crate::image::jail::confined_lisp(image)
+            let kind = crate::image::places::confined_lisp(image)
                 .and_then(|(lisp, _, jail)| crate::image::locate::lisp_kind(&lisp, &jail));
             if let Ok(kind) = kind {
                 kinds.push(kind);

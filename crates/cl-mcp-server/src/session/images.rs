@@ -42,7 +42,7 @@ pub enum ImageChoiceError {
     BadName(String),
     #[error(
         "No Lisp {given:?} here: give an implementation installed on this machine ({installed}) \
-         or the path of a Lisp executable."
+         or a path the server was started with (--lisp, --allow-lisp PATH)."
     )]
     NoLisp { given: String, installed: String },
     #[error(
@@ -125,7 +125,7 @@ pub fn installed_names() -> String {
 /// implementation's name (found on `PATH`, as `--lisp` is), the `--lisp`
 /// value itself, or a path given at start (`--lisp`, `--allow-lisp`);
 /// any other path is refused. (Where the executable lies is checked again
-/// when the image starts: `image::jail::runnable_lisp`.)
+/// when the image starts: `image::places::runnable_lisp`.)
 pub fn resolve_lisp(
     given: &str,
     config: &ImageConfig,
@@ -135,6 +135,13 @@ pub fn resolve_lisp(
         .lisp
         .as_ref()
         .is_some_and(|l| l.as_os_str() == std::ffi::OsStr::new(given));
+    if !given.contains('/') && !by_name && !as_started {
+        // A word that names no implementation.
+        return Err(ImageChoiceError::NoLisp {
+            given: given.to_string(),
+            installed: installed_names(),
+        });
+    }
     if !by_name && !as_started && !allowed_path(given, config) {
         return Err(ImageChoiceError::NotAllowed {
             given: given.to_string(),

@@ -302,7 +302,9 @@ async def cold_start(binary: str, cache: str, lisp: str) -> None:
     must read, in code and in a file, on a Lisp that would read ASCII only.
     In a project of its own (a fresh directory): parentheses repaired on
     write and edit, or refused."""
-    root = os.path.join(cache, "project")
+    # The project beside the cache, not inside it: a cache inside the
+    # project root is refused (the image could write it).
+    root = cache + "-project"
     os.makedirs(root)
     target = StdioServerParameters(
         command=binary, args=["--project-root", root, "--cache-dir", cache, "--lisp", lisp]

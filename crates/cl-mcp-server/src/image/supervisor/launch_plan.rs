@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use crate::image::core_cache::{build_in_background, CoreCache, LaunchPlan};
-use crate::image::{jail, locate, ImageError};
+use crate::image::{locate, places, ImageError};
 
 use super::{send_note, Image, ImageNote, NoteLevel};
 use crate::sync::MutexExt;
@@ -24,7 +24,7 @@ impl Image {
             // Every process run for the image, from the first `--version`
             // on, runs confined as the image will be, and only a Lisp no
             // agent could have written runs at all.
-            let (lisp, places, jail) = jail::confined_lisp(&config)?;
+            let (lisp, places, jail) = places::confined_lisp(&config)?;
             let jail = Arc::new(jail);
             let kind = locate::lisp_kind(&lisp, &jail)?;
             let swank =

@@ -281,7 +281,7 @@ impl Image {
         } = self.image_places()?;
         // Never a launcher an agent could have rewritten: it runs with the
         // server's rights, outside every sandbox.
-        let launcher = crate::image::jail::runnable_launcher(config, launcher)
+        let launcher = crate::image::places::runnable_launcher(config, launcher)
             .map_err(|e| ImageError::StartFailed(e.to_string()))?;
         let (memory_args, memory_env) = self.memory_settings(plan);
         let mut cmd = tokio::process::Command::new(&launcher);

@@ -15,10 +15,10 @@ use tokio::sync::{mpsc, oneshot};
 use crate::image::core_cache::{self, LaunchPlan};
 use crate::image::direct::DirectChannel;
 use crate::image::implementation::LispKind;
-pub(super) use crate::image::jail::ImagePlaces;
-use crate::image::jail::{self, Purpose};
+use crate::image::jail::Purpose;
 use crate::image::last_words::{lisp_words, LastWords};
 use crate::image::limits::{self, PreparedCaps};
+pub(super) use crate::image::places::ImagePlaces;
 use crate::image::sandbox::{self, Confinement};
 use crate::image::{ImageError, ImageMode};
 use crate::sync::MutexExt;
@@ -190,7 +190,7 @@ impl Image {
     /// The cache, the project root (now) and the project's private fasl,
     /// coverage and temp directories, made if missing.
     pub(super) fn image_places(&self) -> Result<ImagePlaces, ImageError> {
-        jail::image_places(&self.inner.config)
+        crate::image::places::image_places(&self.inner.config)
     }
 
     /// `--memory-limit` for this Lisp: its arguments and its environment
