@@ -91,10 +91,13 @@ fn image_writes(config: &ImageConfig, places: &ImagePlaces, lisp: &Path) -> Vec<
 }
 
 /// The `--image-launcher` executable as it is run (canonical), checked as
-/// a Lisp is ([`runnable`]).
-pub fn runnable_launcher(config: &ImageConfig, launcher: &Path) -> Result<PathBuf, ImageError> {
-    let places = image_places(config)?;
-    let write = image_writes(config, &places, launcher);
+/// a Lisp is ([`runnable`]) against the image's `places`.
+pub fn runnable_launcher(
+    config: &ImageConfig,
+    places: &ImagePlaces,
+    launcher: &Path,
+) -> Result<PathBuf, ImageError> {
+    let write = image_writes(config, places, launcher);
     runnable(Executable::Launcher, launcher, &places.root, &write)
 }
 

@@ -394,11 +394,6 @@ pub fn check_cache_apart(write: &[PathBuf], places: &Places) -> Result<(), Image
     Ok(())
 }
 
-/// Whether `path` lies in (or is) a directory or file of `write`.
-pub fn writable_by_image(path: &Path, write: &[PathBuf]) -> bool {
-    write.iter().any(|w| path.starts_with(w))
-}
-
 /// The entries of `/proc` that belong to no process: not the numbered
 /// directories, and not the symbolic links (`self`, `mounts`, `net`, …),
 /// which lead into the directory of whoever opens them (the server, here).

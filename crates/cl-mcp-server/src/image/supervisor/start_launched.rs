@@ -41,7 +41,7 @@ use super::live::Live;
 use super::log_pump::{log_stderr, log_stdout, next_capped_line, LOG_LINE_CAP};
 use super::reaper::Reaper;
 use super::secret::random_secret;
-use super::start_local::{eval_worker, ImagePlaces};
+use super::start_local::eval_worker;
 use super::{Image, NoteLevel};
 
 /// How long a launcher has to clean up (a namespace, a pod) once asked to
@@ -273,15 +273,10 @@ impl Image {
         secret: &str,
     ) -> Result<tokio::process::Command, ImageError> {
         let config = &self.inner.config;
-        let ImagePlaces {
-            cache,
-            root,
-            fasl_dir,
-            ..
-        } = self.image_places()?;
+        let places = self.image_places()?;
         // Never a launcher an agent could have rewritten: it runs with the
         // server's rights, outside every sandbox.
-        let launcher = crate::image::places::runnable_launcher(config, launcher)
+        let launcher = crate::image::places::runnable_launcher(config, &places, launcher)
             .map_err(|e| ImageError::StartFailed(e.to_string()))?;
         let (memory_args, memory_env) = self.memory_settings(plan);
         let mut cmd = tokio::process::Command::new(&launcher);
@@ -291,11 +286,11 @@ impl Image {
             .args(&plan.args)
             .envs(plan.env.iter().map(|(k, v)| (k, v)))
             .env("CL_MCP_SWANK_SECRET", secret)
-            .env("CL_MCP_FASL_DIR", &fasl_dir)
+            .env("CL_MCP_FASL_DIR", &places.fasl_dir)
             .envs(memory_env)
             .env("CL_MCP_LAUNCH_LISP_KIND", plan.kind.name())
-            .env("CL_MCP_LAUNCH_PROJECT_ROOT", &root)
-            .env("CL_MCP_LAUNCH_CACHE_DIR", &cache)
+            .env("CL_MCP_LAUNCH_PROJECT_ROOT", &places.root)
+            .env("CL_MCP_LAUNCH_CACHE_DIR", &places.cache)
             .env("CL_MCP_LAUNCH_SANDBOX", config.sandbox.mode.as_str())
             .env(
                 "CL_MCP_LAUNCH_MAX_PROCESSES",

@@ -18,7 +18,7 @@ use crate::image::implementation::LispKind;
 use crate::image::jail::Purpose;
 use crate::image::last_words::{lisp_words, LastWords};
 use crate::image::limits::{self, PreparedCaps};
-pub(super) use crate::image::places::ImagePlaces;
+use crate::image::places::ImagePlaces;
 use crate::image::sandbox::{self, Confinement};
 use crate::image::{ImageError, ImageMode};
 use crate::sync::MutexExt;
