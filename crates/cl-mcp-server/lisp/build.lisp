@@ -394,6 +394,13 @@ a success). Returns (values OUTPUT WARNINGS-P FAILURE-P)."
               (or warnings-p deferred-warning)
               (or failure-p deferred-failure)))))
 
+(defun refused-open-message (path)
+  "Why a build ended that a guarded open refused (CALL-WITH-GUARDED-OPENS)."
+  (format nil "~A is a named pipe (FIFO) or socket now (it was swapped in after the ~
+               server checked the file): the image does not open one while it builds, ~
+               since reading it would wait for a writer forever. Nothing was built from ~
+               it; compile again once a regular file is there." path))
+
 (defun source-refused (message)
   "The result of a build that did not start because its source file is
 not one to open (the fields of COMPILE-FILE-WITH-DIAGNOSTICS)."
@@ -418,7 +425,8 @@ success. Definitions keep their source locations. FILE-ID, (DEVICE INODE)
 of the file the server checked, is checked again on the opened file first
 (see SOURCE-FILE-PROBLEM)."
   (let ((notes '()) (success nil) (loaded nil) (compile-error nil)
-        (warnings-p nil) (failure-p nil) (build-error nil))
+        (warnings-p nil) (failure-p nil) (build-error nil)
+        (*refused-open* nil))
     (unless (probe-file path)
       (return-from compile-file-with-diagnostics
         (source-refused (format nil "No such file: ~A" path))))
@@ -428,6 +436,8 @@ of the file the server checked, is checked again on the opened file first
     (let ((result
             (fit-build-output (run-captured
              (lambda ()
+              (call-with-guarded-opens
+               (lambda ()
                (let ((fasl (fasl-path-for path)))
                  (ensure-directories-exist fasl)
                  (multiple-value-bind (collected err failed values)
@@ -468,8 +478,11 @@ of the file the server checked, is checked again on the opened file first
                        (setf success (not failure-p))
                        (when load
                          (load output)
-                         (setf loaded t)))))))
+                         (setf loaded t)))))))))
              :id id :max-output max-output :warnings :pass))))
+      (when *refused-open*
+        (return-from compile-file-with-diagnostics
+          (source-refused (refused-open-message *refused-open*))))
       (list* :success (and success (not (getf result :error)) (not (getf result :interrupted)))
              :loaded loaded
              :warnings-p warnings-p
@@ -501,7 +514,7 @@ it finds the file: in ASDF-USER, its systems registered under their names.
 Returns the fields of COMPILE-FILE-WITH-DIAGNOSTICS (:loaded T when the file
 loaded) plus :systems, the names of the systems the file defines."
   (let ((notes '()) (build-error nil) (failed nil) (values nil) (flags nil)
-        (box (list nil)))
+        (box (list nil)) (*refused-open* nil))
     (declare (ignorable values failed))
     (unless (probe-file path)
       (return-from load-asd-with-diagnostics
@@ -513,15 +526,20 @@ loaded) plus :systems, the names of the systems the file defines."
             (fit-build-output
              (run-captured
               (lambda ()
-                (setf (values notes build-error failed values flags)
-                      (call-building (lambda ()
-                                       ;; The name, for ASDF's messages (some
-                                       ;; ASDF versions say "system NIL").
-                                       (asdf:load-asd (truename path)
-                                                      :name (pathname-name path))
-                                       t)
-                                     :box box)))
+                (call-with-guarded-opens
+                 (lambda ()
+                   (setf (values notes build-error failed values flags)
+                         (call-building (lambda ()
+                                          ;; The name, for ASDF's messages (some
+                                          ;; ASDF versions say "system NIL").
+                                          (asdf:load-asd (truename path)
+                                                         :name (pathname-name path))
+                                          t)
+                                        :box box)))))
               :id id :max-output max-output :warnings :pass))))
+      (when *refused-open*
+        (return-from load-asd-with-diagnostics
+          (source-refused (refused-open-message *refused-open*))))
       (when (getf result :interrupted)
         (setf notes (finish-notes (car box) nil)))
       (let* ((ok (and (not build-error) (not (getf result :error))

@@ -353,6 +353,72 @@ also watches the path while the compiler opens it)."
   #-sbcl
   (progn path file-id nil))
 
+;;; A build's own opens (COMPILE-FILE's of its source, LOAD's, and any the
+;;; compiled code makes while it loads) never wait on a named pipe: the
+;;; file a build was handed can be swapped for one between every check and
+;;; the compiler's open by name, and opening a pipe to read waits for a
+;;; writer forever. While *GUARDED-OPENS* is true in a thread, SBCL's one
+;;; open (SB-UNIX:UNIX-OPEN, under OPEN) is made without waiting, and what
+;;; it opened is checked on the descriptor: a pipe or socket is closed and
+;;; the open fails (ENXIO), its path kept in *REFUSED-OPEN*; anything else
+;;; is handed on as a blocking descriptor, as OPEN made it.
+
+(defvar *guarded-opens* nil
+  "True in a thread whose opens must never wait on a named pipe (see
+CALL-WITH-GUARDED-OPENS).")
+
+(defvar *refused-open* nil
+  "The native path of the first pipe or socket a guarded open refused, in
+the thread of CALL-WITH-GUARDED-OPENS.")
+
+#+sbcl
+(progn
+  (defconstant +s-ififo+ #o010000)
+  (defconstant +s-ifsock+ #o140000)
+  (defconstant +enxio+ 6)
+  (defconstant +f-getfl+ 3)
+  (defconstant +f-setfl+ 4)
+
+  (defun set-blocking (fd)
+    "Clear O_NONBLOCK of the descriptor FD."
+    (let ((fcntl (sb-alien:extern-alien
+                  "fcntl" (function sb-alien:int sb-alien:int sb-alien:int sb-alien:int))))
+      (let ((flags (sb-alien:alien-funcall fcntl fd +f-getfl+ 0)))
+        (when (>= flags 0)
+          (sb-alien:alien-funcall fcntl fd +f-setfl+ (logand flags (lognot +o-nonblock+)))))))
+
+  (defun guarded-unix-open (open path flags mode keys)
+    "SB-UNIX:UNIX-OPEN's encapsulation: OPEN (the original) of PATH, FLAGS,
+MODE and KEYS, made without waiting in a guarded thread (see above)."
+    (if (not *guarded-opens*)
+        (apply open path flags mode keys)
+        (multiple-value-bind (fd errno) (apply open path (logior flags +o-nonblock+) mode keys)
+          (if (null fd)
+              (values fd errno)
+              (multiple-value-bind (ok dev ino fmode) (sb-unix:unix-fstat fd)
+                (declare (ignore dev ino))
+                (cond ((and ok (member (logand fmode sb-unix:s-ifmt)
+                                       (list +s-ififo+ +s-ifsock+)))
+                       (sb-unix:unix-close fd)
+                       (unless *refused-open* (setf *refused-open* path))
+                       (values nil +enxio+))
+                      (t (set-blocking fd)
+                         (values fd errno))))))))
+
+  (unless (sb-int:encapsulated-p 'sb-unix:unix-open 'guarded-open)
+    (sb-int:encapsulate 'sb-unix:unix-open 'guarded-open
+                        (lambda (open path flags mode &rest keys)
+                          (guarded-unix-open open path flags mode keys)))))
+
+(defun call-with-guarded-opens (thunk)
+  "Call THUNK with the opens of this thread never waiting on a named pipe
+or socket (SBCL: refused at the open, see GUARDED-UNIX-OPEN). Returns
+THUNK's values; *REFUSED-OPEN* says afterwards whether an open was refused.
+The portable fallback only calls THUNK: the server releases a reader stuck
+on a pipe (see the lisp-compile-file tool)."
+  (let ((*guarded-opens* #+sbcl t #-sbcl nil))
+    (funcall thunk)))
+
 (defun current-pid ()
   (swank/backend:getpid))
 

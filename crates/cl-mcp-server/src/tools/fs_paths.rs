@@ -414,12 +414,51 @@ pub fn open_regular_in(
 /// instead of waiting for a writer forever. Only a pipe beneath `root` is
 /// touched. Returns true when a reader was waiting on one.
 pub fn release_pipe_readers(path: &Path, root: &Path) -> bool {
-    use std::os::unix::fs::{FileTypeExt as _, OpenOptionsExt as _};
     let (Ok(real), Ok(root)) = (std::fs::canonicalize(path), std::fs::canonicalize(root)) else {
         return false;
     };
+    real.starts_with(&root) && release_pipe(&real)
+}
+
+/// Most entries of one directory [`release_pipes_beside`] looks through.
+const PIPES_BESIDE_LIMIT: usize = 10_000;
+
+/// [`release_pipe_readers`] for every named pipe in the directory of
+/// `path` (beneath `root`): for a reader stuck on a pipe that was swapped
+/// in at `path` for an instant and swapped out again, under another name
+/// beside it. Returns true when a reader was waiting on one.
+pub fn release_pipes_beside(path: &Path, root: &Path) -> bool {
+    let (Some(dir), Ok(root)) = (path.parent(), std::fs::canonicalize(root)) else {
+        return false;
+    };
+    let Ok(dir) = std::fs::canonicalize(dir) else {
+        return false;
+    };
+    let Ok(entries) = std::fs::read_dir(&dir) else {
+        return false;
+    };
+    if !dir.starts_with(&root) {
+        return false;
+    }
+    let mut released = false;
+    for e in entries.take(PIPES_BESIDE_LIMIT).flatten() {
+        if e.file_type().is_ok_and(|t| {
+            use std::os::unix::fs::FileTypeExt as _;
+            t.is_fifo()
+        }) {
+            released |= release_pipe(&e.path());
+        }
+    }
+    released
+}
+
+/// Opens the writing end of the named pipe at `real` for an instant
+/// (without waiting, without following a link): a reader waiting on it gets
+/// end-of-file. True when one was waiting.
+fn release_pipe(real: &Path) -> bool {
+    use std::os::unix::fs::{FileTypeExt as _, OpenOptionsExt as _};
     let is_pipe = |m: &std::fs::Metadata| m.file_type().is_fifo();
-    if !real.starts_with(&root) || !std::fs::symlink_metadata(&real).is_ok_and(|m| is_pipe(&m)) {
+    if !std::fs::symlink_metadata(real).is_ok_and(|m| is_pipe(&m)) {
         return false;
     }
     // Without a reader waiting, a non-blocking open for writing fails
@@ -427,7 +466,7 @@ pub fn release_pipe_readers(path: &Path, root: &Path) -> bool {
     std::fs::OpenOptions::new()
         .write(true)
         .custom_flags(libc::O_NONBLOCK | libc::O_NOFOLLOW | libc::O_NOCTTY | libc::O_CLOEXEC)
-        .open(&real)
+        .open(real)
         .is_ok_and(|f| f.metadata().is_ok_and(|m| is_pipe(&m)))
 }
 

@@ -11,7 +11,7 @@ use tokio::sync::broadcast;
 use crate::image::{ImageError, ImageMode};
 
 use super::live::Live;
-use super::proc_stat::{process_stopped, thread_cpu_ticks};
+use super::proc_stat::{opening_a_pipe, process_stopped, thread_cpu_ticks};
 use super::{Busy, DebuggerClaim, Image, ImageEvent, ImageInfo, ImageReply, Inner};
 use crate::sync::MutexExt;
 
@@ -198,6 +198,12 @@ impl Image {
                 ))
             })
             .max_by(|a, b| a.1.total_cmp(&b.1))
+    }
+
+    /// Whether a thread of the local image waits in the kernel opening a
+    /// named pipe (for a writer that may never come).
+    pub fn opening_a_pipe(&self) -> bool {
+        self.pid().is_some_and(opening_a_pipe)
     }
 
     /// Whether the local image's process is stopped (SIGSTOP, a debugger):

@@ -1,5 +1,5 @@
-//! What `/proc` says of the local image's process: threads' CPU time and
-//! whether it is stopped.
+//! What `/proc` says of the local image's process: threads' CPU time,
+//! whether it is stopped, whether a thread waits opening a named pipe.
 
 /// CPU time (user + system, in clock ticks) of each thread of `pid`.
 pub(super) fn thread_cpu_ticks(pid: u32) -> Vec<(u32, u64)> {
@@ -29,4 +29,17 @@ pub(super) fn process_stopped(pid: u32) -> bool {
             Some(matches!(after, 'T' | 't'))
         })
         .unwrap_or(false)
+}
+
+/// Whether a thread of `pid` sleeps in the kernel opening a named pipe
+/// (`wait_for_partner` in `/proc/<pid>/task/<tid>/wchan`: the open of a
+/// FIFO waiting for its other end).
+pub(super) fn opening_a_pipe(pid: u32) -> bool {
+    let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return false;
+    };
+    dir.filter_map(|e| e.ok()).any(|e| {
+        std::fs::read_to_string(e.path().join("wchan"))
+            .is_ok_and(|w| w.trim() == "wait_for_partner")
+    })
 }

@@ -62,6 +62,7 @@ pub(super) async fn lisp_compile_file(a: CompileArgs, ctx: ToolContext) -> ToolO
     let what = format!("lisp-compile-file {}", resolved.display);
     let done = tokio_util::sync::CancellationToken::new();
     let watch = tokio::spawn(watch_for_pipes(
+        ctx.image(),
         resolved.path.clone(),
         root.clone(),
         done.clone(),
@@ -217,8 +218,13 @@ const PIPE_WATCH: std::time::Duration = std::time::Duration::from_millis(100);
 /// Until `done`: releases a reader stuck opening a named pipe swapped in
 /// at `path` after the server and the image checked it (the compiler opens
 /// the file by name once more; no portable Lisp can compile an opened
-/// file). Returns true when it released one.
+/// file; SBCL's helper refuses such an open itself, see
+/// `call-with-guarded-opens`). A pipe swapped in for an instant and out
+/// again under another name is found beside the file, when a thread of the
+/// image is seen waiting to open a pipe. Returns true when it released
+/// one.
 async fn watch_for_pipes(
+    image: crate::image::Image,
     path: std::path::PathBuf,
     root: std::path::PathBuf,
     done: tokio_util::sync::CancellationToken,
@@ -229,9 +235,12 @@ async fn watch_for_pipes(
             _ = done.cancelled() => return released,
             _ = tokio::time::sleep(PIPE_WATCH) => {}
         }
-        let (p, r) = (path.clone(), root.clone());
-        released |= tokio::task::spawn_blocking(move || fs_paths::release_pipe_readers(&p, &r))
-            .await
-            .unwrap_or(false);
+        let (p, r, image) = (path.clone(), root.clone(), image.clone());
+        released |= tokio::task::spawn_blocking(move || {
+            fs_paths::release_pipe_readers(&p, &r)
+                || (image.opening_a_pipe() && fs_paths::release_pipes_beside(&p, &r))
+        })
+        .await
+        .unwrap_or(false);
     }
 }
