@@ -651,7 +651,8 @@ fn a_hard_process_limit_below_the_cap_is_clamped_and_exhaustion_is_answered() {
     let (text, err, _) = s.tool(1, "image-info", json!({}));
     assert!(!err, "{text}");
     assert!(
-        text.contains("RLIMIT_NPROC 80") && text.contains("hard 80"),
+        // 8 tasks below the server's own limit, kept for the server.
+        text.contains("RLIMIT_NPROC 72") && text.contains("hard 80"),
         "{text}"
     );
     let bomb = "(progn (defvar *bomb* nil) (handler-case (loop (push (sb-thread:make-thread (lambda () (sleep 60))) *bomb*)) (error (e) (format nil \"~D threads; ~A\" (length *bomb*) e))))";
@@ -695,12 +696,17 @@ fn project_of(home: &std::path::Path) -> std::path::PathBuf {
 /// used to wait in the debugger for a terminal, the connection open and
 /// every call unanswered (0 of 30 answered in a minute at 11-14 on two
 /// cores); now the
-/// image says why and exits, and the start's wait on Swank is bounded. A
-/// watchdog kills the server if the answers do not come, so the test fails
-/// instead of hanging.
+/// image says why and exits, and the start's wait on Swank is bounded. And
+/// the image is allowed fewer tasks than the server (at the same limit the
+/// image could take the thread the server's blocking pool needed: 0 of 5
+/// answered at 13 and 14 in about half the runs). A watchdog kills the
+/// server if the answers do not come, so the test fails instead of
+/// hanging.
 #[test]
-#[ignore = "in this harness the server itself is SIGKILLed right after its start at these \
-            limits (not seen driving the same binary from a script); cause not found yet"]
+#[ignore = "in this harness the server at RLIMIT_NPROC 12-13 sometimes answers none of the 5 \
+            calls: every thread parked (gdb), no Lisp process started; not seen driving the same \
+            binary from a script (5/5 answered at 12, 13, 14 once the image is kept 8 tasks \
+            below the server); cause not found yet"]
 fn first_evaluations_at_the_process_limit_are_all_answered() {
     let _one_at_a_time = AS_NOBODY.lock().unwrap_or_else(|e| e.into_inner());
     let home = Arc::new(tempfile::tempdir().unwrap());
@@ -715,11 +721,29 @@ fn first_evaluations_at_the_process_limit_are_all_answered() {
     };
     let (text, err, _) = s.tool(1, "evaluate-lisp", json!({"code": "(+ 1 2)"}));
     assert!(!err && text.contains("=> 3"), "{text}");
+    // The first image may run from its start files while the core builds
+    // beside it: the servers below must find the core (a build at their
+    // limits would fail, or take longer than their watchdog).
+    let built = Instant::now();
+    let has_core = || {
+        std::fs::read_dir(home.path().join("cache")).is_ok_and(|d| {
+            d.flatten()
+                .any(|e| e.file_name().to_string_lossy().ends_with(".core"))
+        })
+    };
+    while !has_core() {
+        assert!(
+            built.elapsed() < Duration::from_secs(300),
+            "no core built in 300 s"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
     drop(s);
-    // Its image exits at its lifeline's end; it would count against the
-    // next server's limit.
-    std::thread::sleep(Duration::from_secs(1));
-    for nproc in [12, 13, 14] {
+    for nproc in [12, 13, 14, 16, 18, 20] {
+        // The last server's image (and any program it ran) exits at its
+        // lifeline's end; until then it counts against this one's limit.
+        wait_for_no_tasks_of_nobody();
+        eprintln!("RLIMIT_NPROC {nproc}:");
         let mut s = NobodyServer::start_in(home.clone(), nproc, &[]).unwrap();
         let n = 5;
         for i in 0..n {
@@ -765,5 +789,22 @@ fn first_evaluations_at_the_process_limit_are_all_answered() {
             "RLIMIT_NPROC {nproc}: {n} first evaluations answered in {:?}",
             started.elapsed()
         );
+    }
+}
+
+/// Waits (10 s at most) until no process of `nobody` runs.
+fn wait_for_no_tasks_of_nobody() {
+    let t0 = Instant::now();
+    let running = || {
+        std::fs::read_dir("/proc").is_ok_and(|d| {
+            d.flatten().any(|e| {
+                use std::os::unix::fs::MetadataExt;
+                e.file_name().to_string_lossy().parse::<u32>().is_ok()
+                    && e.metadata().is_ok_and(|m| m.uid() == 65534)
+            })
+        })
+    };
+    while running() && t0.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(50));
     }
 }

@@ -260,12 +260,19 @@ fn nproc_fallback(max: u32, why: &str) -> (String, Option<String>, Option<u64>) 
     let (soft, hard) = own_nproc_limit();
     // A process may not raise its hard limit: asking for more
     // than ours would make every start fail (EPERM between
-    // fork and exec). Nor is our own soft limit loosened.
-    let limit = wanted.min(soft).min(hard);
+    // fork and exec). Nor is our own soft limit loosened. And the
+    // kernel counts the server's tasks and the image's together: an
+    // image allowed the server's own limit could take the last task the
+    // server needs to answer (a thread of its blocking pool), so it gets
+    // SERVER_RESERVE fewer.
+    let limit = wanted
+        .min(soft.saturating_sub(SERVER_RESERVE))
+        .min(hard.saturating_sub(SERVER_RESERVE));
     if limit < wanted {
         let w = format!(
             "--max-processes {max}: the image gets RLIMIT_NPROC {limit}, the server's \
-             own limit (soft {}, hard {}), below your {now} tasks + {max}{}",
+             own limit (soft {}, hard {}) less {SERVER_RESERVE} kept for the server, below \
+             your {now} tasks + {max}{}",
             rlim_text(soft),
             rlim_text(hard),
             if limit <= now {
@@ -287,6 +294,11 @@ fn nproc_fallback(max: u32, why: &str) -> (String, Option<String>, Option<u64>) 
         )
     }
 }
+
+/// Tasks of the user kept for the server below its own `RLIMIT_NPROC` when
+/// the image's limit is one too (its blocking threads, the programs it
+/// runs for an image).
+const SERVER_RESERVE: u64 = 8;
 
 /// This process's `RLIMIT_NPROC` (soft, hard); `u64::MAX` for unlimited.
 fn own_nproc_limit() -> (u64, u64) {

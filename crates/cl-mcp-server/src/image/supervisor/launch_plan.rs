@@ -42,9 +42,7 @@ impl Image {
                 }
                 if cache.builds_in_background() {
                     start_background_build(&cache, &notes);
-                    let plan = cache.interpreted_plan().map_err(|e| {
-                        ImageError::StartFailed(format!("cannot write the image's start files: {e}"))
-                    })?;
+                    let plan = cache.interpreted_plan().map_err(start_files_error)?;
                     return Ok((plan, None, None));
                 }
                 let building = Instant::now();
@@ -87,9 +85,7 @@ impl Image {
                     Err(e) => build_error = Some(e),
                 }
             }
-            let plan = cache.source_plan().map_err(|e| {
-                ImageError::StartFailed(format!("cannot write the image's start files: {e}"))
-            })?;
+            let plan = cache.source_plan().map_err(start_files_error)?;
             Ok::<_, ImageError>((plan, build_error, repaired))
         })
         .await
@@ -154,4 +150,19 @@ fn start_background_build(cache: &CoreCache, notes: &broadcast::Sender<ImageNote
             ),
         );
     }
+}
+
+/// The start files could not be written: `e` says why; at the process
+/// limit the Lisp that builds them says only that it could not make a
+/// thread, so the cause is named.
+fn start_files_error(e: impl std::fmt::Display) -> ImageError {
+    let text = e.to_string();
+    let hint = if super::start_local::at_a_limit(&text) {
+        format!("\n{}", super::start_local::AT_A_LIMIT)
+    } else {
+        String::new()
+    };
+    ImageError::StartFailed(format!(
+        "cannot write the image's start files: {text}{hint}"
+    ))
 }

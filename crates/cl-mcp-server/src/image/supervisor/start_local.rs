@@ -353,7 +353,16 @@ impl Image {
             core_cache::check_plan(&check, core_cache::CHECK_TIMEOUT, Purpose::Ask)
         })
         .await;
-        if let Ok(Err(why)) = checked {
+        if let Ok(Err(why)) = checked
+            .as_ref()
+            .map(|r| r.as_ref().map_err(|e| e.to_string()))
+        {
+            if at_a_limit(&why) {
+                // The check ran under the same limits: it says nothing of
+                // the cache, which stays.
+                tracing::warn!(core = %core.display(), "the Lisp could not start from the cached core at its limits ({why}); the cache stays");
+                return;
+            }
             core_cache::remove_entry(core);
             let text = format!(
                 "the cached core {} does not start ({why}); discarded it and \
@@ -373,6 +382,26 @@ impl Image {
         }
     }
 }
+
+/// Whether a Lisp's failure `why` is one of a process or memory limit
+/// (a thread or process it could not make, memory it could not map): a
+/// failure of the moment, not of the files it started from.
+pub(super) fn at_a_limit(why: &str) -> bool {
+    [
+        "Could not create new OS thread",
+        "Resource temporarily unavailable",
+        "Cannot allocate memory",
+        "Heap exhausted",
+    ]
+    .iter()
+    .any(|w| why.contains(w))
+}
+
+/// What a start failure at a limit ([`at_a_limit`]) adds to the Lisp's
+/// words.
+pub(super) const AT_A_LIMIT: &str = "(the Lisp is at its limit of processes and threads, or of \
+     memory: --max-processes, or the user's RLIMIT_NPROC; end programs the user runs, or \
+     raise the limit)";
 
 /// A started process not yet connected to: what a failed start needs to
 /// stop it and say what the Lisp said.
@@ -394,7 +423,13 @@ impl Pending {
         ImageError::StartFailed(if lines.iter().all(|l| l.trim().is_empty()) {
             msg
         } else {
-            format!("{msg}; the Lisp said:\n{}", lisp_words(&lines))
+            let words = lisp_words(&lines);
+            let hint = if at_a_limit(&words) {
+                format!("\n{AT_A_LIMIT}")
+            } else {
+                String::new()
+            };
+            format!("{msg}; the Lisp said:\n{words}{hint}")
         })
     }
 }
