@@ -28,8 +28,10 @@ other files under the root defining it too.")
 
 (defun implementation-module-p (name)
   "Whether NAME (lower case) is the Lisp's own: ASDF, UIOP, or a module
-REQUIRE provides (IMPLEMENTATION-CONTRIB-P, per implementation)."
-  (or (member name '("asdf" "uiop" "asdf-package-system") :test #'string=)
+REQUIRE provides (IMPLEMENTATION-CONTRIB-P, per implementation); or Swank,
+which serves the server itself (a SLIME checkout under the root must not
+load over it)."
+  (or (member name '("asdf" "uiop" "asdf-package-system" "swank") :test #'string=)
       (implementation-contrib-p name)))
 
 (defun project-entry (name)

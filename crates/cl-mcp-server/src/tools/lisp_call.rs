@@ -557,7 +557,7 @@ pub async fn ensure_ready(ctx: &ToolContext) -> Result<(), ToolError> {
 /// image generation and root, and again when the walk is no longer current
 /// (an `.asd` or a directory under the root changed): after a start, a
 /// restart, a crash, `fs-set-project-root` or a new checkout. The freshness
-/// check dates what the walk read, on every call when that is a few hundred
+/// check dates what the walk read, on every call when that is about a hundred
 /// entries, at most every [`BIG_WALK_CHECK`] otherwise. A failure is logged,
 /// never the caller's error.
 async fn ensure_project_registered(ctx: &ToolContext) {
@@ -575,11 +575,11 @@ async fn ensure_project_registered(ctx: &ToolContext) {
     if let Some(r) = eval_slot(ctx).project_registered.guard().as_mut() {
         if r.generation == generation && r.root == root {
             let small = r.walk.stamp_count() <= SMALL_WALK;
-            if !small && r.checked.elapsed() < BIG_WALK_CHECK {
+            if !small && r.checked.is_some_and(|c| c.elapsed() < BIG_WALK_CHECK) {
                 return;
             }
             if r.walk.is_current() {
-                r.checked = Instant::now();
+                r.checked = Some(Instant::now());
                 return;
             }
         }
@@ -653,7 +653,7 @@ async fn ensure_project_registered(ctx: &ToolContext) {
                     root: root.clone(),
                     said_stopped: said_stopped || walk.stopped,
                     walk: std::sync::Arc::new(walk),
-                    checked: Instant::now(),
+                    checked: Some(Instant::now()),
                 });
             // The user's own image gains a search function: say so once.
             if first_time && image.mode() == crate::image::ImageMode::Attached {
@@ -684,9 +684,17 @@ async fn ensure_project_registered(ctx: &ToolContext) {
     }
 }
 
+/// A file tool wrote under the project root: the next call checks the
+/// walk, however big, so an `.asd` written is found at once.
+pub fn note_project_written(ctx: &ToolContext) {
+    if let Some(r) = eval_slot(ctx).project_registered.guard().as_mut() {
+        r.checked = None;
+    }
+}
+
 /// A walk of at most this many directories and `.asd` files is checked for
 /// changes before every call (a stat each: microseconds).
-const SMALL_WALK: usize = 512;
+const SMALL_WALK: usize = 128;
 
 /// How often a bigger walk is checked for changes.
 const BIG_WALK_CHECK: Duration = Duration::from_secs(2);

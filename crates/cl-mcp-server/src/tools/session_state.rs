@@ -63,8 +63,9 @@ pub struct ProjectRegistration {
     pub root: PathBuf,
     /// The walk whose `.asd` files the image finds first.
     pub walk: std::sync::Arc<super::project_systems::AsdWalk>,
-    /// When the walk was last found current.
-    pub checked: std::time::Instant,
+    /// When the walk was last found current (`None`: a file tool wrote
+    /// under the root since, check before the next call).
+    pub checked: Option<std::time::Instant>,
     /// The walk of this root stopped at its limit, and a result said so.
     pub said_stopped: bool,
 }
