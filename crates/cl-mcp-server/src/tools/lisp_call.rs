@@ -572,8 +572,10 @@ async fn ensure_project_registered(ctx: &ToolContext) {
     // moved: its systems are no longer the project's (unless sessions
     // share the image, each with its own root).
     let mut forget = None;
+    let mut told = None;
     if let Some(r) = eval_slot(ctx).project_registered.guard().as_mut() {
         if r.generation == generation && r.root == root {
+            told = Some(r.walk.clone());
             let small = r.walk.stamp_count() <= SMALL_WALK;
             if !small && r.checked.is_some_and(|c| c.elapsed() < BIG_WALK_CHECK) {
                 return;
@@ -607,6 +609,17 @@ async fn ensure_project_registered(ctx: &ToolContext) {
     else {
         return;
     };
+    // The same files and names as the image was told: nothing to tell
+    // (a directory changed for other files, or within a second of a walk).
+    if told.is_some_and(|t| t.files == walk.files) {
+        if let Some(r) = eval_slot(ctx).project_registered.guard().as_mut() {
+            if r.generation == generation && r.root == root {
+                r.walk = std::sync::Arc::new(walk);
+                r.checked = Some(Instant::now());
+            }
+        }
+        return;
+    }
     let files = walk
         .files
         .iter()
