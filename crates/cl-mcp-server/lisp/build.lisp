@@ -508,11 +508,29 @@ of the file the server checked, is checked again on the opened file first
              (push (asdf:component-name system) names))))))
     (sort names #'string<)))
 
-(defun load-asd-with-diagnostics (path &key id (max-output 50000) file-id)
+(defun systems-of-asd (file names)
+  "The systems the .asd FILE defines: those ASDF registered from it, and
+those of NAMES (the names its DEFSYSTEM forms spell out, read by the
+server) ASDF knows, defined before or not. Second value: ((NAME SOURCE)
+...), those of NAMES ASDF keeps from another file SOURCE (which its search
+finds first)."
+  (let ((defined (systems-defined-in file))
+        (elsewhere '()))
+    (dolist (name names)
+      (let ((source (registered-source-file name)))
+        (when source
+          (pushnew name defined :test #'string=)
+          (unless (same-file-p source file)
+            (push (list name (namestring source)) elsewhere)))))
+    (values (sort defined #'string<) (nreverse elsewhere))))
+
+(defun load-asd-with-diagnostics (path &key id (max-output 50000) file-id names)
   "Load the .asd file PATH (absolute) with ASDF:LOAD-ASD, as ASDF does when
 it finds the file: in ASDF-USER, its systems registered under their names.
 Returns the fields of COMPILE-FILE-WITH-DIAGNOSTICS (:loaded T when the file
-loaded) plus :systems, the names of the systems the file defines."
+loaded) plus :systems, the names of the systems the file defines (NAMES:
+those its DEFSYSTEM forms spell out), and :found-elsewhere ((NAME SOURCE)
+...), those ASDF keeps from another .asd."
   (let ((notes '()) (build-error nil) (failed nil) (values nil) (flags nil)
         (box (list nil)) (*refused-open* nil))
     (declare (ignorable values failed))
@@ -542,7 +560,8 @@ loaded) plus :systems, the names of the systems the file defines."
           (source-refused (refused-open-message *refused-open*))))
       (when (getf result :interrupted)
         (setf notes (finish-notes (car box) nil)))
-      (let* ((ok (and (not build-error) (not (getf result :error))
+      (let* ((defined (multiple-value-list (systems-of-asd path names)))
+             (ok (and (not build-error) (not (getf result :error))
                       (not (getf result :interrupted))))
              (severities (mapcar (lambda (n) (getf n :severity)) notes))
              ;; As for COMPILE-FILE: a full WARNING or an error fails.
@@ -556,7 +575,8 @@ loaded) plus :systems, the names of the systems the file defines."
                :warnings-p (or failure-p (getf flags :warnings-p)
                                (and (member "style-warning" severities :test #'equal) t))
                :failure-p failure-p
-               :systems (systems-defined-in path)
+               :systems (first defined)
+               :found-elsewhere (second defined)
                :failed (when build-error
                          (list :reason (failure-reason build-error nil notes)))
                :diagnostics notes)

@@ -1,11 +1,15 @@
-;;;; project.lisp --- the session's project systems, findable by name.
+;;;; project.lisp --- the session's project systems, found first by name.
 ;;;;
-;;;; Every .asd under a project root the server registered is found by ASDF
-;;;; through a system search function of ours (as Quicklisp's local-projects
-;;;; does), not through the source-registry configuration: the user's own
-;;;; configuration stays theirs, and neither ASDF:CLEAR-CONFIGURATION nor a
-;;;; restart of the registry loses the project. The search comes first, so a
-;;;; project's working copy wins over an installed system of the same name.
+;;;; The server walks the project root (the walk clgrep-search makes:
+;;;; .gitignore honoured, hidden and build folders skipped, bounded; see
+;;;; src/tools/project_systems.rs) and hands over every .asd it found, with
+;;;; the system names each file's DEFSYSTEM forms spell out. ASDF finds
+;;;; those through a system search function of ours (as Quicklisp's
+;;;; local-projects does), first of all, so a checkout or a vendored copy
+;;;; under the root wins over an installed system of the same name; the
+;;;; user's own configuration stays theirs, and neither
+;;;; ASDF:CLEAR-CONFIGURATION nor a restart of the registry loses the
+;;;; project. The implementation's own modules are never shadowed.
 
 (in-package #:cl-mcp-server)
 
@@ -16,152 +20,125 @@
   "Directory namestrings of the registered project roots, newest first.")
 
 (defvar *project-index* (make-hash-table :test 'equal)
-  "Root namestring -> (scan-time directory-stamps . ((system-name . asd-pathname) ...)),
-where directory-stamps are ((directory . write-date) ...) of the scan.")
+  "Root namestring -> hash table: system name -> (ASD . OTHERS), the .asd
+chosen for the name (the shallowest, then the first in path order) and the
+other files under the root defining it too.")
 
 (defvar *project-lock* (swank/backend:make-lock :name "cl-mcp project index"))
 
-(defparameter *project-skipped-directories*
-  '("target" "node_modules" "build" "_build" "dist" "CVS" "_darcs" "_sgbak")
-  "Directory names never searched for .asd files (hidden ones neither).")
-
-(defparameter *project-scan-limits* '(:depth 8 :directories 5000)
-  "Bounds of one scan of a project tree, so a huge tree cannot stall a lookup.")
-
-(defun skipped-directory-p (dir)
-  (let ((name (car (last (pathname-directory dir)))))
-    (or (not (stringp name))
-        (zerop (length name))
-        (char= (char name 0) #\.)
-        (member name *project-skipped-directories* :test #'string=))))
-
-(defun scan-project-tree (root)
-  "The .asd files under ROOT as ((system-name . asd-pathname) ...), the
-shallowest first (so a fixture's copy deeper down never shadows the real one);
-second value, the write dates of the directories read."
-  (let ((found '())
-        (stamps '())
-        (budget (getf *project-scan-limits* :directories))
-        (queue (list (cons (uiop:ensure-directory-pathname root) 0))))
-    (loop while (and queue (plusp budget))
-          do (destructuring-bind (dir . depth) (pop queue)
-               (decf budget)
-               (push (cons dir (ignore-errors (file-write-date dir))) stamps)
-               (dolist (file (ignore-errors (uiop:directory-files dir "*.asd")))
-                 (push (cons (string-downcase (pathname-name file)) file) found))
-               (when (< depth (getf *project-scan-limits* :depth))
-                 (dolist (sub (ignore-errors (uiop:subdirectories dir)))
-                   (unless (skipped-directory-p sub)
-                     (setf queue (append queue (list (cons sub (1+ depth))))))))))
-    (values (nreverse found) stamps)))
-
-(defun stamps-current-p (stamps scanned-at)
-  "Whether no directory of a scan made at SCANNED-AT changed since (a new or
-removed file or subdirectory changes its directory's write date). Write dates
-count whole seconds, so a directory written in the second of the scan or
-later may have changed unseen: not current."
-  (every (lambda (s)
-           (let ((now (ignore-errors (file-write-date (car s)))))
-             (and now (eql (cdr s) now) (< now scanned-at))))
-         stamps))
-
-(defun project-index (root &key force)
-  "ROOT's index entries; with FORCE, rescanned when a directory changed."
-  (swank/backend:call-with-lock-held
-   *project-lock*
-   (lambda ()
-     (let ((entry (gethash root *project-index*)))
-       (when (or (null entry)
-                 (and force (not (stamps-current-p (second entry) (first entry)))))
-         (let ((scanned-at (get-universal-time)))
-           (multiple-value-bind (systems stamps) (scan-project-tree root)
-             (setf entry (list* scanned-at stamps systems)
-                   (gethash root *project-index*) entry))))
-       (cddr entry)))))
-
-(defun root-level-p (asd root)
-  "Whether the file ASD is directly in the directory ROOT (a namestring)."
-  (equal (pathname-directory asd)
-         (pathname-directory (uiop:ensure-directory-pathname root))))
-
-(defun find-project-asd (name &key (where :root))
-  "The .asd defining the primary system NAME under a project root, or NIL.
-WHERE :ROOT takes only a file directly in a root, :NESTED only a deeper one
-(the shallowest first)."
-  (flet ((lookup (force)
-           (dolist (root *project-roots*)
-             (dolist (entry (project-index root :force force))
-               (let ((hit (cdr entry)))
-                 (when (and (string= (car entry) name)
-                            (eq (root-level-p hit root) (eq where :root))
-                            (probe-file hit))
-                   (return-from find-project-asd hit)))))))
-    (or (lookup nil) (lookup t))))
-
 (defun implementation-module-p (name)
   "Whether NAME (lower case) is the Lisp's own: ASDF, UIOP, or a module
-REQUIRE provides (IMPLEMENTATION-CONTRIB-P, per implementation)."
-  (or (member name '("asdf" "uiop" "asdf-package-system") :test #'string=)
+REQUIRE provides (IMPLEMENTATION-CONTRIB-P, per implementation); or Swank,
+which serves the server itself (a SLIME checkout under the root must not
+load over it)."
+  (or (member name '("asdf" "uiop" "asdf-package-system" "swank") :test #'string=)
       (implementation-contrib-p name)))
 
-(defun project-system-search (name)
-  "ASDF system search function, first of all: the .asd for NAME directly
-in a project root. Never one of the implementation's own modules."
-  (let ((name (asdf:primary-system-name (string-downcase (string name)))))
-    (when (and *project-roots* (not (implementation-module-p name)))
-      (find-project-asd name :where :root))))
+(defun project-entry (name)
+  "(ASD . OTHERS) for the system NAME (lower case) under the newest project
+root defining it, or NIL."
+  (dolist (root *project-roots*)
+    (let* ((table (gethash root *project-index*))
+           (entry (and table (gethash name table))))
+      (when entry (return entry)))))
 
-(defun project-nested-system-search (name)
-  "ASDF system search function, last of all: an .asd for NAME deeper in a
-project tree. Such a file (vendored sources, a copy of the Lisp's own
-sources) does not shadow a system ASDF finds elsewhere; load that .asd
-explicitly (lisp-compile-file) to use it instead."
-  (let ((name (asdf:primary-system-name (string-downcase (string name)))))
-    (when (and *project-roots* (not (implementation-module-p name)))
-      (find-project-asd name :where :nested))))
+(defun project-system-search (name)
+  "ASDF system search function, first of all: the project's .asd defining
+NAME (or its primary system), when the file is still there."
+  (let* ((name (string-downcase (string name)))
+         (entry (or (project-entry name)
+                    (project-entry (asdf:primary-system-name name)))))
+    (when (and entry (probe-file (car entry)))
+      (car entry))))
 
 (defun install-project-search ()
-  "Put the project's two search functions in place: the root's first, the
-nested ones' last."
-  (pushnew 'project-system-search asdf:*system-definition-search-functions*)
+  "Put the project's search function first (and the deeper-files-last one
+of older helpers out)."
   (setf asdf:*system-definition-search-functions*
-        (append (remove 'project-nested-system-search
-                        asdf:*system-definition-search-functions*)
-                (list 'project-nested-system-search))))
+        (cons 'project-system-search
+              (remove-if (lambda (f)
+                           (member f '(project-system-search project-nested-system-search)))
+                         asdf:*system-definition-search-functions*))))
 
-(defun asd-defined-names (asd)
-  "The system names the DEFSYSTEM forms of the file ASD spell out, found by
-their text (DEFINING-FORMS): nothing of the file is read or loaded. Lower
-case."
-  (let ((text (ignore-errors (uiop:read-file-string asd))))
-    (and text
-         (remove-duplicates (mapcar (lambda (form) (string-downcase (car form)))
-                                    (defining-forms text '("defsystem")))
-                            :test #'string= :from-end t))))
+(defun registered-source-file (name)
+  "The .asd the registered system NAME was read from, or NIL. Read with
+ASDF:REGISTERED-SYSTEM (ASDF >= 3.3), never with FIND-SYSTEM, which would
+search and load."
+  (let* ((fn (find-symbol "REGISTERED-SYSTEM" "ASDF"))
+         (system (and fn (fboundp fn) (ignore-errors (funcall fn name)))))
+    (and system (ignore-errors (asdf:system-source-file system)))))
 
-(defun project-system-names ()
-  "Names of the systems defined by .asd files under the project roots: each
-file's primary system and the secondary ones (NAME/...) it defines."
-  (let ((names '()))
-    (dolist (root *project-roots*)
-      (dolist (e (project-index root :force t))
-        (pushnew (car e) names :test #'string=)
-        (dolist (n (asd-defined-names (cdr e)))
-          (when (string= (asdf:primary-system-name n) (car e))
-            (pushnew n names :test #'string=)))))
-    (sort names #'string<)))
+(defun same-file-p (a b)
+  (and a b (equal (ignore-errors (truename a)) (ignore-errors (truename b)))))
 
-(defun register-project-root (root)
-  "Makes every .asd under ROOT (a directory namestring) findable by name.
-Returns (:root S :systems (S...))."
-  (let ((root (namestring (uiop:ensure-directory-pathname root))))
+(defun forget-stale-systems (table)
+  "Systems ASDF registered from another file than the one chosen in TABLE
+are cleared, so the next lookup reads the chosen file: nothing keeps
+the installed copy's definition (or its loaded state) once the checkout is
+the project's."
+  (maphash (lambda (name entry)
+             (let ((source (registered-source-file name)))
+               (when (and source (not (same-file-p source (car entry))))
+                 (ignore-errors (asdf:clear-system name)))))
+           table))
+
+(defun register-project-root (root &key asd-files forget)
+  "Makes the .asd files ASD-FILES, ((PATH NAME...) ...) the shallowest first,
+findable by each NAME before any installed system, for the project ROOT
+(a directory namestring). A name defined by several files is the first's;
+names of the implementation's own modules are left out. FORGET, the root
+this one replaces (a session moved), is no longer searched. Returns (:root
+S :systems (S...))."
+  (let ((root (namestring (uiop:ensure-directory-pathname root)))
+        (forget (and forget (namestring (uiop:ensure-directory-pathname forget))))
+        (table (make-hash-table :test 'equal))
+        (names '()))
+    (dolist (file asd-files)
+      (let ((path (pathname (first file))))
+        (dolist (name (rest file))
+          (let ((name (string-downcase name)))
+            (unless (implementation-module-p (asdf:primary-system-name name))
+              (let ((entry (gethash name table)))
+                (if entry
+                    (unless (member path (cdr entry) :test #'equal)
+                      (setf (cdr (last entry)) (list path)))
+                    (progn (setf (gethash name table) (list path))
+                           (push name names)))))))))
     (swank/backend:call-with-lock-held
      *project-lock*
      (lambda ()
-       (setf *project-roots* (cons root (remove root *project-roots* :test #'string=)))
-       (remhash root *project-index*)))
+       (when (and forget (string/= forget root))
+         (setf *project-roots* (remove forget *project-roots* :test #'string=))
+         (remhash forget *project-index*))
+       (setf *project-roots* (cons root (remove root *project-roots* :test #'string=))
+             (gethash root *project-index*) table)))
     (install-project-search)
-    (list :root root
-          :systems (mapcar #'car (project-index root)))))
+    (forget-stale-systems table)
+    (list :root root :systems (nreverse names))))
+
+(defun project-system-names ()
+  "Names of the systems defined by .asd files under the project roots."
+  (let ((names '()))
+    (dolist (root *project-roots*)
+      (let ((table (gethash root *project-index*)))
+        (when table
+          (maphash (lambda (name entry) (declare (ignore entry))
+                     (pushnew name names :test #'string=))
+                   table))))
+    (sort names #'string<)))
+
+(defun system-origin (name)
+  "Where the system NAME comes from: (:source-file P :project T-or-NIL
+:also-defined-in (P...)), the other .asd files under the project root that
+define it too (the chosen one is the shallowest); NIL when ASDF cannot
+find it."
+  (let* ((name (string-downcase (string name)))
+         (system (ignore-errors (asdf:find-system name nil)))
+         (source (and system (ignore-errors (asdf:system-source-file system))))
+         (entry (project-entry name)))
+    (when source
+      (list :source-file (namestring source)
+            :project (and entry (same-file-p source (car entry)) t)
+            :also-defined-in (and entry (mapcar #'namestring (cdr entry)))))))
 
 (install-project-search)

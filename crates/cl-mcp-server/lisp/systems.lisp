@@ -58,7 +58,9 @@ FILTER keeps names containing it (any case)."
   "Facts about the ASDF system NAME: (:name S :version S :description S
 :long-description S :author S :maintainer S :license S :homepage S
 :depends-on (S...) :defsystem-depends-on (S...) :source-file P
-:source-directory P :loaded T-or-NIL), or (:error MESSAGE)."
+:source-directory P :loaded T-or-NIL :project T-or-NIL :also-defined-in (P...)),
+or (:error MESSAGE). :project: the source file is the one chosen under the
+project root; :also-defined-in: the other .asd files there defining it."
   (let* ((name (string-downcase (string name)))
          (system (handler-case (asdf:find-system name nil)
                    (error (e)
@@ -67,7 +69,8 @@ FILTER keeps names containing it (any case)."
                                             name (princ-to-string* e))))))))
     (if (null system)
         (list :error (format nil "ASDF cannot find a system named ~S. Check the source registry or load its .asd file." name))
-        (flet ((text (x) (and x (princ-to-string* x))))
+        (let ((origin (system-origin name)))
+         (flet ((text (x) (and x (princ-to-string* x))))
           (list :name (asdf:component-name system)
                 :version (text (asdf:component-version system))
                 :description (text (asdf:system-description system))
@@ -82,7 +85,9 @@ FILTER keeps names containing it (any case)."
                                               (asdf:system-defsystem-depends-on system))
                 :source-file (text (asdf:system-source-file system))
                 :source-directory (text (asdf:system-source-directory system))
-                :loaded (and (asdf:component-loaded-p system) t))))))
+                :loaded (and (asdf:component-loaded-p system) t)
+                :project (getf origin :project)
+                :also-defined-in (getf origin :also-defined-in)))))))
 
 (defun implementation-source-directories ()
   "Where the Lisp's own sources are, when installed (the SYS logical host's

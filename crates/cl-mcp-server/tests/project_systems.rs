@@ -727,13 +727,13 @@ fn test_runs_report_each_failure_and_run_single_tests() {
     assert_eq!(r.structured["diagnostics"][0]["path"], "shop.lisp");
 }
 
-/// A project's nested copies of other systems (vendored sources, a copy of
-/// the Lisp's own sources) do not shadow them: an ordinary library still
-/// loads from where ASDF finds it, and the implementation's own modules
-/// (SBCL's sb-posix, ECL's sb-bsd-sockets) are never served from the
-/// project ("Can't build contribs with ASDF" once).
+/// A project's nested copies of other systems (vendored sources, a
+/// checkout) are the ones ASDF finds, before the installed library; but the
+/// implementation's own modules (SBCL's sb-posix, ECL's sb-bsd-sockets) and
+/// ASDF's UIOP are never served from the project, wherever a copy lies
+/// ("Can't build contribs with ASDF" once).
 #[test]
-fn nested_copies_never_shadow_libraries_or_the_implementations_modules() {
+fn nested_copies_shadow_libraries_but_never_the_implementations_modules() {
     let tmp = tempfile::tempdir().unwrap();
     let root = tmp.path().canonicalize().unwrap();
     let module = match common::lisp() {
@@ -742,8 +742,12 @@ fn nested_copies_never_shadow_libraries_or_the_implementations_modules() {
         _ => None,
     };
     let mut depends = vec!["\"alexandria\"".to_string()];
+    let mut copies = vec!["uiop".to_string()];
     if let Some(m) = module {
         depends.push(format!("\"{m}\""));
+        copies.push(m.to_string());
+    }
+    for m in &copies {
         let copy = root.join("lisp-src/contrib").join(m);
         std::fs::create_dir_all(&copy).unwrap();
         std::fs::write(
@@ -756,7 +760,13 @@ fn nested_copies_never_shadow_libraries_or_the_implementations_modules() {
     std::fs::create_dir_all(&vendored).unwrap();
     std::fs::write(
         vendored.join("alexandria.asd"),
-        "(error \"the vendored alexandria was loaded\")\n",
+        "(defsystem \"alexandria\" :components ((:file \"alexandria\")))\n",
+    )
+    .unwrap();
+    std::fs::write(
+        vendored.join("alexandria.lisp"),
+        "(defpackage #:alexandria (:use #:cl) (:export #:ensure-list))\n\
+         (in-package #:alexandria)\n(defun ensure-list (x) (list :vendored x))\n",
     )
     .unwrap();
     std::fs::write(
@@ -778,9 +788,336 @@ fn nested_copies_never_shadow_libraries_or_the_implementations_modules() {
     let r = call(&mut s, 1, "asdf-load-system", json!({"system": "app"}));
     assert!(!r.is_error, "{}", r.text);
     let r = eval(&mut s, 2, "(app::answer)");
-    assert_eq!(r.text, "=> (:APP)");
+    assert_eq!(r.text, "=> (:VENDORED :APP)", "the checkout's alexandria");
+    for m in &copies {
+        let r = call(&mut s, 3, "asdf-system-info", json!({"system": m}));
+        assert!(!r.is_error, "{}", r.text);
+        assert_eq!(r.structured["underProjectRoot"], false, "{}", r.text);
+        // UIOP, preloaded, has no source file.
+        assert!(!r.text.contains("lisp-src"), "{}", r.text);
+    }
+    let r = call(&mut s, 4, "asdf-list-systems", json!({}));
+    let project: Vec<&str> = r.structured["systems"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["project"] == json!(true))
+        .map(|e| e["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(project, ["alexandria", "app"], "{}", r.text);
     // A nested system nothing else provides is still found by name.
     write_system(&root.join("modules/extra"), "appextra", ":extra");
-    let r = call(&mut s, 3, "asdf-load-system", json!({"system": "appextra"}));
+    let r = call(&mut s, 5, "asdf-load-system", json!({"system": "appextra"}));
     assert!(!r.is_error, "{}", r.text);
+}
+
+/// Debian's cl-base64, the installed library.
+const INSTALLED_BASE64: &str = "/usr/share/common-lisp/source/cl-base64";
+
+fn copy_tree(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        let target = to.join(e.file_name());
+        if e.file_type().unwrap().is_dir() {
+            copy_tree(&e.path(), &target);
+        } else {
+            std::fs::copy(e.path(), &target).unwrap();
+        }
+    }
+}
+
+/// The bug planted in the checkout, caught by cl-base64's own suite: the
+/// decoder shifts each 6-bit group by 5.
+const GOOD_SHIFT: &str = "(ash bitstore 6)";
+const BAD_SHIFT: &str = "(ash bitstore 5)";
+
+/// A checkout of an installed library under the project root is the copy
+/// described, loaded and tested, even after the installed copy was loaded:
+/// a planted bug fails the library's own suite, its fix through
+/// `fs-write-file` passes it; answers name the `.asd` when it lies outside
+/// the root; `lisp-compile-file` of the checkout's `.asd` names its systems.
+#[test]
+fn a_checkout_under_the_root_is_the_copy_tested() {
+    let installed = Path::new(INSTALLED_BASE64);
+    assert!(
+        installed.join("cl-base64.asd").is_file(),
+        "this test needs Debian's cl-base64 (apt-get install cl-base64)"
+    );
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().canonicalize().unwrap().join("project");
+    std::fs::create_dir_all(&root).unwrap();
+    let root_s = root.to_string_lossy().into_owned();
+    let mut s = lisp_server(&["--project-root", &root_s, "--allow-any-root"]);
+
+    // Before the checkout exists: the installed copy, and the answer says so.
+    let r = call(
+        &mut s,
+        1,
+        "asdf-load-system",
+        json!({"system": "cl-base64"}),
+    );
+    assert!(!r.is_error, "{}", r.text);
+    let installed_asd = installed.join("cl-base64.asd");
+    let first = r.text.lines().next().unwrap();
+    assert!(
+        first.contains(&format!(
+            "from {} (outside the project root)",
+            installed_asd.display()
+        )),
+        "{}",
+        r.text
+    );
+    assert_eq!(r.structured["sourceFile"], json!(installed_asd));
+
+    // The checkout appears, nested, with a bug its suite catches.
+    let checkout = root.join("vendor/cl-base64");
+    copy_tree(installed, &checkout);
+    let decode = checkout.join("decode.lisp");
+    let good = std::fs::read_to_string(&decode).unwrap();
+    assert_eq!(good.matches(GOOD_SHIFT).count(), 1);
+    std::fs::write(&decode, good.replace(GOOD_SHIFT, BAD_SHIFT)).unwrap();
+    let checkout_asd = checkout.join("cl-base64.asd");
+
+    let r = call(
+        &mut s,
+        2,
+        "asdf-system-info",
+        json!({"system": "cl-base64"}),
+    );
+    assert!(!r.is_error, "{}", r.text);
+    assert_eq!(
+        r.structured["sourceFile"],
+        json!(checkout_asd),
+        "{}",
+        r.text
+    );
+    assert_eq!(r.structured["underProjectRoot"], true);
+    assert!(
+        r.text
+            .contains("vendor/cl-base64/cl-base64.asd (the project's)"),
+        "{}",
+        r.text
+    );
+
+    let r = call(
+        &mut s,
+        3,
+        "lisp-compile-file",
+        json!({"path": "vendor/cl-base64/cl-base64.asd"}),
+    );
+    assert!(!r.is_error, "{}", r.text);
+    assert!(
+        r.text
+            .lines()
+            .next()
+            .unwrap()
+            .contains("defines systems cl-base64, cl-base64/test"),
+        "{}",
+        r.text
+    );
+
+    let r = call(
+        &mut s,
+        4,
+        "asdf-test-system",
+        json!({"system": "cl-base64"}),
+    );
+    assert!(
+        r.is_error,
+        "the checkout's bug must fail its suite: {}",
+        r.text
+    );
+    assert_eq!(
+        r.structured["sourceFile"],
+        json!(checkout_asd),
+        "{}",
+        r.text
+    );
+    assert!(
+        !r.text.lines().next().unwrap().contains("outside"),
+        "{}",
+        r.text
+    );
+
+    // Fixed through the server: the checkout passes.
+    let r = call(
+        &mut s,
+        5,
+        "fs-write-file",
+        json!({"path": "vendor/cl-base64/decode.lisp", "content": good}),
+    );
+    assert!(!r.is_error, "{}", r.text);
+    let r = call(
+        &mut s,
+        6,
+        "asdf-test-system",
+        json!({"system": "cl-base64"}),
+    );
+    assert_eq!(r.structured["sourceFile"], json!(checkout_asd));
+    // On ECL, cl-base64's own suite aborts with an internal error in the
+    // installed copy too: only the copy tested is checked there.
+    if common::lisp() != "ecl" {
+        assert!(!r.is_error, "{}", r.text);
+        assert_eq!(r.structured["outcome"], "passed", "{}", r.text);
+    }
+
+    // A root without the checkout: the installed copy again, said so.
+    let elsewhere = tmp.path().canonicalize().unwrap().join("elsewhere");
+    std::fs::create_dir_all(&elsewhere).unwrap();
+    let r = call(
+        &mut s,
+        7,
+        "fs-set-project-root",
+        json!({"path": elsewhere.to_string_lossy()}),
+    );
+    assert!(!r.is_error, "{}", r.text);
+    let r = call(
+        &mut s,
+        8,
+        "asdf-system-info",
+        json!({"system": "cl-base64"}),
+    );
+    assert_eq!(
+        r.structured["sourceFile"],
+        json!(installed_asd),
+        "{}",
+        r.text
+    );
+    assert_eq!(r.structured["underProjectRoot"], false);
+}
+
+/// A name defined twice under the root: the shallower `.asd` wins, then the
+/// first in path order, and answers say which file was chosen. The walk is
+/// `clgrep-search`'s: `.gitignore`d folders and hidden ones stay out, but
+/// for Qlot's `.qlot/`.
+#[test]
+fn the_shallower_definition_wins_and_answers_say_so() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().canonicalize().unwrap();
+    write_system(&root.join("a/b/dup"), "dup", ":deep");
+    write_system(&root.join("z/dup"), "dup", ":shallow");
+    write_system(&root.join("n/twin"), "twin", ":n");
+    write_system(&root.join("m/twin"), "twin", ":m");
+    write_system(&root.join("ignored/ign"), "ign", ":ignored");
+    write_system(&root.join(".hidden/hid"), "hid", ":hidden");
+    write_system(
+        &root.join(".qlot/local-projects/pinned"),
+        "pinned",
+        ":pinned",
+    );
+    std::fs::write(root.join(".gitignore"), "ignored/\n").unwrap();
+    let root_s = root.to_string_lossy().into_owned();
+    let mut s = lisp_server(&["--project-root", &root_s]);
+
+    let r = call(&mut s, 1, "asdf-load-system", json!({"system": "dup"}));
+    assert!(!r.is_error, "{}", r.text);
+    assert!(
+        r.text
+            .lines()
+            .next()
+            .unwrap()
+            .ends_with("from z/dup/dup.asd (the shallowest of the .asd files under the root defining it; also in a/b/dup/dup.asd)"),
+        "{}",
+        r.text
+    );
+    let r = eval(&mut s, 2, "(dup:answer)");
+    assert_eq!(r.text, "=> :SHALLOW");
+    let r = call(&mut s, 3, "asdf-load-system", json!({"system": "twin"}));
+    assert!(!r.is_error, "{}", r.text);
+    let r = eval(&mut s, 4, "(twin:answer)");
+    assert_eq!(r.text, "=> :M");
+    let r = call(&mut s, 5, "asdf-system-info", json!({"system": "twin"}));
+    assert_eq!(r.structured["alsoDefinedIn"], json!(["n/twin/twin.asd"]));
+    assert!(
+        r.text
+            .contains("m/twin/twin.asd (the project's: the shallowest"),
+        "{}",
+        r.text
+    );
+
+    let r = call(&mut s, 6, "asdf-list-systems", json!({}));
+    let project: Vec<&str> = r.structured["systems"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["project"] == json!(true))
+        .map(|e| e["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(project, ["dup", "pinned", "twin"], "{}", r.text);
+}
+
+/// A root too big to walk (a home directory): the walk stops at its limit
+/// and the next answer says so, once.
+#[test]
+fn a_walk_past_its_limit_stops_and_says_so_once() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().canonicalize().unwrap();
+    let many = root.join("aaa-many");
+    std::fs::create_dir_all(&many).unwrap();
+    for i in 0..20_001 {
+        std::fs::File::create(many.join(format!("f{i:05}"))).unwrap();
+    }
+    write_system(&root.join("zzz/late"), "late", ":late");
+    let root_s = root.to_string_lossy().into_owned();
+    let mut s = lisp_server(&["--project-root", &root_s]);
+    let r = call(&mut s, 1, "asdf-list-systems", json!({"filter": "late"}));
+    assert!(
+        r.text.starts_with("[NOTICE] The project root ")
+            && r.text.contains("holds more than 20000 files and folders")
+            && r.text.contains("stopped there"),
+        "{}",
+        r.text
+    );
+    assert!(
+        !r.text.contains("late (project)"),
+        "past the limit: {}",
+        r.text
+    );
+    let r = call(&mut s, 2, "asdf-list-systems", json!({"filter": "late"}));
+    assert!(!r.text.contains("[NOTICE]"), "said once: {}", r.text);
+}
+
+/// In a root of many folders (checked for changes at most every 2 s), an
+/// `.asd` written through `fs-write-file` is found by the very next call.
+#[test]
+fn an_asd_written_by_the_server_is_found_at_once_in_a_big_root() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().canonicalize().unwrap();
+    for i in 0..200 {
+        std::fs::create_dir_all(root.join(format!("d{i:03}"))).unwrap();
+    }
+    write_system(&root, "first", ":first");
+    let root_s = root.to_string_lossy().into_owned();
+    let mut s = lisp_server(&["--project-root", &root_s]);
+    let r = call(&mut s, 1, "asdf-load-system", json!({"system": "first"}));
+    assert!(!r.is_error, "{}", r.text);
+    for (id, (path, content)) in [
+        (
+            "new/fresh.asd",
+            "(defsystem \"fresh\" :components ((:file \"fresh\")))\n",
+        ),
+        (
+            "new/fresh.lisp",
+            "(defpackage #:fresh (:use #:cl))\n(in-package #:fresh)\n(defun answer () :fresh)\n",
+        ),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let r = call(
+            &mut s,
+            2 + id as i64,
+            "fs-write-file",
+            json!({"path": path, "content": content}),
+        );
+        assert!(!r.is_error, "{}", r.text);
+    }
+    let r = call(&mut s, 4, "asdf-load-system", json!({"system": "fresh"}));
+    assert!(!r.is_error, "{}", r.text);
+    assert!(
+        !r.text.lines().next().unwrap().contains("outside"),
+        "{}",
+        r.text
+    );
 }

@@ -46,6 +46,10 @@ struct LoadArgs {
 struct LoadOutput {
     #[serde(flatten)]
     build: BuildOutput,
+    /// The `.asd` the system was read from (absolute): the first line of
+    /// the text names it when it lies outside the project root.
+    #[serde(rename = "sourceFile", skip_serializing_if = "Option::is_none")]
+    source_file: Option<String>,
     /// With `lisps`: each Lisp's load (the fields above then sum them up:
     /// `success` when every Lisp loaded it; diagnostics are per Lisp).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -89,6 +93,7 @@ async fn load_matrix(a: LoadArgs, lisps: &LispsArg, ctx: ToolContext) -> ToolOut
             failed: None,
             systems: None,
         },
+        source_file: None,
         matrix: Some(m),
     };
     ToolOutput::structured(text, serde_json::to_value(out).unwrap_or_default()).with_error(!success)
@@ -111,6 +116,7 @@ async fn load_one(a: LoadArgs, ctx: ToolContext) -> ToolOutput {
     };
     lisp_call::refresh_read_roots(&ctx).await;
     let root = ctx.session.project_root();
+    let origin = Origin::of(&ctx, &a.system, &root).await;
     let out = BuildOutput::from_plist(&v, &root);
     let via = plist_str(&v, "via").unwrap_or_else(|| "asdf".into());
     let headline = if out.success {
@@ -128,8 +134,83 @@ async fn load_one(a: LoadArgs, ctx: ToolContext) -> ToolOutput {
             out.summary()
         )
     };
+    let headline = Origin::on_first_line(origin.as_ref(), headline);
     crate::tools::code::note_build(&ctx, &out, &headline);
-    build_result(headline, out, &v, "Loading", timeout)
+    let mut result = build_result(headline, out, &v, "Loading", timeout);
+    if let (Some(o), Some(serde_json::Value::Object(m))) = (&origin, result.structured.as_mut()) {
+        m.insert("sourceFile".into(), o.source_file.clone().into());
+    }
+    result
+}
+
+/// Where a system's `.asd` lies, so that no answer lets one copy of a
+/// library pass for another: an installed copy beside the project's
+/// checkout, or a deeper checkout beside the one chosen.
+struct Origin {
+    /// Absolute.
+    source_file: String,
+    /// As answers show it: relative to the root when under it.
+    shown: String,
+    under_root: bool,
+    /// Other `.asd` files under the root defining the system (deeper, or
+    /// later in path order), relative to the root.
+    also_defined_in: Vec<String>,
+}
+
+impl Origin {
+    /// The origin of `system` as ASDF finds it now (`None`: not found).
+    async fn of(ctx: &ToolContext, system: &str, root: &Path) -> Option<Origin> {
+        let form = helper_form("system-origin", vec![Value::string(system)], vec![]);
+        let v = lisp_call::call_lookup(ctx, &form).await.ok()?;
+        Origin::from_plist(&v, root)
+    }
+
+    fn from_plist(v: &Value, root: &Path) -> Option<Origin> {
+        let source_file = plist_str(v, "source-file")?;
+        let canonical = std::fs::canonicalize(root).unwrap_or_else(|_| root.to_path_buf());
+        let under_root = Path::new(&source_file).starts_with(&canonical)
+            || Path::new(&source_file).starts_with(root);
+        let also_defined_in = plist_strings(v, "also-defined-in")
+            .iter()
+            .map(|p| fs_paths::display_path(root, Path::new(p)))
+            .collect();
+        Some(Origin {
+            shown: fs_paths::display_path(root, Path::new(&source_file)),
+            source_file,
+            under_root,
+            also_defined_in,
+        })
+    }
+
+    /// What the first line of an answer says of it: nothing for the one
+    /// `.asd` under the root defining the system.
+    fn clause(&self) -> Option<String> {
+        if !self.under_root {
+            Some(format!(
+                "from {} (outside the project root)",
+                self.source_file
+            ))
+        } else if !self.also_defined_in.is_empty() {
+            Some(format!(
+                "from {} (the shallowest of the .asd files under the root defining it; also in {})",
+                self.shown,
+                self.also_defined_in.join(", ")
+            ))
+        } else {
+            None
+        }
+    }
+
+    /// `text` with the clause at the end of its first line.
+    fn on_first_line(origin: Option<&Origin>, text: String) -> String {
+        let Some(clause) = origin.and_then(Origin::clause) else {
+            return text;
+        };
+        match text.split_once('\n') {
+            Some((first, rest)) => format!("{first} — {clause}\n{rest}"),
+            None => format!("{text} — {clause}"),
+        }
+    }
 }
 
 #[derive(Deserialize, JsonSchema, Clone)]
@@ -233,6 +314,10 @@ struct TestOutput {
     elapsed_ms: i64,
     #[serde(skip_serializing_if = "Option::is_none")]
     error: Option<String>,
+    /// The `.asd` the system was read from (absolute): the first line of
+    /// the text names it when it lies outside the project root.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    source_file: Option<String>,
     /// With `lisps`: each Lisp's run and the tests whose outcome differs
     /// (the fields above then sum them up: `success` when every Lisp
     /// passed; failures and diagnostics are per Lisp, here).
@@ -294,6 +379,7 @@ async fn test_matrix(a: TestArgs, lisps: &LispsArg, ctx: ToolContext) -> ToolOut
         stderr: String::new(),
         elapsed_ms: started.elapsed().as_millis() as i64,
         error: None,
+        source_file: None,
         matrix: Some(m),
         coverage: None,
     };
@@ -329,6 +415,7 @@ async fn test_one(a: TestArgs, ctx: ToolContext) -> ToolOutput {
         Err(e) => return ToolOutput::error(e),
     };
     let root = ctx.session.project_root();
+    let origin = Origin::of(&ctx, &a.system, &root).await;
     let build = BuildOutput::from_plist(&v, &root);
     let summary = v
         .plist_get("summary")
@@ -369,13 +456,17 @@ async fn test_one(a: TestArgs, ctx: ToolContext) -> ToolOutput {
         stderr: plist_str(&v, "stderr").unwrap_or_default(),
         elapsed_ms: build.elapsed_ms,
         error: build.error.clone(),
+        source_file: origin.as_ref().map(|o| o.source_file.clone()),
         matrix: None,
         coverage: report_dir.as_ref().and_then(|d| {
             let c = v.plist_get("coverage").filter(|c| !c.is_nil())?;
             coverage::CoverageOutput::from_plist(c, &root, &a.system, d)
         }),
     };
-    let mut text = render_test_run(&a, &out, &v, &root, timeout);
+    let mut text = Origin::on_first_line(
+        origin.as_ref(),
+        render_test_run(&a, &out, &v, &root, timeout),
+    );
     if let Some(c) = &out.coverage {
         text.push_str("\n\n");
         if matches!(out.outcome, TestOutcome::Error) {
@@ -637,6 +728,12 @@ struct InfoOutput {
     source_file: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     source_directory: Option<String>,
+    /// The source file lies under the project root (the project's copy).
+    under_project_root: bool,
+    /// Other `.asd` files under the root defining it, not used: the
+    /// shallowest is (then the first in path order).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    also_defined_in: Vec<String>,
     loaded: bool,
 }
 
@@ -658,8 +755,27 @@ async fn asdf_system_info(a: InfoArgs, ctx: ToolContext) -> ToolOutput {
         defsystem_depends_on: plist_strings(&v, "defsystem-depends-on"),
         source_file: plist_str(&v, "source-file"),
         source_directory: plist_str(&v, "source-directory"),
+        under_project_root: false,
+        also_defined_in: Vec::new(),
         loaded: plist_bool(&v, "loaded"),
     };
+    let root = ctx.session.project_root();
+    let origin = Origin::from_plist(&v, &root);
+    let mut out = out;
+    if let Some(o) = &origin {
+        out.under_project_root = o.under_root;
+        out.also_defined_in = o.also_defined_in.clone();
+    }
+    let where_from = |file: &String| match &origin {
+        Some(o) if !o.under_root => format!("{file} (outside the project root)"),
+        Some(o) if !o.also_defined_in.is_empty() => format!(
+            "{file} (the project's: the shallowest .asd under the root defining it; also in {})",
+            o.also_defined_in.join(", ")
+        ),
+        Some(_) => format!("{file} (the project's)"),
+        None => file.clone(),
+    };
+    let source_line = out.source_file.as_ref().map(where_from);
     let mut text = format!("System {}", out.name);
     let fields = [
         ("Version", &out.version),
@@ -668,7 +784,7 @@ async fn asdf_system_info(a: InfoArgs, ctx: ToolContext) -> ToolOutput {
         ("Maintainer", &out.maintainer),
         ("License", &out.license),
         ("Homepage", &out.homepage),
-        ("Source file", &out.source_file),
+        ("Source file", &source_line),
     ];
     for (label, value) in fields {
         if let Some(x) = value {

@@ -172,7 +172,12 @@ pub fn tools() -> Vec<ToolDef> {
             "Write `content` as the whole file at `path` under the project root, atomically (mode \
              kept, directories created). For one Lisp definition prefer lisp-edit-form.",
             Annotations::DESTRUCTIVE,
-            |a: WriteArgs, ctx: ToolContext| off_workers(move || write_file(a, &ctx.session)),
+            |a: WriteArgs, ctx: ToolContext| async move {
+                let session = ctx.session.clone();
+                let out = off_workers(move || write_file(a, &session)).await;
+                super::lisp_call::note_project_written(&ctx);
+                out
+            },
         )
         .with_output_schema::<WriteOutput>(),
         tool(

@@ -552,10 +552,14 @@ pub async fn ensure_ready(ctx: &ToolContext) -> Result<(), ToolError> {
     Ok(())
 }
 
-/// Tells the image about the session's project root (every `.asd` under it
-/// becomes findable by name) once per image generation and root: after a
-/// start, a restart, a crash or `fs-set-project-root`. One extra round trip
-/// then, none otherwise. A failure is logged, never the caller's error.
+/// Tells the image about the session's project systems (every `.asd` under
+/// the root, found first by name: see `tools::project_systems`) once per
+/// image generation and root, and again when the walk is no longer current
+/// (an `.asd` or a directory under the root changed): after a start, a
+/// restart, a crash, `fs-set-project-root` or a new checkout. The freshness
+/// check dates what the walk read, on every call when that is about a hundred
+/// entries, at most every [`BIG_WALK_CHECK`] otherwise. A failure is logged,
+/// never the caller's error.
 async fn ensure_project_registered(ctx: &ToolContext) {
     let image = ctx.image();
     if image.ready().await.is_err() {
@@ -563,14 +567,79 @@ async fn ensure_project_registered(ctx: &ToolContext) {
     }
     let generation = image.info().generation;
     let root = ctx.session.project_root();
-    let want = Some((generation, root.clone()));
-    if *eval_slot(ctx).project_registered.guard() == want {
+    let mut said_stopped = false;
+    // The root this session's image was told of before, when the session
+    // moved: its systems are no longer the project's (unless sessions
+    // share the image, each with its own root).
+    let mut forget = None;
+    let mut told = None;
+    if let Some(r) = eval_slot(ctx).project_registered.guard().as_mut() {
+        if r.generation == generation && r.root == root {
+            told = Some(r.walk.clone());
+            let small = r.walk.stamp_count() <= SMALL_WALK;
+            if !small && r.checked.is_some_and(|c| c.elapsed() < BIG_WALK_CHECK) {
+                return;
+            }
+            if r.walk.is_current() {
+                r.checked = Some(Instant::now());
+                return;
+            }
+        }
+        said_stopped = r.root == root && r.said_stopped;
+        if r.generation == generation && r.root != root && !ctx.session.config.shared_image {
+            forget = Some(r.root.clone());
+        }
+    }
+    let cache = ctx
+        .session
+        .config
+        .image
+        .cache_dir
+        .clone()
+        .unwrap_or_else(crate::image::core_cache::default_cache_dir);
+    let skip: Vec<std::path::PathBuf> = std::fs::canonicalize(&cache)
+        .into_iter()
+        .chain(std::iter::once(cache))
+        .collect();
+    let walked_root = root.clone();
+    let Ok(walk) = tokio::task::spawn_blocking(move || {
+        super::project_systems::AsdWalk::walk(&walked_root, &skip)
+    })
+    .await
+    else {
         return;
+    };
+    // The same files and names as the image was told: nothing to tell
+    // (a directory changed for other files, or within a second of a walk).
+    if told.is_some_and(|t| t.files == walk.files) {
+        if let Some(r) = eval_slot(ctx).project_registered.guard().as_mut() {
+            if r.generation == generation && r.root == root {
+                r.walk = std::sync::Arc::new(walk);
+                r.checked = Some(Instant::now());
+            }
+        }
+        return;
+    }
+    let files = walk
+        .files
+        .iter()
+        .map(|f| {
+            let mut items = vec![Value::string(f.path.to_string_lossy().into_owned())];
+            items.extend(f.names.iter().map(|n| Value::string(n.clone())));
+            Value::list(items)
+        })
+        .collect::<Vec<_>>();
+    let mut keys = vec![(
+        "asd-files",
+        Value::list([Value::symbol("QUOTE"), Value::list(files)]),
+    )];
+    if let Some(old) = forget {
+        keys.push(("forget", Value::string(old.to_string_lossy().into_owned())));
     }
     let form = helper_form(
         "register-project-root",
         vec![Value::string(root.to_string_lossy().into_owned())],
-        vec![],
+        keys,
     );
     // Through `unpack`, so a "state was lost" notice this call happens to
     // receive still reaches the user.
@@ -578,10 +647,30 @@ async fn ensure_project_registered(ctx: &ToolContext) {
         Ok(v) => {
             let systems = plist_strings(&v, "systems");
             tracing::debug!(root = %root.display(), ?systems, "project systems registered");
-            *eval_slot(ctx).project_registered.guard() = want;
+            let mut said = Vec::new();
+            if walk.stopped && !said_stopped {
+                said.push(format!(
+                    "The project root {} holds more than {} files and folders: the search for                      its .asd files stopped there, so systems defined further on are not found                      as the project's (an installed copy may be used instead). Set a narrower                      root with fs-set-project-root, or list big folders in .gitignore.",
+                    root.display(),
+                    super::project_systems::MAX_WALK_ENTRIES
+                ));
+            }
+            let first_time = eval_slot(ctx)
+                .project_registered
+                .guard()
+                .as_ref()
+                .is_none_or(|r| r.generation != generation || r.root != root);
+            *eval_slot(ctx).project_registered.guard() =
+                Some(super::session_state::ProjectRegistration {
+                    generation,
+                    root: root.clone(),
+                    said_stopped: said_stopped || walk.stopped,
+                    walk: std::sync::Arc::new(walk),
+                    checked: Some(Instant::now()),
+                });
             // The user's own image gains a search function: say so once.
-            if image.mode() == crate::image::ImageMode::Attached {
-                let said = format!(
+            if first_time && image.mode() == crate::image::ImageMode::Attached {
+                said.push(format!(
                     "The project's ASDF systems under {} ({}) are now findable by name in your \
                      attached image (cl-mcp-server added a system search function to \
                      asdf:*system-definition-search-functions*).",
@@ -591,7 +680,10 @@ async fn ensure_project_registered(ctx: &ToolContext) {
                     } else {
                         systems.join(", ")
                     }
-                );
+                ));
+            }
+            if !said.is_empty() {
+                let said = said.join("\n");
                 let mut notice = eval_slot(ctx).notice.guard();
                 *notice = Some(match notice.take() {
                     Some(n) => format!("{n}\n{said}"),
@@ -604,6 +696,21 @@ async fn ensure_project_registered(ctx: &ToolContext) {
         }
     }
 }
+
+/// A file tool wrote under the project root: the next call checks the
+/// walk, however big, so an `.asd` written is found at once.
+pub fn note_project_written(ctx: &ToolContext) {
+    if let Some(r) = eval_slot(ctx).project_registered.guard().as_mut() {
+        r.checked = None;
+    }
+}
+
+/// A walk of at most this many directories and `.asd` files is checked for
+/// changes before every call (a stat each: microseconds).
+const SMALL_WALK: usize = 128;
+
+/// How often a bigger walk is checked for changes.
+const BIG_WALK_CHECK: Duration = Duration::from_secs(2);
 
 /// Runs `form` on a fresh Swank thread (never waits behind an evaluation).
 pub async fn call_fresh(ctx: &ToolContext, form: &str) -> Result<Value, ToolError> {

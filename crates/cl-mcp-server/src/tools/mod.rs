@@ -35,6 +35,7 @@ pub mod inspect;
 pub mod lisp_call;
 pub mod output;
 pub mod parens;
+pub mod project_systems;
 pub mod safe_walk;
 pub mod schema;
 pub mod session_state;

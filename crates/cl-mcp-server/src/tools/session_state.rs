@@ -51,10 +51,23 @@ pub struct EvalState {
     pub running: Mutex<Option<u64>>,
     /// The image's one-time "state was lost" notice, until a result shows it.
     pub notice: Mutex<Option<String>>,
-    /// The (image generation, project root) whose systems the image was
-    /// last told about, so the registration is repeated only after a
-    /// restart, a crash or a root change.
-    pub project_registered: Mutex<Option<(u64, PathBuf)>>,
+    /// What the image was last told of the project's systems, so the
+    /// registration is repeated only after a restart, a crash, a root
+    /// change or a change under the root.
+    pub project_registered: Mutex<Option<ProjectRegistration>>,
+}
+
+/// The project systems one image generation was told of.
+pub struct ProjectRegistration {
+    pub generation: u64,
+    pub root: PathBuf,
+    /// The walk whose `.asd` files the image finds first.
+    pub walk: std::sync::Arc<super::project_systems::AsdWalk>,
+    /// When the walk was last found current (`None`: a file tool wrote
+    /// under the root since, check before the next call).
+    pub checked: Option<std::time::Instant>,
+    /// The walk of this root stopped at its limit, and a result said so.
+    pub said_stopped: bool,
 }
 
 /// What calls into one image queue on: evaluations in arrival order, and

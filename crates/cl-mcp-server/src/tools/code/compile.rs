@@ -4,7 +4,7 @@
 
 use super::build::{build_result, build_timeout, note_build, BuildOutput};
 use crate::tools::fs_paths::{self, Access, ResolvedPath};
-use crate::tools::lisp_call::{self, helper_form, plist_bool, plist_strings};
+use crate::tools::lisp_call::{self, helper_form, plist_bool, plist_items, plist_strings};
 use crate::tools::output::DEFAULT_MAX_OUTPUT;
 use crate::tools::{ToolContext, ToolError, ToolOutput};
 use std::path::Path;
@@ -47,10 +47,20 @@ pub(super) async fn lisp_compile_file(a: CompileArgs, ctx: ToolContext) -> ToolO
     let max_output = ("max-output", Value::Integer(DEFAULT_MAX_OUTPUT as i64));
     let file_id = ("file-id", file_id);
     let form = if asd {
+        // The names its `defsystem`s spell out, so the answer lists each
+        // system the file defines, also one ASDF registered before.
+        let names = resolved
+            .read_capped(1 << 20)
+            .map(|b| crate::tools::project_systems::defined_systems(&String::from_utf8_lossy(&b)))
+            .unwrap_or_default();
+        let names = Value::list([
+            Value::symbol("QUOTE"),
+            Value::list(names.into_iter().map(Value::string)),
+        ]);
         helper_form(
             "load-asd-with-diagnostics",
             vec![path],
-            vec![max_output, file_id],
+            vec![max_output, file_id, ("names", names)],
         )
     } else {
         helper_form(
@@ -86,7 +96,31 @@ pub(super) async fn lisp_compile_file(a: CompileArgs, ctx: ToolContext) -> ToolO
     let mut out = BuildOutput::from_plist(&v, &root);
     if asd {
         let systems = plist_strings(&v, "systems");
-        let headline = asd_headline(&resolved.display, &out, &systems);
+        let mut headline = asd_headline(&resolved.display, &out, &systems);
+        for found in plist_items(&v, "found-elsewhere", |e| {
+            e.as_list().map(|l| {
+                (
+                    l.first()
+                        .and_then(|n| n.as_str())
+                        .unwrap_or_default()
+                        .to_string(),
+                    l.get(1)
+                        .and_then(|p| p.as_str())
+                        .unwrap_or_default()
+                        .to_string(),
+                )
+            })
+        })
+        .into_iter()
+        .flatten()
+        {
+            headline.push_str(&format!(
+                "\n{}: ASDF keeps the definition in {}, which its search finds first \
+                 (asdf-load-system and asdf-test-system use that one).",
+                found.0,
+                fs_paths::display_path(&root, Path::new(&found.1))
+            ));
+        }
         out.systems = Some(systems);
         return build_result(headline, out, &v, "Loading the .asd", timeout);
     }
