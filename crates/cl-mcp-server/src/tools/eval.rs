@@ -351,7 +351,12 @@ async fn evaluate(a: EvalArgs, ctx: ToolContext) -> ToolOutput {
     out.queued_ms = queued.as_ref().map(|q| q.millis());
     // Only in the text: advice for the model, not data about the outcome.
     let repair_note = if out.error.is_some() {
-        let left = timeout_d.saturating_sub(started.elapsed());
+        // What the timeout left, but at least a second: the call's clock
+        // also ran through a cold start (minutes on ABCL), which left a
+        // short code's note no time at all.
+        let left = timeout_d
+            .saturating_sub(started.elapsed())
+            .max(REPAIR_NOTE_FLOOR);
         bounded_repair_note(&a.code, left).await
     } else {
         None
@@ -401,6 +406,10 @@ async fn bounded_repair_note(code: &str, left: Duration) -> Option<String> {
         )),
     }
 }
+
+/// The least time a `[REPAIR]` note is given, whatever the timeout left
+/// (the repair is linear: this is megabytes).
+const REPAIR_NOTE_FLOOR: Duration = Duration::from_secs(1);
 
 /// Longest repaired code a `[REPAIR]` note repeats; longer code is
 /// described by its changes only.
