@@ -362,7 +362,8 @@ never writes into the user's project."
         :elapsed-ms (getf result :elapsed-ms)
         :error (getf result :error)
         :interrupted (getf result :interrupted)
-        :where (getf result :where)))
+        :where (getf result :where)
+        :notices (getf result :notices)))
 
 (defun error-note-p (note)
   (equal (getf note :severity) "error"))
@@ -428,7 +429,12 @@ of the file the server checked, is checked again on the opened file first
     (let ((result
             (fit-build-output (run-captured
              (lambda ()
-               (let ((fasl (fasl-path-for path)))
+               ;; The file's relative paths ((load "stub")) mean its
+               ;; neighbours, as for `sbcl --load` run from its directory;
+               ;; the tests it defines are noted as its (loose-files.lisp).
+               (let ((fasl (fasl-path-for path))
+                     (*default-pathname-defaults* (file-directory-pathname path))
+                     (definitions (test-definitions-snapshot)))
                  (ensure-directories-exist fasl)
                  (multiple-value-bind (collected err failed values)
                      (call-building
@@ -449,7 +455,7 @@ of the file the server checked, is checked again on the opened file first
                                          (setf compile-error
                                                (append
                                                 (list :severity "error"
-                                                      :message (print-capped c 5000))
+                                                      :message (condition-report c 5000))
                                                 (location-plist
                                                  (list :location (list :file file)
                                                        (list :position (1+ offset))
@@ -468,7 +474,8 @@ of the file the server checked, is checked again on the opened file first
                        (setf success (not failure-p))
                        (when load
                          (load output)
-                         (setf loaded t)))))))
+                         (setf loaded t)
+                         (ignore-errors (note-test-definitions definitions path))))))))
              :id id :max-output max-output :warnings :pass))))
       (list* :success (and success (not (getf result :error)) (not (getf result :interrupted)))
              :loaded loaded
@@ -545,8 +552,10 @@ loaded) plus :systems, the names of the systems the file defines."
          (build-result-fields result build-error))))))
 
 (defun quicklisp-available-p ()
+  "Whether the real Quicklisp is loaded (QL-DIST is its own; the stand-in
+of quicklisp-stand-in.lisp has none)."
   (let ((ql (find-package "QUICKLISP-CLIENT")))
-    (and ql (fboundp (find-symbol "QUICKLOAD" ql)))))
+    (and ql (find-package "QL-DIST") (fboundp (find-symbol "QUICKLOAD" ql)))))
 
 (defun system-loaded-p (name)
   (let ((system (asdf:find-system name nil)))
@@ -556,7 +565,7 @@ loaded) plus :systems, the names of the systems the file defines."
   "The error plist for a system ASDF cannot find: a plain answer, not an
 error with ASDF's internals as a backtrace."
   (list :type "ASDF/FIND-COMPONENT:MISSING-COMPONENT"
-        :message (format nil "ASDF cannot find a system named ~S. Check its name, or make its .asd file findable (e.g. push its directory onto ASDF:*CENTRAL-REGISTRY*)." name)
+        :message (format nil "ASDF cannot find a system named ~S.~A Check its name, or make its .asd file findable (e.g. push its directory onto ASDF:*CENTRAL-REGISTRY*)." name (system-guess-clause name))
         :restarts nil :backtrace nil))
 
 (defun severity-count (notes severities &optional path)

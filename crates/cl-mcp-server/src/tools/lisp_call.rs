@@ -493,6 +493,19 @@ fn unpack(
     if let Some(n) = notice {
         *eval_slot(ctx).notice.guard() = Some(n);
     }
+    // What the helpers tell once (`:notices` of a run's reply: the
+    // Quicklisp stand-in's first use) joins the notice of this result.
+    if let Ok(v) = &value {
+        let told = plist_strings(v, "notices");
+        if !told.is_empty() {
+            let mut notice = eval_slot(ctx).notice.guard();
+            let said = told.join("\n[NOTICE] ");
+            *notice = Some(match notice.take() {
+                Some(n) => format!("{n}\n[NOTICE] {said}"),
+                None => said,
+            });
+        }
+    }
     value
 }
 
@@ -567,10 +580,19 @@ async fn ensure_project_registered(ctx: &ToolContext) {
     if *eval_slot(ctx).project_registered.guard() == want {
         return;
     }
-    let form = helper_form(
-        "register-project-root",
-        vec![Value::string(root.to_string_lossy().into_owned())],
-        vec![],
+    // An image of ours works in the project: its working directory and
+    // `*default-pathname-defaults*` follow the root; an attached image is
+    // the user's, told the root but not moved.
+    let root_text = Value::string(root.to_string_lossy().into_owned());
+    let moved = image.mode() != crate::image::ImageMode::Attached;
+    let form = format!(
+        "(progn {} {})",
+        helper_form(
+            "enter-project-root",
+            vec![root_text.clone()],
+            vec![("move", Value::bool(moved))],
+        ),
+        helper_form("register-project-root", vec![root_text], vec![])
     );
     // Through `unpack`, so a "state was lost" notice this call happens to
     // receive still reaches the user.
