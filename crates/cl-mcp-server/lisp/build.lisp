@@ -18,8 +18,13 @@
 :line N :column N :context S), :path NIL when it has no file location."
   (let ((location (location-plist (swank/backend:location condition))))
     (append (list :severity (severity-name (swank/backend:severity condition))
-                  :message (truncate-string (princ-to-string* (swank/backend:message condition))
-                                            5000))
+                  :message (concatenate
+                            'string
+                            (truncate-string (princ-to-string* (swank/backend:message condition))
+                                             5000)
+                            (or (ignore-errors
+                                 (file-error-tried (swank/backend:original-condition condition)))
+                                "")))
             (if (getf location :error)
                 (list :path nil)
                 location))))

@@ -52,8 +52,8 @@ the nearest first; only those within a third of the longer name (at least
                           0 (min limit (length scored))))))
 
 (defun name-guess-clause (designator names &key (kind "names"))
-  "The end of an unknown-name message: \" Did you mean A, B? (N KIND known;
-M others not listed.)\", or \" (N KIND known; none is close to it.)\".
+  "The end of an unknown-name message: \" Did you mean A, B? (KIND: N known,
+M more not listed.)\", or \" (KIND: N known, none close to \"x\".)\".
 NAMES are the known ones (symbols or strings), KIND what they are
 (\"tests\", \"systems\"); at most *NEAREST-NAMES-SHOWN* are named."
   (let* ((names (remove-duplicates names :test #'equal :key #'candidate-text))
@@ -61,10 +61,10 @@ NAMES are the known ones (symbols or strings), KIND what they are
          (total (length names)))
     (cond ((zerop total) "")
           (nearest
-           (format nil " Did you mean ~{~A~^, ~}? (~D ~A known~[~:;; ~:*~D other~:P not listed~].)"
-                   (mapcar #'candidate-text nearest) total kind
+           (format nil " Did you mean ~{~A~^, ~}? (~A: ~D known~[~:;, ~:*~D more not listed~].)"
+                   (mapcar #'candidate-text nearest) kind total
                    (- total (length nearest))))
-          (t (format nil " (~D ~A known; none is close to ~S.)" total kind designator)))))
+          (t (format nil " (~A: ~D known, none close to ~S.)" kind total designator)))))
 
 (eval-when (:compile-toplevel :load-toplevel :execute)
   (require "ASDF"))

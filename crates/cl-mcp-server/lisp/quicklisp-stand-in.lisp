@@ -61,7 +61,8 @@ session visiting the file that asked for it."
 
 (defun stand-in-quickload (systems &key verbose silent)
   "Load SYSTEMS (a name or a list of names) through ASDF, as QL:QUICKLOAD
-would without downloading. At top level ASDF's LOAD-SYSTEM (which loads
+would without downloading (its warnings muffled unless VERBOSE, as
+Quicklisp muffles them). At top level ASDF's LOAD-SYSTEM (which loads
 nothing that is loaded and unchanged); inside an ASDF action a system
 already loaded is left alone and one not yet loaded is loaded in its own
 ASDF session. A system ASDF cannot find is a QUICKLOAD-SYSTEM-MISSING
@@ -73,8 +74,18 @@ error naming it. Returns SYSTEMS, as Quicklisp does."
       (unless system
         (error 'quickload-system-missing :name name))
       (flet ((load-it ()
+               ;; As Quicklisp does unless VERBOSE: the library's own
+               ;; compiler warnings are not the caller's (a file that
+               ;; quickloads at compile time would fail for them), and
+               ;; its compilation is a unit of its own.
                (let ((*standard-output* (if silent (make-broadcast-stream) *standard-output*)))
-                 (asdf:load-system name :verbose verbose))))
+                 (if verbose
+                     (asdf:load-system name :verbose t)
+                     (let ((*compile-verbose* nil) (*compile-print* nil)
+                           (*load-verbose* nil) (*load-print* nil))
+                       (handler-bind ((warning #'muffle-warning))
+                         (with-compilation-unit (:override t)
+                           (asdf:load-system name))))))))
         (cond ((not (visiting-asdf-action-p)) (load-it))
               ((asdf:component-loaded-p system) nil)
               (t (call-in-own-asdf-session #'load-it))))))

@@ -839,10 +839,12 @@ fn image_root_note(session: &Session) -> String {
         None => session.config.image.attach.is_some(),
     };
     if attached {
-        "The attached image is told (the root's systems become findable by name) but not moved:          its working directory and *default-pathname-defaults* stay the user's."
+        "The attached image is told (the root's systems become findable by name) but not moved: \
+         its working directory and *default-pathname-defaults* stay the user's."
             .into()
     } else {
-        "The image's working directory and *default-pathname-defaults* move there with its next          call (relative paths in code, e.g. (load \"stub\"), then mean the root's files)."
+        "The image's working directory and *default-pathname-defaults* move there with its next \
+         call (relative paths in code, e.g. (load \"stub\"), then mean the root's files)."
             .into()
     }
 }
