@@ -17,7 +17,7 @@ attached image (MOVE false) is the user's and keeps both. A ROOT this image
 cannot see (a launcher running it elsewhere) moves nothing. Returns (:cwd S
 :defaults S :moved T-or-NIL)."
   (let* ((dir (uiop:ensure-directory-pathname root))
-         (moved (and move (ignore-errors (probe-file dir)) t)))
+         (moved (and move (ignore-errors (uiop:directory-exists-p dir)) t)))
     (when moved
       (ignore-errors (uiop:chdir dir))
       (setf *default-pathname-defaults* (pathname (namestring dir))))

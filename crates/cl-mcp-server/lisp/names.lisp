@@ -47,9 +47,11 @@ the nearest first; only those within a third of the longer name (at least
                                 (and (>= (length wanted) 3)
                                      (search wanted candidate :test #'char-equal)))
                          collect (cons distance name))))
-    (mapcar #'cdr (subseq (stable-sort (sort scored #'string< :key (lambda (x) (candidate-text (cdr x))))
-                                       #'< :key #'car)
-                          0 (min limit (length scored))))))
+    ;; SORT is destructive: only its value is the list (SCORED may now be
+    ;; a cell inside it, as on ECL).
+    (let ((sorted (stable-sort (sort scored #'string< :key (lambda (x) (candidate-text (cdr x))))
+                               #'< :key #'car)))
+      (mapcar #'cdr (subseq sorted 0 (min limit (length sorted)))))))
 
 (defun name-guess-clause (designator names &key (kind "names"))
   "The end of an unknown-name message: \" Did you mean A, B? (KIND: N known,
@@ -75,7 +77,9 @@ source registry's and the registered project roots' (project.lisp)."
   (let ((names (copy-list (asdf:registered-systems))))
     (ignore-errors
      (asdf:ensure-source-registry)
-     (let ((table (symbol-value (find-symbol "*SOURCE-REGISTRY*" "ASDF/SOURCE-REGISTRY"))))
+     (let ((table (symbol-value (find-symbol "*SOURCE-REGISTRY*"
+                                             (or (find-package "ASDF/SOURCE-REGISTRY")
+                                                 (find-package "ASDF"))))))
        (when (hash-table-p table)
          (maphash (lambda (k v) (declare (ignore v)) (push (string k) names)) table))))
     (ignore-errors

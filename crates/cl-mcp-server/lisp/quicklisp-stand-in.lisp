@@ -40,12 +40,17 @@
     (setf *quicklisp-stand-in-told* t)
     (note-image-notice *quicklisp-stand-in-notice*)))
 
+(defun asdf-session-symbol (name)
+  "NAME in ASDF/SESSION (ASDF 3.3 and later), or NIL."
+  (let ((package (find-package "ASDF/SESSION")))
+    (and package (find-symbol name package))))
+
 (defun visiting-asdf-action-p ()
   "True inside an ASDF action (a file ASDF compiles or loads): an OPERATE
 from here is the \"Deprecated recursive use of OPERATE\" ASDF warns about."
-  (let* ((session-var (find-symbol "*ASDF-SESSION*" "ASDF/SESSION"))
+  (let* ((session-var (asdf-session-symbol "*ASDF-SESSION*"))
          (session (and session-var (boundp session-var) (symbol-value session-var)))
-         (visiting (find-symbol "VISITING-ACTION-LIST" "ASDF/SESSION")))
+         (visiting (asdf-session-symbol "VISITING-ACTION-LIST")))
     (and session visiting (fboundp visiting)
          (ignore-errors (funcall visiting session))
          t)))
@@ -54,7 +59,7 @@ from here is the \"Deprecated recursive use of OPERATE\" ASDF warns about."
   "THUNK with a fresh ASDF session (ASDF's own WITH-ASDF-SESSION :OVERRIDE):
 the system is planned and loaded on its own, not as a step of the
 session visiting the file that asked for it."
-  (let ((session-var (find-symbol "*ASDF-SESSION*" "ASDF/SESSION")))
+  (let ((session-var (asdf-session-symbol "*ASDF-SESSION*")))
     (if session-var
         (progv (list session-var) (list nil) (funcall thunk))
         (funcall thunk))))

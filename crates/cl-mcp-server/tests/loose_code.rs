@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use common::{Server, BIN};
-use eval_support::{call, eval, Reply};
+use eval_support::{call, eval, eval_with, Reply};
 use serde_json::json;
 
 /// The exercises of `tests/exercises/` named, copied into a fresh project
@@ -158,7 +158,9 @@ fn a_test_file_that_does_not_build_or_defines_no_tests_says_so() {
     let r = test_file(&mut s, 1, "leap/leap-test.lisp");
     assert!(r.is_error);
     assert_eq!(r.structured["outcome"], "error", "{}", r.text);
-    let tried = format!("[looked for {}]", root.join("leap/leap").display());
+    // (SBCL names the relative path in its message and the server adds
+    // the absolute one; CLISP and ECL name the absolute one themselves.)
+    let tried = root.join("leap/leap").display().to_string();
     assert!(r.text.contains(&tried), "{}", r.text);
     assert!(
         r.text.contains("leap/leap-test.lisp:"),
@@ -219,11 +221,7 @@ fn the_image_works_in_the_project_root_and_follows_it() {
     assert_eq!(r.text, "=> T", "{}", r.text);
     let r = eval(&mut s, 7, "(load \"nothere\")");
     assert!(r.is_error);
-    assert!(
-        r.text.contains(&format!("[looked for {sub}nothere]")),
-        "{}",
-        r.text
-    );
+    assert!(r.text.contains(&format!("{sub}nothere")), "{}", r.text);
 }
 
 /// A system whose file quickloads at compile time, as many do.
@@ -273,10 +271,12 @@ fn quickload_works_without_quicklisp() {
     std::fs::write(root.join("quicklisp-like.lisp"), QUICKLISP_LIKE).unwrap();
     let (mut s, _elsewhere) = server_elsewhere(&root, &[]);
 
-    let r = eval(
+    // ECL compiles a library through C: its first build takes a while.
+    let r = eval_with(
         &mut s,
         1,
         "(list (ql:quickload :alexandria) (ql:quickload '(\"alexandria\" :fiveam) :silent t))",
+        json!({"timeoutSeconds": 600}),
     );
     assert!(!r.is_error, "{}", r.text);
     assert!(
@@ -355,12 +355,13 @@ fn unknown_names_get_the_nearest_five_and_a_count() {
     let (_tmp, root) = exercises(&["yacht"], &[]);
     let (mut s, _elsewhere) = server_elsewhere(&root, &[]);
     // Many tests in the image, as with a big system loaded.
-    let r = eval(
+    let r = eval_with(
         &mut s,
         1,
         "(ql:quickload :fiveam) (defpackage :many (:use :cl)) (in-package :many) \
          (fiveam:def-suite many-suite) \
-         (dotimes (i 200) (eval `(fiveam:test ,(intern (format nil \"CHECK-~D\" i)) (fiveam:is t))))",
+         (dotimes (i 200) (eval `(fiveam:test ,(intern (format nil \"CHECK-~D\" i)) (fiveam:is (eq t t)))))",
+        json!({"timeoutSeconds": 600}),
     );
     assert!(!r.is_error, "{}", r.text);
     let r = test_file(&mut s, 2, "yacht/yacht-test.lisp");

@@ -136,12 +136,10 @@ async fn load_one(a: LoadArgs, ctx: ToolContext) -> ToolOutput {
 #[derive(Deserialize, JsonSchema, Clone)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 struct TestArgs {
-    /// The system to test; or give `file`, or `test` alone.
     system: Option<String>,
-    /// A Lisp file instead of a system (a test file, a script): compiled and
-    /// loaded, then the suites it defines are run.
+    /// Instead of `system`: a file whose tests to run.
     file: Option<String>,
-    /// A FiveAM test or suite (`pkg::name`); alone: one already defined.
+    /// A FiveAM test or suite (`pkg::name`), also alone.
     test: Option<String>,
     force: Option<bool>,
     /// Default 600.
@@ -733,9 +731,9 @@ pub fn tools() -> Vec<ToolDef> {
             "asdf-test-system",
             ToolGroup::Asdf,
             "Run a system's tests",
-            "Run `asdf:test-system` (never waits for input): counts, each failed check (FiveAM, \
-             Fiasco: expected/actual at its line); `force` rebuilds; `coverage` (SBCL): lines \
-             never run.",
+            "Run a system's or a `file`'s tests (never waits for input): counts, each failed \
+             check (FiveAM, Fiasco: expected/actual at its line); `force` rebuilds; `coverage` \
+             (SBCL): lines never run.",
             Annotations::MUTATING,
             |a: TestArgs, ctx: ToolContext| async move {
                 let c = ctx.clone();

@@ -586,7 +586,8 @@ async fn ensure_project_registered(ctx: &ToolContext) {
     let root_text = Value::string(root.to_string_lossy().into_owned());
     let moved = image.mode() != crate::image::ImageMode::Attached;
     let form = format!(
-        "(progn {} {})",
+        // Qualified: Swank may read the form in its own I/O package.
+        "(cl:progn {} {})",
         helper_form(
             "enter-project-root",
             vec![root_text.clone()],
