@@ -55,7 +55,8 @@ the nearest first; only those within a third of the longer name (at least
 
 (defun name-guess-clause (designator names &key (kind "names"))
   "The end of an unknown-name message: \" Did you mean A, B? (KIND: N known,
-M more not listed.)\", or \" (KIND: N known, none close to \"x\".)\".
+M more not listed.)\", or \" (KIND: N known, none close to \"x\".)\" (when
+no more than five are known and none is close, all of them).
 NAMES are the known ones (symbols or strings), KIND what they are
 (\"tests\", \"systems\"); at most *NEAREST-NAMES-SHOWN* are named."
   (let* ((names (remove-duplicates names :test #'equal :key #'candidate-text))
@@ -66,6 +67,10 @@ NAMES are the known ones (symbols or strings), KIND what they are
            (format nil " Did you mean ~{~A~^, ~}? (~A: ~D known~[~:;, ~:*~D more not listed~].)"
                    (mapcar #'candidate-text nearest) kind total
                    (- total (length nearest))))
+          ;; So few that naming them all is as short.
+          ((<= total *nearest-names-shown*)
+           (format nil " (~A: ~D known: ~{~A~^, ~}.)" kind total
+                   (sort (mapcar #'candidate-text names) #'string<)))
           (t (format nil " (~A: ~D known, none close to ~S.)" kind total designator)))))
 
 (eval-when (:compile-toplevel :load-toplevel :execute)
