@@ -230,7 +230,8 @@ fn project_root_info_and_change() {
     );
     // The image follows the root (the next line says so).
     assert!(
-        r.text.contains("working directory and *default-pathname-defaults* move there"),
+        r.text
+            .contains("working directory and *default-pathname-defaults* move there"),
         "{}",
         r.text
     );

@@ -418,3 +418,23 @@ fn unknown_names_get_the_nearest_five_and_a_count() {
     assert!(r.text.contains("Did you mean FIVEAM"), "{}", r.text);
     assert!(!r.text.contains("Known ("), "{}", r.text);
 }
+
+#[test]
+fn sbcl_only_an_attached_image_is_told_the_root_but_not_moved() {
+    let user = eval_support::UserLisp::start();
+    let addr = format!("127.0.0.1:{}", user.port);
+    let (_tmp, root) = exercises(&["leap"], &[]);
+    let (mut s, _elsewhere) = server_elsewhere(&root, &["--swank", &addr]);
+    let defaults = "(namestring *default-pathname-defaults*)";
+    let before = eval(&mut s, 1, defaults).text;
+    let before = before.lines().last().unwrap().to_string();
+    assert!(!before.contains(&root.display().to_string()), "{before}");
+    let r = call(&mut s, 2, "fs-set-project-root", json!({"path": "leap"}));
+    assert!(!r.is_error, "{}", r.text);
+    assert!(r.text.contains("attached image is told"), "{}", r.text);
+    assert!(r.text.contains("not moved"), "{}", r.text);
+    let after = eval(&mut s, 3, defaults).text;
+    assert!(after.contains("findable by name"), "told: {after}");
+    assert_eq!(after.lines().last().unwrap(), before, "not moved");
+    drop(user);
+}
