@@ -438,3 +438,50 @@ fn sbcl_only_an_attached_image_is_told_the_root_but_not_moved() {
     assert_eq!(after.lines().last().unwrap(), before, "not moved");
     drop(user);
 }
+
+#[test]
+fn fiasco_and_rt_files_run_by_file() {
+    let tmp = tempfile::Builder::new()
+        .prefix("frameworks-")
+        .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
+        .unwrap();
+    let root = tmp.path().canonicalize().unwrap();
+    std::fs::write(
+        root.join("fiasco-tests.lisp"),
+        "(eval-when (:compile-toplevel :load-toplevel :execute)\n  (ql:quickload :fiasco))\n\
+         (fiasco:define-test-package :loose-fiasco-tests)\n(in-package :loose-fiasco-tests)\n\
+         (deftest adds () (is (= 4 (+ 2 2))))\n\
+         (deftest fails-on-purpose () (is (= 5 (+ 2 2))))\n",
+    )
+    .unwrap();
+    std::fs::write(
+        root.join("rt-tests.lisp"),
+        "(eval-when (:compile-toplevel :load-toplevel :execute)\n  (ql:quickload :rt))\n\
+         (rt:deftest loose-rt-adds (+ 1 1) 2)\n(rt:deftest loose-rt-fails (+ 1 1) 3)\n",
+    )
+    .unwrap();
+    let (mut s, _elsewhere) = server_elsewhere(&root, &[]);
+    let r = call(
+        &mut s,
+        1,
+        "asdf-test-system",
+        json!({"file": "fiasco-tests.lisp", "timeoutSeconds": 600}),
+    );
+    assert_eq!(r.structured["summary"]["framework"], "fiasco", "{}", r.text);
+    assert_eq!(r.structured["summary"]["passed"], 1, "{}", r.text);
+    assert_eq!(r.structured["summary"]["failed"], 1, "{}", r.text);
+    assert!(
+        r.structured["error"].is_null(),
+        "only the file's suite ran: {}",
+        r.text
+    );
+    assert!(
+        r.text
+            .contains("fiasco-tests.lisp:6:1: FAIL LOOSE-FIASCO-TESTS::FAILS-ON-PURPOSE"),
+        "{}",
+        r.text
+    );
+    let r = test_file(&mut s, 2, "rt-tests.lisp");
+    assert_eq!(r.structured["summary"]["framework"], "rt", "{}", r.text);
+    assert_eq!(r.structured["summary"]["failed"], 1, "{}", r.text);
+}
