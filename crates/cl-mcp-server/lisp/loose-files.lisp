@@ -135,7 +135,10 @@ Returns (values FIVEAM-NAMES-RUN UNKNOWN-MESSAGE NOTHING-DEFINED-P)."
         (if symbol
             (progn (fiveam-call "RUN!" symbol) (values (list symbol) nil nil))
             (values nil message nil)))
-      (let* ((fiveam (fiveam-roots (defined-since (getf before :fiveam) (fiveam-table))))
+      ;; NIL is FiveAM's global suite, new when the file loaded FiveAM:
+      ;; it holds every suite of the image, not the file's.
+      (let* ((fiveam (fiveam-roots (remove nil (defined-since (getf before :fiveam)
+                                                              (fiveam-table)))))
              ;; Fiasco's own packages hold the tests a load of Fiasco
              ;; itself defines.
              (fiasco (remove-if (lambda (p) (eql 0 (search "FIASCO" (package-name p))))
