@@ -124,6 +124,16 @@ running them runs every one once."
           (when f (pushnew f files :test #'string=)))))
     (nreverse files)))
 
+(defun recorded-test-files (records)
+  "The files recorded for the FiveAM tests of RECORDS (a run's results):
+where a suite loaded from a loose file is written, when a system's run
+names it (`test` of another system)."
+  (let ((files '()))
+    (dolist (r records (nreverse files))
+      (let* ((name (getf r :name))
+             (file (and name (symbolp name) (gethash name *test-definition-files*))))
+        (when file (pushnew file files :test #'string=))))))
+
 (defun run-defined-tests (before &key test)
   "Run what the file loaded since BEFORE defines: every FiveAM suite (or
 test outside its suites), every package of new Fiasco tests, RT's entries

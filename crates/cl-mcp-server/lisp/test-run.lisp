@@ -316,7 +316,9 @@ output no reader recognises is \"unknown\"."
              :outcome (string-downcase outcome)
              :summary summary
              :failures failures
-             :source-files (and failures (ignore-errors (project-source-files name))))
+             :source-files (and failures (ignore-errors
+                                          (append (project-source-files name)
+                                                  (recorded-test-files records)))))
        (build-status notes build-error failed flags)
        (list :diagnostics notes)
        (build-result-fields result build-error)))))
