@@ -138,18 +138,22 @@ fn an_exercise_test_file_runs_unchanged_in_one_call() {
     );
     // What agents borrowed before `file`: the suite run as a test of the
     // system that defines FiveAM. Its failures are located all the same.
-    let r = call(
-        &mut s,
-        6,
-        "asdf-test-system",
-        json!({"system": "fiveam", "test": "yacht-test::yacht-suite"}),
-    );
-    assert_eq!(r.structured["summary"]["failed"], 2, "{}", r.text);
-    assert!(
-        r.text.contains("yacht/yacht-test.lisp:15:3: FAIL"),
-        "{}",
-        r.text
-    );
+    // (Not on ECL: its `asdf:test-system "fiveam"` first compiles FiveAM's
+    // own test system through gcc, minutes on a busy machine.)
+    if common::lisp() != "ecl" {
+        let r = call(
+            &mut s,
+            6,
+            "asdf-test-system",
+            json!({"system": "fiveam", "test": "yacht-test::yacht-suite"}),
+        );
+        assert_eq!(r.structured["summary"]["failed"], 2, "{}", r.text);
+        assert!(
+            r.text.contains("yacht/yacht-test.lisp:15:3: FAIL"),
+            "{}",
+            r.text
+        );
+    }
     // A file and one of its tests.
     let r = call(
         &mut s,
