@@ -39,7 +39,7 @@ cargo test --workspace --all-features --no-fail-fast "$@" 2>&1 | tee "$log" || s
 # (image_supervisor stays SBCL's: it drives the supervisor through SBCL's
 # own threads, sockets and heap options.)
 matrix_suites=(--test eval_tools --test image_tools --test code_tools
-               --test project_loop --test project_systems)
+               --test project_loop --test project_systems --test loose_code)
 pids=()
 for lisp in ${CL_MCP_TEST_MATRIX-ecl clisp}; do
   (

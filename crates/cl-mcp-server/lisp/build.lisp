@@ -18,8 +18,13 @@
 :line N :column N :context S), :path NIL when it has no file location."
   (let ((location (location-plist (swank/backend:location condition))))
     (append (list :severity (severity-name (swank/backend:severity condition))
-                  :message (truncate-string (princ-to-string* (swank/backend:message condition))
-                                            5000))
+                  :message (concatenate
+                            'string
+                            (truncate-string (princ-to-string* (swank/backend:message condition))
+                                             5000)
+                            (or (ignore-errors
+                                 (file-error-tried (swank/backend:original-condition condition)))
+                                "")))
             (if (getf location :error)
                 (list :path nil)
                 location))))
@@ -362,7 +367,8 @@ never writes into the user's project."
         :elapsed-ms (getf result :elapsed-ms)
         :error (getf result :error)
         :interrupted (getf result :interrupted)
-        :where (getf result :where)))
+        :where (getf result :where)
+        :notices (getf result :notices)))
 
 (defun error-note-p (note)
   (equal (getf note :severity) "error"))
@@ -438,7 +444,12 @@ of the file the server checked, is checked again on the opened file first
              (lambda ()
               (call-with-guarded-opens
                (lambda ()
-               (let ((fasl (fasl-path-for path)))
+                ;; The file's relative paths ((load "stub")) mean its
+                ;; neighbours, as for `sbcl --load` run from its directory;
+                ;; the tests it defines are noted as its (loose-files.lisp).
+                (let ((fasl (fasl-path-for path))
+                      (*default-pathname-defaults* (file-directory-pathname path))
+                      (definitions (test-definitions-snapshot)))
                  (ensure-directories-exist fasl)
                  (multiple-value-bind (collected err failed values)
                      (call-building
@@ -459,7 +470,7 @@ of the file the server checked, is checked again on the opened file first
                                          (setf compile-error
                                                (append
                                                 (list :severity "error"
-                                                      :message (print-capped c 5000))
+                                                      :message (condition-report c 5000))
                                                 (location-plist
                                                  (list :location (list :file file)
                                                        (list :position (1+ offset))
@@ -478,7 +489,8 @@ of the file the server checked, is checked again on the opened file first
                        (setf success (not failure-p))
                        (when load
                          (load output)
-                         (setf loaded t)))))))))
+                         (setf loaded t)
+                         (ignore-errors (note-test-definitions definitions path))))))))))
              :id id :max-output max-output :warnings :pass))))
       (when *refused-open*
         (return-from compile-file-with-diagnostics
@@ -583,8 +595,10 @@ those its DEFSYSTEM forms spell out), and :found-elsewhere ((NAME SOURCE)
          (build-result-fields result build-error))))))
 
 (defun quicklisp-available-p ()
+  "Whether the real Quicklisp is loaded (QL-DIST is its own; the stand-in
+of quicklisp-stand-in.lisp has none)."
   (let ((ql (find-package "QUICKLISP-CLIENT")))
-    (and ql (fboundp (find-symbol "QUICKLOAD" ql)))))
+    (and ql (find-package "QL-DIST") (fboundp (find-symbol "QUICKLOAD" ql)))))
 
 (defun system-loaded-p (name)
   (let ((system (asdf:find-system name nil)))
@@ -594,7 +608,7 @@ those its DEFSYSTEM forms spell out), and :found-elsewhere ((NAME SOURCE)
   "The error plist for a system ASDF cannot find: a plain answer, not an
 error with ASDF's internals as a backtrace."
   (list :type "ASDF/FIND-COMPONENT:MISSING-COMPONENT"
-        :message (format nil "ASDF cannot find a system named ~S. Check its name, or make its .asd file findable (e.g. push its directory onto ASDF:*CENTRAL-REGISTRY*)." name)
+        :message (format nil "ASDF cannot find a system named ~S.~A Check its name, or make its .asd file findable (e.g. push its directory onto ASDF:*CENTRAL-REGISTRY*)." name (system-guess-clause name))
         :restarts nil :backtrace nil))
 
 (defun severity-count (notes severities &optional path)

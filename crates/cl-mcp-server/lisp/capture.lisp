@@ -494,11 +494,27 @@ of the message (its line and column stay)."
         (string-right-trim '(#\Space #\Tab #\Newline #\Return #\,)
                            (if stream-at (subseq text 0 stream-at) text)))))
 
+(defun file-error-tried (condition)
+  "For a FILE-ERROR whose pathname is relative (LOAD \"anagram\"), the
+absolute path it meant: \" [looked for /dir/anagram]\", merged as LOAD and
+OPEN merge it, with *DEFAULT-PATHNAME-DEFAULTS*; else \"\"."
+  (let* ((given (and (typep condition 'file-error)
+                     (ignore-errors (pathname (file-error-pathname condition)))))
+         (absolute (and given (ignore-errors (namestring (merge-pathnames given))))))
+    (if (and absolute (string/= absolute (ignore-errors (namestring given))))
+        (format nil " [looked for ~A]" absolute)
+        "")))
+
+(defun condition-report (condition limit)
+  "CONDITION's report capped at LIMIT, with the absolute path a file error
+tried (FILE-ERROR-TRIED)."
+  (concatenate 'string (print-capped condition limit) (file-error-tried condition)))
+
 (defun condition-message (condition)
   "CONDITION's report, capped. An arithmetic error some Lisps (ECL) print
 unreadably (#<a DIVISION-BY-ZERO ...>) is described by its operation and
 operands instead."
-  (let ((text (print-capped condition 20000)))
+  (let ((text (condition-report condition 20000)))
     (if (and (typep condition 'arithmetic-error)
              (eql 0 (search "#<" text)))
         (let ((op (ignore-errors (arithmetic-error-operation condition)))
@@ -538,6 +554,19 @@ nested levels."
      (lambda () (swank::swank-debugger-hook condition nil)))))
 
 ;; Long: one user evaluation's dynamic context (streams, hooks, handlers, catch) in the order it is set up.
+(defvar *image-notices* '()
+  "What the helpers have to tell the user once (newest first): handed out
+with the next RUN-CAPTURED result, as its :NOTICES, which the server shows
+as [NOTICE] lines (e.g. the Quicklisp stand-in's first use).")
+
+(defun note-image-notice (text)
+  (pushnew text *image-notices* :test #'string=))
+
+(defun take-image-notices ()
+  (let ((notices (reverse *image-notices*)))
+    (setf *image-notices* '())
+    notices))
+
 (defun run-captured (thunk &key id (max-output 50000) stdin
                              (backtrace-limit 20) (warnings :collect)
                              (on-warning nil) debug)
@@ -669,7 +698,8 @@ what reaches the debugger suspends the evaluation in Swank's debugger
                          (reverse (cons (format nil "[~D more warnings]" warnings-dropped)
                                         collected))
                          (reverse collected))
-           :elapsed-ms (milliseconds-since start)))))
+           :elapsed-ms (milliseconds-since start)
+           :notices (take-image-notices)))))
 
 (defun interrupt-here (evaluation)
   "Runs in the interrupted thread: unwind EVALUATION to its top level,

@@ -202,6 +202,8 @@ Returns (:values (STRING...) :stdout S :stderr S :warnings (S...)
                :package (package-name (session-package session))
                :elapsed-ms (getf result :elapsed-ms)
                :error error)
+         (when (getf result :notices)
+           (list :notices (getf result :notices)))
          (when (getf result :interrupted)
            (list :interrupted t :where (getf result :where)))))))))
 

@@ -68,7 +68,7 @@ project root; :also-defined-in: the other .asd files there defining it."
                        (list :error (format nil "Could not read system ~A: ~A"
                                             name (princ-to-string* e))))))))
     (if (null system)
-        (list :error (format nil "ASDF cannot find a system named ~S. Check the source registry or load its .asd file." name))
+        (list :error (format nil "ASDF cannot find a system named ~S.~A Check the source registry or load its .asd file." name (system-guess-clause name)))
         (let ((origin (system-origin name)))
          (flet ((text (x) (and x (princ-to-string* x))))
           (list :name (asdf:component-name system)

@@ -140,52 +140,12 @@ case, or `pkg::name`): (values SYMBOL NIL) or (values NIL MESSAGE)."
     (cond ((null (find-package "IT.BESE.FIVEAM"))
            (values nil (format nil "No test named ~S: the test system does not use FiveAM, the framework whose single tests and suites can be run by name." designator)))
           ((null matches)
-           (let ((nearest (nearest-names designator names)))
-             (values nil (format nil "No FiveAM test or suite named ~S.~@[ Did you mean ~{~A~^, ~}?~] ~
-                                      Known (~D): ~{~A~^, ~}~:[~;, ...~]."
-                                 designator (mapcar #'qualified-name nearest)
-                                 (length names)
-                                 (let ((all (sort (mapcar #'qualified-name names) #'string<)))
-                                   (subseq all 0 (min 30 (length all))))
-                                 (> (length names) 30)))))
+           (values nil (format nil "No FiveAM test or suite named ~S.~A"
+                               designator (name-guess-clause designator names :kind "tests and suites"))))
           ((rest matches)
            (values nil (format nil "~S names several FiveAM tests: ~{~A~^, ~}; qualify it."
                                designator (mapcar #'qualified-name matches))))
           (t (values (first matches) nil)))))
-
-(defun edit-distance (a b)
-  "The Levenshtein distance between the strings A and B, any case."
-  (let ((row (make-array (1+ (length b)))))
-    (dotimes (j (1+ (length b))) (setf (aref row j) j))
-    (dotimes (i (length a))
-      (let ((diagonal (aref row 0)))
-        (setf (aref row 0) (1+ i))
-        (dotimes (j (length b))
-          (let ((above (aref row (1+ j))))
-            (setf (aref row (1+ j))
-                  (min (1+ above) (1+ (aref row j))
-                       (+ diagonal (if (char-equal (char a i) (char b j)) 0 1))))
-            (setf diagonal above)))))
-    (aref row (length b))))
-
-(defun nearest-names (designator names &key (limit 3))
-  "The symbols of NAMES nearest to the string DESIGNATOR (its name part,
-when qualified) by edit distance, at most LIMIT, the nearest first; only
-those within a third of the longer name (at least 2 edits), or holding
-DESIGNATOR."
-  (let* ((wanted (unqualified designator))
-         (scored (loop for name in names
-                       for candidate = (symbol-name name)
-                       for distance = (edit-distance wanted candidate)
-                       when (or (<= distance (max 2 (floor (max (length wanted)
-                                                                (length candidate))
-                                                           3)))
-                                (and (>= (length wanted) 3)
-                                     (search wanted candidate :test #'char-equal)))
-                         collect (cons distance name))))
-    (mapcar #'cdr (subseq (stable-sort (sort scored #'string< :key (lambda (x) (qualified-name (cdr x))))
-                                       #'< :key #'car)
-                          0 (min limit (length scored))))))
 
 (defun run-named-test (designator)
   "Run the FiveAM test or suite DESIGNATOR names, with RUN!: NIL, or the
@@ -356,7 +316,9 @@ output no reader recognises is \"unknown\"."
              :outcome (string-downcase outcome)
              :summary summary
              :failures failures
-             :source-files (and failures (ignore-errors (project-source-files name))))
+             :source-files (and failures (ignore-errors
+                                          (append (project-source-files name)
+                                                  (recorded-test-files records)))))
        (build-status notes build-error failed flags)
        (list :diagnostics notes)
        (build-result-fields result build-error)))))

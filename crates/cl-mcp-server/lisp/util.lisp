@@ -376,7 +376,7 @@ Returns (values package error-message)."
                   (package (find-package* name)))
              (if package
                  (values package nil)
-                 (values nil (format nil "No package named ~S exists in the image." name)))))))
+                 (values nil (format nil "No package named ~S exists in the image.~A" name (package-guess-clause name))))))))
 
 (defun resolve-symbol (designator &key package)
   "Resolve DESIGNATOR (\"pkg:name\", \"pkg::name\", \"name\") the way a
@@ -396,7 +396,7 @@ Returns (values symbol nil) or (values nil error-message)."
                       default-package)))
         (unless home
           (return-from resolve-symbol
-            (values nil (format nil "No package named ~S exists in the image." package-part))))
+            (values nil (format nil "No package named ~S exists in the image.~A" package-part (package-guess-clause package-part)))))
         (loop for name in (normalize-token name-part)
               do (multiple-value-bind (symbol status) (find-symbol name home)
                    (when status (return-from resolve-symbol (values symbol nil)))))
@@ -415,8 +415,9 @@ Returns (values symbol nil) or (values nil error-message)."
                 (values nil (format nil "Symbol ~S is not accessible in ~A and is ambiguous: ~{~A~^, ~}. Qualify it as pkg:name."
                                     name-part (package-name home)
                                     (mapcar #'qualified-name found)))))))
-        (values nil (format nil "Symbol ~S not found in package ~A."
-                            name-part (package-name home)))))))
+        (values nil (format nil "Symbol ~S not found in package ~A.~A"
+                            name-part (package-name home)
+                            (symbol-guess-clause name-part home)))))))
 
 ;;; A request for a fresh Swank thread when no thread can be made.
 

@@ -221,12 +221,19 @@ fn project_root_info_and_change() {
         json!({"path": other.display().to_string()}),
     );
     assert_eq!(
-        r.text,
+        r.text.lines().next().unwrap(),
         format!(
             "Project root set to {} (was {}).",
             other.display(),
             root.display()
         )
+    );
+    // The image follows the root (the next line says so).
+    assert!(
+        r.text
+            .contains("working directory and *default-pathname-defaults* move there"),
+        "{}",
+        r.text
     );
     assert_eq!(s.ok("fs-read-file", json!({"path": "f.txt"})).text, "other");
     let i = s.ok("fs-get-project-info", json!({}));

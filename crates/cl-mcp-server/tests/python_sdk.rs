@@ -81,6 +81,10 @@ fn official_python_sdk_connects_lists_and_calls() {
         "{stdout}"
     );
     assert!(
+        stdout.contains("loose file: 2 failures at their checks"),
+        "{stdout}"
+    );
+    assert!(
         stdout.contains("coverage: calc.lisp:6 not executed; report"),
         "{stdout}"
     );

@@ -22,6 +22,7 @@ use super::output::DEFAULT_MAX_OUTPUT;
 use super::{cap_output, tool, Annotations, ToolContext, ToolDef, ToolGroup, ToolOutput};
 
 pub mod coverage;
+mod loose;
 mod matrix;
 mod test_locations;
 
@@ -216,8 +217,10 @@ impl Origin {
 #[derive(Deserialize, JsonSchema, Clone)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 struct TestArgs {
-    system: String,
-    /// A FiveAM test or suite (`pkg::name`).
+    system: Option<String>,
+    /// Instead of `system`: a file whose tests to run.
+    file: Option<String>,
+    /// A FiveAM test or suite (`pkg::name`), also alone.
     test: Option<String>,
     force: Option<bool>,
     /// Default 600.
@@ -330,6 +333,9 @@ struct TestOutput {
 }
 
 async fn asdf_test_system(a: TestArgs, ctx: ToolContext) -> ToolOutput {
+    if let Some(refusal) = loose::refuse_subject(&a) {
+        return ToolOutput::error(refusal);
+    }
     if a.coverage == Some(true) && a.lisps.is_some() {
         return ToolOutput::error(
             "coverage: true measures in one SBCL image (sb-cover); it cannot go with `lisps`. \
@@ -362,10 +368,7 @@ async fn test_matrix(a: TestArgs, lisps: &LispsArg, ctx: ToolContext) -> ToolOut
         .unwrap_or("passed");
     let differing = matrix::differing(&rows);
     let m = Matrix { rows, differing };
-    let what = match &a.test {
-        Some(t) => format!("Test {t} of {}", a.system),
-        None => format!("Tests of {}", a.system),
-    };
+    let what = loose::run_title(&a);
     let text = matrix::render(&what, &m, started, true);
     let success = outcome == "passed";
     let out = TestOutput {
@@ -398,8 +401,9 @@ async fn test_one(a: TestArgs, ctx: ToolContext) -> ToolOutput {
     if a.force == Some(true) {
         keys.push(("force", Value::t()));
     }
+    let system = a.system.clone().unwrap_or_default();
     let report_dir = match a.coverage {
-        Some(true) => match coverage::fresh_report_dir(&ctx.session, &a.system) {
+        Some(true) => match coverage::fresh_report_dir(&ctx.session, &system) {
             Ok(d) => Some(d),
             Err(e) => return ToolOutput::error(e),
         },
@@ -408,14 +412,26 @@ async fn test_one(a: TestArgs, ctx: ToolContext) -> ToolOutput {
     if let Some(d) = &report_dir {
         keys.push(("coverage", Value::string(format!("{}/", d.display()))));
     }
-    let form = helper_form("test-system", vec![Value::string(a.system.clone())], keys);
-    let what = format!("asdf-test-system {}", a.system);
+    let (form, what) = if a.system.is_some() {
+        (
+            helper_form("test-system", vec![Value::string(system.clone())], keys),
+            format!("asdf-test-system {system}"),
+        )
+    } else {
+        match loose::test_file_form(&a, &ctx, keys).await {
+            Ok(f) => f,
+            Err(e) => return ToolOutput::error(e),
+        }
+    };
     let v = match lisp_call::call_build(&ctx, &what, &form, timeout).await {
         Ok(v) => v,
         Err(e) => return ToolOutput::error(e),
     };
     let root = ctx.session.project_root();
-    let origin = Origin::of(&ctx, &a.system, &root).await;
+    let origin = match &a.system {
+        Some(system) => Origin::of(&ctx, system, &root).await,
+        None => None, // a loose file's run has no system to come from
+    };
     let build = BuildOutput::from_plist(&v, &root);
     let summary = v
         .plist_get("summary")
@@ -460,7 +476,7 @@ async fn test_one(a: TestArgs, ctx: ToolContext) -> ToolOutput {
         matrix: None,
         coverage: report_dir.as_ref().and_then(|d| {
             let c = v.plist_get("coverage").filter(|c| !c.is_nil())?;
-            coverage::CoverageOutput::from_plist(c, &root, &a.system, d)
+            coverage::CoverageOutput::from_plist(c, &root, &system, d)
         }),
     };
     let mut text = Origin::on_first_line(
@@ -493,15 +509,15 @@ fn render_test_run(
     root: &Path,
     timeout: Duration,
 ) -> String {
-    let what = match &a.test {
-        Some(t) => format!("Test {t} of {}", a.system),
-        None => format!("Tests of {}", a.system),
-    };
+    let what = loose::run_title(a);
     if let Some(message) = refusal_message(v, "UNKNOWN-TEST") {
         return format!("{what}: no such test. {message}");
     }
     if let Some(message) = refusal_message(v, "COVERAGE-UNSUPPORTED") {
         return format!("{what} not run: {message}.");
+    }
+    if let Some(message) = refusal_message(v, "NO-TESTS") {
+        return format!("{what}: no tests. {message}");
     }
     let mut text = match &out.summary {
         Some(s) => format!(
@@ -834,9 +850,9 @@ pub fn tools() -> Vec<ToolDef> {
             "asdf-test-system",
             ToolGroup::Asdf,
             "Run a system's tests",
-            "Run `asdf:test-system` (never waits for input): counts, each failed check (FiveAM, \
-             Fiasco: expected/actual at its line); `force` rebuilds; `coverage` (SBCL): lines \
-             never run.",
+            "Run a system's or a `file`'s tests (never waits for input): counts, each failed \
+             check (FiveAM, Fiasco: expected/actual at its line); `force` rebuilds; `coverage` \
+             (SBCL): lines never run.",
             Annotations::MUTATING,
             |a: TestArgs, ctx: ToolContext| async move {
                 let c = ctx.clone();

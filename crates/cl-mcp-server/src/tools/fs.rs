@@ -826,11 +826,32 @@ fn set_project_root(a: SetRootArgs, session: &Session) -> ToolOutput {
         "Project root set to {} (was {}).",
         out.project_root, out.previous_root
     );
+    text.push('\n');
+    text.push_str(&image_root_note(session));
     if let Some(line) = sandbox_root_note(session, &canon) {
         text.push('\n');
         text.push_str(&line);
     }
     ToolOutput::structured(text, to_json(&out))
+}
+
+/// What the new root means for the session's image: an image of ours moves
+/// there (working directory, `*default-pathname-defaults*`); an attached
+/// one, the user's, is only told.
+fn image_root_note(session: &Session) -> String {
+    let attached = match session.image_if_started() {
+        Some(image) => image.mode() == crate::image::ImageMode::Attached,
+        None => session.config.image.attach.is_some(),
+    };
+    if attached {
+        "The attached image is told (the root's systems become findable by name) but not moved: \
+         its working directory and *default-pathname-defaults* stay the user's."
+            .into()
+    } else {
+        "The image's working directory and *default-pathname-defaults* move there with its next \
+         call (relative paths in code, e.g. (load \"stub\"), then mean the root's files)."
+            .into()
+    }
 }
 
 /// When the running image's sandbox does not let it write under the new

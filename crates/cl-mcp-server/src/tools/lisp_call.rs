@@ -493,6 +493,19 @@ fn unpack(
     if let Some(n) = notice {
         *eval_slot(ctx).notice.guard() = Some(n);
     }
+    // What the helpers tell once (`:notices` of a run's reply: the
+    // Quicklisp stand-in's first use) joins the notice of this result.
+    if let Ok(v) = &value {
+        let told = plist_strings(v, "notices");
+        if !told.is_empty() {
+            let mut notice = eval_slot(ctx).notice.guard();
+            let said = told.join("\n[NOTICE] ");
+            *notice = Some(match notice.take() {
+                Some(n) => format!("{n}\n[NOTICE] {said}"),
+                None => said,
+            });
+        }
+    }
     value
 }
 
@@ -609,6 +622,7 @@ async fn ensure_project_registered(ctx: &ToolContext) {
     else {
         return;
     };
+    let new_root = told.is_none();
     // The same files and names as the image was told: nothing to tell
     // (a directory changed for other files, or within a second of a walk).
     if told.is_some_and(|t| t.files == walk.files) {
@@ -636,11 +650,27 @@ async fn ensure_project_registered(ctx: &ToolContext) {
     if let Some(old) = forget {
         keys.push(("forget", Value::string(old.to_string_lossy().into_owned())));
     }
-    let form = helper_form(
-        "register-project-root",
-        vec![Value::string(root.to_string_lossy().into_owned())],
-        keys,
-    );
+    // An image of ours works in the project: its working directory and
+    // `*default-pathname-defaults*` follow the root (when the root or the
+    // image is new, not at every walk); an attached image is the user's,
+    // told the root but not moved.
+    let root_text = Value::string(root.to_string_lossy().into_owned());
+    let register = helper_form("register-project-root", vec![root_text.clone()], keys);
+    let form = if new_root {
+        let moved = image.mode() != crate::image::ImageMode::Attached;
+        format!(
+            // Qualified: Swank may read the form in its own I/O package.
+            "(cl:progn {} {})",
+            helper_form(
+                "enter-project-root",
+                vec![root_text],
+                vec![("move", Value::bool(moved))],
+            ),
+            register
+        )
+    } else {
+        register
+    };
     // Through `unpack`, so a "state was lost" notice this call happens to
     // receive still reaches the user.
     match unpack(ctx, image.rex(&form, BUFFER_PACKAGE, Thread::T).await) {
@@ -650,7 +680,10 @@ async fn ensure_project_registered(ctx: &ToolContext) {
             let mut said = Vec::new();
             if walk.stopped && !said_stopped {
                 said.push(format!(
-                    "The project root {} holds more than {} files and folders: the search for                      its .asd files stopped there, so systems defined further on are not found                      as the project's (an installed copy may be used instead). Set a narrower                      root with fs-set-project-root, or list big folders in .gitignore.",
+                    "The project root {} holds more than {} files and folders: the search for its .asd \
+                     files stopped there, so systems defined further on are not found as the \
+                     project's (an installed copy may be used instead). Set a narrower root with \
+                     fs-set-project-root, or list big folders in .gitignore.",
                     root.display(),
                     super::project_systems::MAX_WALK_ENTRIES
                 ));

@@ -413,6 +413,33 @@ async def test_run(binary: str, base: str) -> None:
     print(f"test run: {len(text)} bytes, failures at their checks, nearest names, force")
 
 
+async def loose_file(binary: str, base: str, exercises: str) -> None:
+    """An exercise-style folder (a stub, a test file beginning `(load
+    "yacht")`, no .asd) run by `file`, with a wrong solution: each failure
+    at its check, the result valid against the output schema."""
+    root = os.path.join(base, "exercise")
+    os.makedirs(os.path.join(root, "yacht"))
+    for name, source in (("yacht-test.lisp", "yacht-test.lisp"), ("yacht.lisp", "broken/yacht.lisp")):
+        with open(os.path.join(exercises, "yacht", source)) as f, \
+                open(os.path.join(root, "yacht", name), "w") as out:
+            out.write(f.read())
+    target = StdioServerParameters(command=binary, args=["--project-root", root], cwd=base)
+    async with Client(target, mode="legacy", read_timeout_seconds=300) as client:
+        tools = await client.list_tools()
+        schema = next(t.output_schema for t in tools.tools if t.name == "asdf-test-system")
+        r = await call(client, "asdf-test-system", {"file": "yacht/yacht-test.lisp"}, error=True)
+        jsonschema.validate(r.structured_content, schema)
+        failures = r.structured_content["failures"]
+        assert [(f["path"], f["at"]) for f in failures] == [("yacht/yacht-test.lisp", "check")] * 2, failures
+        # `test` alone: the suite the file defined, still located.
+        r = await call(client, "asdf-test-system", {"test": "yacht-test::yacht-suite"}, error=True)
+        jsonschema.validate(r.structured_content, schema)
+        assert r.structured_content["failures"][0]["line"] == 15, r.structured_content
+        r = await call(client, "asdf-test-system", {"file": "yacht/yacht-test.lisp", "test": "choice"})
+        assert r.structured_content["summary"]["passed"] == 1, r.structured_content
+    print(f"loose file: {len(failures)} failures at their checks, by file and by suite")
+
+
 COVERAGE_FILES = {
     "calc.asd": """(defsystem "calc"
   :components ((:file "calc"))
@@ -611,6 +638,7 @@ async def main() -> None:
         await cold_start(binary, os.path.join(cold, "sbcl"), "sbcl")
     with tempfile.TemporaryDirectory() as base:
         await test_run(binary, base)
+        await loose_file(binary, base, os.path.join(root, "tests", "exercises"))
         await coverage(binary, base)
         await several_images(binary, base)
     stdio = StdioServerParameters(command=binary, args=["--project-root", root])

@@ -280,7 +280,11 @@ impl Image {
             .map_err(|e| ImageError::StartFailed(e.to_string()))?;
         let (memory_args, memory_env) = self.memory_settings(plan);
         let mut cmd = tokio::process::Command::new(&launcher);
-        cmd.arg(&plan.lisp)
+        // A launcher on this host starts the image in the project (one
+        // elsewhere has CL_MCP_LAUNCH_PROJECT_ROOT; the image moves there
+        // itself when it sees that directory).
+        cmd.current_dir(&places.root)
+            .arg(&plan.lisp)
             .args(memory_args)
             .args(&config.lisp_runtime_args)
             .args(&plan.args)

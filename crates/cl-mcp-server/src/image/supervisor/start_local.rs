@@ -279,7 +279,10 @@ impl Image {
                 }
             }
         }
-        cmd.args(&config.lisp_runtime_args)
+        // The image works in the project: relative paths in its code
+        // mean the project's files, wherever the server was started.
+        cmd.current_dir(&places.root)
+            .args(&config.lisp_runtime_args)
             .args(&plan.args)
             .envs(plan.env.iter().map(|(k, v)| (k, v)))
             .env("CL_MCP_SWANK_SECRET", secret)

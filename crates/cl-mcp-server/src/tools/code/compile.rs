@@ -133,7 +133,7 @@ pub(super) async fn lisp_compile_file(a: CompileArgs, ctx: ToolContext) -> ToolO
 /// The file `path` names, checked to be a regular file on a non-blocking
 /// handle, and its `(list DEV INO)` for the image to check the file it
 /// opens against (nil when they do not fit a fixnum).
-async fn file_to_compile(
+pub(crate) async fn file_to_compile(
     ctx: &ToolContext,
     root: &Path,
     path: &str,

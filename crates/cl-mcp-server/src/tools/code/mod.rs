@@ -15,6 +15,7 @@ pub use build::{
     render_build_output, render_diagnostics, render_interruption, BuildOutput, Diagnostic,
     FailedAction, BUILD_TIMEOUT_SECONDS,
 };
+pub(crate) use compile::file_to_compile;
 pub use location::Location;
 
 use super::lisp_call;

@@ -1,0 +1,26 @@
+(defpackage :yacht
+  (:use :cl)
+  (:export :score))
+(in-package :yacht)
+
+(defun counts (dice)
+  (loop for face from 1 to 6 collect (count face dice)))
+
+(defun score (dice category)
+  (let ((counts (counts dice)))
+    (case category
+      (:ones (* 1 (count 1 dice)))
+      (:twos (* 2 (count 2 dice)))
+      (:threes (* 3 (count 3 dice)))
+      (:fours (* 4 (count 4 dice)))
+      (:fives (* 5 (count 5 dice)))
+      (:sixes (* 6 (count 6 dice)))
+      (:full-house (if (equal (sort (remove 0 (copy-list counts)) #'<) '(2 3))
+                       (reduce #'+ dice) 0))
+      (:four-of-a-kind (let ((face (position-if (lambda (n) (>= n 4)) counts)))
+                         (if face (* 4 (1+ face)) 0)))
+      (:little-straight (if (equal (sort (copy-list dice) #'<) '(1 2 3 4 5)) 30 0))
+      (:big-straight (if (equal (sort (copy-list dice) #'<) '(2 3 4 5 6)) 30 0))
+      (:choice (reduce #'+ dice))
+      (:yacht (if (find 5 counts) 50 0))
+      (t 0))))
