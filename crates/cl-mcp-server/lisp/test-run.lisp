@@ -32,7 +32,8 @@ TEST-SYSTEM it only calls the next method."
           ;; Skipped, the action still counts as performed: ASDF's plan
           ;; asserts the stamp PERFORM's :AFTER method would have set.
           (asdf::mark-operation-done operation component)
-          (call-next-method)))))
+          (let ((*in-test-op* t))
+            (call-next-method))))))
 
 (defun fiveam-symbol (name)
   (let ((package (find-package "IT.BESE.FIVEAM")))
@@ -277,6 +278,33 @@ expression in the same test (the next check of that form)."
                                  (list :expr (ignore-errors (form-shape (getf r :expr)))))
                                (list :nth (1- (incf (gethash key seen 0))))))))))
 
+(defun read-printed-form (text)
+  "TEXT (a form as a framework printed it) read back as data, in a package
+of its own deleted after (a name without a package interns nowhere else),
+or NIL when it does not read (an unknown package, a symbol not external)."
+  (let ((package (make-package (symbol-name (gensym "CL-MCP-READ-")) :use '("COMMON-LISP"))))
+    (unwind-protect
+         (ignore-errors
+          (with-standard-io-syntax
+            (let ((*package* package) (*read-eval* nil))
+              (values (read-from-string text)))))
+      (ignore-errors (delete-package package)))))
+
+(defun output-records (summary text)
+  "Records, in the shape of RECORD-FIVEAM-RESULTS' failed ones, of the
+failures the framework SUMMARY names itemised in TEXT (OUTPUT-FAILURES):
+the test's symbol when its printed name reads as one that exists, the
+failed form read back, for TEST-FAILURES to locate."
+  (loop for f in (and summary (output-failures (getf summary :framework) text))
+        for test = (getf f :test)
+        for symbol = (and (find #\: test) (not (find #\Space test))
+                          (ignore-errors (resolve-symbol test)))
+        collect (list :framework (getf summary :framework) :status :failed
+                      :name (or symbol test)
+                      :test (if symbol (qualified-name symbol) test)
+                      :message (getf f :message) :form (getf f :form)
+                      :expr (and (getf f :form) (read-printed-form (getf f :form))))))
+
 (defun test-system (name &key test force coverage id (max-output 50000))
   "RUN-TEST-SYSTEM, or with COVERAGE (a directory for the HTML report),
 TEST-SYSTEM-WITH-COVERAGE (coverage.lisp)."
@@ -295,7 +323,8 @@ COVERAGE-SYSTEMS rebuilds those instrumented for coverage (their
 dependencies first loaded as usual, see coverage.lisp). Returns (:system
 S :success T-or-NIL :outcome \"passed\"|\"failed\"|\"error\"|\"unknown\"
 :summary NIL-or-(:framework S :passed N :failed N :skipped N) :failures
-(TEST-FAILURES' plists) :source-files (P...) :diagnostics (...) :warnings-p :failure-p :failed :stdout S :stderr S
+(TEST-FAILURES' plists) :source-files (P...) :suite-output S (the end of
+the run's output without the compiler's lines) :diagnostics (...) :warnings-p :failure-p :failed :stdout S :stderr S
 :elapsed-ms N :error ...). The summary and failures come from FiveAM's or
 Fiasco's results when they ran (counts are checks), else the summary is
 read from the tail of the output (frameworks.lisp). :success is T only for
@@ -341,9 +370,11 @@ output no reader recognises is \"unknown\"."
               :id id :max-output max-output :warnings :pass))))
          (notes (if (getf result :interrupted) (finish-notes (car box) nil) notes))
          (records (append (reverse (car collector)) (fiasco-records fiasco-before)))
+         (suite-output (output-tails tails))
          (summary (if records
                       (results-summary records)
-                      (summarize-test-output (output-tails tails)))))
+                      (summarize-test-output suite-output)))
+         (records (or records (output-records summary suite-output))))
     (when unknown
       (setf (getf result :error)
             (list :type "UNKNOWN-TEST" :message unknown :restarts nil :backtrace nil)))
@@ -356,7 +387,10 @@ output no reader recognises is \"unknown\"."
              :outcome (string-downcase outcome)
              :summary summary
              :failures failures
-             :source-files (and failures (ignore-errors (project-source-files name))))
+             :source-files (and failures (ignore-errors (project-source-files name)))
+             ;; The suite's own output, its end: what the server quotes
+             ;; of it (its summary, failure and abort lines, last lines).
+             :suite-output (subseq suite-output (max 0 (- (length suite-output) 32000))))
        (build-status notes build-error failed flags)
        (list :diagnostics notes)
        (build-result-fields result build-error)))))

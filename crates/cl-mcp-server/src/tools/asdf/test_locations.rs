@@ -147,9 +147,20 @@ impl TestSources {
         if let Some((file, form)) = hit {
             return Some(file.locate(form, check, "test"));
         }
-        let (file, form) =
-            self.find(|form, src, _| macro_call_naming(form, src, name, &check.macros))?;
-        Some(file.locate(form, check, "macro-call"))
+        if let Some((file, form)) =
+            self.find(|form, src, _| macro_call_naming(form, src, name, &check.macros))
+        {
+            return Some(file.locate(form, check, "macro-call"));
+        }
+        // A suite named by a string (ptester's `(with-tests (:name "NAME")
+        // …)`, flexi-streams' `(with-test-suite ("NAME" …) …)`), inside
+        // whatever defines it (a DEFUN).
+        self.files.iter().find_map(|file| {
+            file.forms.iter().find_map(|(form, _)| {
+                let suite = first_list(form, &file.text, |l| suite_named(l, &file.text, name))?;
+                Some(file.locate(suite, check, "test"))
+            })
+        })
     }
 
     /// The first top-level form (in file order) `accepts`.
@@ -253,6 +264,40 @@ fn defined_name(form: &Node, src: &str) -> Option<SymbolName> {
         NodeKind::List => symbol_of(named.elements().next()?, src),
         _ => symbol_of(named, src),
     }
+}
+
+/// The first list (in source order) within `node` that `accepts`.
+fn first_list<'n>(node: &'n Node, src: &str, accepts: impl Fn(&Node) -> bool) -> Option<&'n Node> {
+    let mut stack = vec![node];
+    let mut best: Option<&Node> = None;
+    while let Some(n) = stack.pop() {
+        if n.kind == NodeKind::List && accepts(n) && best.is_none_or(|b| n.span.start < b.span.start)
+        {
+            best = Some(n);
+            continue;
+        }
+        stack.extend(read_elements(n, src));
+    }
+    best
+}
+
+/// Whether `list` opens a suite named `name` by a string: its operator's
+/// name holds `TEST`, its first argument is a list holding the string
+/// (`(with-tests (:name "NAME") …)`, `(with-test-suite ("NAME") …)`).
+fn suite_named(list: &Node, src: &str, name: &str) -> bool {
+    let Some(head) = list.head_name_upper(src) else {
+        return false;
+    };
+    if !head.contains("TEST") {
+        return false;
+    }
+    let Some(options) = list.elements().nth(1) else {
+        return false;
+    };
+    options.kind == NodeKind::List
+        && options
+            .elements()
+            .any(|e| e.kind == NodeKind::String && string_content(e.text(src)) == name)
 }
 
 /// Whether `form` calls one of `macros` with the test's name (or a list
@@ -422,6 +467,26 @@ mod tests {
             at("FAILS-ON-PURPOSE", vec![], expr, 5),
             Some((10, 3, "check"))
         );
+    }
+
+    #[test]
+    fn a_suite_named_by_a_string_is_found_inside_its_defun() {
+        let src = "(in-package :b64-test)\n(defun do-tests ()\n  (with-tests (:name \"b64 tests\")\n    (test 1 (f 2))\n    (test \"a\" (g \"x\"))))\n";
+        let sources = TestSources::from_texts(&[("/p/tests.lisp", src)]);
+        let check = FailedCheck {
+            name: Some("b64 tests"),
+            ..Default::default()
+        };
+        let l = sources.locate(&check).unwrap();
+        assert_eq!((l.line, l.column, l.at), (3, 3, "test"));
+        let shape = lisp_syntax::data::read("(\"G\" (:string \"x\"))").unwrap();
+        let check = FailedCheck {
+            name: Some("b64 tests"),
+            expr: Some(&shape),
+            ..Default::default()
+        };
+        let l = sources.locate(&check).unwrap();
+        assert_eq!((l.line, l.column, l.at), (5, 5, "check"));
     }
 
     #[test]
