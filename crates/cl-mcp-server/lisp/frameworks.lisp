@@ -325,7 +325,7 @@ it), or NIL."
                            (string= ":" (subseq line end))))
                     (let ((messages (lines-until (lambda (l)
                                                    (or (zerop (length l))
-                                                       (string= "." l)
+                                                       (every (lambda (c) (char= c #\.)) l)
                                                        (prefixp "Test" l)
                                                        (and (leading-count l)
                                                             (find #\: l))))
@@ -338,13 +338,22 @@ it), or NIL."
                             failures)))))
     (nreverse failures)))
 
+(defparameter *failure-readers*
+  '(("rt" . rt-failures) ("ptester" . ptester-failures) ("weitz" . weitz-failures))
+  "The frameworks whose printed failures are read, with their readers.")
+
 (defun output-failures (framework text)
   "The failures FRAMEWORK (a summary's :framework) itemised in TEXT, the
-run's output: (:test S :message S :form S-or-NIL) each, in order."
-  (let ((reader (cdr (assoc framework '(("rt" . rt-failures) ("ptester" . ptester-failures)
-                                        ("weitz" . weitz-failures))
-                            :test #'equal))))
-    (and reader (funcall reader (text-lines (strip-ansi text))))))
+run's output: (:test S :message S :form S-or-NIL) each, in order. With
+FRAMEWORK NIL (a run that ended in an error before its summary), the
+first framework's failures found, and that framework as a second value."
+  (let ((lines (text-lines (strip-ansi text))))
+    (if framework
+        (let ((reader (cdr (assoc framework *failure-readers* :test #'equal))))
+          (values (and reader (funcall reader lines)) framework))
+        (loop for (name . reader) in *failure-readers*
+              for failures = (funcall reader lines)
+              when failures return (values failures name)))))
 
 (defun summarize-test-output (text)
   "Pass/fail counts from the summary a known test framework printed in

@@ -42,10 +42,26 @@ TEST-SYSTEM it only calls the next method."
 (defun fiveam-call (name &rest args)
   (apply (fiveam-symbol name) args))
 
+(defvar *fiveam-run-depth* 0
+  "How many FiveAM runs (%RUN) are under way in this thread: an EXPLAIN
+called inside a test (FiveAM's own suite tests EXPLAIN! on a suite meant to
+fail) is not the run's result.")
+
 (defun ensure-fiveam-hook ()
   "When FiveAM is loaded, a :BEFORE method on its EXPLAIN (which RUN!,
 EXPLAIN! and RUN-ALL-TESTS call with the results of a run) that records the
-results while TEST-SYSTEM runs. Installed once."
+results while TEST-SYSTEM runs, but those explained inside a running test
+(an :AROUND method on %RUN counts the runs under way). Installed once."
+  (let ((run (fiveam-symbol "%RUN")))
+    (when (and run (fboundp run)
+               (typep (fdefinition run) 'generic-function)
+               (null (find-method (fdefinition run) '(:around) (list (find-class t)) nil)))
+      (let ((*error-output* (make-broadcast-stream)))
+        (handler-bind ((warning #'muffle-warning))
+          (eval `(defmethod ,run :around (test)
+                   (declare (ignore test))
+                   (let ((*fiveam-run-depth* (1+ *fiveam-run-depth*)))
+                     (call-next-method))))))))
   (let ((explain (fiveam-symbol "EXPLAIN")))
     (when (and explain (fboundp explain)
                (typep (fdefinition explain) 'generic-function)
@@ -56,7 +72,8 @@ results while TEST-SYSTEM runs. Installed once."
         (handler-bind ((warning #'muffle-warning))
           (eval `(defmethod ,explain :before (explainer results &optional stream depth)
                    (declare (ignore explainer stream))
-                   (when (and *test-results* (or (null depth) (eql depth 0)))
+                   (when (and *test-results* (or (null depth) (eql depth 0))
+                              (eql *fiveam-run-depth* 0))
                      (record-fiveam-results results)))))))))
 
 (defun systems-under (name)
@@ -292,18 +309,21 @@ or NIL when it does not read (an unknown package, a symbol not external)."
 
 (defun output-records (summary text)
   "Records, in the shape of RECORD-FIVEAM-RESULTS' failed ones, of the
-failures the framework SUMMARY names itemised in TEXT (OUTPUT-FAILURES):
+failures the framework SUMMARY names itemised in TEXT (OUTPUT-FAILURES;
+without SUMMARY, a run ended by an error, those of any framework found):
 the test's symbol when its printed name reads as one that exists, the
 failed form read back, for TEST-FAILURES to locate."
-  (loop for f in (and summary (output-failures (getf summary :framework) text))
+  (multiple-value-bind (failures framework)
+      (output-failures (getf summary :framework) text)
+  (loop for f in failures
         for test = (getf f :test)
         for symbol = (and (find #\: test) (not (find #\Space test))
                           (ignore-errors (resolve-symbol test)))
-        collect (list :framework (getf summary :framework) :status :failed
+        collect (list :framework framework :status :failed
                       :name (or symbol test)
                       :test (if symbol (qualified-name symbol) test)
                       :message (getf f :message) :form (getf f :form)
-                      :expr (and (getf f :form) (read-printed-form (getf f :form))))))
+                      :expr (and (getf f :form) (read-printed-form (getf f :form)))))))
 
 (defun test-system (name &key test force coverage id (max-output 50000))
   "RUN-TEST-SYSTEM, or with COVERAGE (a directory for the HTML report),

@@ -11,7 +11,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::code::{
-    build_timeout, render_build_error, render_diagnostics, render_interruption,
+    build_timeout, render_build_error, render_interruption,
     BuildOutput, Diagnostic, FailedAction,
 };
 use super::fs_paths;
@@ -26,7 +26,7 @@ pub mod coverage;
 mod matrix;
 mod test_locations;
 
-use answer::{listed_diagnostics, suite_excerpt, DiagnosticsLevel};
+use answer::{clip, listed_diagnostics, render_listed, suite_excerpt, DiagnosticsLevel};
 use matrix::{LispsArg, Matrix};
 
 use test_locations::{FailedCheck, TestSources};
@@ -173,7 +173,7 @@ fn push_diagnostics(
     let (listed, counted) = listed_diagnostics(diags, v, root, level);
     if !listed.is_empty() {
         text.push('\n');
-        text.push_str(&render_diagnostics(&listed));
+        text.push_str(&render_listed(&listed));
     }
     if !counted.is_empty() {
         text.push('\n');
@@ -454,15 +454,6 @@ const FAILURES_SHOWN: usize = 10;
 const FAILURE_MESSAGE_CHARS: usize = 300;
 const FAILURE_FORM_CHARS: usize = 120;
 
-/// `text` cut to `n` characters, `…` marking the cut.
-fn clip(text: &str, n: usize) -> String {
-    if text.chars().count() > n {
-        format!("{}…", text.chars().take(n).collect::<String>())
-    } else {
-        text.to_string()
-    }
-}
-
 /// The answer's text, sized for a model: the headline (outcome, counts,
 /// time), each failure (the first `FAILURES_SHOWN`: location, test,
 /// message), the project's errors and warnings (notes only when asked) and
@@ -583,11 +574,12 @@ fn render_test_run(
     text
 }
 
-/// `text`'s first `n` lines, the others counted.
+/// `text`'s first `n` lines, each cut to 200 characters, the others
+/// counted.
 fn clip_lines(text: &str, n: usize) -> String {
-    let lines: Vec<&str> = text.lines().collect();
+    let lines: Vec<String> = text.lines().map(|l| clip(l, 200)).collect();
     if lines.len() <= n {
-        return text.to_string();
+        return lines.join("\n");
     }
     format!(
         "{}\n[{} more lines; see `error`]",

@@ -120,6 +120,37 @@ pub fn listed_diagnostics(
     (listed, line)
 }
 
+/// A listed diagnostic's message is cut to this many characters.
+const DIAGNOSTIC_CHARS: usize = 300;
+
+/// `path:line:column: severity: message`, one a line, each message on one
+/// line (the compiler lays its type names out over many) and cut to
+/// `DIAGNOSTIC_CHARS`: `structuredContent.diagnostics` has them whole.
+pub fn render_listed(diags: &[Diagnostic]) -> String {
+    diags
+        .iter()
+        .map(|d| {
+            let message = d.message.split_whitespace().collect::<Vec<_>>().join(" ");
+            format!(
+                "{}: {}: {}",
+                d.location.prefix(),
+                d.severity,
+                clip(&message, DIAGNOSTIC_CHARS)
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// `text` cut to `n` characters, `…` marking the cut.
+pub fn clip(text: &str, n: usize) -> String {
+    if text.chars().count() > n {
+        format!("{}…", text.chars().take(n).collect::<String>())
+    } else {
+        text.to_string()
+    }
+}
+
 /// The count of the image's `[N more diagnostics]` marker, if `d` is it.
 fn dropped_count(d: &Diagnostic) -> Option<usize> {
     let rest = d.message.strip_prefix('[')?;

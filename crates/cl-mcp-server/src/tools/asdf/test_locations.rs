@@ -152,6 +152,23 @@ impl TestSources {
         {
             return Some(file.locate(form, check, "macro-call"));
         }
+        // A macro making several tests from one name (split-sequence's
+        // `(define-test split-sequence.0 …)` makes `SPLIT-SEQUENCE.0.VECTOR`
+        // and `.LIST`): the call naming the test's name up to a `.`, `-`
+        // or `/`.
+        let stems: Vec<&str> = name
+            .char_indices()
+            .filter(|(_, c)| matches!(c, '.' | '-' | '/'))
+            .map(|(i, _)| &name[..i])
+            .rev()
+            .collect();
+        for stem in stems {
+            if let Some((file, form)) =
+                self.find(|form, src, _| macro_call_naming(form, src, stem, &check.macros))
+            {
+                return Some(file.locate(form, check, "macro-call"));
+            }
+        }
         // A suite named by a string (ptester's `(with-tests (:name "NAME")
         // …)`, flexi-streams' `(with-test-suite ("NAME" …) …)`), inside
         // whatever defines it (a DEFUN).
@@ -487,6 +504,19 @@ mod tests {
         };
         let l = sources.locate(&check).unwrap();
         assert_eq!((l.line, l.column, l.at), (5, 5, "check"));
+    }
+
+    #[test]
+    fn a_test_a_macro_made_under_a_longer_name_is_at_its_call() {
+        let src = "(defmacro define-test (name &body body) nil)\n(define-test split.0 (:input (input \"\"))\n  (is (f input)))\n";
+        let sources = TestSources::from_texts(&[("/p/tests.lisp", src)]);
+        let check = FailedCheck {
+            name: Some("SPLIT.0.VECTOR"),
+            macros: vec!["DEFINE-TEST"],
+            ..Default::default()
+        };
+        let l = sources.locate(&check).unwrap();
+        assert_eq!((l.line, l.at), (2, "macro-call"));
     }
 
     #[test]
