@@ -107,15 +107,7 @@ pub fn listed_diagnostics(
     let line = if parts.is_empty() {
         String::new()
     } else {
-        format!(
-            "Not listed: {}; see `diagnostics`{}",
-            parts.join("; "),
-            if level == DiagnosticsLevel::All {
-                ""
-            } else {
-                " (or diagnostics: \"all\")"
-            }
-        )
+        format!("Not listed: {}; see `diagnostics`", parts.join("; "))
     };
     (listed, line)
 }
