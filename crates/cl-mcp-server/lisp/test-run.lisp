@@ -104,6 +104,30 @@ test systems), where the server finds the failed tests' forms by name."
             (when s (walk s))))))
     (nreverse files)))
 
+(defun named-data-file (test)
+  "The file name a test's printed name says it comes from (CL-PPCRE's
+`Simple tests from file \"simple\" #19`), or NIL."
+  (let* ((at (search "from file \"" test))
+         (start (and at (+ at (length "from file \""))))
+         (end (and start (position #\" test :start start))))
+    (and end (< start end) (subseq test start end))))
+
+(defun test-source-files (name failures)
+  "PROJECT-SOURCE-FILES of NAME, and the files of test forms the FAILURES'
+tests name (CL-PPCRE's test/simple, read by its runner), found in those
+files' directories."
+  (let* ((files (project-source-files name))
+         (dirs (remove-duplicates (mapcar (lambda (f) (directory-namestring f)) files)
+                                  :test #'string=)))
+    (dolist (f failures files)
+      (let ((data (named-data-file (or (getf f :test) ""))))
+        (when (and data (not (find #\/ data)))
+          (dolist (dir dirs)
+            (let ((p (probe-file (concatenate 'string dir data))))
+              (when p
+                (pushnew (namestring p) files :test #'string=)
+                (return)))))))))
+
 (defun record-fiveam-results (results)
   "Push one plist per FiveAM result object onto *TEST-RESULTS*:
 (:framework \"fiveam\" :status :passed|:failed|:skipped :test S :suite S
@@ -407,7 +431,7 @@ output no reader recognises is \"unknown\"."
              :outcome (string-downcase outcome)
              :summary summary
              :failures failures
-             :source-files (and failures (ignore-errors (project-source-files name)))
+             :source-files (and failures (ignore-errors (test-source-files name failures)))
              ;; The suite's own output, its end: what the server quotes
              ;; of it (its summary, failure and abort lines, last lines).
              :suite-output (subseq suite-output (max 0 (- (length suite-output) 32000))))

@@ -255,7 +255,12 @@ fn cl_base64_abort_is_a_quoted_located_failure_in_a_short_answer() {
     };
     let root = tmp.path().canonicalize().unwrap();
     let mut s = lisp_server(&["--project-root", &root.to_string_lossy()]);
-    let r = call(&mut s, 1, "asdf-test-system", json!({"system": "cl-base64"}));
+    let r = call(
+        &mut s,
+        1,
+        "asdf-test-system",
+        json!({"system": "cl-base64"}),
+    );
     assert_eq!(r.structured["outcome"], "passed", "{}", r.text);
     assert!(r.text.len() <= 2048, "{} bytes:\n{}", r.text.len(), r.text);
     assert!(!r.text.contains(": note:"), "{}", r.text);
@@ -266,7 +271,12 @@ fn cl_base64_abort_is_a_quoted_located_failure_in_a_short_answer() {
         "(if (zerop remainder)",
         "(if (plusp remainder)",
     );
-    let r = call(&mut s, 2, "asdf-test-system", json!({"system": "cl-base64"}));
+    let r = call(
+        &mut s,
+        2,
+        "asdf-test-system",
+        json!({"system": "cl-base64"}),
+    );
     let st = &r.structured;
     assert!(r.is_error, "{}", r.text);
     assert_eq!(st["outcome"], "failed", "{}", r.text);
@@ -280,10 +290,19 @@ fn cl_base64_abort_is_a_quoted_located_failure_in_a_short_answer() {
         "{}",
         r.text
     );
-    assert_eq!((&f[0]["path"], &f[0]["line"]), (&json!("tests.lisp"), &json!(91)));
-    assert!(r.text.len() <= 2048 + 500, "{} bytes:\n{}", r.text.len(), r.text);
+    assert_eq!(
+        (&f[0]["path"], &f[0]["line"]),
+        (&json!("tests.lisp"), &json!(91))
+    );
     assert!(
-        r.text.contains("\ntests.lisp:91:3: FAIL cl-base64 tests: aborted by signalling"),
+        r.text.len() <= 2048 + 500,
+        "{} bytes:\n{}",
+        r.text.len(),
+        r.text
+    );
+    assert!(
+        r.text
+            .contains("\ntests.lisp:91:3: FAIL cl-base64 tests: aborted by signalling"),
         "{}",
         r.text
     );
@@ -316,7 +335,12 @@ fn alexandria_rt_failure_is_named_and_located_redefinitions_counted() {
     };
     let root = tmp.path().canonicalize().unwrap();
     let mut s = lisp_server(&["--project-root", &root.to_string_lossy()]);
-    let r = call(&mut s, 1, "asdf-test-system", json!({"system": "alexandria"}));
+    let r = call(
+        &mut s,
+        1,
+        "asdf-test-system",
+        json!({"system": "alexandria"}),
+    );
     assert_eq!(r.structured["outcome"], "passed", "{}", r.text);
     assert!(r.text.len() <= 2048, "{} bytes:\n{}", r.text.len(), r.text);
     assert!(!r.text.contains("error:"), "{}", r.text);
@@ -326,7 +350,12 @@ fn alexandria_rt_failure_is_named_and_located_redefinitions_counted() {
         "(traverse (car subtree))",
         "(traverse (cdr subtree))",
     );
-    let r = call(&mut s, 2, "asdf-test-system", json!({"system": "alexandria"}));
+    let r = call(
+        &mut s,
+        2,
+        "asdf-test-system",
+        json!({"system": "alexandria"}),
+    );
     let st = &r.structured;
     assert_eq!(st["outcome"], "failed", "{}", r.text);
     let f = &st["failures"];
@@ -341,5 +370,10 @@ fn alexandria_rt_failure_is_named_and_located_redefinitions_counted() {
     assert_eq!(f[0]["line"], 887, "{}", r.text);
     assert!(!r.text.contains("Redefining"), "{}", r.text);
     assert!(r.text.contains("249 redefinition warnings"), "{}", r.text);
-    assert!(r.text.len() <= 2048 + 500, "{} bytes:\n{}", r.text.len(), r.text);
+    assert!(
+        r.text.len() <= 2048 + 500,
+        "{} bytes:\n{}",
+        r.text.len(),
+        r.text
+    );
 }

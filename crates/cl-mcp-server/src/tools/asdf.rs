@@ -11,8 +11,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::code::{
-    build_timeout, render_build_error, render_interruption,
-    BuildOutput, Diagnostic, FailedAction,
+    build_timeout, render_build_error, render_interruption, BuildOutput, Diagnostic, FailedAction,
 };
 use super::fs_paths;
 use super::lisp_call::{
@@ -486,7 +485,10 @@ fn render_test_run(
     };
     let mut text = match &out.summary {
         Some(s) => {
-            let passed = s.passed.map(|n| format!("{n} passed, ")).unwrap_or_default();
+            let passed = s
+                .passed
+                .map(|n| format!("{n} passed, "))
+                .unwrap_or_default();
             format!(
                 "{what} {outcome} ({}): {passed}{} failed, {} skipped ({} ms)",
                 s.framework,

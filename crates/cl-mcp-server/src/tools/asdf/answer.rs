@@ -159,10 +159,7 @@ const SEVERITIES: [&str; 4] = ["error", "warning", "style-warning", "note"];
 
 impl Counts {
     fn add(&mut self, severity: &str) {
-        let i = SEVERITIES
-            .iter()
-            .position(|s| *s == severity)
-            .unwrap_or(3);
+        let i = SEVERITIES.iter().position(|s| *s == severity).unwrap_or(3);
         self.by_severity[i] += 1;
     }
 
@@ -293,7 +290,8 @@ mod tests {
 
     #[test]
     fn the_excerpt_keeps_key_lines_and_the_end_by_priority() {
-        let mut out = String::from("Begin t test\nTest t aborted by signalling an uncaught error:\n");
+        let mut out =
+            String::from("Begin t test\nTest t aborted by signalling an uncaught error:\n");
         for i in 0..2000 {
             out.push_str(&format!("progress line {i}\n"));
         }

@@ -172,12 +172,36 @@ impl TestSources {
         // A suite named by a string (ptester's `(with-tests (:name "NAME")
         // …)`, flexi-streams' `(with-test-suite ("NAME" …) …)`), inside
         // whatever defines it (a DEFUN).
-        self.files.iter().find_map(|file| {
+        let suite = self.files.iter().find_map(|file| {
             file.forms.iter().find_map(|(form, _)| {
                 let suite = first_list(form, &file.text, |l| suite_named(l, &file.text, name))?;
                 Some(file.locate(suite, check, "test"))
             })
-        })
+        });
+        if suite.is_some() {
+            return suite;
+        }
+        // A file of test forms (CL-PPCRE's `test/simple`): the nth top-level
+        // form like the failed one.
+        let expr = check.expr?;
+        let mut seen = 0;
+        for file in &self.files {
+            for (form, _) in &file.forms {
+                if same_form(form, &file.text, expr) {
+                    if seen == check.nth {
+                        let (line, column) = LineIndex::new(&file.text).line_col(form.span.start);
+                        return Some(CheckLocation {
+                            path: file.path.clone(),
+                            line,
+                            column,
+                            at: "check",
+                        });
+                    }
+                    seen += 1;
+                }
+            }
+        }
+        None
     }
 
     /// The first top-level form (in file order) `accepts`.
@@ -288,7 +312,9 @@ fn first_list<'n>(node: &'n Node, src: &str, accepts: impl Fn(&Node) -> bool) ->
     let mut stack = vec![node];
     let mut best: Option<&Node> = None;
     while let Some(n) = stack.pop() {
-        if n.kind == NodeKind::List && accepts(n) && best.is_none_or(|b| n.span.start < b.span.start)
+        if n.kind == NodeKind::List
+            && accepts(n)
+            && best.is_none_or(|b| n.span.start < b.span.start)
         {
             best = Some(n);
             continue;
@@ -517,6 +543,20 @@ mod tests {
         };
         let l = sources.locate(&check).unwrap();
         assert_eq!((l.line, l.at), (2, "macro-call"));
+    }
+
+    #[test]
+    fn a_top_level_test_form_like_the_failed_one() {
+        let src = "(equal (f \"a\") 1)\n(equal (f \"b\") 2)\n";
+        let sources = TestSources::from_texts(&[("/p/test/simple", src)]);
+        let shape = lisp_syntax::data::read("(\"EQUAL\" (\"F\" (:string \"b\")) \"2\")").unwrap();
+        let check = FailedCheck {
+            name: Some("Simple tests #2"),
+            expr: Some(&shape),
+            ..Default::default()
+        };
+        let l = sources.locate(&check).unwrap();
+        assert_eq!((l.line, l.at), (2, "check"));
     }
 
     #[test]
