@@ -95,12 +95,13 @@ pub struct TestSources {
 
 impl TestSources {
     /// Reads and parses `paths` (absolute); a file that cannot be read is
-    /// left out.
+    /// left out. Bytes that are not UTF-8 (a Latin-1 test file) read as
+    /// U+FFFD, one per byte, so the lines stay where they are.
     pub fn read(paths: &[String]) -> TestSources {
         let files = paths
             .iter()
             .filter_map(|p| {
-                let text = std::fs::read_to_string(p).ok()?;
+                let text = String::from_utf8_lossy(&std::fs::read(p).ok()?).into_owned();
                 Some(SourceFile::new(p.clone(), text))
             })
             .collect();
