@@ -116,19 +116,20 @@ pub fn listed_diagnostics(
 const DIAGNOSTIC_CHARS: usize = 300;
 
 /// `path:line:column: severity: message`, one a line, each message on one
-/// line (the compiler lays its type names out over many) and cut to
-/// `DIAGNOSTIC_CHARS`: `structuredContent.diagnostics` has them whole.
+/// line (the compiler lays its type names out over many), a warning's cut
+/// to `DIAGNOSTIC_CHARS`: `structuredContent.diagnostics` has them whole.
 pub fn render_listed(diags: &[Diagnostic]) -> String {
     diags
         .iter()
         .map(|d| {
             let message = d.message.split_whitespace().collect::<Vec<_>>().join(" ");
-            format!(
-                "{}: {}: {}",
-                d.location.prefix(),
-                d.severity,
+            // An error is whole: it may end with the fix (where a closer goes).
+            let message = if d.severity == "error" {
+                message
+            } else {
                 clip(&message, DIAGNOSTIC_CHARS)
-            )
+            };
+            format!("{}: {}: {message}", d.location.prefix(), d.severity)
         })
         .collect::<Vec<_>>()
         .join("\n")
