@@ -40,7 +40,8 @@ struct LoadArgs {
     timeout_seconds: Option<f64>,
     /// In an image of each Lisp at once (`all`: each installed).
     lisps: Option<LispsArg>,
-    /// Which the text lists (default warnings; notes only with `all`).
+    // Listed in the text (default warnings). No doc comment: the enum
+    // says it (the schema budget).
     diagnostics: Option<DiagnosticsLevel>,
 }
 
@@ -195,7 +196,8 @@ struct TestArgs {
     // what the tests left unrun, then build normally again. No doc
     // comment: the tool's description says it (the schema budget).
     coverage: Option<bool>,
-    /// Which the text lists (default warnings; notes only with `all`).
+    // Listed in the text (default warnings). No doc comment: the enum
+    // says it (the schema budget).
     diagnostics: Option<DiagnosticsLevel>,
 }
 
@@ -770,9 +772,8 @@ pub fn tools() -> Vec<ToolDef> {
             "asdf-test-system",
             ToolGroup::Asdf,
             "Run a system's tests",
-            "Run `asdf:test-system` (never waits for input): counts, each failed check (FiveAM, \
-             Fiasco: expected/actual at its line); `force` rebuilds; `coverage` (SBCL): lines \
-             never run.",
+            "Run `asdf:test-system` (never waits for input): counts, each failure at its test or \
+             check; `force` rebuilds; `coverage` (SBCL): lines never run.",
             Annotations::MUTATING,
             |a: TestArgs, ctx: ToolContext| async move {
                 let c = ctx.clone();

@@ -621,12 +621,13 @@ mod tests {
     #[test]
     fn what_a_model_reads_of_every_tool_fits_the_budget() {
         // A model reads each tool's name, title, description and input
-        // schema before its first call: with every group, at most 17.1 KB
+        // schema before its first call: with every group, at most 17.25 KB
         // (it was 15 KB before every Lisp tool took `image`, 27 bytes each,
         // and image-start/-list/-stop came; 16.5 KB before `image` carried
         // `"x-mcp-header":"Image"`, 23 bytes each, which a proxy routes
-        // by). (Output schemas are for clients to validate and are not
-        // counted.)
+        // by; 17.25 KB since `asdf-load-system` and `asdf-test-system`
+        // take `diagnostics`, 66 bytes each). (Output schemas are for
+        // clients to validate and are not counted.)
         let tools: Vec<Value> = ToolRegistry::standard(&ToolGroup::ALL)
             .list()
             .filter(|t| t.group != ToolGroup::Testing)
@@ -641,7 +642,7 @@ mod tests {
             .collect();
         let bytes = json!({ "tools": tools }).to_string().len();
         assert!(
-            bytes <= 17_100,
+            bytes <= 17_250,
             "name, title, description and inputSchema: {bytes} bytes"
         );
     }

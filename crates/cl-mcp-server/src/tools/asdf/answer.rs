@@ -13,16 +13,19 @@ use serde::Deserialize;
 use super::super::code::Diagnostic;
 use super::super::lisp_call::{plist_bool, plist_items, plist_str};
 
-/// Which diagnostics the answer's text lists (`diagnostics` argument).
+// Which diagnostics the answer's text lists (`diagnostics` argument). No
+// doc comment: it would be the schema's description (the byte budget).
 #[derive(Deserialize, JsonSchema, Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[serde(rename_all = "lowercase")]
 pub enum DiagnosticsLevel {
-    /// Errors only.
+    // Plain comments, not doc comments: each would be a schema
+    // description a model reads (the tool list's byte budget).
+    // Errors only.
     Errors,
-    /// Errors and warnings (style-warnings too); the default.
+    // Errors and warnings (style-warnings too); the default.
     #[default]
     Warnings,
-    /// Compiler notes too.
+    // Compiler notes too.
     All,
 }
 
