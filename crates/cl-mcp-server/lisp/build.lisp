@@ -143,6 +143,11 @@ source directory, else a named file's directory; NIL when it names none."
         (walk (simple-condition-format-arguments condition) 0)))
     found))
 
+(defvar *in-test-op* nil
+  "True while a system's TEST-OP is performed (test-run.lisp's :AROUND
+method): a file-less note then comes from the suite's own compiling at run
+time (a test calling COMPILE), not from building the system.")
+
 (defun with-origin (note condition)
   "NOTE (a NOTE-PLIST of CONDITION) with, when it has no file, :ORIGIN: the
 directory CONDITION names (CONDITION-ORIGIN: ASDF's own warnings about a
@@ -159,9 +164,9 @@ project's."
                       (and component
                            (ignore-errors (asdf:system-source-directory
                                            (asdf:component-system component)))))))))
-        (if directory
-            (append note (list :origin (namestring directory)))
-            note))))
+        (append note
+                (and directory (list :origin (namestring directory)))
+                (and *in-test-op* (list :during-test t))))))
 
 (defun drop-restated-notes (notes)
   "NOTES without the ones that restate another note at the same place:

@@ -176,12 +176,184 @@ from \"✓ 2 tests completed\", else NIL."
                  (incf passed (max 0 (- run bad))))))))
     (when found (counts "xlunit" passed failed 0))))
 
+;; Edi Weitz's runners (CL-PPCRE's, flexi-streams'): "All tests passed."
+;; or "Some tests failed." last; the failures are the lines before it (see
+;; WEITZ-FAILURES), which count them.
+(defun weitz-summary (lines)
+  (cond ((member "All tests passed." lines :test #'string=)
+         (list :framework "weitz" :passed nil :failed 0 :skipped 0))
+        ((member "Some tests failed." lines :test #'string=)
+         (list :framework "weitz" :passed nil
+               :failed (max 1 (length (weitz-failures lines))) :skipped 0))))
+
 (defparameter *summary-readers*
   '(fiveam-summary parachute-summary rove-summary lisp-unit2-summary
-    rt-summary ptester-summary xlunit-summary)
+    rt-summary ptester-summary xlunit-summary weitz-summary)
   "One reader per framework whose printed summary is known: each takes the
 output's trimmed lines and returns (:framework S :passed N :failed N
 :skipped N) or NIL.")
+
+;;; Failures itemised in printed output: for the frameworks whose results
+;;; are not objects the server reads (RT, ptester, Edi Weitz's runners),
+;;; each failure as (:test S :message S :form S-or-NIL), S the test's name
+;;; as printed, FORM the failed form's printed text.
+
+(defun join-lines (lines)
+  (format nil "~{~A~^ ~}" lines))
+
+(defun lines-until (predicate lines)
+  "The lines of LINES before the first one PREDICATE accepts."
+  (loop for l in lines until (funcall predicate l) collect l))
+
+(defun failure (test message &optional form)
+  (list :test test :message (truncate-string message 2000)
+        :form (and form (truncate-string form 2000))))
+
+(defun string-between (line prefix suffix)
+  "The text of LINE between PREFIX (which starts it) and SUFFIX (which ends
+it), or NIL."
+  (and (prefixp prefix line)
+       (>= (length line) (+ (length prefix) (length suffix)))
+       (string= suffix line :start2 (- (length line) (length suffix)))
+       (subseq line (length prefix) (- (length line) (length suffix)))))
+
+;; RT: "Test PKG::NAME failed", then "Form: F", "Expected value: E",
+;; "Actual value: A."; and the summary "1 out of 249 total tests failed:
+;; PKG::A, PKG::B." naming each (a test RT printed no form of is named
+;; only). Alexandria runs its tests twice: each name once.
+(defun rt-failures (lines)
+  (let ((failures '()))
+    (loop for (line . rest) on lines
+          for name = (string-between line "Test " " failed")
+          when (and name (not (find #\Space name)))
+            do (flet ((field (prefix)
+                        (let ((l (find-if (lambda (l) (prefixp prefix l))
+                                          (subseq rest 0 (min 3 (length rest))))))
+                          (and l (string-trim " " (subseq l (length prefix)))))))
+                 (let ((form (field "Form:"))
+                       (expected (field "Expected value:"))
+                       (actual (field "Actual value:")))
+                   (unless (find name failures :key #'second :test #'string=)
+                     (push (failure name
+                                    (if (or expected actual)
+                                        (format nil "expected ~A, got ~A" expected
+                                                (string-right-trim "." (or actual "?")))
+                                        "failed")
+                                    form)
+                           failures)))))
+    (dolist (line lines)
+      (let ((at (search "total tests failed:" line)))
+        (when (and at (leading-count line))
+          (dolist (name (uiop:split-string
+                         (string-right-trim "." (subseq line (+ at (length "total tests failed:"))))
+                         :separator '(#\Space #\,)))
+            (when (and (plusp (length name))
+                       (not (find name failures :key #'second :test #'string=)))
+              (push (failure name "failed (RT printed no value)") failures))))))
+    (nreverse failures)))
+
+;; ptester: "Begin NAME test" opens a WITH-TESTS; a failed check is
+;; "Test failed: FORM", "  wanted: E", "     got: A" (known failures are
+;; "EXPECTED" ones, not counted); a body that signals is "Test NAME aborted
+;; by signalling an uncaught error:" then the condition, to a blank line.
+(defun ptester-failures (lines)
+  (let ((failures '()) (test "ptester") (expected-failure nil))
+    (loop for (line . rest) on lines
+          do (let ((begin (string-between line "Begin " " test"))
+                   (form (and (prefixp "Test failed:" line)
+                              (string-trim " " (subseq line (length "Test failed:")))))
+                   (aborted (search " aborted by signalling an uncaught error" line)))
+               (cond (begin (setf test begin))
+                     ((search "* * * EXPECTED TEST FAILURE" line) (setf expected-failure t))
+                     ((search "* * * UNEXPECTED TEST FAILURE" line) (setf expected-failure nil))
+                     (form
+                      (unless expected-failure
+                        (let ((detail (lines-until (lambda (l)
+                                                     (or (prefixp "Test failed:" l)
+                                                         (search "* * *" l)
+                                                         (prefixp "Begin " l)
+                                                         (prefixp "End " l)
+                                                         (zerop (length l))))
+                                                   rest)))
+                          (push (failure test (if detail (join-lines detail) "failed") form)
+                                failures)))
+                      (setf expected-failure nil))
+                     ((and aborted (prefixp "Test " line))
+                      (let ((name (subseq line (length "Test ") aborted))
+                            (message (join-lines
+                                      (lines-until (lambda (l) (or (zerop (length l))
+                                                                   (prefixp ";" l)
+                                                                   (prefixp "End " l)))
+                                                   rest))))
+                        (push (failure name (format nil "aborted by signalling an uncaught error: ~A"
+                                                    message))
+                              failures))))))
+    (nreverse failures)))
+
+;; Edi Weitz's runners. flexi-streams: "Test suite: \"NAME\"" opens a
+;; suite; "Test FORM failed." (FORM over several lines), "Test FORM failed
+;; signalling error of type T: M.", "Expected condition C not signalled.".
+;; CL-PPCRE: "Test: NAME" opens a group, then per failed test "  19:" and
+;; its messages, one a line ("FORM returned NIL").
+(defun weitz-failures (lines)
+  (let ((failures '()) (suite nil))
+    (loop for (line . rest) on lines
+          do (cond ((prefixp "Test suite:" line)
+                    (setf suite (string-trim " \"" (subseq line (length "Test suite:")))))
+                   ((prefixp "Test: " line)
+                    (setf suite (subseq line (length "Test: "))))
+                   ((and (prefixp "Test " line) (not (prefixp "Test: " line)))
+                    ;; The form may go on over the next lines, to "failed".
+                    (let* ((more (loop for l in (cons line rest)
+                                       for i from 0 below 30
+                                       collect l
+                                       until (search " failed" l)))
+                           (text (subseq (join-lines more) (length "Test ")))
+                           (at (search " failed" text)))
+                      (when at
+                        (push (failure (or suite "test")
+                                       (if (search "signalling error" text :start2 at)
+                                           (string-right-trim "." (subseq text (1+ at)))
+                                           "failed")
+                                       (subseq text 0 at))
+                              failures))))
+                   ((prefixp "Expected condition " line)
+                    (push (failure (or suite "test") (string-right-trim "." line)) failures))
+                   ((and (leading-count line)
+                         (multiple-value-bind (n end) (leading-count line)
+                           (declare (ignore n))
+                           (string= ":" (subseq line end))))
+                    (let ((messages (lines-until (lambda (l)
+                                                   (or (zerop (length l))
+                                                       (every (lambda (c) (char= c #\.)) l)
+                                                       (prefixp "Test" l)
+                                                       (and (leading-count l)
+                                                            (find #\: l))))
+                                                 rest)))
+                      (push (failure (format nil "~@[~A ~]#~A" suite (string-right-trim ":" line))
+                                     (if messages (join-lines messages) "failed")
+                                     (let ((m (first messages)))
+                                       (and m (search " returned " m)
+                                            (subseq m 0 (search " returned " m)))))
+                            failures)))))
+    (nreverse failures)))
+
+(defparameter *failure-readers*
+  '(("rt" . rt-failures) ("ptester" . ptester-failures) ("weitz" . weitz-failures))
+  "The frameworks whose printed failures are read, with their readers.")
+
+(defun output-failures (framework text)
+  "The failures FRAMEWORK (a summary's :framework) itemised in TEXT, the
+run's output: (:test S :message S :form S-or-NIL) each, in order. With
+FRAMEWORK NIL (a run that ended in an error before its summary), the
+first framework's failures found, and that framework as a second value."
+  (let ((lines (text-lines (strip-ansi text))))
+    (if framework
+        (let ((reader (cdr (assoc framework *failure-readers* :test #'equal))))
+          (values (and reader (funcall reader lines)) framework))
+        (loop for (name . reader) in *failure-readers*
+              for failures = (funcall reader lines)
+              when failures return (values failures name)))))
 
 (defun summarize-test-output (text)
   "Pass/fail counts from the summary a known test framework printed in
@@ -269,15 +441,38 @@ there is no SUMMARY (no framework's results or summary recognised)."
 (defclass tail-stream (#.(gray-symbol "FUNDAMENTAL-CHARACTER-OUTPUT-STREAM"))
   ((target :initarg :target)
    (buffer :initform (make-array 0 :element-type 'character :adjustable t :fill-pointer 0))
+   (line :initform (make-array 0 :element-type 'character :adjustable t :fill-pointer 0))
    (keep :initarg :keep :initform 65536)
    (column :initform 0))
   (:documentation "Writes through to TARGET and keeps the last KEEP (up to
-twice that) characters written. A Gray stream of its own rather than a
-broadcast stream, which ABCL builds only of native streams."))
+twice that) characters written, but the compiler's lines (COMPILER-LINE-P):
+the suite's own output, which compiler notes printed first cannot push
+out. A Gray stream of its own rather than a broadcast stream, which ABCL
+builds only of native streams."))
+
+(defun compiler-line-p (line)
+  "Whether LINE is the compiler's (SBCL's \"; caught WARNING:\", \"; in:
+DEFUN F\", ECL's \";;; Compiling\"), not a suite's: one semicolon or three
+start it (Parachute's report lines start with two)."
+  (and (plusp (length line))
+       (char= (char line 0) #\;)
+       (or (= (length line) 1)
+           (char/= (char line 1) #\;)
+           (and (> (length line) 2) (char= (char line 2) #\;)))))
 
 (defun tail-add (stream string start end)
-  (with-slots (buffer keep column) stream
-    (loop for i from start below end do (vector-push-extend (char string i) buffer))
+  (with-slots (buffer line keep column) stream
+    (flet ((keep-line (newline)
+             (unless (compiler-line-p line)
+               (loop for c across line do (vector-push-extend c buffer))
+               (when newline (vector-push-extend #\Newline buffer)))
+             (setf (fill-pointer line) 0)))
+      (loop for i from start below end
+            for c = (char string i)
+            do (cond ((char= c #\Newline) (keep-line t))
+                     (t (vector-push-extend c line)
+                        ;; A line longer than the tail is kept in parts.
+                        (when (> (length line) keep) (keep-line nil))))))
     (let ((newline (position #\Newline string :start start :end end :from-end t)))
       (setf column (if newline (- end newline 1) (+ column (- end start)))))
     (when (> (length buffer) (* 2 keep))
@@ -311,7 +506,8 @@ broadcast stream, which ABCL builds only of native streams."))
   (finish-output (slot-value stream 'target)))
 
 (defun tail-text (stream)
-  (coerce (slot-value stream 'buffer) 'simple-string))
+  (with-slots (buffer line) stream
+    (concatenate 'simple-string buffer (if (compiler-line-p line) "" line))))
 
 (defun call-copying-output (thunk box)
   "Call THUNK with *STANDARD-OUTPUT* and *ERROR-OUTPUT* written through tail

@@ -32,7 +32,8 @@ TEST-SYSTEM it only calls the next method."
           ;; Skipped, the action still counts as performed: ASDF's plan
           ;; asserts the stamp PERFORM's :AFTER method would have set.
           (asdf::mark-operation-done operation component)
-          (call-next-method)))))
+          (let ((*in-test-op* t))
+            (call-next-method))))))
 
 (defun fiveam-symbol (name)
   (let ((package (find-package "IT.BESE.FIVEAM")))
@@ -41,10 +42,26 @@ TEST-SYSTEM it only calls the next method."
 (defun fiveam-call (name &rest args)
   (apply (fiveam-symbol name) args))
 
+(defvar *fiveam-run-depth* 0
+  "How many FiveAM runs (%RUN) are under way in this thread: an EXPLAIN
+called inside a test (FiveAM's own suite tests EXPLAIN! on a suite meant to
+fail) is not the run's result.")
+
 (defun ensure-fiveam-hook ()
   "When FiveAM is loaded, a :BEFORE method on its EXPLAIN (which RUN!,
 EXPLAIN! and RUN-ALL-TESTS call with the results of a run) that records the
-results while TEST-SYSTEM runs. Installed once."
+results while TEST-SYSTEM runs, but those explained inside a running test
+(an :AROUND method on %RUN counts the runs under way). Installed once."
+  (let ((run (fiveam-symbol "%RUN")))
+    (when (and run (fboundp run)
+               (typep (fdefinition run) 'generic-function)
+               (null (find-method (fdefinition run) '(:around) (list (find-class t)) nil)))
+      (let ((*error-output* (make-broadcast-stream)))
+        (handler-bind ((warning #'muffle-warning))
+          (eval `(defmethod ,run :around (test)
+                   (declare (ignore test))
+                   (let ((*fiveam-run-depth* (1+ *fiveam-run-depth*)))
+                     (call-next-method))))))))
   (let ((explain (fiveam-symbol "EXPLAIN")))
     (when (and explain (fboundp explain)
                (typep (fdefinition explain) 'generic-function)
@@ -55,7 +72,8 @@ results while TEST-SYSTEM runs. Installed once."
         (handler-bind ((warning #'muffle-warning))
           (eval `(defmethod ,explain :before (explainer results &optional stream depth)
                    (declare (ignore explainer stream))
-                   (when (and *test-results* (or (null depth) (eql depth 0)))
+                   (when (and *test-results* (or (null depth) (eql depth 0))
+                              (eql *fiveam-run-depth* 0))
                      (record-fiveam-results results)))))))))
 
 (defun systems-under (name)
@@ -85,6 +103,30 @@ test systems), where the server finds the failed tests' forms by name."
           (let ((s (ignore-errors (registered-system* n))))
             (when s (walk s))))))
     (nreverse files)))
+
+(defun named-data-file (test)
+  "The file name a test's printed name says it comes from (CL-PPCRE's
+`Simple tests from file \"simple\" #19`), or NIL."
+  (let* ((at (search "from file \"" test))
+         (start (and at (+ at (length "from file \""))))
+         (end (and start (position #\" test :start start))))
+    (and end (< start end) (subseq test start end))))
+
+(defun test-source-files (name failures)
+  "PROJECT-SOURCE-FILES of NAME, and the files of test forms the FAILURES'
+tests name (CL-PPCRE's test/simple, read by its runner), found in those
+files' directories."
+  (let* ((files (project-source-files name))
+         (dirs (remove-duplicates (mapcar (lambda (f) (directory-namestring f)) files)
+                                  :test #'string=)))
+    (dolist (f failures files)
+      (let ((data (named-data-file (or (getf f :test) ""))))
+        (when (and data (not (find #\/ data)))
+          (dolist (dir dirs)
+            (let ((p (probe-file (concatenate 'string dir data))))
+              (when p
+                (pushnew (namestring p) files :test #'string=)
+                (return)))))))))
 
 (defun record-fiveam-results (results)
   "Push one plist per FiveAM result object onto *TEST-RESULTS*:
@@ -237,6 +279,36 @@ expression in the same test (the next check of that form)."
                                  (list :expr (ignore-errors (form-shape (getf r :expr)))))
                                (list :nth (1- (incf (gethash key seen 0))))))))))
 
+(defun read-printed-form (text)
+  "TEXT (a form as a framework printed it) read back as data, in a package
+of its own deleted after (a name without a package interns nowhere else),
+or NIL when it does not read (an unknown package, a symbol not external)."
+  (let ((package (make-package (symbol-name (gensym "CL-MCP-READ-")) :use '("COMMON-LISP"))))
+    (unwind-protect
+         (ignore-errors
+          (with-standard-io-syntax
+            (let ((*package* package) (*read-eval* nil))
+              (values (read-from-string text)))))
+      (ignore-errors (delete-package package)))))
+
+(defun output-records (summary text)
+  "Records, in the shape of RECORD-FIVEAM-RESULTS' failed ones, of the
+failures the framework SUMMARY names itemised in TEXT (OUTPUT-FAILURES;
+without SUMMARY, a run ended by an error, those of any framework found):
+the test's symbol when its printed name reads as one that exists, the
+failed form read back, for TEST-FAILURES to locate."
+  (multiple-value-bind (failures framework)
+      (output-failures (getf summary :framework) text)
+  (loop for f in failures
+        for test = (getf f :test)
+        for symbol = (and (find #\: test) (not (find #\Space test))
+                          (ignore-errors (resolve-symbol test)))
+        collect (list :framework framework :status :failed
+                      :name (or symbol test)
+                      :test (if symbol (qualified-name symbol) test)
+                      :message (getf f :message) :form (getf f :form)
+                      :expr (and (getf f :form) (read-printed-form (getf f :form)))))))
+
 (defun test-system (name &key test force coverage id (max-output 50000))
   "RUN-TEST-SYSTEM, or with COVERAGE (a directory for the HTML report),
 TEST-SYSTEM-WITH-COVERAGE (coverage.lisp)."
@@ -255,7 +327,8 @@ COVERAGE-SYSTEMS rebuilds those instrumented for coverage (their
 dependencies first loaded as usual, see coverage.lisp). Returns (:system
 S :success T-or-NIL :outcome \"passed\"|\"failed\"|\"error\"|\"unknown\"
 :summary NIL-or-(:framework S :passed N :failed N :skipped N) :failures
-(TEST-FAILURES' plists) :source-files (P...) :diagnostics (...) :warnings-p :failure-p :failed :stdout S :stderr S
+(TEST-FAILURES' plists) :source-files (P...) :suite-output S (the end of
+the run's output without the compiler's lines) :diagnostics (...) :warnings-p :failure-p :failed :stdout S :stderr S
 :elapsed-ms N :error ...). The summary and failures come from FiveAM's or
 Fiasco's results when they ran (counts are checks), else the summary is
 read from the tail of the output (frameworks.lisp). :success is T only for
@@ -301,9 +374,11 @@ output no reader recognises is \"unknown\"."
               :id id :max-output max-output :warnings :pass))))
          (notes (if (getf result :interrupted) (finish-notes (car box) nil) notes))
          (records (append (reverse (car collector)) (fiasco-records fiasco-before)))
+         (suite-output (output-tails tails))
          (summary (if records
                       (results-summary records)
-                      (summarize-test-output (output-tails tails)))))
+                      (summarize-test-output suite-output)))
+         (records (or records (output-records summary suite-output))))
     (when unknown
       (setf (getf result :error)
             (list :type "UNKNOWN-TEST" :message unknown :restarts nil :backtrace nil)))
@@ -317,8 +392,13 @@ output no reader recognises is \"unknown\"."
              :summary summary
              :failures failures
              :source-files (and failures (ignore-errors
-                                          (append (project-source-files name)
-                                                  (recorded-test-files records)))))
+                                          (remove-duplicates
+                                           (append (test-source-files name failures)
+                                                   (recorded-test-files records))
+                                           :test #'equal)))
+             ;; The suite's own output, its end: what the server quotes
+             ;; of it (its summary, failure and abort lines, last lines).
+             :suite-output (subseq suite-output (max 0 (- (length suite-output) 32000))))
        (build-status notes build-error failed flags)
        (list :diagnostics notes)
        (build-result-fields result build-error)))))

@@ -205,3 +205,175 @@ fn every_packaged_framework_reports_its_real_outcome() {
     assert_eq!(r.structured["outcome"], "error", "{}", r.text);
     assert_eq!(r.structured["success"], false, "{}", r.text);
 }
+
+/// A tree copied (a library's sources, for a checkout of it).
+fn copy_tree(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        if e.file_type().unwrap().is_dir() {
+            copy_tree(&e.path(), &to.join(e.file_name()));
+        } else {
+            std::fs::copy(e.path(), to.join(e.file_name())).unwrap();
+        }
+    }
+}
+
+/// Debian's copy of a library with its own suite, copied to a fresh temp
+/// dir that is the project root (the checkout the tests run), or `None`
+/// (the test skipped, saying what to install) when it is not installed.
+fn library_checkout(test: &str, folder: &str, package: &str) -> Option<tempfile::TempDir> {
+    let from = Path::new("/usr/share/common-lisp/source").join(folder);
+    if !from.is_dir() {
+        common::skip_missing(test, &format!("{folder} (apt-get install {package})"));
+        return None;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    copy_tree(&from, tmp.path());
+    Some(tmp)
+}
+
+/// One token of `file` changed (a planted bug), a second after the build
+/// that compiled it (ASDF compares file dates to the second).
+fn plant(file: &Path, old: &str, new: &str) {
+    let text = std::fs::read_to_string(file).unwrap();
+    assert_eq!(text.matches(old).count(), 1, "{old} in {}", file.display());
+    std::thread::sleep(std::time::Duration::from_millis(1100));
+    std::fs::write(file, text.replace(old, new)).unwrap();
+}
+
+/// cl-base64's own suite (ptester): a test body that signals is a failure
+/// with its condition quoted, located at its `with-tests` form, though the
+/// compiler printed its notes first; the answers fit a model's budget (a
+/// passing run's text within 2 KB, a failing one's within 2 KB and 500 B
+/// per failure) and list no compiler note unless asked.
+#[test]
+fn cl_base64_abort_is_a_quoted_located_failure_in_a_short_answer() {
+    let test = "cl_base64_abort_is_a_quoted_located_failure_in_a_short_answer";
+    let Some(tmp) = library_checkout(test, "cl-base64", "cl-base64") else {
+        return;
+    };
+    let root = tmp.path().canonicalize().unwrap();
+    let mut s = lisp_server(&["--project-root", &root.to_string_lossy()]);
+    let r = call(
+        &mut s,
+        1,
+        "asdf-test-system",
+        json!({"system": "cl-base64"}),
+    );
+    assert_eq!(r.structured["outcome"], "passed", "{}", r.text);
+    assert!(r.text.len() <= 2048, "{} bytes:\n{}", r.text.len(), r.text);
+    assert!(!r.text.contains(": note:"), "{}", r.text);
+    assert!(r.text.contains(" notes"), "the notes counted: {}", r.text);
+
+    plant(
+        &root.join("encode.lisp"),
+        "(if (zerop remainder)",
+        "(if (plusp remainder)",
+    );
+    let r = call(
+        &mut s,
+        2,
+        "asdf-test-system",
+        json!({"system": "cl-base64"}),
+    );
+    let st = &r.structured;
+    assert!(r.is_error, "{}", r.text);
+    assert_eq!(st["outcome"], "failed", "{}", r.text);
+    assert_eq!(st["summary"]["failed"], 1, "{}", r.text);
+    let f = &st["failures"];
+    assert_eq!(f.as_array().map(Vec::len), Some(1), "{}", r.text);
+    assert_eq!(f[0]["test"], "cl-base64 tests", "{}", r.text);
+    let message = f[0]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.starts_with("aborted by signalling an uncaught error: The value 8/3"),
+        "{}",
+        r.text
+    );
+    assert_eq!(
+        (&f[0]["path"], &f[0]["line"]),
+        (&json!("tests.lisp"), &json!(91))
+    );
+    assert!(
+        r.text.len() <= 2048 + 500,
+        "{} bytes:\n{}",
+        r.text.len(),
+        r.text
+    );
+    assert!(
+        r.text
+            .contains("\ntests.lisp:91:3: FAIL cl-base64 tests: aborted by signalling"),
+        "{}",
+        r.text
+    );
+    assert!(!r.text.contains("[stderr]"), "{}", r.text);
+    // Notes when asked.
+    let r = call(
+        &mut s,
+        3,
+        "asdf-test-system",
+        json!({"system": "cl-base64", "force": true, "diagnostics": "all"}),
+    );
+    assert!(r.text.contains(": note:"), "{}", r.text);
+    let r = call(
+        &mut s,
+        4,
+        "asdf-test-system",
+        json!({"system": "cl-base64", "diagnostics": "none"}),
+    );
+    assert!(r.is_error && r.text.contains("diagnostics"), "{}", r.text);
+}
+
+/// Alexandria's own suite (RT, run twice): the failed test named once,
+/// with RT's expected and actual values, located at its `deftest`; the
+/// re-run's 249 redefinition warnings counted, not listed.
+#[test]
+fn alexandria_rt_failure_is_named_and_located_redefinitions_counted() {
+    let test = "alexandria_rt_failure_is_named_and_located_redefinitions_counted";
+    let Some(tmp) = library_checkout(test, "alexandria", "cl-alexandria") else {
+        return;
+    };
+    let root = tmp.path().canonicalize().unwrap();
+    let mut s = lisp_server(&["--project-root", &root.to_string_lossy()]);
+    let r = call(
+        &mut s,
+        1,
+        "asdf-test-system",
+        json!({"system": "alexandria"}),
+    );
+    assert_eq!(r.structured["outcome"], "passed", "{}", r.text);
+    assert!(r.text.len() <= 2048, "{} bytes:\n{}", r.text.len(), r.text);
+    assert!(!r.text.contains("error:"), "{}", r.text);
+
+    plant(
+        &root.join("alexandria-1/lists.lisp"),
+        "(traverse (car subtree))",
+        "(traverse (cdr subtree))",
+    );
+    let r = call(
+        &mut s,
+        2,
+        "asdf-test-system",
+        json!({"system": "alexandria"}),
+    );
+    let st = &r.structured;
+    assert_eq!(st["outcome"], "failed", "{}", r.text);
+    let f = &st["failures"];
+    assert_eq!(f.as_array().map(Vec::len), Some(1), "{}", r.text);
+    assert_eq!(f[0]["test"], "ALEXANDRIA-TESTS::FLATTEN.1", "{}", r.text);
+    assert_eq!(
+        f[0]["message"], "expected (1 2 3 4 5 6 7), got NIL",
+        "{}",
+        r.text
+    );
+    assert_eq!(f[0]["path"], "alexandria-1/tests.lisp", "{}", r.text);
+    assert_eq!(f[0]["line"], 887, "{}", r.text);
+    assert!(!r.text.contains("Redefining"), "{}", r.text);
+    assert!(r.text.contains("249 redefinition warnings"), "{}", r.text);
+    assert!(
+        r.text.len() <= 2048 + 500,
+        "{} bytes:\n{}",
+        r.text.len(),
+        r.text
+    );
+}

@@ -501,7 +501,7 @@ fn a_test_run_answers_briefly_with_each_failure_at_its_check() {
     assert!(deps >= 1, "{}", r.structured["diagnostics"]);
     let last = r.text.lines().last().unwrap();
     assert!(
-        last.ends_with(" in dependencies; see `diagnostics`"),
+        last.starts_with("Not listed: in dependencies ") && last.ends_with("; see `diagnostics`"),
         "{}",
         r.text
     );

@@ -665,7 +665,7 @@ fn test_runs_report_each_failure_and_run_single_tests() {
     );
     assert!(r.is_error, "{}", r.text);
     assert!(
-        r.text.starts_with("Tests of no-such-system-zz FAILED (")
+        r.text.starts_with("Tests of no-such-system-zz ERROR (")
             && r.text.contains("an error ended the run")
             && !r.text.contains("no known test summary"),
         "{}",

@@ -501,6 +501,57 @@
       (check (format nil "summary of the ~A transcript: ~S" name summary)
              (equal summary (list :framework framework :passed passed
                                   :failed failed :skipped 0))))))
+;; Real libraries' own suites (a planted bug in a copy of the library):
+;; the counts and each failure itemised, named, its message quoted.
+(flet ((failures (name)
+         (let ((summary (cl-mcp:summarize-test-output (transcript name))))
+           (list summary (cl-mcp::output-failures (getf summary :framework)
+                                                  (transcript name))))))
+  (destructuring-bind (summary failures) (failures "weitz-ppcre-green")
+    (check "cl-ppcre passing" (and (equal (getf summary :failed) 0) (null failures))))
+  (destructuring-bind (summary failures) (failures "weitz-ppcre-fail")
+    (check (format nil "cl-ppcre's failures: ~S ~S" summary failures)
+           (and (equal (getf summary :framework) "weitz")
+                (equal (getf summary :failed) 2)
+                (equal (mapcar (lambda (f) (getf f :test)) failures)
+                       '("Simple tests from file \"simple\" #19"
+                         "Simple tests from file \"simple\" #20"))
+                (equal (getf (first failures) :form)
+                       "(EQUAL (COUNT-MATCHES \"a\" \"foo bar baz\") 2)"))))
+  (destructuring-bind (summary failures) (failures "weitz-flexi-green")
+    (check "flexi-streams passing" (and (equal (getf summary :failed) 0) (null failures))))
+  (destructuring-bind (summary failures) (failures "weitz-flexi-signals")
+    ;; No "Some tests failed.": the run signalled before (TEST-SYSTEM's
+    ;; outcome is then error, the condition quoted).
+    (declare (ignore failures))
+    (check (format nil "flexi-streams signalling: ~S" summary) (null summary))
+    (check "flexi-streams' failed checks read"
+           (let ((f (cl-mcp::weitz-failures (cl-mcp::text-lines (transcript "weitz-flexi-signals")))))
+             (and (> (length f) 10)
+                  (equal (getf (first f) :test) "Reading/writing files")
+                  (search "FILE-EQUAL" (getf (first f) :form))))))
+  (destructuring-bind (summary failures) (failures "ptester-abort")
+    (check (format nil "ptester's abort is a failure, quoted: ~S ~S" summary failures)
+           (and (equal (getf summary :failed) 1) (= 1 (length failures))
+                (equal (getf (first failures) :test) "cl-base64 tests")
+                (search "aborted by signalling an uncaught error: The value 8/3 is not of type FIXNUM"
+                        (getf (first failures) :message)))))
+  (destructuring-bind (summary failures) (failures "ptester-fail")
+    (check (format nil "ptester's failed check: ~S" failures)
+           (and (equal (getf summary :failed) 1)
+                (equal failures '((:test "demo-ptester" :message "wanted: 5 got: 1"
+                                   :form "(- 3 2)"))))))
+  (destructuring-bind (summary failures) (failures "rt-alexandria-fail")
+    (check (format nil "RT's failed tests: ~S ~S" summary failures)
+           (and (equal (getf summary :failed) 1)
+                (equal failures '((:test "ALEXANDRIA-TESTS::FLATTEN.1"
+                                   :message "expected (1 2 3 4 5 6 7), got NIL"
+                                   :form "(ALEXANDRIA:FLATTEN '((1) 2 (((3 4))) ((((5)) 6)) 7))"))))))
+  (check "RT's name-only list"
+         (equal (cl-mcp::output-failures
+                 "rt" (format nil "Doing 2 pending tests of 2 tests total.~%2 out of 2 total tests failed: P::A, P::B.~%"))
+                '((:test "P::A" :message "failed (RT printed no value)" :form nil)
+                  (:test "P::B" :message "failed (RT printed no value)" :form nil)))))
 ;; Fiasco prints no summary of a passing run: its results come from its
 ;; result objects (tests/frameworks.rs), never from these lines.
 (check "fiasco's output is no summary"

@@ -11,21 +11,22 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::code::{
-    build_result, build_timeout, render_build_error, render_diagnostics, render_interruption,
-    BuildOutput, Diagnostic, FailedAction,
+    build_timeout, render_build_error, render_interruption, BuildOutput, Diagnostic, FailedAction,
 };
 use super::fs_paths;
 use super::lisp_call::{
     self, helper_form, plist_bool, plist_i64, plist_items, plist_str, plist_strings,
 };
 use super::output::DEFAULT_MAX_OUTPUT;
-use super::{cap_output, tool, Annotations, ToolContext, ToolDef, ToolGroup, ToolOutput};
+use super::{tool, Annotations, ToolContext, ToolDef, ToolGroup, ToolOutput};
 
+mod answer;
 pub mod coverage;
 mod loose;
 mod matrix;
 mod test_locations;
 
+use answer::{clip, listed_diagnostics, render_listed, suite_excerpt, DiagnosticsLevel};
 use matrix::{LispsArg, Matrix};
 
 use test_locations::{FailedCheck, TestSources};
@@ -40,6 +41,9 @@ struct LoadArgs {
     timeout_seconds: Option<f64>,
     /// In an image of each Lisp at once (`all`: each installed).
     lisps: Option<LispsArg>,
+    // Listed in the text (default warnings). No doc comment: the enum
+    // says it (the schema budget).
+    diagnostics: Option<DiagnosticsLevel>,
 }
 
 /// `structuredContent` of `asdf-load-system`.
@@ -137,11 +141,56 @@ async fn load_one(a: LoadArgs, ctx: ToolContext) -> ToolOutput {
     };
     let headline = Origin::on_first_line(origin.as_ref(), headline);
     crate::tools::code::note_build(&ctx, &out, &headline);
-    let mut result = build_result(headline, out, &v, "Loading", timeout);
-    if let (Some(o), Some(serde_json::Value::Object(m))) = (&origin, result.structured.as_mut()) {
+    let level = a.diagnostics.unwrap_or_default();
+    let mut text = headline;
+    if let Some(f) = &out.failed {
+        text.push_str(&format!("\nFailed: {}", f.line()));
+    }
+    push_diagnostics(&mut text, &out.diagnostics, &v, &root, level);
+    if let Some(e) = render_build_error(&v) {
+        text.push_str(&format!("\n\n{e}"));
+    }
+    if let Some(t) = render_interruption(&v, "Loading", timeout) {
+        text.push_str(&format!("\n\n{t}"));
+    }
+    if !out.success {
+        let output = format!(
+            "{}\n{}",
+            plist_str(&v, "stdout").unwrap_or_default(),
+            plist_str(&v, "stderr").unwrap_or_default()
+        );
+        let excerpt = suite_excerpt(&output);
+        if !excerpt.is_empty() {
+            text.push_str(&format!(
+                "\n\n[output, its key and last lines; all in `stdout`/`stderr`]\n{excerpt}"
+            ));
+        }
+    }
+    let is_error = !out.success;
+    let mut structured = serde_json::to_value(out).unwrap_or_default();
+    if let (Some(o), serde_json::Value::Object(m)) = (&origin, &mut structured) {
         m.insert("sourceFile".into(), o.source_file.clone().into());
     }
-    result
+    ToolOutput::structured(text, structured).with_error(is_error)
+}
+
+/// The listed diagnostics and the line counting the others.
+fn push_diagnostics(
+    text: &mut String,
+    diags: &[Diagnostic],
+    v: &Value,
+    root: &Path,
+    level: DiagnosticsLevel,
+) {
+    let (listed, counted) = listed_diagnostics(diags, v, root, level);
+    if !listed.is_empty() {
+        text.push('\n');
+        text.push_str(&render_listed(&listed));
+    }
+    if !counted.is_empty() {
+        text.push('\n');
+        text.push_str(&counted);
+    }
 }
 
 /// Where a system's `.asd` lies, so that no answer lets one copy of a
@@ -231,6 +280,9 @@ struct TestArgs {
     // what the tests left unrun, then build normally again. No doc
     // comment: the tool's description says it (the schema budget).
     coverage: Option<bool>,
+    // Listed in the text (default warnings). No doc comment: the enum
+    // says it (the schema budget).
+    diagnostics: Option<DiagnosticsLevel>,
 }
 
 /// Pass/fail counts: of checks, from the framework's own results (FiveAM,
@@ -314,6 +366,10 @@ struct TestOutput {
     failed: Option<FailedAction>,
     stdout: String,
     stderr: String,
+    /// The end of the suite's own output (without the compiler's lines),
+    /// which a long build's notes cannot push out of `stdout`/`stderr`.
+    #[serde(skip_serializing_if = "String::is_empty")]
+    suite_output: String,
     elapsed_ms: i64,
     #[serde(skip_serializing_if = "Option::is_none")]
     error: Option<String>,
@@ -380,6 +436,7 @@ async fn test_matrix(a: TestArgs, lisps: &LispsArg, ctx: ToolContext) -> ToolOut
         failed: None,
         stdout: String::new(),
         stderr: String::new(),
+        suite_output: String::new(),
         elapsed_ms: started.elapsed().as_millis() as i64,
         error: None,
         source_file: None,
@@ -470,6 +527,7 @@ async fn test_one(a: TestArgs, ctx: ToolContext) -> ToolOutput {
         failed: build.failed.clone(),
         stdout: plist_str(&v, "stdout").unwrap_or_default(),
         stderr: plist_str(&v, "stderr").unwrap_or_default(),
+        suite_output: plist_str(&v, "suite-output").unwrap_or_default(),
         elapsed_ms: build.elapsed_ms,
         error: build.error.clone(),
         source_file: origin.as_ref().map(|o| o.source_file.clone()),
@@ -497,11 +555,20 @@ async fn test_one(a: TestArgs, ctx: ToolContext) -> ToolOutput {
     ToolOutput::structured(text, serde_json::to_value(out).unwrap_or_default()).with_error(is_error)
 }
 
-/// The answer's text, short: the counts, each failure (location, test,
-/// expected and actual), the project's diagnostics and one line counting the
-/// dependencies'. The framework's own output only when it is all there is
-/// (no summary recognised, or failures the framework did not itemise) or an
-/// error or a timeout ended the run; the structured result keeps everything.
+/// At most this many failures are shown in the text (the rest counted).
+const FAILURES_SHOWN: usize = 10;
+
+/// A shown failure's message and form are cut to these many characters.
+const FAILURE_MESSAGE_CHARS: usize = 300;
+const FAILURE_FORM_CHARS: usize = 120;
+
+/// The answer's text, sized for a model: the headline (outcome, counts,
+/// time), each failure (the first `FAILURES_SHOWN`: location, test,
+/// message), the project's errors and warnings (notes only when asked) and
+/// one line counting the rest; the suite's own output only when it is all
+/// there is (no summary recognised, failures the framework did not
+/// itemise, an error or a timeout), and then by priority (`suite_excerpt`).
+/// The structured result keeps everything.
 fn render_test_run(
     a: &TestArgs,
     out: &TestOutput,
@@ -519,33 +586,43 @@ fn render_test_run(
     if let Some(message) = refusal_message(v, "NO-TESTS") {
         return format!("{what}: no tests. {message}");
     }
+    let outcome = match out.outcome {
+        TestOutcome::Passed => "passed",
+        TestOutcome::Failed => "FAILED",
+        TestOutcome::Error => "ERROR",
+        TestOutcome::Unknown => "UNKNOWN",
+    };
     let mut text = match &out.summary {
-        Some(s) => format!(
-            "{what} {} ({}): {} passed, {} failed, {} skipped ({} ms)",
-            if out.success { "passed" } else { "FAILED" },
-            s.framework,
-            s.passed.map_or("?".into(), |n| n.to_string()),
-            s.failed.map_or("?".into(), |n| n.to_string()),
-            s.skipped.unwrap_or(0),
-            out.elapsed_ms
-        ),
+        Some(s) => {
+            let passed = s
+                .passed
+                .map(|n| format!("{n} passed, "))
+                .unwrap_or_default();
+            format!(
+                "{what} {outcome} ({}): {passed}{} failed, {} skipped ({} ms)",
+                s.framework,
+                s.failed.map_or("?".into(), |n| n.to_string()),
+                s.skipped.unwrap_or(0),
+                out.elapsed_ms
+            )
+        }
         // The error (a missing system, a failed build) says what happened.
         None if out.error.is_some() => {
             format!(
-                "{what} FAILED ({} ms): an error ended the run",
+                "{what} ERROR ({} ms): an error ended the run",
                 out.elapsed_ms
             )
         }
         None => format!(
             "{what}: outcome UNKNOWN ({} ms): no test framework's results or summary recognised \
-             in the output; read it below",
+             in the output; its last lines are below",
             out.elapsed_ms
         ),
     };
     if let Some(f) = &out.failed {
         text.push_str(&format!("\nFailed: {}", f.line()));
     }
-    for f in &out.failures {
+    for f in out.failures.iter().take(FAILURES_SHOWN) {
         let at = if f.location.path.is_some() {
             format!("{}: ", f.location.prefix())
         } else {
@@ -562,28 +639,25 @@ fn render_test_run(
             f.suite
                 .as_ref()
                 .map_or(String::new(), |s| format!(" (in {s})")),
-            f.message
+            clip(&f.message, FAILURE_MESSAGE_CHARS)
         ));
         // At the check, the source shows the form.
         if f.at.as_deref() != Some("check") {
             if let Some(form) = &f.form {
-                text.push_str(&format!("\n    form: {form}"));
+                text.push_str(&format!("\n    form: {}", clip(form, FAILURE_FORM_CHARS)));
             }
         }
     }
-    let (shown, counted) = split_dependency_diagnostics(&out.diagnostics, v, root);
-    if !shown.is_empty() {
-        text.push('\n');
-        text.push_str(&render_diagnostics(&shown));
-    }
-    if !counted.is_empty() {
+    if out.failures.len() > FAILURES_SHOWN {
         text.push_str(&format!(
-            "\n{} in dependencies; see `diagnostics`",
-            severity_counts(&counted)
+            "\n… and {} more failures; see `failures`",
+            out.failures.len() - FAILURES_SHOWN
         ));
     }
+    let level = a.diagnostics.unwrap_or_default();
+    push_diagnostics(&mut text, &out.diagnostics, v, root, level);
     if let Some(e) = render_build_error(v) {
-        text.push_str(&format!("\n\n{e}"));
+        text.push_str(&format!("\n\n{}", clip_lines(&e, 12)));
     }
     if let Some(t) = render_interruption(v, "The test run", timeout) {
         text.push_str(&format!("\n\n{t}"));
@@ -591,19 +665,38 @@ fn render_test_run(
     let unitemised = out
         .summary
         .as_ref()
-        .is_some_and(|s| s.failed.unwrap_or(0) > 0 && out.failures.is_empty());
+        .is_some_and(|s| s.failed.unwrap_or(0) > out.failures.len() as i64);
     let output_needed =
         out.summary.is_none() || unitemised || out.error.is_some() || plist_bool(v, "interrupted");
-    if output_needed && !out.stdout.trim().is_empty() {
-        text.push_str(&format!(
-            "\n\n[stdout]\n{}",
-            cap_output(out.stdout.trim_end(), DEFAULT_MAX_OUTPUT)
-        ));
-    }
-    if output_needed && !out.success && !out.stderr.trim().is_empty() {
-        text.push_str(&format!("\n\n[stderr]\n{}", out.stderr.trim_end()));
+    if output_needed {
+        // The suite's own output, else (an older image) what was captured.
+        let source = if out.suite_output.trim().is_empty() {
+            format!("{}\n{}", out.stdout, out.stderr)
+        } else {
+            out.suite_output.clone()
+        };
+        let excerpt = suite_excerpt(&source);
+        if !excerpt.is_empty() {
+            text.push_str(&format!(
+                "\n\n[suite output, its key and last lines; all in `stdout`/`stderr`]\n{excerpt}"
+            ));
+        }
     }
     text
+}
+
+/// `text`'s first `n` lines, each cut to 200 characters, the others
+/// counted.
+fn clip_lines(text: &str, n: usize) -> String {
+    let lines: Vec<String> = text.lines().map(|l| clip(l, 200)).collect();
+    if lines.len() <= n {
+        return lines.join("\n");
+    }
+    format!(
+        "{}\n[{} more lines; see `error`]",
+        lines[..n].join("\n"),
+        lines.len() - n
+    )
 }
 
 /// The message of a run refused before it ran, if that is what ended it:
@@ -613,45 +706,6 @@ fn refusal_message(v: &Value, kind: &str) -> Option<String> {
     let e = v.plist_get("error").filter(|e| !e.is_nil())?;
     (plist_str(e, "type").as_deref() == Some(kind))
         .then(|| plist_str(e, "message").unwrap_or_default())
-}
-
-/// The diagnostics to show (the project's, and errors anywhere) and those
-/// only counted: warnings and notes from outside the project root, by their
-/// file (whose path stays absolute) or, without one, the system whose build
-/// step made them (the image's `:origin`, in the same order in `v`).
-fn split_dependency_diagnostics(
-    diags: &[Diagnostic],
-    v: &Value,
-    root: &Path,
-) -> (Vec<Diagnostic>, Vec<Diagnostic>) {
-    let origins = plist_items(v, "diagnostics", |d| plist_str(d, "origin"));
-    let mut shown = Vec::new();
-    let mut counted = Vec::new();
-    for (i, d) in diags.iter().enumerate() {
-        let outside = match (&d.location.path, origins.get(i).cloned().flatten()) {
-            (Some(p), _) => Path::new(p).is_absolute(),
-            (None, Some(origin)) => !Path::new(&origin).starts_with(root),
-            (None, None) => false,
-        };
-        if outside && d.severity != "error" {
-            counted.push(d.clone());
-        } else {
-            shown.push(d.clone());
-        }
-    }
-    (shown, counted)
-}
-
-/// `3 style-warnings, 9 notes`.
-fn severity_counts(diags: &[Diagnostic]) -> String {
-    ["error", "warning", "style-warning", "note"]
-        .iter()
-        .filter_map(|s| {
-            let n = diags.iter().filter(|d| d.severity == *s).count();
-            (n > 0).then(|| format!("{n} {s}{}", if n == 1 { "" } else { "s" }))
-        })
-        .collect::<Vec<_>>()
-        .join(", ")
 }
 
 #[derive(Deserialize, JsonSchema)]
@@ -850,9 +904,8 @@ pub fn tools() -> Vec<ToolDef> {
             "asdf-test-system",
             ToolGroup::Asdf,
             "Run a system's tests",
-            "Run a system's or a `file`'s tests (never waits for input): counts, each failed \
-             check (FiveAM, Fiasco: expected/actual at its line); `force` rebuilds; `coverage` \
-             (SBCL): lines never run.",
+            "Run a system's or a `file`'s tests (never waits for input): counts, each failure at \
+             its test or check; `force` rebuilds; `coverage` (SBCL): lines never run.",
             Annotations::MUTATING,
             |a: TestArgs, ctx: ToolContext| async move {
                 let c = ctx.clone();

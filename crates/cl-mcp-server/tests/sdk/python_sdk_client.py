@@ -136,7 +136,15 @@ async def run(target, label: str, mode: str) -> None:
         assert r.structured_content["outcome"] == "failed", r.structured_content
         assert r.structured_content["success"] is False, r.structured_content
         assert r.structured_content["summary"] == {"framework": "rt", "passed": 1, "failed": 1, "skipped": 0}, r.structured_content
-        r = await call(client, "asdf-test-system", {"system": "demo-rt/green"})
+        # RT's failure itemised from its output, at its deftest; the failed
+        # result (which the SDK does not validate) held to the schema here.
+        schema = next(t.output_schema for t in (await client.list_tools()).tools if t.name == "asdf-test-system")
+        jsonschema.validate(r.structured_content, schema)
+        [rt_failure] = r.structured_content["failures"]
+        assert (rt_failure["test"], rt_failure["path"], rt_failure["message"]) == (
+            "DEMO-RT::SUBTRACTS", "tests/frameworks/rt/tests.lisp", "expected 5, got 1"), rt_failure
+        assert "suiteOutput" in r.structured_content, r.structured_content
+        r = await call(client, "asdf-test-system", {"system": "demo-rt/green", "diagnostics": "all"})
         assert r.structured_content["outcome"] == "passed", r.structured_content
         r = await call(client, "lisp-check-parens", {"code": "(defun f (x) (+ x 1))"})
         r = await call(client, "clgrep-signatures", {"path": "lisp/eval.lisp"})

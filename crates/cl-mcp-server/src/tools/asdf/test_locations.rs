@@ -95,12 +95,13 @@ pub struct TestSources {
 
 impl TestSources {
     /// Reads and parses `paths` (absolute); a file that cannot be read is
-    /// left out.
+    /// left out. Bytes that are not UTF-8 (a Latin-1 test file) read as
+    /// U+FFFD, one per byte, so the lines stay where they are.
     pub fn read(paths: &[String]) -> TestSources {
         let files = paths
             .iter()
             .filter_map(|p| {
-                let text = std::fs::read_to_string(p).ok()?;
+                let text = String::from_utf8_lossy(&std::fs::read(p).ok()?).into_owned();
                 Some(SourceFile::new(p.clone(), text))
             })
             .collect();
@@ -147,9 +148,61 @@ impl TestSources {
         if let Some((file, form)) = hit {
             return Some(file.locate(form, check, "test"));
         }
-        let (file, form) =
-            self.find(|form, src, _| macro_call_naming(form, src, name, &check.macros))?;
-        Some(file.locate(form, check, "macro-call"))
+        if let Some((file, form)) =
+            self.find(|form, src, _| macro_call_naming(form, src, name, &check.macros))
+        {
+            return Some(file.locate(form, check, "macro-call"));
+        }
+        // A macro making several tests from one name (split-sequence's
+        // `(define-test split-sequence.0 …)` makes `SPLIT-SEQUENCE.0.VECTOR`
+        // and `.LIST`): the call naming the test's name up to a `.`, `-`
+        // or `/`.
+        let stems: Vec<&str> = name
+            .char_indices()
+            .filter(|(_, c)| matches!(c, '.' | '-' | '/'))
+            .map(|(i, _)| &name[..i])
+            .rev()
+            .collect();
+        for stem in stems {
+            if let Some((file, form)) =
+                self.find(|form, src, _| macro_call_naming(form, src, stem, &check.macros))
+            {
+                return Some(file.locate(form, check, "macro-call"));
+            }
+        }
+        // A suite named by a string (ptester's `(with-tests (:name "NAME")
+        // …)`, flexi-streams' `(with-test-suite ("NAME" …) …)`), inside
+        // whatever defines it (a DEFUN).
+        let suite = self.files.iter().find_map(|file| {
+            file.forms.iter().find_map(|(form, _)| {
+                let suite = first_list(form, &file.text, |l| suite_named(l, &file.text, name))?;
+                Some(file.locate(suite, check, "test"))
+            })
+        });
+        if suite.is_some() {
+            return suite;
+        }
+        // A file of test forms (CL-PPCRE's `test/simple`): the nth top-level
+        // form like the failed one.
+        let expr = check.expr?;
+        let mut seen = 0;
+        for file in &self.files {
+            for (form, _) in &file.forms {
+                if same_form(form, &file.text, expr) {
+                    if seen == check.nth {
+                        let (line, column) = LineIndex::new(&file.text).line_col(form.span.start);
+                        return Some(CheckLocation {
+                            path: file.path.clone(),
+                            line,
+                            column,
+                            at: "check",
+                        });
+                    }
+                    seen += 1;
+                }
+            }
+        }
+        None
     }
 
     /// The first top-level form (in file order) `accepts`.
@@ -253,6 +306,42 @@ fn defined_name(form: &Node, src: &str) -> Option<SymbolName> {
         NodeKind::List => symbol_of(named.elements().next()?, src),
         _ => symbol_of(named, src),
     }
+}
+
+/// The first list (in source order) within `node` that `accepts`.
+fn first_list<'n>(node: &'n Node, src: &str, accepts: impl Fn(&Node) -> bool) -> Option<&'n Node> {
+    let mut stack = vec![node];
+    let mut best: Option<&Node> = None;
+    while let Some(n) = stack.pop() {
+        if n.kind == NodeKind::List
+            && accepts(n)
+            && best.is_none_or(|b| n.span.start < b.span.start)
+        {
+            best = Some(n);
+            continue;
+        }
+        stack.extend(read_elements(n, src));
+    }
+    best
+}
+
+/// Whether `list` opens a suite named `name` by a string: its operator's
+/// name holds `TEST`, its first argument is a list holding the string
+/// (`(with-tests (:name "NAME") …)`, `(with-test-suite ("NAME") …)`).
+fn suite_named(list: &Node, src: &str, name: &str) -> bool {
+    let Some(head) = list.head_name_upper(src) else {
+        return false;
+    };
+    if !head.contains("TEST") {
+        return false;
+    }
+    let Some(options) = list.elements().nth(1) else {
+        return false;
+    };
+    options.kind == NodeKind::List
+        && options
+            .elements()
+            .any(|e| e.kind == NodeKind::String && string_content(e.text(src)) == name)
 }
 
 /// Whether `form` calls one of `macros` with the test's name (or a list
@@ -422,6 +511,53 @@ mod tests {
             at("FAILS-ON-PURPOSE", vec![], expr, 5),
             Some((10, 3, "check"))
         );
+    }
+
+    #[test]
+    fn a_suite_named_by_a_string_is_found_inside_its_defun() {
+        let src = "(in-package :b64-test)\n(defun do-tests ()\n  (with-tests (:name \"b64 tests\")\n    (test 1 (f 2))\n    (test \"a\" (g \"x\"))))\n";
+        let sources = TestSources::from_texts(&[("/p/tests.lisp", src)]);
+        let check = FailedCheck {
+            name: Some("b64 tests"),
+            ..Default::default()
+        };
+        let l = sources.locate(&check).unwrap();
+        assert_eq!((l.line, l.column, l.at), (3, 3, "test"));
+        let shape = lisp_syntax::data::read("(\"G\" (:string \"x\"))").unwrap();
+        let check = FailedCheck {
+            name: Some("b64 tests"),
+            expr: Some(&shape),
+            ..Default::default()
+        };
+        let l = sources.locate(&check).unwrap();
+        assert_eq!((l.line, l.column, l.at), (5, 5, "check"));
+    }
+
+    #[test]
+    fn a_test_a_macro_made_under_a_longer_name_is_at_its_call() {
+        let src = "(defmacro define-test (name &body body) nil)\n(define-test split.0 (:input (input \"\"))\n  (is (f input)))\n";
+        let sources = TestSources::from_texts(&[("/p/tests.lisp", src)]);
+        let check = FailedCheck {
+            name: Some("SPLIT.0.VECTOR"),
+            macros: vec!["DEFINE-TEST"],
+            ..Default::default()
+        };
+        let l = sources.locate(&check).unwrap();
+        assert_eq!((l.line, l.at), (2, "macro-call"));
+    }
+
+    #[test]
+    fn a_top_level_test_form_like_the_failed_one() {
+        let src = "(equal (f \"a\") 1)\n(equal (f \"b\") 2)\n";
+        let sources = TestSources::from_texts(&[("/p/test/simple", src)]);
+        let shape = lisp_syntax::data::read("(\"EQUAL\" (\"F\" (:string \"b\")) \"2\")").unwrap();
+        let check = FailedCheck {
+            name: Some("Simple tests #2"),
+            expr: Some(&shape),
+            ..Default::default()
+        };
+        let l = sources.locate(&check).unwrap();
+        assert_eq!((l.line, l.at), (2, "check"));
     }
 
     #[test]
