@@ -13,7 +13,7 @@ mod eval_support;
 
 use std::path::Path;
 
-use eval_support::{call, eval, lisp_server};
+use eval_support::{call, eval, lisp_server, Reply};
 use serde_json::{json, Value};
 
 /// (framework, Debian package, passed and failed in `demo-NAME`, passed in
@@ -235,6 +235,25 @@ fn library_checkout(test: &str, folder: &str, package: &str) -> Option<tempfile:
 
 /// One token of `file` changed (a planted bug), a second after the build
 /// that compiled it (ASDF compares file dates to the second).
+/// The library `folder` copied to a fresh project root (see
+/// `library_checkout`), a server there, and the first, clean run of
+/// `system`'s tests: passing, its text within 2 KB. `None` when the
+/// library is not installed (recorded as skipped).
+fn passing_checkout(
+    test: &str,
+    folder: &str,
+    package: &str,
+    system: &str,
+) -> Option<(tempfile::TempDir, std::path::PathBuf, common::Server, Reply)> {
+    let tmp = library_checkout(test, folder, package)?;
+    let root = tmp.path().canonicalize().unwrap();
+    let mut s = lisp_server(&["--project-root", &root.to_string_lossy()]);
+    let r = call(&mut s, 1, "asdf-test-system", json!({ "system": system }));
+    assert_eq!(r.structured["outcome"], "passed", "{}", r.text);
+    assert!(r.text.len() <= 2048, "{} bytes:\n{}", r.text.len(), r.text);
+    Some((tmp, root, s, r))
+}
+
 fn plant(file: &Path, old: &str, new: &str) {
     let text = std::fs::read_to_string(file).unwrap();
     assert_eq!(text.matches(old).count(), 1, "{old} in {}", file.display());
@@ -250,19 +269,11 @@ fn plant(file: &Path, old: &str, new: &str) {
 #[test]
 fn cl_base64_abort_is_a_quoted_located_failure_in_a_short_answer() {
     let test = "cl_base64_abort_is_a_quoted_located_failure_in_a_short_answer";
-    let Some(tmp) = library_checkout(test, "cl-base64", "cl-base64") else {
+    let Some((_tmp, root, mut s, r)) =
+        passing_checkout(test, "cl-base64", "cl-base64", "cl-base64")
+    else {
         return;
     };
-    let root = tmp.path().canonicalize().unwrap();
-    let mut s = lisp_server(&["--project-root", &root.to_string_lossy()]);
-    let r = call(
-        &mut s,
-        1,
-        "asdf-test-system",
-        json!({"system": "cl-base64"}),
-    );
-    assert_eq!(r.structured["outcome"], "passed", "{}", r.text);
-    assert!(r.text.len() <= 2048, "{} bytes:\n{}", r.text.len(), r.text);
     assert!(!r.text.contains(": note:"), "{}", r.text);
     assert!(r.text.contains(" notes"), "the notes counted: {}", r.text);
 
@@ -330,19 +341,11 @@ fn cl_base64_abort_is_a_quoted_located_failure_in_a_short_answer() {
 #[test]
 fn alexandria_rt_failure_is_named_and_located_redefinitions_counted() {
     let test = "alexandria_rt_failure_is_named_and_located_redefinitions_counted";
-    let Some(tmp) = library_checkout(test, "alexandria", "cl-alexandria") else {
+    let Some((_tmp, root, mut s, r)) =
+        passing_checkout(test, "alexandria", "cl-alexandria", "alexandria")
+    else {
         return;
     };
-    let root = tmp.path().canonicalize().unwrap();
-    let mut s = lisp_server(&["--project-root", &root.to_string_lossy()]);
-    let r = call(
-        &mut s,
-        1,
-        "asdf-test-system",
-        json!({"system": "alexandria"}),
-    );
-    assert_eq!(r.structured["outcome"], "passed", "{}", r.text);
-    assert!(r.text.len() <= 2048, "{} bytes:\n{}", r.text.len(), r.text);
     assert!(!r.text.contains("error:"), "{}", r.text);
 
     plant(

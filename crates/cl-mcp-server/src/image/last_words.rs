@@ -57,9 +57,22 @@ impl LastWords {
         } else {
             Vec::new()
         };
+        let cause = cause(&stderr, &fatal);
+        let mut fatal_lines = fatal.lines;
+        // SBCL can fail while it reports a full heap (its statistics
+        // printer's own assertion: "GC invariant lost"): the line that
+        // said why goes first.
+        if cause == Some(Cause::HeapExhausted)
+            && !fatal_lines.iter().any(|l| l.contains("Heap exhausted"))
+        {
+            if let Some(l) = heap_exhausted_line(&stderr) {
+                fatal_lines.insert(0, l.clone());
+                fatal_lines.truncate(MAX_FATAL_LINES);
+            }
+        }
         Death {
-            cause: cause(&stderr, &fatal),
-            fatal: fatal.lines,
+            cause,
+            fatal: fatal_lines,
             frames,
         }
     }
@@ -257,7 +270,7 @@ fn cause(tail: &VecDeque<String>, fatal: &Fatal) -> Option<Cause> {
         return None;
     }
     let m = &fatal.message;
-    if m.contains("Heap exhausted") {
+    if m.contains("Heap exhausted") || heap_exhausted_line(tail).is_some() {
         Some(Cause::HeapExhausted)
     } else if m.contains("Control stack exhausted") || m.contains("control stack guard page") {
         Some(Cause::StackExhausted)
@@ -266,6 +279,13 @@ fn cause(tail: &VecDeque<String>, fatal: &Fatal) -> Option<Cause> {
     } else {
         None
     }
+}
+
+/// SBCL's "Heap exhausted during garbage collection: …" (or "during
+/// allocation"), printed before the report of a full heap.
+fn heap_exhausted_line(tail: &VecDeque<String>) -> Option<&String> {
+    tail.iter()
+        .rfind(|l| l.starts_with("Heap exhausted during "))
 }
 
 /// The first frames of the user's code in the last backtrace SBCL printed
@@ -442,6 +462,29 @@ Heap exhausted, game over.
         assert_eq!(
             d.frames,
             vec!["CL-USER::HOG", "(FLET CL-USER::INNER :IN CL-USER::OUTER)"]
+        );
+    }
+
+    /// SBCL 2.2.9 failing its own assertion while it prints the table of
+    /// a full heap: a heap exhaustion still, said as such.
+    #[test]
+    fn a_heap_report_that_loses_its_gc_invariant_is_a_heap_exhaustion() {
+        let stderr = "\
+Heap exhausted during garbage collection: 0 bytes available, 16 requested.
+        Immobile Object Counts
+ Gen layout fdefn symbol   code  Boxed   Cons    Raw   Code  SmMix  Mixed  LgRaw LgCode  LgMix Waste%       Alloc        Trig   Dirty GCs Mem-age
+fatal error encountered in SBCL pid 665 tid 673: GC invariant lost, file \"gencgc.c\", line 523
+";
+        let d = words(stderr, HEAP_STDOUT).death();
+        assert_eq!(d.cause, Some(Cause::HeapExhausted));
+        assert_eq!(
+            d.fatal.first().map(String::as_str),
+            Some("Heap exhausted during garbage collection: 0 bytes available, 16 requested.")
+        );
+        assert!(
+            d.fatal.iter().any(|l| l.contains("GC invariant lost")),
+            "{:?}",
+            d.fatal
         );
     }
 
