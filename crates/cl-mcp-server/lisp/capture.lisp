@@ -352,8 +352,15 @@ interrupt may land inside SLEEP's internals; that is where it was)."
   (let ((symbol (frame-name-symbol name)))
     (cond ((stringp name) t)          ; foreign functions
           ((null name)
-           ;; Unknown name: judge by the printed text.
-           (let ((text (string-left-trim "(" text)))
+           ;; Unknown name: judge by the printed text, a local function's
+           ;; by the name it is local to ("(FLET SWANK/BACKEND:COMPUTE-
+           ;; BACKTRACE) 0 80)": ABCL's Swank frames before abcl-introspect
+           ;; has named its functions).
+           (let* ((text (string-left-trim "(" text))
+                  (text (if (or (eql 0 (search "FLET " text))
+                                (eql 0 (search "LABELS " text)))
+                            (subseq text (1+ (position #\Space text)))
+                            text)))
              (or (eql 0 (search "SWANK" text))
                  (eql 0 (search "CL-MCP-SERVER" text)))))
           ((helper-local-frame-p name) t)

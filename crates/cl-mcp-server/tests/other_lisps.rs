@@ -455,9 +455,6 @@ fn abcl_short_java_class_names_at_once() {
 /// alone: not the handler's closure and the signalling machinery above
 /// them (impl-abcl.lisp's HELPER-FUNCTION-P).
 #[test]
-#[ignore = "fails on this machine with the code of the last landing too (its binary shows \
-            Swank's COMPUTE-BACKTRACE frames first): the helpers' frames are not recognised \
-            in a fresh ABCL image here; to be found and fixed"]
 fn abcl_first_error_shows_user_frames() {
     let mut s = fresh_abcl_server();
     let r = eval(
