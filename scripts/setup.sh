@@ -13,6 +13,9 @@ cd "$(dirname "$0")/.."
 DEBS=(sbcl cl-swank sbcl-source cl-alexandria cl-ppcre cl-yason cl-usocket
       cl-bordeaux-threads cl-hunchentoot cl-fiveam cl-fiasco cl-rt cl-ptester
       cl-xlunit ecl clisp abcl python3-venv haproxy iproute2 nftables)
+# Libraries whose own suites the tests and benches/suites.py run from
+# checkouts (cl-hunchentoot brings them too; named, so they stay).
+DEBS+=(cl-base64 cl-split-sequence cl-flexi-streams)
 # A font for the text of profile-code's flame graph PNG (resvg draws text
 # from font files; DejaVu Sans is the one it asks for).
 DEBS+=(fonts-dejavu-core)
