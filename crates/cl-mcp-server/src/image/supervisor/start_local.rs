@@ -71,6 +71,7 @@ impl Image {
         let secret = random_secret()?;
         let (places, confinement) = self.confine(&plan)?;
         let (mut cmd, cap) = self.command(&plan, &confinement, &secret, &places);
+        let image_nproc = cap.nproc;
         let cgroups = cap.dirs();
         let limits_text = self.limits_text(&plan, &cap.lines);
         let mut child = match cmd.spawn() {
@@ -115,6 +116,7 @@ impl Image {
         let pending = Pending {
             kill: kill_tx,
             tail: tail.clone(),
+            nproc: image_nproc,
         };
         let port = match self.await_port(port_rx, &plan).await {
             Ok(p) => p,
@@ -411,7 +413,13 @@ pub(super) const AT_A_LIMIT: &str = "(the Lisp is at its limit of processes and 
 struct Pending {
     kill: oneshot::Sender<()>,
     tail: Arc<LastWords>,
+    /// The image's `RLIMIT_NPROC`, when it has one (no pids cgroup).
+    nproc: Option<u64>,
 }
+
+/// An `RLIMIT_NPROC` this low may be why a start failed however the Lisp
+/// put it (a connection Swank reset for want of a thread says nothing).
+const LOW_NPROC: u64 = 64;
 
 impl Pending {
     /// Stops the process; a start failure gets the Lisp's last words on
@@ -423,16 +431,20 @@ impl Pending {
         };
         let tail = self.tail.stderr();
         let lines: Vec<&str> = tail.iter().map(String::as_str).collect();
-        ImageError::StartFailed(if lines.iter().all(|l| l.trim().is_empty()) {
-            msg
+        let words = if lines.iter().all(|l| l.trim().is_empty()) {
+            None
         } else {
-            let words = lisp_words(&lines);
-            let hint = if at_a_limit(&words) {
-                format!("\n{AT_A_LIMIT}")
-            } else {
-                String::new()
-            };
-            format!("{msg}; the Lisp said:\n{words}{hint}")
+            Some(lisp_words(&lines))
+        };
+        let low = self.nproc.is_some_and(|n| n < LOW_NPROC);
+        let hint = if words.as_deref().is_some_and(at_a_limit) || low {
+            format!("\n{AT_A_LIMIT}")
+        } else {
+            String::new()
+        };
+        ImageError::StartFailed(match words {
+            None => format!("{msg}{hint}"),
+            Some(words) => format!("{msg}; the Lisp said:\n{words}{hint}"),
         })
     }
 }
