@@ -157,12 +157,9 @@ fn start_background_build(cache: &CoreCache, notes: &broadcast::Sender<ImageNote
 /// thread, so the cause is named.
 fn start_files_error(e: impl std::fmt::Display) -> ImageError {
     let text = e.to_string();
-    let hint = if super::start_local::at_a_limit(&text) {
-        format!("\n{}", super::start_local::AT_A_LIMIT)
-    } else {
-        String::new()
-    };
-    ImageError::StartFailed(format!(
-        "cannot write the image's start files: {text}{hint}"
+    let at_limit = super::start_local::at_a_limit(&text);
+    ImageError::StartFailed(super::start_local::with_limit_hint(
+        format!("cannot write the image's start files: {text}"),
+        at_limit,
     ))
 }

@@ -358,10 +358,8 @@ impl Image {
             core_cache::check_plan(&check, core_cache::CHECK_TIMEOUT, Purpose::Ask)
         })
         .await;
-        if let Ok(Err(why)) = checked
-            .as_ref()
-            .map(|r| r.as_ref().map_err(|e| e.to_string()))
-        {
+        if let Ok(Err(why)) = checked {
+            let why = why.to_string();
             if at_a_limit(&why) {
                 // The check ran under the same limits: it says nothing of
                 // the cache, which stays.
@@ -408,6 +406,15 @@ pub(super) const AT_A_LIMIT: &str = "(the Lisp is at its limit of processes and 
      memory: --max-processes, or the user's RLIMIT_NPROC; end programs the user runs, or \
      raise the limit)";
 
+/// `text` with [`AT_A_LIMIT`] on a line of its own when `at_limit`.
+pub(super) fn with_limit_hint(text: String, at_limit: bool) -> String {
+    if at_limit {
+        format!("{text}\n{AT_A_LIMIT}")
+    } else {
+        text
+    }
+}
+
 /// A started process not yet connected to: what a failed start needs to
 /// stop it and say what the Lisp said.
 struct Pending {
@@ -436,16 +443,13 @@ impl Pending {
         } else {
             Some(lisp_words(&lines))
         };
-        let low = self.nproc.is_some_and(|n| n < LOW_NPROC);
-        let hint = if words.as_deref().is_some_and(at_a_limit) || low {
-            format!("\n{AT_A_LIMIT}")
-        } else {
-            String::new()
+        let at_limit =
+            words.as_deref().is_some_and(at_a_limit) || self.nproc.is_some_and(|n| n < LOW_NPROC);
+        let text = match words {
+            None => msg,
+            Some(words) => format!("{msg}; the Lisp said:\n{words}"),
         };
-        ImageError::StartFailed(match words {
-            None => format!("{msg}{hint}"),
-            Some(words) => format!("{msg}; the Lisp said:\n{words}{hint}"),
-        })
+        ImageError::StartFailed(with_limit_hint(text, at_limit))
     }
 }
 
