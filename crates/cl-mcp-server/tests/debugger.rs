@@ -767,6 +767,21 @@ fn traced_calls_show_as_the_users_frames() {
     assert!(r.text.contains("1: (TRC-F 1)"), "{}", r.text);
 }
 
+/// Whether what the user's SLIME heard comes to hold `text` within 10 s
+/// (Swank writes to it after the state the server reads has changed).
+fn hears(heard: &std::sync::Mutex<String>, text: &str) -> bool {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        if heard.lock().unwrap().contains(text) {
+            return true;
+        }
+        if std::time::Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 /// Attach mode: a thread of the user's application that enters the debugger
 /// goes to the user's SLIME, not to us. The agent sees it (list-threads,
 /// debugger-backtrace with its thread: condition, restarts, frames) without
@@ -833,9 +848,12 @@ fn a_users_thread_in_the_debugger_is_seen_and_taken_over_only_when_asked() {
     let thread = handler["id"]
         .as_i64()
         .expect("the handler thread waits in the debugger");
+    // The thread is in the debugger before Swank's message to the user's
+    // SLIME has crossed the socket: wait for it a while.
     assert!(
-        heard.lock().unwrap().contains("handler failed on 42"),
-        "the user's SLIME got the debugger"
+        hears(&heard, "handler failed on 42"),
+        "the user's SLIME got the debugger: {}",
+        heard.lock().unwrap()
     );
 
     // Seen, not touched.
@@ -927,7 +945,7 @@ fn a_users_thread_in_the_debugger_is_seen_and_taken_over_only_when_asked() {
     let r = eval(&mut s, 8, "cl-user::*served*");
     assert_eq!(r.text, "=> 7");
     assert!(
-        heard.lock().unwrap().contains(":debug-return"),
+        hears(&heard, ":debug-return"),
         "the user's SLIME was told its debugger is over"
     );
     drop(slime);
