@@ -78,12 +78,14 @@
 //! `tests/cst_properties.rs` checks losslessness and tree shape on random
 //! input; `fuzz/` has a libFuzzer target.
 
+mod extent;
 mod line_index;
 mod reader;
 mod symbol;
 
 use std::ops::Range;
 
+pub use extent::Extents;
 pub use line_index::LineIndex;
 pub use symbol::SymbolName;
 

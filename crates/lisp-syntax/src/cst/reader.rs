@@ -7,6 +7,7 @@
 //! character boundaries. The one place a whole character matters (a dispatch
 //! sub-character such as `#λ`) decodes its width explicitly.
 
+use super::extent::Extents;
 use super::line_index::utf8_width;
 use super::{Construct, Node, NodeKind, Parse, SyntaxError, SyntaxErrorKind, MAX_DEPTH};
 
@@ -52,6 +53,8 @@ pub(super) struct Reader<'a> {
     conditionals: usize,
     forms: Vec<Node>,
     errors: Vec<SyntaxError>,
+    /// Where strings, `|...|` and unknown dispatch macros end.
+    extents: Extents<'a>,
 }
 
 fn is_whitespace(b: u8) -> bool {
@@ -75,6 +78,7 @@ impl<'a> Reader<'a> {
             conditionals: 0,
             forms: Vec::new(),
             errors: Vec::new(),
+            extents: Extents::new(src.as_bytes()),
         }
     }
 
@@ -471,26 +475,13 @@ impl<'a> Reader<'a> {
 
     /// A string starting at the `"` at `start`; returns its end.
     fn scan_string(&mut self, start: usize) -> usize {
-        match self.find_closing(start + 1, b'"') {
+        match self.extents.closing(start + 1, b'"') {
             Some(end) => end,
             None => {
                 self.unclosed(Construct::String, start, "a closing \"");
                 self.bytes.len()
             }
         }
-    }
-
-    /// Position after the first unescaped `close` at or after `i`.
-    fn find_closing(&self, mut i: usize, close: u8) -> Option<usize> {
-        let bytes = self.bytes;
-        while i < bytes.len() {
-            match bytes[i] {
-                b'\\' => i += 2,
-                b if b == close => return Some(i + 1),
-                _ => i += 1,
-            }
-        }
-        None
     }
 
     /// A token whose first character is at `start` (already known to be
@@ -507,7 +498,7 @@ impl<'a> Reader<'a> {
                     }
                     i += 1 + utf8_width(bytes[i + 1]);
                 }
-                b'|' => match self.find_closing(i + 1, b'|') {
+                b'|' => match self.extents.closing(i + 1, b'|') {
                     Some(end) => i = end,
                     None => {
                         self.unclosed(Construct::MultipleEscape, i, "a closing |");
@@ -645,39 +636,9 @@ impl<'a> Reader<'a> {
     /// `start..after`. Its extent is guessed so that reading goes on sensibly.
     fn opaque(&mut self, start: usize, sub: u8, after: usize) {
         let bytes = self.bytes;
-        // #[...] and #{...} (named-readtables style): up to the matching
-        // bracket.
-        if let Some(close) = closer(sub) {
-            if let Some(end) = self.find_balanced(after, sub, close) {
-                self.form(Node::leaf(NodeKind::Opaque, start..end));
-                return;
-            }
-        }
-        // #"...": a string-like syntax (ABCL's Java method names).
-        if sub == b'"' {
-            if let Some(end) = self.find_closing(after, b'"') {
-                self.form(Node::leaf(NodeKind::Opaque, start..end));
-                return;
-            }
-        }
-        // cl-interpol: #?"...", #?(...), #?/.../ and friends.
-        if sub == b'?' {
-            if let Some(&d) = bytes.get(after) {
-                let end = if d == b'"' {
-                    self.find_closing(after + 1, b'"')
-                } else if let Some(close) = closer(d).or(if d == b'<' { Some(b'>') } else { None })
-                {
-                    self.find_balanced(after + 1, d, close)
-                } else if d.is_ascii_punctuation() {
-                    self.find_closing(after + 1, d)
-                } else {
-                    None
-                };
-                if let Some(end) = end {
-                    self.form(Node::leaf(NodeKind::Opaque, start..end.min(bytes.len())));
-                    return;
-                }
-            }
+        if let Some(end) = self.extents.dispatch_end(sub, after) {
+            self.form(Node::leaf(NodeKind::Opaque, start..end));
+            return;
         }
         // Otherwise: the dispatch characters plus the form right after them.
         match bytes.get(after) {
@@ -686,40 +647,5 @@ impl<'a> Reader<'a> {
             }
             _ => self.form(Node::leaf(NodeKind::Opaque, start..after)),
         }
-    }
-
-    /// Position after the `close` matching an already consumed `open`,
-    /// counting nesting and skipping strings and `\` escapes.
-    fn find_balanced(&self, mut i: usize, open: u8, close: u8) -> Option<usize> {
-        let bytes = self.bytes;
-        let mut depth = 1usize;
-        while i < bytes.len() {
-            match bytes[i] {
-                b'\\' => i += 2,
-                b'"' if open != b'"' => i = self.find_closing(i + 1, b'"')?,
-                b if b == close => {
-                    depth -= 1;
-                    i += 1;
-                    if depth == 0 {
-                        return Some(i);
-                    }
-                }
-                b if b == open => {
-                    depth += 1;
-                    i += 1;
-                }
-                _ => i += 1,
-            }
-        }
-        None
-    }
-}
-
-fn closer(open: u8) -> Option<u8> {
-    match open {
-        b'[' => Some(b']'),
-        b'{' => Some(b'}'),
-        b'(' => Some(b')'),
-        _ => None,
     }
 }

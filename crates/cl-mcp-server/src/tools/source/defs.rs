@@ -65,9 +65,10 @@ impl Definition {
     /// dropped: `#+sbcl`, `#-(or ccl ecl) #+unix`; `None` when unguarded.
     pub fn guard(&self, src: &str) -> Option<String> {
         let mut parts = Vec::new();
-        let mut scanner = scan::Scanner::new(src);
+        let within = &src[..self.span.end];
+        let mut scanner = scan::Scanner::new(within);
         let mut at = self.unit_span.start;
-        while at < self.span.start && scan::guarded_start(src, at).is_some() {
+        while at < self.span.start && scan::guarded_start(within, at).is_some() {
             let f0 = scanner.skip_trivia(at + 2);
             let f1 = scanner.skip_form(f0).ok()?;
             parts.push(format!("{}{}", &src[at..at + 2], one_line(&src[f0..f1])));
@@ -147,11 +148,13 @@ fn collect(
     // a hostile chain of them must not recurse.
     let mut span = span;
     let mut start = span.start;
-    while let Some(g) = scan::guarded_start(src, start) {
+    // Nothing after the form is read.
+    let within = &src[..span.end];
+    while let Some(g) = scan::guarded_start(within, start) {
         start = g;
     }
     if start != span.start {
-        match scan::form_end(src, start) {
+        match scan::form_end(within, start) {
             Some(end) if end <= span.end => span = start..end,
             _ => return,
         }

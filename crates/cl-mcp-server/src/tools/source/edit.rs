@@ -651,12 +651,15 @@ fn find_target(
             Err(ToolError::Edit(msg))
         }
         _ => {
-            let c: Vec<String> = found.iter().map(|d| describe(d)).collect();
+            // The first few are what a choice needs; a file of thousands
+            // of alike forms must not answer with all of them.
+            let c: Vec<String> = found.iter().take(40).map(|d| describe(d)).collect();
             Err(ToolError::Edit(format!(
-                "'{form_name}' is ambiguous: {} forms match: {}. Add qualifiers/specializers to \
+                "'{form_name}' is ambiguous: {} forms match: {}{}. Add qualifiers/specializers to \
                  `formName` (e.g. `name :around (class t)`) or pass `line`.",
                 found.len(),
-                c.join("; ")
+                c.join("; "),
+                if found.len() > 40 { "; ..." } else { "" }
             )))
         }
     }

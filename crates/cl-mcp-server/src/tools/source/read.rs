@@ -160,42 +160,50 @@ struct Printer<'a> {
 }
 
 impl Printer<'_> {
-    fn line(&mut self, n: usize, body: &str) {
-        let body = if body.len() > self.max_line {
+    /// Prints line `n`: `body` (cut past `max_line`, with a note), then
+    /// `tail`.
+    fn line(&mut self, n: usize, body: &str, tail: &str) {
+        self.count += 1;
+        let _ = write!(self.out, "{n:>w$}: ", w = self.width);
+        if body.len() > self.max_line {
             let mut cut = self.max_line;
             while !body.is_char_boundary(cut) {
                 cut -= 1;
             }
-            format!(
+            let _ = write!(
+                self.out,
                 "{} [... {} more characters]",
                 &body[..cut],
                 body.len() - cut
-            )
+            );
         } else {
-            body.to_string()
-        };
-        self.count += 1;
-        let _ = writeln!(self.out, "{n:>w$}: {body}", w = self.width);
+            self.out.push_str(body);
+        }
+        self.out.push_str(tail);
+        self.out.push('\n');
     }
 
-    /// Prints the source lines covering `range`, the first from its line's
-    /// start, the last up to `range.end`, followed by `tail`.
+    /// Prints the source lines covering `range`, the last up to
+    /// `range.end`, followed by `tail`. The first is printed from its
+    /// line's start when only indentation comes before `range` on it, and
+    /// from `range.start` when other text does (a form after another on one
+    /// line is not printed with the ones before it again).
     fn span(&mut self, range: Range<usize>, tail: &str) {
         let (first, _) = self.lines.line_col(range.start);
         let (last, _) = self
             .lines
             .line_col(range.end.saturating_sub(1).max(range.start));
         for n in first..=last {
-            let s = self.lines.line_start(n).unwrap_or(0);
+            let mut s = self.lines.line_start(n).unwrap_or(0);
+            if n == first && !self.text[s..range.start].trim_end().is_empty() {
+                s = range.start;
+            }
             let mut e = self.lines.line_end(n).unwrap_or(self.text.len());
             if n == last {
                 e = e.min(range.end);
             }
-            let mut body = self.text[s..e.max(s)].trim_end().to_string();
-            if n == last {
-                body.push_str(tail);
-            }
-            self.line(n, &body);
+            let body = self.text[s..e.max(s)].trim_end();
+            self.line(n, body, if n == last { tail } else { "" });
         }
     }
 }
@@ -221,6 +229,9 @@ pub fn collapsed_view(
         count: 0,
     };
     let mut stopped_at: Option<usize> = None;
+    // When the limit is reached inside a line (many forms on one line):
+    // that line (1-based) and how many of its items were left out.
+    let mut cut_line: Option<(usize, usize)> = None;
     let mut total_forms = 0;
     let mut shown = 0;
     let mut expanded = 0;
@@ -241,9 +252,23 @@ pub fn collapsed_view(
                 && items[i - 1].span.start >= wstart;
             if line0 > window.offset && !shares_line {
                 stopped_at = Some(line0);
+            } else if cut_line.is_none() {
+                // Inside a line begun here: the rest of it is left out and
+                // counted, and the next window starts at the next line.
+                cut_line = Some((line0 + 1, 0));
             }
         }
-        if item.span.start < wstart || stopped_at.is_some() {
+        if let Some((l, left)) = cut_line.as_mut() {
+            if stopped_at.is_none() {
+                let line = lines.line_col(item.span.start).0;
+                if line == *l {
+                    *left += 1;
+                } else {
+                    stopped_at = Some(line - 1);
+                }
+            }
+        }
+        if item.span.start < wstart || stopped_at.is_some() || cut_line.is_some() {
             i += 1;
             continue;
         }
@@ -302,7 +327,14 @@ pub fn collapsed_view(
         }
         i += 1;
     }
-    let truncated = wstart > 0 || stopped_at.is_some();
+    if let Some((l, left)) = cut_line.filter(|&(_, left)| left > 0) {
+        let _ = writeln!(
+            p.out,
+            "[{left} more {} on line {l} not shown; a larger `limit` shows them]",
+            if left == 1 { "item" } else { "items" }
+        );
+    }
+    let truncated = wstart > 0 || stopped_at.is_some() || cut_line.is_some_and(|c| c.1 > 0);
     let next_offset = stopped_at;
     let meta = ReadMeta {
         total_lines,

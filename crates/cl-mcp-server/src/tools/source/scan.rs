@@ -14,6 +14,8 @@
 
 use std::ops::Range;
 
+use lisp_syntax::cst::Extents;
+
 /// Whitespace in the standard readtable.
 fn is_ws(b: u8) -> bool {
     matches!(b, b' ' | b'\t' | b'\n' | b'\r' | 0x0C)
@@ -174,7 +176,16 @@ pub fn scan_recovering(src: &str) -> Scan {
 }
 
 fn scan_items(src: &str, recover: bool) -> Scan {
+    scan_items_with(src, recover, recover)
+}
+
+/// `learn`: whether a recovering scan keeps what its first unclosed walk
+/// learned (off only in the tests, which compare the two).
+fn scan_items_with(src: &str, recover: bool, learn: bool) -> Scan {
     let mut s = Scanner::new(src);
+    if learn {
+        s.learn = Some(Vec::new());
+    }
     let b = src.as_bytes();
     let len = b.len();
     let mut out = Scan::default();
@@ -267,7 +278,7 @@ fn scan_items(src: &str, recover: bool) -> Scan {
 
 /// The elements of the list or vector whose text is `src[span]` (which must
 /// start with `(` or `#(`), in order, as spans. Stops at the closing `)` or
-/// at the first problem.
+/// at the first problem; reads nothing after `span`.
 pub fn elements(src: &str, span: Range<usize>) -> Elements<'_> {
     let b = src.as_bytes();
     let start = if b.get(span.start) == Some(&b'#') {
@@ -282,7 +293,10 @@ pub fn elements(src: &str, span: Range<usize>) -> Elements<'_> {
     };
     let is_list = matches!(b.get(start.wrapping_sub(1)), Some(b'('));
     Elements {
-        scanner: Scanner::new(src),
+        // Reading stops at the span's end: what is after it is not read
+        // (a search for the closer of an unknown `#` dispatch would read
+        // to the end of the text for every form).
+        scanner: Scanner::new(&src[..span.end.min(src.len())]),
         i: if is_list { start } else { span.end },
         end: span.end,
     }
@@ -327,7 +341,7 @@ pub fn conditional_parts(src: &str, span: Range<usize>) -> Option<(Range<usize>,
     {
         return None;
     }
-    let mut s = Scanner::new(src);
+    let mut s = Scanner::new(&src[..span.end]);
     let f0 = s.skip_trivia(span.start + 2);
     let f1 = s.skip_form(f0).ok()?;
     let g0 = s.skip_trivia(f1);
@@ -358,11 +372,41 @@ pub fn form_end(src: &str, start: usize) -> Option<usize> {
 /// The scanning machinery, reusable across calls.
 pub struct Scanner<'a> {
     b: &'a [u8],
+    /// Where strings, `|...|` and unknown dispatch macros end (the CST
+    /// reader's guesses, remembered across walks).
+    extents: Extents<'a>,
     stack: Vec<usize>,
     /// After [`Scanner::skip_form`] found a list it opened unclosed: the
     /// first `(` at column 0 inside it (outside strings and comments),
     /// where an editor would take the next top-level form to start.
     restart: Option<usize>,
+    /// Set by [`scan_recovering`]: the `(` at column 0 that each walk passes
+    /// outside strings and comments, in order, kept for [`Unclosed`].
+    learn: Option<Vec<usize>>,
+    /// What the first walk that ran to the end of the text with a list open
+    /// learned, so that later walks from inside it do not read the rest of
+    /// the text again (each would: a file of `(` lines is read once per line).
+    unclosed: Option<Unclosed>,
+}
+
+/// The outcome, for every later walk, of the first walk that ended with
+/// lists open at the end of the text. A walk that starts where that one was
+/// outside strings and comments reads the rest of the text exactly as it
+/// did, so a list it opens at a position that walk left open at the end is
+/// open at the end for it too, and the next `(` at column 0 after that
+/// position is inside it.
+struct Unclosed {
+    /// Where the lists (and vectors) still open at the end were opened, in
+    /// order (the walk's stack at the end).
+    open: Vec<usize>,
+    /// The innermost of them and what it is.
+    innermost: usize,
+    what: Opener,
+    /// Every `(` at column 0 the walk passed outside strings and comments.
+    column_0: Vec<usize>,
+    /// For each index of `column_0`, the index of the first at or after it
+    /// that opens `(def...` (`column_0.len()` when none does).
+    next_def: Vec<usize>,
 }
 
 /// What a `#` dispatch at token start turned out to be.
@@ -382,9 +426,76 @@ impl<'a> Scanner<'a> {
     pub fn new(src: &'a str) -> Scanner<'a> {
         Scanner {
             b: src.as_bytes(),
+            extents: Extents::new(src.as_bytes()),
             stack: Vec::new(),
             restart: None,
+            learn: None,
+            unclosed: None,
         }
+    }
+
+    /// Whether `i` opens `(def...`.
+    fn opens_def(&self, i: usize) -> bool {
+        self.b.len() > i + 4 && self.b[i + 1..i + 4].eq_ignore_ascii_case(b"def")
+    }
+
+    /// The problem of a walk that opens, at `open`, a list the first walk
+    /// left open at the end: what that walk would find by reading on, told
+    /// without reading. Nothing is open in this walk then (what it had open
+    /// before `open` would be open at the end too, and it stops at the first
+    /// of those), so the next `(` at column 0 after `open` is the restart.
+    fn known_unclosed(&mut self, open: usize, suspect: Option<usize>) -> Problem {
+        debug_assert!(self.stack.is_empty());
+        let u = self
+            .unclosed
+            .as_ref()
+            .expect("known_unclosed needs what was learned");
+        let k = u.column_0.partition_point(|&c| c <= open);
+        let restart = self.restart.or(u.column_0.get(k).copied());
+        let suspect =
+            suspect.or_else(|| u.next_def.get(k).and_then(|&d| u.column_0.get(d).copied()));
+        let problem = Problem::Unclosed {
+            what: u.what,
+            open: u.innermost,
+            outer: open,
+            suspect,
+        };
+        self.restart = restart;
+        problem
+    }
+
+    /// Keeps what a walk that ended with lists open learned (the first
+    /// such walk of a [`scan_recovering`]).
+    fn learn_unclosed(&mut self, what: Opener) {
+        if self.unclosed.is_some() {
+            return;
+        }
+        let Some(column_0) = self.learn.take() else {
+            return;
+        };
+        let mut next_def = vec![column_0.len(); column_0.len()];
+        let mut next = column_0.len();
+        for k in (0..column_0.len()).rev() {
+            if self.opens_def(column_0[k]) {
+                next = k;
+            }
+            next_def[k] = next;
+        }
+        self.unclosed = Some(Unclosed {
+            open: self.stack.clone(),
+            innermost: *self.stack.last().expect("a list is open"),
+            what,
+            column_0,
+            next_def,
+        });
+    }
+
+    /// Whether the first walk that ended with lists open left the one
+    /// opened at `i` open.
+    fn known_open(&self, i: usize) -> bool {
+        self.unclosed
+            .as_ref()
+            .is_some_and(|u| u.open.binary_search(&i).is_ok())
     }
 
     /// Skips whitespace and comments from `i`; returns the next position
@@ -454,49 +565,6 @@ impl<'a> Scanner<'a> {
         }
     }
 
-    /// Position after the first unescaped `close` at or after `i`.
-    fn find_closing(&self, mut i: usize, close: u8) -> Option<usize> {
-        let b = self.b;
-        while i < b.len() {
-            let c = b[i];
-            if c == b'\\' {
-                i += 2;
-            } else if c == close {
-                return Some(i + 1);
-            } else {
-                i += 1;
-            }
-        }
-        None
-    }
-
-    /// Position after the `close` matching an already consumed `open`,
-    /// skipping strings and `\` escapes (the CST's rule for `#[...]`).
-    fn find_balanced(&self, mut i: usize, open: u8, close: u8) -> Option<usize> {
-        let b = self.b;
-        let mut depth = 1usize;
-        while i < b.len() {
-            let c = b[i];
-            if c == b'\\' {
-                i += 2;
-            } else if c == b'"' && open != b'"' {
-                i = self.find_closing(i + 1, b'"')?;
-            } else if c == close {
-                depth -= 1;
-                i += 1;
-                if depth == 0 {
-                    return Some(i);
-                }
-            } else if c == open {
-                depth += 1;
-                i += 1;
-            } else {
-                i += 1;
-            }
-        }
-        None
-    }
-
     /// End of the token starting at `i`.
     fn token_end(&self, mut i: usize) -> Result<usize, Problem> {
         let b = self.b;
@@ -509,7 +577,7 @@ impl<'a> Scanner<'a> {
                 }
                 i += 1 + utf8_width(b[i + 1]);
             } else if c == b'|' {
-                match self.find_closing(i + 1, b'|') {
+                match self.extents.closing(i + 1, b'|') {
                     Some(e) => i = e,
                     None => return Err(self.unclosed(Opener::MultipleEscape, i)),
                 }
@@ -566,39 +634,10 @@ impl<'a> Scanner<'a> {
 
     /// The extent of an unknown dispatch macro, as the CST reader guesses it.
     fn opaque(&self, sub: u8, after: usize) -> Dispatch {
+        if let Some(end) = self.extents.dispatch_end(sub, after) {
+            return Dispatch::Atom(end);
+        }
         let b = self.b;
-        let closer = |o: u8| match o {
-            b'[' => Some(b']'),
-            b'{' => Some(b'}'),
-            b'(' => Some(b')'),
-            _ => None,
-        };
-        if let Some(close) = closer(sub) {
-            if let Some(end) = self.find_balanced(after, sub, close) {
-                return Dispatch::Atom(end);
-            }
-        }
-        if sub == b'"' {
-            if let Some(end) = self.find_closing(after, b'"') {
-                return Dispatch::Atom(end);
-            }
-        }
-        if sub == b'?' {
-            if let Some(&d) = b.get(after) {
-                let end = if d == b'"' {
-                    self.find_closing(after + 1, b'"')
-                } else if let Some(close) = closer(d).or((d == b'<').then_some(b'>')) {
-                    self.find_balanced(after + 1, d, close)
-                } else if d.is_ascii_punctuation() {
-                    self.find_closing(after + 1, d)
-                } else {
-                    None
-                };
-                if let Some(end) = end {
-                    return Dispatch::Atom(end.min(b.len()));
-                }
-            }
-        }
         match b.get(after) {
             Some(&c) if !is_ws(c) && c != b')' => Dispatch::Prefix(after, 1),
             _ => Dispatch::Atom(after),
@@ -611,22 +650,29 @@ impl<'a> Scanner<'a> {
         let len = b.len();
         self.stack.clear();
         self.restart = None;
+        if let Some(seen) = self.learn.as_mut() {
+            seen.clear();
+        }
         let mut suspect: Option<usize> = None;
         let mut need = 1usize;
         let mut i = start;
         loop {
             if i >= len {
                 return match self.stack.last() {
-                    Some(&open) => Err(Problem::Unclosed {
-                        what: if b[open] == b'#' {
+                    Some(&open) => {
+                        let what = if b[open] == b'#' {
                             Opener::Vector
                         } else {
                             Opener::List
-                        },
-                        open,
-                        outer: self.stack[0],
-                        suspect,
-                    }),
+                        };
+                        self.learn_unclosed(what);
+                        Err(Problem::Unclosed {
+                            what,
+                            open,
+                            outer: self.stack[0],
+                            suspect,
+                        })
+                    }
                     None => Ok(len),
                 };
             }
@@ -641,15 +687,20 @@ impl<'a> Scanner<'a> {
                     continue;
                 }
                 b'(' => {
-                    let at_column_0 = !self.stack.is_empty() && (i == 0 || b[i - 1] == b'\n');
+                    let line_start = i == 0 || b[i - 1] == b'\n';
+                    let at_column_0 = !self.stack.is_empty() && line_start;
+                    if self.known_open(i) {
+                        return Err(self.known_unclosed(i, suspect));
+                    }
+                    if line_start {
+                        if let Some(seen) = self.learn.as_mut() {
+                            seen.push(i);
+                        }
+                    }
                     if at_column_0 && self.restart.is_none() {
                         self.restart = Some(i);
                     }
-                    if suspect.is_none()
-                        && at_column_0
-                        && b.len() > i + 4
-                        && b[i + 1..i + 4].eq_ignore_ascii_case(b"def")
-                    {
+                    if suspect.is_none() && at_column_0 && self.opens_def(i) {
                         suspect = Some(i);
                     }
                     self.stack.push(i);
@@ -666,7 +717,7 @@ impl<'a> Scanner<'a> {
                     }
                     i
                 }
-                b'"' => match self.find_closing(i + 1, b'"') {
+                b'"' => match self.extents.closing(i + 1, b'"') {
                     Some(e) => e,
                     None => return Err(self.unclosed(Opener::String, i)),
                 },
@@ -692,6 +743,9 @@ impl<'a> Scanner<'a> {
                         continue;
                     }
                     Dispatch::OpenVector(after) => {
+                        if self.known_open(i) {
+                            return Err(self.known_unclosed(i, suspect));
+                        }
                         self.stack.push(i);
                         i = after;
                         continue;
@@ -896,6 +950,55 @@ mod tests {
                 .collect();
             agrees_with_cst(&text).unwrap_or_else(|e| panic!("{text:?}: {e}"));
         }
+    }
+
+    /// Recovery reads what a walk left open only once; what it finds is
+    /// what reading it again from every restart finds, on random texts rich
+    /// in column-0 openers and on the shapes that made it quadratic.
+    #[test]
+    fn recovering_once_finds_what_recovering_again_finds() {
+        const PIECES: [&str; 16] = [
+            "(", "(", ")", "\n(", "\n(", "\n(def", "\n#(", "\n", " ", "a", "\"", ";", "#|", "|#",
+            "#+", "'",
+        ];
+        let mut seed: u64 = 0x2545_F491_4F6C_DD1D;
+        let mut next = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        let same = |text: &str| {
+            let once = scan_items_with(text, true, true);
+            let again = scan_items_with(text, true, false);
+            assert_eq!(once.items, again.items, "{text:?}");
+            assert_eq!(once.problem, again.problem, "{text:?}");
+        };
+        for _ in 0..20_000 {
+            let n = (next() % 40) as usize;
+            let text: String = (0..n)
+                .map(|_| PIECES[(next() % PIECES.len() as u64) as usize])
+                .collect();
+            same(&text);
+        }
+        same(&"(\n".repeat(300));
+        same(&"(a\n(b)\n (\n".repeat(100));
+        same(&"(defun f (x)\n  (let (\n(y 1))\n".repeat(100));
+    }
+
+    /// A file of `(` lines, each a form that never closes, is read in
+    /// linear time (it was read once per line: 0.2 MB took 36 s).
+    #[test]
+    fn recovering_a_file_of_unclosed_lines_is_linear() {
+        let text = "(\n".repeat(1_000_000);
+        let t = std::time::Instant::now();
+        let s = scan_recovering(&text);
+        assert_eq!(s.items.len(), 1_000_000);
+        assert!(
+            t.elapsed() < std::time::Duration::from_secs(10),
+            "{:?}",
+            t.elapsed()
+        );
     }
 
     #[test]
