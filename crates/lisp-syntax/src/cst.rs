@@ -83,6 +83,7 @@ mod line_index;
 mod reader;
 mod symbol;
 
+use std::borrow::Cow;
 use std::ops::Range;
 
 pub use extent::Extents;
@@ -366,9 +367,11 @@ pub struct SyntaxError {
     /// a missing form.
     pub open_offset: Option<usize>,
     /// What the reader wanted there (`")"`, `"a form after '"`, ...).
-    pub expected: Option<String>,
+    /// Borrowed when fixed text: a run of millions of stray `)` makes as
+    /// many errors, and an allocation each was a third of their cost.
+    pub expected: Option<Cow<'static, str>>,
     /// What it found (`")"`, `"end of input"`, ...).
-    pub found: Option<String>,
+    pub found: Option<Cow<'static, str>>,
 }
 
 /// The kinds of [`SyntaxError`].

@@ -90,6 +90,29 @@ fn a_long_file_one_form_short_is_repaired_at_that_form() {
 }
 
 #[test]
+fn nesting_deeper_than_the_reader_follows_is_refused_not_passed() {
+    // A run of openers, and a file of forms each a closer short: the
+    // reader stops following at its depth bound, and the repair said
+    // "unchanged" (no parenthesis error was left to see), so such files
+    // were written without a word.
+    for (name, text) in [
+        ("openers", shapes::openers(SIZE)),
+        ("each one closer short", shapes::forms_short(SIZE)),
+    ] {
+        let why = refused(&timed(name, &text));
+        assert!(
+            why.contains("nest deeper than 1000 levels"),
+            "{name}: {why}"
+        );
+    }
+    let why = refused(&repair_parens(&"(defun f (x)\n  (g x)\n\n".repeat(1_200)));
+    assert!(why.contains("`(defun f` (line 1)"), "{why}");
+    // Below the bound, deep text that reads is left alone.
+    let deep = format!("{}{}", "(".repeat(900), ")".repeat(900));
+    assert_eq!(repair_parens(&deep), Repair::Unchanged);
+}
+
+#[test]
 fn cr_only_line_endings_are_refused_not_swallowed() {
     // Old Mac files: lines end in `\r` alone. Read by `\n`, the file is one
     // line, and a repair would close the first form at the end of the text,

@@ -7,6 +7,8 @@
 //! character boundaries. The one place a whole character matters (a dispatch
 //! sub-character such as `#λ`) decodes its width explicitly.
 
+use std::borrow::Cow;
+
 use super::extent::Extents;
 use super::line_index::utf8_width;
 use super::{Construct, Node, NodeKind, Parse, SyntaxError, SyntaxErrorKind, MAX_DEPTH};
@@ -121,7 +123,7 @@ impl<'a> Reader<'a> {
                             offset: start,
                             open_offset: None,
                             expected: None,
-                            found: Some(format!("\"{}\"", &self.src[start..end])),
+                            found: Some(format!("\"{}\"", &self.src[start..end]).into()),
                         });
                     }
                     // Outside a backquote the comma is still read as a
@@ -293,7 +295,7 @@ impl<'a> Reader<'a> {
                     offset: at,
                     open_offset: None,
                     expected: None,
-                    found: Some("\")\"".into()),
+                    found: Some(Cow::Borrowed("\")\"")),
                 });
                 self.pos = at + 1;
                 self.form(Node::leaf(NodeKind::Error, at..at + 1));
@@ -370,13 +372,13 @@ impl<'a> Reader<'a> {
             expected: Some(
                 "a dot only between the last two elements of a list, as in (a . b)".into(),
             ),
-            found: Some(format!("\"{}\"", &self.src[start..end])),
+            found: Some(format!("\"{}\"", &self.src[start..end]).into()),
         });
     }
 
     /// Prefix frames on top of the stack that will never get their form
     /// (because `found` comes next) are closed with an error each.
-    fn close_pending_prefixes(&mut self, at: usize, found: &str) {
+    fn close_pending_prefixes(&mut self, at: usize, found: &'static str) {
         while let Some(Frame {
             until: Until::Forms(_),
             ..
@@ -403,8 +405,8 @@ impl<'a> Reader<'a> {
                 kind: SyntaxErrorKind::MissingForm,
                 offset: at,
                 open_offset: Some(start),
-                expected: Some(expected),
-                found: Some(found.to_string()),
+                expected: Some(expected.into()),
+                found: Some(found.into()),
             });
             // Trailing trivia belongs to whatever encloses the prefix.
             let split = first
@@ -441,7 +443,7 @@ impl<'a> Reader<'a> {
                 kind: SyntaxErrorKind::Unclosed(construct),
                 offset: end,
                 open_offset: Some(open_offset),
-                expected: Some(format!("\")\" to close the \"{opener}\"")),
+                expected: Some(format!("\")\" to close the \"{opener}\"").into()),
                 found: Some("end of input".into()),
             });
             let node = self.finish_top(end);
@@ -456,17 +458,17 @@ impl<'a> Reader<'a> {
             offset: start,
             open_offset: None,
             expected: None,
-            found: Some(found),
+            found: Some(found.into()),
         });
         self.form(Node::leaf(NodeKind::Error, start..end));
     }
 
-    fn unclosed(&mut self, what: Construct, open: usize, expected: &str) {
+    fn unclosed(&mut self, what: Construct, open: usize, expected: &'static str) {
         self.errors.push(SyntaxError {
             kind: SyntaxErrorKind::Unclosed(what),
             offset: self.bytes.len(),
             open_offset: Some(open),
-            expected: Some(expected.to_string()),
+            expected: Some(expected.into()),
             found: Some("end of input".into()),
         });
     }

@@ -156,7 +156,14 @@ pub fn repair_parens(text: &str) -> Repair {
             )
         })
         .count();
-    if paren_errors == 0 {
+    // Nesting past what the reader follows hides the parentheses after it
+    // (a file of forms each a closer short nests one level per form): the
+    // text is refused, never passed as unchanged.
+    let too_deep = parse
+        .errors
+        .iter()
+        .any(|e| e.kind == SyntaxErrorKind::TooDeep);
+    if paren_errors == 0 && !too_deep {
         return Repair::Unchanged;
     }
     if let Some(r) = refused_at_once(text, &parse, paren_errors) {
@@ -194,6 +201,24 @@ fn refused_at_once(text: &str, parse: &cst::Parse, paren_errors: usize) -> Optio
         reason,
         fix: fix.to_string(),
     };
+    if let Some(deep) = parse
+        .errors
+        .iter()
+        .find(|e| e.kind == SyntaxErrorKind::TooDeep)
+    {
+        let (line, column) = lines.line_col(deep.offset);
+        return Some(refusal(
+            line,
+            format!(
+                "the lists nest deeper than {} levels at line {line}, column {column}, \
+                 deeper than the reader follows (forms that each lack a closer nest one level \
+                 per form), so the parentheses after it are not read",
+                cst::MAX_DEPTH
+            ),
+            "close the forms before it (lisp-check-parens names the first one that does not \
+             close), or write the text as it is",
+        ));
+    }
     if paren_errors > MAX_PAREN_ERRORS {
         return Some(refusal(
             lines.line_col(first.offset).0,
