@@ -21,6 +21,9 @@ use crate::tools::{off_workers, tool, Annotations, ToolContext, ToolDef, ToolGro
 const DEFAULT_LIMIT: usize = 2000;
 /// Most lines the collapsed view shows of one signature.
 const MAX_SIGNATURE_LINES: usize = 8;
+/// Most items the collapsed view shows past `limit` to finish a line; a
+/// line with more left (minified code) is cut there.
+const MAX_LINE_OVERRUN: usize = 100;
 /// Longest line (bytes) the collapsed view prints before cutting it.
 const MAX_SHOWN_LINE: usize = 200;
 
@@ -253,9 +256,17 @@ pub fn collapsed_view(
             if line0 > window.offset && !shares_line {
                 stopped_at = Some(line0);
             } else if cut_line.is_none() {
-                // Inside a line begun here: the rest of it is left out and
-                // counted, and the next window starts at the next line.
-                cut_line = Some((line0 + 1, 0));
+                // Inside a line begun here: a few more of its items are
+                // shown (paging could not reach them); many more (minified
+                // code) are left out and counted, and the next window starts
+                // at the next line.
+                let rest = items[i..]
+                    .iter()
+                    .take_while(|it| lines.line_col(it.span.start).0 == line0 + 1)
+                    .count();
+                if rest > MAX_LINE_OVERRUN {
+                    cut_line = Some((line0 + 1, 0));
+                }
             }
         }
         if let Some((l, left)) = cut_line.as_mut() {
