@@ -57,8 +57,8 @@ pub(super) fn by_indentation(text: &str, parse: &cst::Parse) -> Repair {
 }
 
 /// Constructs no closer can end (an unclosed string, block comment,
-/// `|symbol|`, escape, or nesting too deep): refused before looking at
-/// parentheses.
+/// `|symbol|` or escape): refused before looking at parentheses. (Nesting
+/// too deep is refused before the repair starts, in `refused_at_once`.)
 fn unclosed_construct(ctx: &Ctx, parse: &cst::Parse) -> Option<Refusal> {
     let lines = ctx.lines;
     let e = parse.errors.iter().find(|e| {
@@ -70,7 +70,7 @@ fn unclosed_construct(ctx: &Ctx, parse: &cst::Parse) -> Option<Refusal> {
                     | Construct::MultipleEscape
                     | Construct::SingleEscape
                     | Construct::Character
-            ) | SyntaxErrorKind::TooDeep
+            )
         )
     })?;
     let at = e.open_offset.unwrap_or(e.offset);
@@ -88,10 +88,6 @@ fn unclosed_construct(ctx: &Ctx, parse: &cst::Parse) -> Option<Refusal> {
         SyntaxErrorKind::Unclosed(Construct::MultipleEscape) => (
             format!("the `|` at line {line}, column {column} opens a |symbol| that never closes"),
             "add the closing `|`, or write a literal bar as `\\|`".to_string(),
-        ),
-        SyntaxErrorKind::TooDeep => (
-            format!("the nesting at line {line} is deeper than the reader follows"),
-            "split the form".to_string(),
         ),
         _ => (
             format!("the text ends inside an escape at line {line}, column {column}"),

@@ -162,11 +162,11 @@ pub fn repair_parens(text: &str) -> Repair {
     let too_deep = parse
         .errors
         .iter()
-        .any(|e| e.kind == SyntaxErrorKind::TooDeep);
-    if paren_errors == 0 && !too_deep {
+        .find(|e| e.kind == SyntaxErrorKind::TooDeep);
+    if paren_errors == 0 && too_deep.is_none() {
         return Repair::Unchanged;
     }
-    if let Some(r) = refused_at_once(text, &parse, paren_errors) {
+    if let Some(r) = refused_at_once(text, &parse, paren_errors, too_deep) {
         return Repair::Refused(r);
     }
     match by_indentation(text, &parse) {
@@ -182,7 +182,12 @@ pub fn repair_parens(text: &str) -> Repair {
 /// [`MAX_PAREN_ERRORS`] stray or unclosed lists, or lines that end in a
 /// carriage return alone (old Mac files), where the rule, reading lines by
 /// `\n`, would see one line and close lists against nothing.
-fn refused_at_once(text: &str, parse: &cst::Parse, paren_errors: usize) -> Option<Refusal> {
+fn refused_at_once(
+    text: &str,
+    parse: &cst::Parse,
+    paren_errors: usize,
+    too_deep: Option<&cst::SyntaxError>,
+) -> Option<Refusal> {
     let lines = cst::LineIndex::new(text);
     let first = &parse.errors[0];
     let at = first.open_offset.unwrap_or(first.offset);
@@ -201,11 +206,7 @@ fn refused_at_once(text: &str, parse: &cst::Parse, paren_errors: usize) -> Optio
         reason,
         fix: fix.to_string(),
     };
-    if let Some(deep) = parse
-        .errors
-        .iter()
-        .find(|e| e.kind == SyntaxErrorKind::TooDeep)
-    {
+    if let Some(deep) = too_deep {
         let (line, column) = lines.line_col(deep.offset);
         return Some(refusal(
             line,

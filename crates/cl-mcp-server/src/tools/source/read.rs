@@ -269,15 +269,10 @@ pub fn collapsed_view(
                 }
             }
         }
-        if let Some((l, left)) = cut_line.as_mut() {
-            if stopped_at.is_none() {
-                let line = lines.line_col(item.span.start).0;
-                if line == *l {
-                    *left += 1;
-                } else {
-                    stopped_at = Some(line - 1);
-                }
-            }
+        // Until the first item of a later line stops the window above,
+        // each item is on the cut line.
+        if let (None, Some((_, left))) = (stopped_at, cut_line.as_mut()) {
+            *left += 1;
         }
         if item.span.start < wstart || stopped_at.is_some() || cut_line.is_some() {
             i += 1;

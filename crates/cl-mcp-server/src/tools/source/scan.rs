@@ -399,9 +399,6 @@ struct Unclosed {
     /// Where the lists (and vectors) still open at the end were opened, in
     /// order (the walk's stack at the end).
     open: Vec<usize>,
-    /// The innermost of them and what it is.
-    innermost: usize,
-    what: Opener,
     /// Every `(` at column 0 the walk passed outside strings and comments.
     column_0: Vec<usize>,
     /// For each index of `column_0`, the index of the first at or after it
@@ -434,6 +431,15 @@ impl<'a> Scanner<'a> {
         }
     }
 
+    /// What the opener at `i` (`(` or `#(`) opens.
+    fn list_or_vector(&self, i: usize) -> Opener {
+        if self.b[i] == b'#' {
+            Opener::Vector
+        } else {
+            Opener::List
+        }
+    }
+
     /// Whether `i` opens `(def...`.
     fn opens_def(&self, i: usize) -> bool {
         self.b.len() > i + 4 && self.b[i + 1..i + 4].eq_ignore_ascii_case(b"def")
@@ -454,9 +460,10 @@ impl<'a> Scanner<'a> {
         let restart = self.restart.or(u.column_0.get(k).copied());
         let suspect =
             suspect.or_else(|| u.next_def.get(k).and_then(|&d| u.column_0.get(d).copied()));
+        let innermost = *u.open.last().expect("a list was left open");
         let problem = Problem::Unclosed {
-            what: u.what,
-            open: u.innermost,
+            what: self.list_or_vector(innermost),
+            open: innermost,
             outer: open,
             suspect,
         };
@@ -466,7 +473,7 @@ impl<'a> Scanner<'a> {
 
     /// Keeps what a walk that ended with lists open learned (the first
     /// such walk of a [`scan_recovering`]).
-    fn learn_unclosed(&mut self, what: Opener) {
+    fn learn_unclosed(&mut self) {
         if self.unclosed.is_some() {
             return;
         }
@@ -483,8 +490,6 @@ impl<'a> Scanner<'a> {
         }
         self.unclosed = Some(Unclosed {
             open: self.stack.clone(),
-            innermost: *self.stack.last().expect("a list is open"),
-            what,
             column_0,
             next_def,
         });
@@ -660,14 +665,9 @@ impl<'a> Scanner<'a> {
             if i >= len {
                 return match self.stack.last() {
                     Some(&open) => {
-                        let what = if b[open] == b'#' {
-                            Opener::Vector
-                        } else {
-                            Opener::List
-                        };
-                        self.learn_unclosed(what);
+                        self.learn_unclosed();
                         Err(Problem::Unclosed {
-                            what,
+                            what: self.list_or_vector(open),
                             open,
                             outer: self.stack[0],
                             suspect,
@@ -929,6 +929,26 @@ mod tests {
         }
     }
 
+    /// `count` texts of up to `max_len - 1` pieces each, drawn by a
+    /// xorshift generator from `seed` (the same texts every run).
+    fn random_texts(seed: u64, pieces: &[&str], count: usize, max_len: u64) -> Vec<String> {
+        let mut seed = seed;
+        let mut next = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        (0..count)
+            .map(|_| {
+                let n = next() % max_len;
+                (0..n)
+                    .map(|_| pieces[(next() % pieces.len() as u64) as usize])
+                    .collect()
+            })
+            .collect()
+    }
+
     /// Random texts built from the pieces that trip readers up.
     #[test]
     fn agrees_with_cst_on_random_texts() {
@@ -936,18 +956,7 @@ mod tests {
             "(", ")", "(", ")", "\"", "\\", "|", "#", ";", "\n", " ", "a", "#|", "|#", "#\\", "'",
             "`", ",@", "#+", "#-", "#?", "[", "]", "{", "}", "#(", "λ", "#:", "1", "#'",
         ];
-        let mut seed: u64 = 0x9E37_79B9_7F4A_7C15;
-        let mut next = move || {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed
-        };
-        for _ in 0..20_000 {
-            let n = (next() % 24) as usize;
-            let text: String = (0..n)
-                .map(|_| PIECES[(next() % PIECES.len() as u64) as usize])
-                .collect();
+        for text in random_texts(0x9E37_79B9_7F4A_7C15, &PIECES, 20_000, 24) {
             agrees_with_cst(&text).unwrap_or_else(|e| panic!("{text:?}: {e}"));
         }
     }
@@ -961,24 +970,13 @@ mod tests {
             "(", "(", ")", "\n(", "\n(", "\n(def", "\n#(", "\n", " ", "a", "\"", ";", "#|", "|#",
             "#+", "'",
         ];
-        let mut seed: u64 = 0x2545_F491_4F6C_DD1D;
-        let mut next = move || {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed
-        };
         let same = |text: &str| {
             let once = scan_items_with(text, true, true);
             let again = scan_items_with(text, true, false);
             assert_eq!(once.items, again.items, "{text:?}");
             assert_eq!(once.problem, again.problem, "{text:?}");
         };
-        for _ in 0..20_000 {
-            let n = (next() % 40) as usize;
-            let text: String = (0..n)
-                .map(|_| PIECES[(next() % PIECES.len() as u64) as usize])
-                .collect();
+        for text in random_texts(0x2545_F491_4F6C_DD1D, &PIECES, 20_000, 40) {
             same(&text);
         }
         same(&"(\n".repeat(300));
